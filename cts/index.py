@@ -1,0 +1,249 @@
+"""BM25 index over a :class:`~cts.corpus.Corpus`, cached on disk.
+
+Documents (title + description + text) and queries go through the same
+CJK-aware tokeniser (:func:`cts.text.tokenize` with stopwords dropped); bm25s
+only ever sees token lists. bm25s does not save tokeniser settings with an
+index, so a ``settings.json`` beside it records them and a mismatch triggers a
+rebuild. Index directories are written to a temporary sibling and renamed into
+place, so concurrent builders never expose a half-written index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import bm25s
+import numpy as np
+
+import cts.text
+from cts.corpus import Corpus, Doc
+from cts.text import tokenize
+
+log = logging.getLogger(__name__)
+
+TOKENIZER = "cts.text.tokenize"
+FIELDS = ("title", "description", "text")
+SETTINGS_FILE = "settings.json"
+DOC_IDS_FILE = "doc_ids.json"
+
+
+def tokenizer_version() -> str:
+    """Short hash of the tokeniser's module source.
+
+    Any edit to :mod:`cts.text` (rules, stopword lists) changes it, so a stale
+    index can never be reused after the tokeniser changed.
+    """
+    return hashlib.sha256(Path(cts.text.__file__).read_bytes()).hexdigest()[:8]
+
+
+def index_tokens(text: str) -> list[str]:
+    """Tokens used for both documents and queries (stopwords dropped)."""
+    return tokenize(text, drop_stopwords=True)
+
+
+def doc_tokens(doc: Doc) -> list[str]:
+    """Index tokens of one document: title, description and text."""
+    return index_tokens("\n".join(getattr(doc, f) for f in FIELDS))
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved document and its BM25 score."""
+
+    doc: Doc
+    score: float
+
+
+@dataclass(frozen=True)
+class BM25Params:
+    """bm25s scoring parameters (saved in the settings file)."""
+
+    k1: float = 1.5
+    b: float = 0.75
+    method: str = "lucene"
+
+
+class CorpusIndex:
+    """A BM25 retriever aligned with a corpus (index position i is ``corpus.docs[i]``)."""
+
+    def __init__(self, corpus: Corpus, retriever: bm25s.BM25, *, path: Path, built: bool) -> None:
+        self.corpus = corpus
+        self.path = path
+        self.built = built
+        """True when this object was built (not loaded) by :func:`load_or_build_index`."""
+        self._bm25 = retriever
+        self._vocab: Mapping[str, int] = retriever.vocab_dict
+
+    def scores(self, query: str) -> np.ndarray:
+        """BM25 score of every document for ``query`` (zeros when no term is known)."""
+        ids = [self._vocab[t] for t in index_tokens(query) if t in self._vocab]
+        if not ids:
+            return np.zeros(len(self.corpus), dtype=np.float32)
+        return np.asarray(self._bm25.get_scores(ids), dtype=np.float32)
+
+    def search(self, query: str, k: int = 10) -> list[Hit]:
+        """Top-``k`` documents for ``query``.
+
+        Args:
+            query: Free text in any script.
+            k: Maximum number of hits.
+
+        Returns:
+            Hits by descending score; ties keep corpus order; zero scores dropped.
+        """
+        scores = self.scores(query)
+        idx = np.flatnonzero(scores > 0)
+        order = idx[np.lexsort((idx, -scores[idx]))][:k]
+        return [Hit(doc=self.corpus.docs[i], score=float(scores[i])) for i in order]
+
+    def search_many(self, queries: Sequence[str], k: int = 10) -> list[list[Hit]]:
+        """:meth:`search` for each query, in order."""
+        return [self.search(q, k) for q in queries]
+
+    def rank_of(self, query: str, doc_id: str, k: int = 10) -> int | None:
+        """1-based rank of ``doc_id`` among the top ``k`` hits, or None."""
+        for rank, hit in enumerate(self.search(query, k), start=1):
+            if hit.doc.id == doc_id:
+                return rank
+        return None
+
+
+def index_settings(corpus: Corpus, params: BM25Params) -> dict[str, Any]:
+    """Everything that must match for a saved index to be reused."""
+    return {
+        "tokenizer": TOKENIZER,
+        "tokenizer_version": tokenizer_version(),
+        "drop_stopwords": True,
+        "fields": list(FIELDS),
+        "bm25": {"k1": params.k1, "b": params.b, "method": params.method},
+        "bm25s_version": bm25s.__version__,
+        "lang": corpus.lang,
+        "corpus_fingerprint": corpus.fingerprint,
+        "n_docs": len(corpus),
+    }
+
+
+def index_dir(corpus: Corpus, cache_dir: Path) -> Path:
+    """Where the index of ``corpus`` lives under ``cache_dir``."""
+    name = f"{corpus.lang}-{corpus.fingerprint}-{tokenizer_version()}"
+    return Path(cache_dir) / "index" / name
+
+
+def build_index(corpus: Corpus, params: BM25Params = BM25Params()) -> bm25s.BM25:
+    """Tokenise every document and build an in-memory BM25 retriever."""
+    retriever = bm25s.BM25(k1=params.k1, b=params.b, method=params.method)
+    tokens = [doc_tokens(d) for d in corpus.docs]
+    retriever.index(tokens, show_progress=False)
+    return retriever
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _load_saved(path: Path, corpus: Corpus, settings: Mapping[str, Any]) -> bm25s.BM25 | None:
+    """The saved retriever at ``path`` if its settings and doc order match, else None."""
+    if _read_json(path / SETTINGS_FILE) != settings:
+        return None
+    if _read_json(path / DOC_IDS_FILE) != [d.id for d in corpus.docs]:
+        return None
+    try:
+        return bm25s.BM25.load(str(path), load_corpus=False, mmap=False)
+    except (OSError, ValueError, KeyError) as exc:
+        log.warning("unreadable index at %s (%s); rebuilding", path, exc)
+        return None
+
+
+@contextmanager
+def atomic_dir(final: Path, *, replace: bool = True) -> Iterator[Path]:
+    """Yield a fresh temporary directory that becomes ``final`` on success.
+
+    Directory renames are atomic, so readers see either no directory, the old
+    one or the new complete one, never a partial one.
+
+    Args:
+        final: The directory to create.
+        replace: Replace an existing ``final``; otherwise an existing one (e.g.
+            installed meanwhile by a concurrent builder) is kept and ours dropped.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache may be shared
+    try:
+        yield tmp
+        _swap_in(tmp, final, replace)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _swap_in(tmp: Path, final: Path, replace: bool) -> None:
+    try:
+        os.rename(tmp, final)
+        return
+    except OSError:
+        if not replace:
+            log.info("%s exists (a concurrent builder won); keeping it", final)
+            return
+    trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
+    try:
+        os.replace(final, trash / "old")
+    except OSError:
+        pass  # another process moved it away already
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        log.info("another process installed %s first; keeping theirs", final)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _save(
+    retriever: bm25s.BM25, corpus: Corpus, settings: Mapping[str, Any], path: Path, *, stale: bool
+) -> None:
+    # Replace only a stale index; a fresh one a concurrent builder installed is as good as ours.
+    with atomic_dir(path, replace=stale) as tmp:
+        retriever.save(str(tmp))
+        (tmp / DOC_IDS_FILE).write_text(json.dumps([d.id for d in corpus.docs]), encoding="utf-8")
+        # Written last: a directory with settings.json is complete.
+        (tmp / SETTINGS_FILE).write_text(json.dumps(settings, indent=2), encoding="utf-8")
+
+
+def load_or_build_index(
+    corpus: Corpus, cache_dir: Path, *, params: BM25Params = BM25Params()
+) -> CorpusIndex:
+    """Load the cached BM25 index of ``corpus``, building and saving it if needed.
+
+    Args:
+        corpus: Any corpus (the offline Wikipedia one or a synthetic one).
+        cache_dir: Cache root; the index goes to ``index/<lang>-<fingerprint>-<tokenizer>/``.
+        params: BM25 parameters; a saved index built with others is rebuilt.
+
+    Returns:
+        The index; ``built`` tells whether it was rebuilt in this call.
+    """
+    path = index_dir(corpus, cache_dir)
+    settings = index_settings(corpus, params)
+    t0 = time.perf_counter()
+    retriever = _load_saved(path, corpus, settings)
+    if retriever is not None:
+        log.info("loaded BM25 index %s in %.2fs", path, time.perf_counter() - t0)
+        return CorpusIndex(corpus, retriever, path=path, built=False)
+    stale = path.exists()
+    log.info("building BM25 index of %d docs at %s", len(corpus), path)
+    retriever = build_index(corpus, params)
+    _save(retriever, corpus, settings, path, stale=stale)
+    log.info("built BM25 index in %.2fs", time.perf_counter() - t0)
+    return CorpusIndex(corpus, retriever, path=path, built=True)

@@ -1,0 +1,25 @@
+"""The LLM layer: model specs, the per-job runtime, chat clients and accounting.
+
+Importing this package does not import litellm (that happens on the first call),
+so config checks such as :mod:`cts.llm.preflight` stay fast.
+"""
+
+from cts.llm._runtime import CallEvent, ChatClient, Completion, LLMRuntime, route_for
+from cts.llm._settings import Backoff, LLMSettings
+from cts.llm._spec import ModelSpec
+from cts.llm._usage import USAGE_KEYS, usage_scope
+from cts.llm.cache import ResponseCache
+
+__all__ = [
+    "USAGE_KEYS",
+    "Backoff",
+    "CallEvent",
+    "ChatClient",
+    "Completion",
+    "LLMRuntime",
+    "LLMSettings",
+    "ModelSpec",
+    "ResponseCache",
+    "route_for",
+    "usage_scope",
+]

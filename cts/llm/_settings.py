@@ -1,0 +1,63 @@
+"""Typed view of the ``services.llm`` config (``conf/llm/default.yaml``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from cts.llm._spec import _plain
+from cts.llm.cache import CACHE_MODES, CacheMode
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with jitter between retries (seconds)."""
+
+    initial: float = 1.0
+    max: float = 30.0
+    jitter: float = 1.0
+    max_retry_after: float = 60.0
+    """Upper bound on a server's Retry-After that we honour."""
+
+
+@dataclass(frozen=True)
+class LLMSettings:
+    """Runtime settings; see ``conf/llm/default.yaml`` for what each key means."""
+
+    cache_mode: CacheMode = "read_write"
+    cache_path: Path | None = None
+    api_base: str | None = None
+    api_key: str | None = None
+    model: str | None = None
+    concurrency_per_endpoint: int = 16
+    timeout_s: float = 120.0
+    max_attempts: int = 6
+    backoff: Backoff = field(default_factory=Backoff)
+    max_reasks: int = 2
+    max_usd: float | None = None
+    tracing: bool = False
+
+    @classmethod
+    def from_mapping(cls, settings: Mapping[str, Any]) -> LLMSettings:
+        """Parse the ``services.llm`` mapping; unknown keys are an error (typos)."""
+        raw = _plain(settings or {})
+        cache = raw.pop("cache", None) or {}
+        budget = raw.pop("budget", None) or {}
+        backoff = raw.pop("backoff", None) or {}
+        known = {f.name for f in fields(cls)} - {"cache_mode", "cache_path", "max_usd", "backoff"}
+        unknown = set(raw) - known
+        if unknown:
+            raise ValueError(f"unknown services.llm keys: {sorted(unknown)}")
+        mode = cache.get("mode") or "read_write"
+        if mode not in CACHE_MODES:
+            raise ValueError(f"services.llm.cache.mode must be one of {CACHE_MODES}, got {mode!r}")
+        path = cache.get("path")
+        return cls(
+            cache_mode=mode,
+            cache_path=Path(path) if path else None,
+            max_usd=budget.get("max_usd"),
+            backoff=Backoff(**backoff),
+            **raw,
+        )

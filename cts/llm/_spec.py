@@ -1,0 +1,60 @@
+"""Model specs: one per entry of the ``conf/model/`` registry."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+
+def _plain(value: Any) -> Any:
+    """Turn OmegaConf containers (or any mappings/sequences) into plain Python."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig":
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model endpoint of the registry (``conf/model/<name>.yaml``).
+
+    Attributes:
+        name: Short registry name, e.g. ``gpt``.
+        model: litellm model id, e.g. ``openai/gpt-5.2``.
+        api_base: Endpoint URL for OpenAI-compatible servers (None = provider default).
+        api_key_env: Name of the environment variable holding the key (never the key);
+            None for keyless local servers.
+        params: Decoding params sent with every call (temperature 0, ...).
+        input_cost_per_token: USD per prompt token.
+        output_cost_per_token: USD per completion token.
+        max_concurrency: Cap on calls in flight to this endpoint (None = runtime default).
+    """
+
+    name: str
+    model: str
+    api_base: str | None = None
+    api_key_env: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    input_cost_per_token: float = 0.0
+    output_cost_per_token: float = 0.0
+    max_concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        # Hydra hands over DictConfig; keep a read-only plain copy so specs stay values.
+        object.__setattr__(self, "params", MappingProxyType(_plain(self.params or {})))
+
+    @classmethod
+    def coerce(cls, value: ModelSpec | Mapping[str, Any]) -> ModelSpec:
+        """Return ``value`` as a ModelSpec (accepts a spec or a config mapping)."""
+        if isinstance(value, ModelSpec):
+            return value
+        fields = {k: v for k, v in _plain(value).items() if not k.startswith("_")}
+        return cls(**fields)
+
+    @property
+    def provider(self) -> str:
+        """The litellm provider prefix of :attr:`model` (``openai`` when absent)."""
+        return self.model.split("/", 1)[0] if "/" in self.model else "openai"

@@ -1,0 +1,84 @@
+"""Per-role usage accounting for the job and for ``usage_scope`` blocks."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+USAGE_KEYS: tuple[str, ...] = (
+    "calls",
+    "cache_hits",
+    "errors",
+    "requests",
+    "tokens_in",
+    "tokens_out",
+    "cost_usd",
+    "latency_s",
+)
+"""Counters kept per role: ``calls`` = ``complete`` invocations (cache hits and
+failures included), ``cache_hits`` = those served from the cache, ``errors`` =
+those that raised (CallError or BudgetExceeded), ``requests`` = HTTP requests sent
+(retries included), tokens and cost = fresh (billed) completions only,
+``latency_s`` = wall time spent in ``complete``."""
+
+Usage = dict[str, dict[str, float]]
+
+_SCOPES: contextvars.ContextVar[tuple[Usage, ...]] = contextvars.ContextVar("cts_llm_usage", default=())
+
+
+@dataclass(frozen=True)
+class CallUsage:
+    """What one ``complete`` call adds to the counters."""
+
+    cached: bool
+    failed: bool
+    requests: int
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    latency_s: float
+
+
+def empty_usage() -> dict[str, float]:
+    """A zeroed counter row."""
+    return {key: 0.0 for key in USAGE_KEYS}
+
+
+def add_call(usage: Usage, role: str, call: CallUsage) -> None:
+    """Add one call's figures to ``usage[role]``."""
+    row = usage.setdefault(role, empty_usage())
+    row["calls"] += 1
+    row["cache_hits"] += int(call.cached)
+    row["errors"] += int(call.failed)
+    row["requests"] += call.requests
+    row["tokens_in"] += call.tokens_in
+    row["tokens_out"] += call.tokens_out
+    row["cost_usd"] += call.cost_usd
+    row["latency_s"] += call.latency_s
+
+
+def add_to_scopes(role: str, call: CallUsage) -> None:
+    """Add one call to every ``usage_scope`` active in the current context."""
+    for usage in _SCOPES.get():
+        add_call(usage, role, call)
+
+
+@contextlib.contextmanager
+def usage_scope() -> Iterator[Usage]:
+    """Collect per-role usage of every LLM call made inside the block.
+
+    Context-variable based: calls in tasks created inside the block (which copy
+    the context) are counted too; scopes nest, and each enclosing scope counts.
+
+    Yields:
+        A dict ``role -> {calls, cache_hits, requests, tokens_in, tokens_out, cost_usd, latency_s}``
+        filled as calls complete.
+    """
+    usage: Usage = {}
+    token = _SCOPES.set((*_SCOPES.get(), usage))
+    try:
+        yield usage
+    finally:
+        _SCOPES.reset(token)

@@ -1,0 +1,327 @@
+"""A scriptable OpenAI-compatible chat-completions server for tests and benchmarks.
+
+Stdlib only (``ThreadingHTTPServer``, ``TCP_NODELAY``), bound to 127.0.0.1 on an
+ephemeral port. Point any OpenAI-compatible client at ``server.base_url``
+(ends in ``/v1``); ``POST /v1/chat/completions`` answers from, in order:
+
+1. the queue filled by ``server.script(reply, ...)`` (one reply per request, FIFO);
+2. ``server.handler(request_json) -> reply`` when the queue is empty;
+3. ``server.default`` (a reply; ``"ok"`` unless changed).
+
+A reply is a ``str`` (the assistant message content) or a :class:`Reply`, which
+can also inject an HTTP status (``Reply.error(429, retry_after=1)``), a delay
+before answering (``Reply("late", delay_s=2)`` to provoke client timeouts), a
+raw body (``Reply(raw='{"choices": [')`` for broken JSON) and token counts.
+Every reply carries ``usage`` (prompt/completion tokens; approximated from the
+text lengths unless given).
+
+Every request is recorded in ``server.requests`` (list of :class:`Recorded`:
+``.body`` parsed JSON, ``.time`` monotonic arrival time, ``.path``, ``.headers`` with lower-cased names);
+``server.bodies()`` returns just the parsed bodies and ``server.reset()`` clears
+queue, handler and records.
+
+Example::
+
+    with ScriptedServer() as server:
+        server.script(Reply.error(429, retry_after=0), '["Which year?"]')
+        ...  # call the model at server.base_url
+        assert len(server.requests) == 2
+
+:func:`protocol_reply` is a ready-made handler that plays a deterministic
+model giving valid replies to prompts A-E (questions, ``unknown``, the original
+query, lexical coverage labels, grounded nuggets): ``server.handler = protocol_reply``
+lets a whole clarify-then-search job run against the server.
+
+Run standalone (for a benchmark or a manual end-to-end run in a separate process)::
+
+    python -m cts.llm.testing --latency-ms 200 --protocol   # prints the base url, serves until killed
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["Recorded", "Reply", "ReplyLike", "ScriptedServer", "approx_tokens", "protocol_reply"]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted response.
+
+    Attributes:
+        content: Assistant message text (used when ``status`` is 200 and ``raw`` is None).
+        status: HTTP status code to return.
+        headers: Extra response headers (e.g. ``{"Retry-After": "1"}``).
+        delay_s: Seconds to wait before answering.
+        raw: Exact response body to send instead of a generated one.
+        tokens_in: ``usage.prompt_tokens`` (default: approximated from the request).
+        tokens_out: ``usage.completion_tokens`` (default: approximated from ``content``).
+        finish_reason: ``choices[0].finish_reason``.
+    """
+
+    content: str = ""
+    status: int = 200
+    headers: Mapping[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+    raw: str | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    finish_reason: str = "stop"
+
+    @classmethod
+    def error(cls, status: int, message: str = "scripted error", retry_after: float | None = None) -> Reply:
+        """An OpenAI-style error body with ``status`` (and a Retry-After header if given)."""
+        headers = {} if retry_after is None else {"Retry-After": f"{retry_after:g}"}
+        body = json.dumps({"error": {"message": message, "type": "scripted", "code": status}})
+        return cls(status=status, headers=headers, raw=body)
+
+
+ReplyLike = str | Reply
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One request the server received."""
+
+    path: str
+    body: Any
+    """Parsed JSON body (None when it was not JSON)."""
+    time: float
+    """``time.monotonic()`` at arrival."""
+    headers: Mapping[str, str]
+    """Request headers, names lower-cased."""
+
+
+def approx_tokens(text: str) -> int:
+    """A deterministic token estimate (about 4 characters per token, at least 1)."""
+    return max(1, len(text) // 4)
+
+
+class ScriptedServer:
+    """OpenAI-compatible chat server on 127.0.0.1 (see the module docstring).
+
+    Args:
+        latency_s: Delay added to every reply (on top of a reply's own ``delay_s``).
+        record: Keep every request in :attr:`requests` (turn off for long-running servers).
+    """
+
+    def __init__(self, latency_s: float = 0.0, record: bool = True) -> None:
+        self.latency_s = latency_s
+        self.record = record
+        self.handler: Callable[[Any], ReplyLike] | None = None
+        self.default: ReplyLike = "ok"
+        self.requests: list[Recorded] = []
+        self._queue: collections.deque[ReplyLike] = collections.deque()
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>/v1``."""
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def script(self, *replies: ReplyLike) -> None:
+        """Queue replies, served one per request in order."""
+        with self._lock:
+            self._queue.extend(replies)
+
+    def bodies(self) -> list[Any]:
+        """Parsed JSON bodies of all recorded requests."""
+        with self._lock:
+            return [r.body for r in self.requests]
+
+    def reset(self) -> None:
+        """Forget queued replies, the handler and recorded requests."""
+        with self._lock:
+            self._queue.clear()
+            self.requests.clear()
+        self.handler = None
+        self.default = "ok"
+
+    def start(self) -> ScriptedServer:
+        """Serve in a daemon thread; returns self."""
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> ScriptedServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _record_and_pick(self, rec: Recorded) -> Reply:
+        with self._lock:
+            if self.record:
+                self.requests.append(rec)
+            picked = self._queue.popleft() if self._queue else None
+        if picked is None:
+            picked = self.handler(rec.body) if self.handler is not None else self.default
+        return Reply(content=picked) if isinstance(picked, str) else picked
+
+
+def _completion_body(reply: Reply, request: Any) -> str:
+    messages = request.get("messages", []) if isinstance(request, dict) else []
+    prompt_text = "".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+    tokens_in = reply.tokens_in if reply.tokens_in is not None else approx_tokens(prompt_text)
+    tokens_out = reply.tokens_out if reply.tokens_out is not None else approx_tokens(reply.content)
+    body = {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request.get("model", "scripted") if isinstance(request, dict) else "scripted",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": reply.content},
+                "finish_reason": reply.finish_reason,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": tokens_in,
+            "completion_tokens": tokens_out,
+            "total_tokens": tokens_in + tokens_out,
+        },
+    }
+    return json.dumps(body, ensure_ascii=False)
+
+
+def _make_handler(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive: clients reuse connections
+
+        def setup(self) -> None:
+            super().setup()
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass  # keep test output clean
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._send(200, json.dumps({"object": "list", "data": [{"id": "scripted", "object": "model"}]}))
+
+        def do_POST(self) -> None:  # noqa: N802
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length).decode("utf-8", errors="replace")
+            try:
+                body: Any = json.loads(raw)
+            except ValueError:
+                body = None
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            rec = Recorded(self.path, body, time.monotonic(), headers)
+            reply = server._record_and_pick(rec)
+            delay = server.latency_s + reply.delay_s
+            if delay > 0:
+                time.sleep(delay)
+            text = reply.raw if reply.raw is not None else _completion_body(reply, body or {})
+            self._send(reply.status, text, reply.headers)
+
+        def _send(self, status: int, text: str, headers: Mapping[str, str] = {}) -> None:
+            data = text.encode("utf-8")
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (e.g. its timeout fired)
+
+    return Handler
+
+
+_QUESTIONS = (
+    "Which time period do you mean?",
+    "Which specific entity or scope do you mean?",
+    "By which definition or criterion?",
+    "Which region do you mean?",
+)
+
+
+def protocol_reply(body: Any) -> str:
+    """A deterministic fake model giving valid replies to the protocol's prompts A-E.
+
+    It recognises each prompt by the labelled lines of its user message (see
+    ``prompts/*.md``): ``Number of questions:`` (A), ``Clarification question:``
+    (B, always ``unknown``), ``Clarification questions and answers:`` (C, the
+    original query), ``Evidence snippets:`` (D, one nugget per snippet, up to 3)
+    and ``Nuggets:`` (E, lexical overlap labels). Anything else gets ``ok``.
+    """
+    messages = body.get("messages", []) if isinstance(body, dict) else []
+    user = next((str(m.get("content", "")) for m in messages if m.get("role") == "user"), "")
+    if m := re.search(r"^Number of questions:\s*(\d+)", user, re.MULTILINE):
+        k = int(m.group(1))
+        return json.dumps([_QUESTIONS[i % 4] + ("" if i < 4 else f" ({i})") for i in range(k)])
+    if "Clarification question:" in user:
+        return "unknown"
+    if "Clarification questions and answers:" in user:
+        m = re.search(r"^Original query:\s*(.+)$", user, re.MULTILINE)
+        return m.group(1).strip() if m else "query"
+    if "Evidence snippets:" in user:
+        return _fake_gold(user)
+    if "Nuggets:" in user:
+        return _fake_labels(user)
+    return "ok"
+
+
+def _fake_gold(user: str) -> str:
+    found = re.findall(r"^\[([^\]]+)\][^\n]*\n(.+)$", user, re.MULTILINE)[:3]
+    nuggets = [
+        {"id": f"n{i}", "text": snippet.strip()[:200], "weight": 3 - (i - 1) % 3, "evidence_ids": [eid]}
+        for i, (eid, snippet) in enumerate(found, 1)
+    ] or [{"id": "n1", "text": "no evidence", "weight": 1, "evidence_ids": []}]
+    return json.dumps({"nuggets": nuggets, "must_cover": [], "missing_evidence": [], "unsupported_claims": []})
+
+
+def _fake_labels(user: str) -> str:
+    from cts.text import content_tokens
+
+    answer = user.split("Nuggets:", 1)[0]
+    have = set(content_tokens(answer))
+    labels = {}
+    for nid, text in re.findall(r"^(\S+): (.+)$", user.split("Nuggets:", 1)[1], re.MULTILINE):
+        tokens = set(content_tokens(text))
+        overlap = len(tokens & have) / len(tokens) if tokens else 0.0
+        labels[nid] = "full" if overlap >= 0.8 else "partial" if overlap >= 0.4 else "none"
+    return json.dumps(labels)
+
+
+def main() -> None:
+    """Serve until interrupted, replying ``ok`` (or ``--reply``) after ``--latency-ms``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--reply", default="ok")
+    parser.add_argument("--protocol", action="store_true", help="answer prompts A-E validly (protocol_reply)")
+    args = parser.parse_args()
+    server = ScriptedServer(latency_s=args.latency_ms / 1000, record=False)
+    server.default = args.reply
+    server.handler = protocol_reply if args.protocol else None
+    server.start()
+    print(server.base_url, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Per-instance records: frozen dataclasses serialised one JSON line each."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cts.types import Label
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """Why an instance (or one arm of it) has no score."""
+
+    stage: str
+    """Pipeline stage: clarify, answer, rewrite, search, judge."""
+    kind: str
+    """``invalid_output`` (unscored after re-asks), ``api_error``, ``budget`` or ``exception``."""
+    message: str
+
+
+@dataclass(frozen=True)
+class ArmResult:
+    """Search + judgement of one query (the clarified system arm or the orig arm)."""
+
+    query: str
+    answer: str = ""
+    answer_rule: str = ""
+    end_reason: str = ""
+    trace_summary: Mapping[str, Any] = field(default_factory=dict)
+    labels: Mapping[str, Label] = field(default_factory=dict)
+    score: float | None = None
+    """restore_score_100, or None when unscored (never 0 by default)."""
+    error: ErrorInfo | None = None
+
+
+@dataclass(frozen=True)
+class Record:
+    """Everything one job produced for one instance."""
+
+    id: str
+    k: int
+    questions: tuple[str, ...] = ()
+    question_types: tuple[tuple[str, ...], ...] = ()
+    answers: tuple[str, ...] = ()
+    rewritten_query: str | None = None
+    system: ArmResult | None = None
+    orig: ArmResult | None = None
+    error: ErrorInfo | None = None
+    usage: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """Per role: calls, cache_hits, tokens_in, tokens_out, cost_usd, latency_s."""
+    models: Mapping[str, str] = field(default_factory=dict)
+    """Per role: the model id (or baseline name) that played it."""
+    elapsed_s: float = 0.0
+
+    @property
+    def score(self) -> float | None:
+        """The system arm's restore_score_100 (None if unscored)."""
+        return self.system.score if self.system else None
+
+    @property
+    def orig_score(self) -> float | None:
+        """The orig arm's restore_score_100 (None if unscored)."""
+        return self.orig.score if self.orig else None
+
+    def to_json(self) -> str:
+        """One JSON line (no trailing newline)."""
+        return json.dumps(asdict(self), ensure_ascii=False, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Record:
+        """Inverse of :meth:`to_json` after ``json.loads``."""
+        return cls(
+            id=d["id"],
+            k=int(d["k"]),
+            questions=tuple(d.get("questions") or ()),
+            question_types=tuple(tuple(t) for t in d.get("question_types") or ()),
+            answers=tuple(d.get("answers") or ()),
+            rewritten_query=d.get("rewritten_query"),
+            system=_arm(d.get("system")),
+            orig=_arm(d.get("orig")),
+            error=_err(d.get("error")),
+            usage=d.get("usage") or {},
+            models=d.get("models") or {},
+            elapsed_s=float(d.get("elapsed_s") or 0.0),
+        )
+
+
+def _err(d: Mapping[str, Any] | None) -> ErrorInfo | None:
+    return ErrorInfo(**d) if d else None
+
+
+def _arm(d: Mapping[str, Any] | None) -> ArmResult | None:
+    if not d:
+        return None
+    return ArmResult(**{**d, "error": _err(d.get("error"))})
+
+
+def read_records(path: str | Path) -> Iterator[Record]:
+    """Yield the records of a ``records.jsonl`` file; a torn last line is skipped.
+
+    Args:
+        path: The JSONL file (missing file yields nothing).
+    """
+    p = Path(path)
+    if not p.exists():
+        return
+    with p.open(encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line torn by a killed process; that instance reruns
+            yield Record.from_dict(d)

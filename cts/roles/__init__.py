@@ -1,0 +1,1 @@
+"""Protocol roles: Clarifier, User Answerer, Rewriter (rule-based baselines and LLM roles)."""

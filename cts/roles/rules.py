@@ -1,0 +1,215 @@
+"""Rule-based roles: honest, deterministic, non-LLM baselines of the protocol.
+
+They make the whole pipeline runnable offline and give a floor any LLM role
+should beat. They are named as baselines everywhere (config option ``rules*``)
+and never stand in for a model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from cts.corpus import place_names
+from cts.qtypes import classify_question
+from cts.services import Services
+from cts.text import STOPWORDS_EN, STOPWORDS_ZH, content_tokens, is_cjk, language
+from cts.types import QA, UNKNOWN
+
+DIMENSIONS = ("scope", "time", "region", "definition")
+
+_QUESTIONS = {
+    "en": {
+        "scope": "Which “{head}” do you mean: which sense, work or specific entity?",
+        "time": "Which time period of “{head}” are you asking about?",
+        "region": "Which region or place are you asking about for “{head}”?",
+        "definition": "By what definition or criterion should “{head}” be understood?",
+    },
+    "zh": {
+        "scope": "您说的“{head}”具体指哪一个（哪种含义、作品或对象）？",
+        "time": "您关注的是“{head}”的哪个时间段或时期？",
+        "region": "您问的“{head}”是哪个地区或地点？",
+        "definition": "“{head}”按什么定义或标准来理解？",
+    },
+}
+_QUOTED = re.compile(r"“([^”]+)”|\"([^\"]+)\"")
+_EN_EDGE = re.compile(r"^[\W_]+|[\W_]+$")
+_ZH_STEMS = sorted(STOPWORDS_ZH | {"是什么", "有哪些", "是谁", "在哪里"}, key=len, reverse=True)
+_CONNECTIVES = re.compile(
+    r"^(?:[\s,;:()\-–—]|the\b|a\b|an\b|by\b|in\b|of\b|on\b|during\b|as\b|from\b|for\b|"
+    r"at\b|in the sense of\b|meaning\b|which is\b|known as\b|called\b|的|在|于|之)+",
+    re.IGNORECASE,
+)
+_TIME = re.compile(
+    r"\b\d{3,4}\s*[–-]\s*(?:\d{2,4}|present)\b|\b\d{1,2}(?:st|nd|rd|th)[ -]centur(?:y|ies)(?: BC| AD)?"
+    r"|\b(?:1[0-9]|20)\d{2}s?\b|\bWorld War (?:I{1,2}|One|Two)\b|\b(?:antiquity|ancient|medieval|"
+    r"Middle Ages|Renaissance|Bronze Age|Iron Age|Stone Age|prehistor\w*|Cold War|Victorian era)\b"
+    r"|\d{3,4}\s*[-–至到]\s*\d{2,4}\s*年?|\d{2,4}\s*年代?|\d{1,2}\s*世纪|[夏商周秦汉晋隋唐宋元明清]朝"
+    r"|(?:古代|近代|现代|当代|民国|战国|春秋|三国|冷战)(?:时期)?",
+    re.IGNORECASE,
+)
+# Chinese has no word boundaries, so places come from a small lexicon (provinces,
+# major cities, countries, continents) rather than a suffix pattern that over-matches.
+_ZH_PLACES = (
+    "北京 上海 天津 重庆 河北 山西 辽宁 吉林 黑龙江 江苏 浙江 安徽 福建 江西 山东 河南 湖北 湖南 广东 海南 "
+    "四川 贵州 云南 陕西 甘肃 青海 台湾 内蒙古 广西 西藏 宁夏 新疆 香港 澳门 广州 深圳 杭州 南京 武汉 成都 "
+    "西安 苏州 青岛 厦门 长沙 郑州 沈阳 大连 哈尔滨 昆明 合肥 福州 济南 宁波 无锡 中国 美国 日本 英国 法国 "
+    "德国 俄罗斯 韩国 印度 加拿大 澳大利亚 欧洲 亚洲 非洲 北美 南美 全国 国内 海外"
+).split()
+_ZH_PLACE = re.compile("(?:" + "|".join(sorted(_ZH_PLACES, key=len, reverse=True)) + ")(?:省|市|地区)?")
+
+
+def head_term(query: str) -> str:
+    """The query's head term: the query without request stems and function words at its edges.
+
+    Examples: ``Tell me about Mercury`` -> ``Mercury``; ``介绍一下长城`` -> ``长城``.
+    """
+    if is_cjk(query):
+        text = query.strip(" ？?。！!，,")
+        changed = True
+        while changed:
+            changed = False
+            for stem in _ZH_STEMS:
+                if text.startswith(stem) and len(text) > len(stem):
+                    text, changed = text[len(stem) :], True
+                if text.endswith(stem) and len(text) > len(stem):
+                    text, changed = text[: -len(stem)], True
+        return text.strip() or query.strip()
+    words = query.split()
+    bare = [_EN_EDGE.sub("", w).lower() for w in words]
+    start, end = 0, len(words)
+    while end - start > 1 and (bare[start] in STOPWORDS_EN or not bare[start]):
+        start += 1
+    while end - start > 1 and (bare[end - 1] in STOPWORDS_EN or not bare[end - 1]):
+        end -= 1
+    # Strip punctuation at the edges of the span only: "Symphony No. 9" keeps its dot.
+    return _EN_EDGE.sub("", " ".join(words[start:end])) or query.strip()
+
+
+class RuleClarifier:
+    """Asks one templated question per ambiguity dimension, in a configured order."""
+
+    def __init__(self, services: Services | None = None, order: Sequence[str] = DIMENSIONS) -> None:
+        """Args:
+        services: Unused (accepted for the uniform factory signature).
+        order: Dimensions to ask about first; the rest of :data:`DIMENSIONS` follow.
+        """
+        unknown = set(order) - set(DIMENSIONS)
+        if unknown:
+            raise ValueError(f"unknown dimensions {sorted(unknown)}; choose from {DIMENSIONS}")
+        self.order = tuple(order) + tuple(d for d in DIMENSIONS if d not in order)
+
+    async def ask(self, blurred_query: str, k: int) -> list[str]:
+        """Return exactly ``k`` distinct questions naming the query's head term."""
+        if not 1 <= k <= len(self.order):
+            raise ValueError(f"k must be in 1..{len(self.order)}, got {k}")
+        templates = _QUESTIONS[language(blurred_query)]
+        head = head_term(blurred_query)
+        return [templates[dim].format(head=head) for dim in self.order[:k]]
+
+
+class NoClarifier:
+    """The orig arm: asks nothing, so the blurred query is searched as is."""
+
+    def __init__(self, services: Services | None = None) -> None:
+        del services
+
+    async def ask(self, blurred_query: str, k: int) -> list[str]:
+        """Return no question, whatever the budget."""
+        return []
+
+
+@lru_cache(maxsize=4)
+def _place_regex(places: tuple[str, ...]) -> re.Pattern[str]:
+    alternatives = "|".join(re.escape(p) for p in sorted(places, key=len, reverse=True))
+    return re.compile(rf"(?<![\w-])(?:{alternatives})(?![\w-])")
+
+
+def place_lexicon(services: Services) -> tuple[str, ...]:
+    """Place names of the offline corpus (see :func:`cts.corpus.place_names`)."""
+    return services.memo(
+        "place_lexicon", lambda: tuple(sorted(n for n in place_names(services.corpus) if len(n) > 2))
+    )
+
+
+class RuleUserAnswerer:
+    """Closed-book UA: the minimal span of ``q*`` that fills the asked dimension, else ``unknown``.
+
+    Time is read from dates, years, centuries and eras; region from a place lexicon
+    built from the corpus's Geography titles (and Chinese administrative suffixes);
+    scope, sense and definition from the qualifier that ``q*`` adds after the
+    head term the question names.
+    """
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    async def answer(self, fused_query: str, question: str) -> str:
+        """Answer one question from ``fused_query`` alone."""
+        quoted = _QUOTED.search(question)
+        head = (quoted.group(1) or quoted.group(2)) if quoted else ""
+        frame = _QUOTED.sub(" ", question)  # type the question's frame, not the head term
+        types = classify_question(frame)
+        # A question that names a concrete slot (time, region) is answered from that slot only.
+        for dim in [t for t in types if t in ("time", "region")] or types:
+            span = self._span(dim, fused_query, head)
+            if span:
+                return span
+        return UNKNOWN
+
+    def _span(self, dim: str, intent: str, head: str) -> str:
+        rest = _without(intent, head)
+        if dim == "time":
+            m = _TIME.search(rest)
+            return m.group(0).strip() if m else ""
+        if dim == "region":
+            m = _place_regex(place_lexicon(self.services)).search(rest) or _ZH_PLACE.search(rest)
+            return m.group(0) if m else ""
+        if dim in ("scope", "definition"):
+            return _qualifier(intent, head)
+        return ""
+
+
+def _without(text: str, head: str) -> str:
+    if not head:
+        return text
+    return re.sub(re.escape(head), " ", text, flags=re.IGNORECASE)
+
+
+def _qualifier(intent: str, head: str) -> str:
+    """The span of the intent after the head term, without leading connectives."""
+    if not head:
+        return ""
+    m = re.search(re.escape(head), intent, flags=re.IGNORECASE)
+    if not m:
+        return ""
+    after = _CONNECTIVES.sub("", intent[m.end() :]).strip(" ?？.。!！,，")
+    if after:
+        return after
+    before = head_term(intent[: m.start()]) if intent[: m.start()].strip() else ""
+    return before if content_tokens(before) else ""
+
+
+class RuleRewriter:
+    """Closed-book rewriter: ``q`` plus every known answer; an ``unknown`` adds nothing."""
+
+    def __init__(self, services: Services | None = None, **_: Any) -> None:
+        del services
+
+    async def rewrite(self, blurred_query: str, qa: Sequence[QA]) -> str:
+        """Append the known answers (not already in the query) to the blurred query."""
+        query = blurred_query.strip()
+        seen = set(content_tokens(query))
+        additions = []
+        for pair in qa:
+            if pair.is_unknown or not pair.answer.strip():
+                continue
+            if set(content_tokens(pair.answer)) - seen:
+                additions.append(pair.answer.strip())
+                seen |= set(content_tokens(pair.answer))
+        if not additions:
+            return query
+        sep = "，" if is_cjk(query) else ", "
+        return query.rstrip(" ?？.。") + sep + sep.join(additions)

@@ -1,0 +1,559 @@
+"""WebDancer-faithful deep search: a ReAct agent with ``search`` and ``visit`` tools.
+
+The format follows the released WebDancer demo and its WebSailor successor
+(Alibaba-NLP/WebAgent): a system prompt, then a user prompt that lists the
+tools and ends with the question. Each assistant turn is ``<think>...</think>``
+followed by one ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``;
+generation stops at ``<tool_response>`` and the tool's output comes back as a
+user message ``<tool_response>\\n...\\n</tool_response>``. The run ends at
+``<answer>...</answer>`` (or a turn without a tool call). When the call budget
+or the context budget runs out, one last message asks for the answer now.
+
+Every search hit and every visited page becomes a citable
+:class:`~cts.types.Evidence` whose id is derived from its url (``S-<hash>`` for
+a search snippet, ``V-<hash>`` for a page read for a goal), so ids are stable
+across reruns and across the runs of a sweep. Tool results are cached
+(:mod:`cts.search.toolcache`), so with warm caches a rerun replays exactly
+without a single network or LLM request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import json_repair
+from omegaconf import OmegaConf
+
+from cts.llm import ModelSpec
+from cts.prompts import Prompt, load_prompt
+from cts.search.answer import extract_answer
+from cts.search.fetchers import Fetcher, build_component
+from cts.search.providers import NETWORK, SearchHit, SearchProvider
+from cts.search.toolcache import ToolCache, search_args, tool_cache_for, visit_args
+from cts.text import normalize
+from cts.types import CallError, Evidence, SearchResult
+
+if TYPE_CHECKING:
+    from cts.llm import ChatClient, Completion
+    from cts.services import Services
+
+DEFAULT_STOP = ("\n<tool_response>", "<tool_response>")
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+_CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
+RESULT_SEP = "\n=======\n"
+"""Separator between the results of several queries or pages in one tool response."""
+TOOL_CALL_ERROR = (
+    'Error: the tool call is not valid JSON with a "name" and an "arguments" object. '
+    'Write exactly one <tool_call>{"name": <tool name>, "arguments": {...}}</tool_call>.'
+)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One parsed ``<tool_call>``: ``error`` is set when it could not be understood."""
+
+    name: str
+    arguments: Mapping[str, Any]
+    raw: str
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """What a tool returns to the agent, and the evidence it produced."""
+
+    content: str
+    evidence: tuple[Evidence, ...] = ()
+    details: Mapping[str, Any] = field(default_factory=dict)
+    errors: int = 0
+
+
+@dataclass
+class _Run:
+    """Mutable state of one agent run (never leaves this module)."""
+
+    messages: list[dict[str, str]]
+    trace: list[dict[str, Any]] = field(default_factory=list)
+    evidence: dict[str, Evidence] = field(default_factory=dict)
+    assistant: list[str] = field(default_factory=list)
+    counts: dict[str, float] = field(default_factory=dict)
+
+    def add(self, key: str, value: float = 1) -> None:
+        self.counts[key] = self.counts.get(key, 0) + value
+
+    def book(self, completion: Completion, calls_key: str) -> None:
+        self.add(calls_key)
+        self.add("tokens_in", completion.tokens_in)
+        self.add("tokens_out", completion.tokens_out)
+        self.add("cost_usd", completion.cost_usd)
+
+
+def approx_tokens(text: str) -> int:
+    """Cheap token estimate: one per CJK character plus one per 4 other characters."""
+    cjk = len(_CJK.findall(text))
+    return cjk + (len(text) - cjk + 3) // 4
+
+
+def messages_tokens(messages: Sequence[Mapping[str, str]]) -> int:
+    """:func:`approx_tokens` of a conversation (plus a few per message for the template)."""
+    return sum(approx_tokens(m["content"]) + 4 for m in messages)
+
+
+def turn_text(completion: Completion) -> str:
+    """The assistant text with its reasoning put back in ``<think>`` tags.
+
+    litellm moves a leading ``<think>...</think>`` block of an OpenAI-compatible
+    reply into ``reasoning_content`` (as do servers running a reasoning parser);
+    the WebDancer format keeps it in the conversation. Uses the completion's
+    ``reasoning`` when the LLM layer provides it.
+    """
+    reasoning = getattr(completion, "reasoning", None)
+    if reasoning and "</think>" not in completion.text:
+        return f"<think>{reasoning}</think>{completion.text}"
+    return completion.text
+
+
+def restore_think(text: str) -> tuple[str, bool]:
+    """Prepend a missing ``<think>`` when the text closes one (QwQ-style templates open it in the prompt)."""
+    if "</think>" in text and "<think>" not in text.split("</think>", 1)[0]:
+        return "<think>\n" + text.lstrip(), True
+    return text, False
+
+
+def parse_tool_call(text: str) -> ToolCall | None:
+    """Parse the first ``<tool_call>`` of an assistant turn (JSON repaired if needed).
+
+    Returns:
+        None when the turn has no tool call; a :class:`ToolCall` with ``error``
+        set when its JSON cannot be read as ``{"name": str, "arguments": object}``.
+    """
+    match = _TOOL_CALL.search(text.split("</think>")[-1] if "</think>" in text else text)
+    if match is None:
+        return None
+    raw = match.group(1).strip()
+    obj = _loads(raw)
+    if not isinstance(obj, Mapping) or not isinstance(obj.get("name"), str) or not obj["name"]:
+        return ToolCall("", {}, raw, TOOL_CALL_ERROR)
+    args = obj.get("arguments", obj.get("parameters", {}))
+    args = _loads(args) if isinstance(args, str) else args
+    if not isinstance(args, Mapping):
+        return ToolCall(obj["name"], {}, raw, TOOL_CALL_ERROR)
+    return ToolCall(obj["name"], dict(args), raw)
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return json_repair.loads(text) if text.strip() else None
+
+
+def render(prompt: Prompt, **values: Any) -> str:
+    """Text of a one-message prompt file (human notes in ``<!-- -->`` comments dropped)."""
+    return "\n\n".join(m["content"] for m in prompt.messages(**values))
+
+
+def evidence_id(kind: str, *parts: str) -> str:
+    """Stable evidence id: ``<kind>-`` and 8 hex digits of a hash of ``parts``."""
+    return f"{kind}-{hashlib.sha1(chr(31).join(parts).encode('utf-8')).hexdigest()[:8]}"
+
+
+def render_hits(query: str, hits: Sequence[SearchHit]) -> str:
+    """Serper-style result block for one query: numbered ``[title](link)`` lines with snippets."""
+    if not hits:
+        return f"No results found for '{query}'. Try a more general query."
+    lines = [f"{i}. [{h.title}]({h.link})\n{h.snippet}".rstrip() for i, h in enumerate(hits, 1)]
+    return f"A search for '{query}' found {len(hits)} results:\n\n## Web Results\n" + "\n\n".join(lines)
+
+
+def tool_schemas(results_per_query: int, max_queries_per_call: int) -> list[dict[str, Any]]:
+    """JSON schemas of the ``search`` and ``visit`` tools, as listed in the user prompt."""
+    search = {
+        "name": "search",
+        "description": (
+            f"Performs batched web searches: supply an array 'query' (at most {max_queries_per_call}); "
+            f"the tool retrieves the top {results_per_query} results for each query in one call."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "array", "items": {"type": "string"},
+                                     "description": "Complementary search queries, searched together."}},
+            "required": ["query"],
+        },
+    }
+    visit = {
+        "name": "visit",
+        "description": "Visit webpage(s) and return the summary of the content.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "url": {"type": "array", "items": {"type": "string"},
+                        "description": "The URL(s) of the webpage(s) to visit."},
+                "goal": {"type": "string", "description": "The information goal of the visit."},
+            },
+            "required": ["url", "goal"],
+        },
+    }
+    return [search, visit]
+
+
+DEFAULT_PROMPTS = {"system": "webdancer_system", "user": "webdancer_user",
+                   "final": "webdancer_final", "summary": "visit_summary"}
+RELEASED_SUMMARY_PARAMS = {"temperature": 0.7}
+"""Decoding params of WebSailor's page summariser."""
+FATAL_KINDS = frozenset({"config", "auth"})
+"""Error kinds that abort the run instead of being reported to the agent (a missing key)."""
+_LIMITS = {
+    "call_budget": "the maximum number of tool calls you can make",
+    "context_budget": "the maximum context length you can handle",
+}
+
+
+class WebDancerSearch:
+    """ReAct deep-search agent in the WebDancer / WebSailor format.
+
+    Defaults are those of the released demo code: ``max_llm_calls`` 50 (the
+    WebDancer demo; WebSailor uses 40), a context budget of 31 * 1024 - 500
+    tokens, temperature 0.6, top_p 0.95, stop at ``<tool_response>``, 10
+    results per query, at most 3 queries per search call, pages cut at 150,000
+    characters before the summariser reads them.
+
+    Args:
+        services: Job services (LLM runtime, corpus, caches).
+        model: Registry entry (config mapping or :class:`ModelSpec`) driving the agent.
+        provider: Search provider, or a config node with ``_target_``.
+        fetcher: Page fetcher, or a config node with ``_target_``.
+        summary_model: Model extracting evidence from visited pages (None = ``model``).
+        max_llm_calls: Agent turns before the call budget runs out.
+        max_context_tokens: Approximate conversation size before the context budget runs out.
+        temperature: Agent sampling temperature (None = the model's default).
+        top_p: Agent nucleus sampling (None = the model's default).
+        max_tokens: Cap on tokens per agent turn (None = the server's default).
+        stop: Stop sequences of agent turns.
+        results_per_query: Hits returned per search query.
+        max_queries_per_call: Queries of one search call that are run (the rest are dropped).
+        max_urls_per_call: Urls of one visit call that are read (None = all).
+        max_page_chars: Page characters handed to the summariser.
+        fallback_page_chars: Page characters returned when no summary can be extracted.
+        summary_params: Decoding params of the summariser (None = temperature 0.7, as released).
+        force_final_answer: Ask once more for an answer when a budget runs out.
+        extra_params: More decoding params for agent turns (e.g. ``repetition_penalty``).
+        prompts: Prompt names for ``system``, ``user``, ``final`` and ``summary``.
+    """
+
+    def __init__(
+        self,
+        services: Services,
+        model: ModelSpec | Mapping[str, Any],
+        provider: SearchProvider | Mapping[str, Any],
+        fetcher: Fetcher | Mapping[str, Any],
+        summary_model: ModelSpec | Mapping[str, Any] | None = None,
+        max_llm_calls: int = 50,
+        max_context_tokens: int = 31 * 1024 - 500,
+        temperature: float | None = 0.6,
+        top_p: float | None = 0.95,
+        max_tokens: int | None = None,
+        stop: Sequence[str] = DEFAULT_STOP,
+        results_per_query: int = 10,
+        max_queries_per_call: int = 3,
+        max_urls_per_call: int | None = None,
+        max_page_chars: int = 150_000,
+        fallback_page_chars: int = 4000,
+        summary_params: Mapping[str, Any] | None = None,
+        force_final_answer: bool = True,
+        extra_params: Mapping[str, Any] | None = None,
+        prompts: Mapping[str, str] | None = None,
+    ) -> None:
+        if max_llm_calls < 1 or results_per_query < 1 or max_queries_per_call < 1:
+            raise ValueError("max_llm_calls, results_per_query and max_queries_per_call must be positive")
+        self.services = services
+        self.model = ModelSpec.coerce(model)
+        self.summary_model = ModelSpec.coerce(summary_model) if summary_model else self.model
+        self.provider: SearchProvider = build_component(provider, services)
+        self.fetcher: Fetcher = build_component(fetcher, services)
+        self.max_llm_calls = max_llm_calls
+        self.max_context_tokens = max_context_tokens
+        self.results_per_query = results_per_query
+        self.max_queries_per_call = max_queries_per_call
+        self.max_urls_per_call = max_urls_per_call
+        self.max_page_chars = max_page_chars
+        self.fallback_page_chars = fallback_page_chars
+        self.force_final_answer = force_final_answer
+        sampling = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens}
+        self.params = {**{k: v for k, v in sampling.items() if v is not None},
+                       "stop": list(stop), **plain(extra_params)}
+        self.summary_params = plain(RELEASED_SUMMARY_PARAMS if summary_params is None else summary_params)
+        self.prompts = {role: load_prompt(name) for role, name in {**DEFAULT_PROMPTS, **plain(prompts)}.items()}
+        self.tools: dict[str, Callable[[_Run, Mapping[str, Any]], Awaitable[ToolOutput]]] = {
+            "search": self._tool_search, "visit": self._tool_visit}
+        schemas = tool_schemas(results_per_query, max_queries_per_call)
+        self.tools_text = ",\n".join(json.dumps(s, ensure_ascii=False, indent=2) for s in schemas)
+        self.prompt_version = "+".join(self.prompts[r].version for r in ("system", "user", "final"))
+        self._clients: dict[str, ChatClient] = {}
+
+    def _client(self, role: str, spec: ModelSpec) -> ChatClient:
+        if role not in self._clients:
+            self._clients[role] = self.services.llm.client(spec, role=role)
+        return self._clients[role]
+
+    @property
+    def tool_cache(self) -> ToolCache:
+        """The job's shared tool cache (its counters are the job's)."""
+        return tool_cache_for(self.services)
+
+    async def search(self, query: str) -> SearchResult:
+        """Run the agent on ``query`` until it answers or a budget runs out.
+
+        Args:
+            query: The question (rewritten, blurred or fused query).
+
+        Returns:
+            The extracted answer with its rule, the end reason, every piece of
+            evidence seen, the full trace and a compact summary.
+
+        Raises:
+            CallError: A configuration or authentication failure, or a model
+                failure before the agent wrote anything (nothing to answer from).
+        """
+        run = _Run(self.initial_messages(query))
+        run.trace.append({"type": "prompt", "messages": [dict(m) for m in run.messages],
+                          "prompt_version": self.prompt_version, "model": self.model.name})
+        try:
+            end_reason = await self._loop(run)
+        except CallError as exc:
+            if exc.kind in FATAL_KINDS or not run.assistant:
+                raise
+            end_reason = "error"
+            run.trace.append({"type": "error", "kind": exc.kind, "message": exc.message})
+        answer = extract_answer(run.assistant)
+        run.trace.append({"type": "end", "end_reason": end_reason, "answer_rule": answer.rule})
+        return SearchResult(
+            answer=answer.text,
+            answer_rule=answer.rule,
+            end_reason=end_reason,
+            evidence=tuple(run.evidence.values()),
+            trace=tuple(run.trace),
+            summary=self._summary(run, end_reason, answer.rule),
+        )
+
+    def initial_messages(self, query: str) -> list[dict[str, str]]:
+        """The system message and the user message listing the tools and asking ``query``."""
+        system = render(self.prompts["system"])
+        user = render(self.prompts["user"], tools=self.tools_text, question=query)
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    async def _loop(self, run: _Run) -> str:
+        while True:
+            if run.counts.get("llm_calls", 0) >= self.max_llm_calls:
+                return await self._force_final(run, "call_budget")
+            text = await self._agent_turn(run)
+            call = None if _is_final(text) else parse_tool_call(text)
+            if call is None:
+                return "answer"
+            output = await self._run_tool(run, call)
+            run.messages.append({"role": "user", "content": f"<tool_response>\n{output.content}\n</tool_response>"})
+            if messages_tokens(run.messages) > self.max_context_tokens:
+                return await self._force_final(run, "context_budget")
+
+    async def _agent_turn(self, run: _Run) -> str:
+        completion = await self._client("search", self.model).complete(
+            list(run.messages), prompt_version=self.prompt_version, **self.params)
+        run.book(completion, "llm_calls")
+        # Servers that ignore stop sequences run on into an imagined tool response.
+        text, restored = restore_think(turn_text(completion).split("<tool_response>", 1)[0])
+        text = text.strip()
+        run.messages.append({"role": "assistant", "content": text})
+        run.assistant.append(text)
+        run.trace.append({
+            "type": "llm", "turn": int(run.counts["llm_calls"]), "text": text, "think_restored": restored,
+            "tokens_in": completion.tokens_in, "tokens_out": completion.tokens_out,
+            "cost_usd": completion.cost_usd, "cached": completion.cached, "latency_s": completion.latency_s,
+        })
+        return text
+
+    async def _force_final(self, run: _Run, reason: str) -> str:
+        if not self.force_final_answer:
+            return reason
+        note = render(self.prompts["final"], limit=_LIMITS[reason])
+        last = run.messages[-1]
+        # Over the context budget the last tool response goes (as in WebSailor);
+        # out of calls it stays, since the agent has not read it yet.
+        replace = reason == "context_budget" and last["role"] == "user" and len(run.messages) > 2
+        if last["role"] == "user":
+            last["content"] = note if replace else f"{last['content']}\n\n{note}"
+        else:
+            run.messages.append({"role": "user", "content": note})
+        run.trace.append({"type": "final_prompt", "reason": reason, "content": note,
+                          "replaced_tool_response": replace})
+        await self._agent_turn(run)
+        return reason
+
+    async def _run_tool(self, run: _Run, call: ToolCall) -> ToolOutput:
+        turn = int(run.counts.get("llm_calls", 0))
+        run.add("tool_calls")
+        run.trace.append({"type": "tool_call", "turn": turn, "name": call.name,
+                          "arguments": dict(call.arguments), "raw": call.raw, "error": call.error})
+        tool = self.tools.get(call.name)
+        if call.error is not None:
+            output = ToolOutput(call.error, errors=1)
+        elif tool is None:
+            known = ", ".join(self.tools)
+            output = ToolOutput(f"Error: unknown tool {call.name!r}. Available tools: {known}.", errors=1)
+        else:
+            output = await tool(run, call.arguments)
+        for ev in output.evidence:
+            run.evidence.setdefault(ev.id, ev)
+        run.add("tool_errors", output.errors)
+        run.trace.append({"type": "tool_result", "turn": turn, "name": call.name, "content": output.content,
+                          "evidence_ids": list(dict.fromkeys(e.id for e in output.evidence)),
+                          **output.details})
+        return output
+
+    async def _tool_search(self, run: _Run, args: Mapping[str, Any]) -> ToolOutput:
+        queries = _as_list(args.get("query"))[: self.max_queries_per_call]
+        if not queries:
+            return ToolOutput("[search] Invalid request: 'query' must be a non-empty array of strings.", errors=1)
+        results = await asyncio.gather(*(self._search_one(q) for q in queries))
+        run.add("searches", len(queries))
+        blocks, evidence, errors = [], [], 0
+        for query, (value, _) in zip(queries, results):
+            if "error" in value:
+                blocks.append(f"[search] Search for '{query}' failed: {value['error']}")
+                errors += 1
+                continue
+            hits = [SearchHit(**h) for h in value["hits"]]
+            blocks.append(render_hits(query, hits))
+            evidence += [Evidence(evidence_id("S", h.link), h.link, h.title, h.snippet) for h in hits]
+        cached = [c for _, c in results]
+        run.add("tool_cache_hits", sum(cached))
+        details = {"queries": queries, "cached": cached}
+        return ToolOutput(RESULT_SEP.join(blocks), tuple(evidence), details, errors)
+
+    async def _search_one(self, query: str) -> tuple[dict[str, Any], bool]:
+        async def compute() -> dict[str, Any]:
+            try:
+                hits = await self.provider.search(query, self.results_per_query)
+            except CallError as exc:
+                if exc.kind in FATAL_KINDS:
+                    raise
+                return {"error": exc.message, "kind": exc.kind, "transient": exc.kind == NETWORK}
+            return {"hits": [{"title": h.title, "link": h.link, "snippet": h.snippet} for h in hits]}
+
+        key_args = search_args(query, self.results_per_query)
+        return await self.tool_cache.get_or_compute(
+            self.provider.cache_id, "search", key_args, compute, store=_storable)
+
+    async def _tool_visit(self, run: _Run, args: Mapping[str, Any]) -> ToolOutput:
+        urls = _as_list(args.get("url"))[: self.max_urls_per_call or None]
+        goal = str(args.get("goal") or "").strip()
+        if not urls or not goal:
+            return ToolOutput("[visit] Invalid request: give 'url' (an array of urls) and a 'goal'.", errors=1)
+        results = await asyncio.gather(*(self._visit_one(u, goal) for u in urls))
+        run.add("visits", len(urls))
+        evidence, pages = [], []
+        for url, (value, cached) in zip(urls, results):
+            if not cached:
+                for key, amount in value.get("usage", {}).items():
+                    run.add(key, amount)
+            eid = evidence_id("V", url, normalize(goal)) if value["ok"] else None
+            if eid:
+                evidence.append(Evidence(eid, url, value["title"] or url, value["snippet"]))
+            pages.append({"url": url, "evidence_id": eid, "rule": value["rule"], "cached": cached})
+        run.add("tool_cache_hits", sum(c for _, c in results))
+        errors = sum(1 for v, _ in results if not v["ok"])
+        content = RESULT_SEP.join(v["content"] for v, _ in results)
+        return ToolOutput(content, tuple(evidence), {"goal": goal, "pages": pages}, errors)
+
+    async def _visit_one(self, url: str, goal: str) -> tuple[dict[str, Any], bool]:
+        async def compute() -> dict[str, Any]:
+            try:
+                page = await self.fetcher.fetch(url)
+            except CallError as exc:
+                if exc.kind in FATAL_KINDS:
+                    raise
+                return {"ok": False, "rule": "error", "content": f"[visit] Failed to read page {url}: {exc.message}",
+                        "transient": exc.kind == NETWORK}
+            return await self._read_page(url, page.title, page.text[: self.max_page_chars], goal)
+
+        source = "|".join((self.fetcher.cache_id, self.summary_model.name, self.summary_model.model,
+                           self.prompts["summary"].version, json.dumps(self.summary_params, sort_keys=True)))
+        key_args = visit_args(url, goal, self.max_page_chars)
+        return await self.tool_cache.get_or_compute(source, "visit", key_args, compute, store=_storable)
+
+    async def _read_page(self, url: str, title: str, text: str, goal: str) -> dict[str, Any]:
+        extracted, usage, transient = await self._summarise(text, goal)
+        head = f"The useful information in {url} for user goal {goal} as follows: \n\n"
+        if extracted is None:
+            page = text[: self.fallback_page_chars]
+            content = f"{head}No summary could be extracted; the page begins:\n{page}"
+            return {"ok": True, "rule": "fallback", "title": title, "content": content, "snippet": page,
+                    "usage": usage, "transient": transient}
+        evidence, summary = _as_text(extracted.get("evidence")), _as_text(extracted.get("summary"))
+        content = f"{head}Evidence in page: \n{evidence}\n\nSummary: \n{summary}\n\n"
+        return {"ok": True, "rule": "summary", "title": title, "content": content,
+                "snippet": evidence or summary, "usage": usage, "transient": False}
+
+    async def _summarise(self, text: str, goal: str) -> tuple[Mapping[str, Any] | None, dict[str, float], bool]:
+        """Ask the summary model for ``{"rational", "evidence", "summary"}`` (repaired JSON)."""
+        prompt = self.prompts["summary"]
+        messages = [{"role": "user", "content": render(prompt, webpage_content=text, goal=goal)}]
+        try:
+            completion = await self._client("visit_summary", self.summary_model).complete(
+                messages, prompt_version=prompt.version, **self.summary_params)
+        except CallError as exc:
+            if exc.kind in FATAL_KINDS:
+                raise
+            return None, {}, True
+        usage = {"summary_calls": 1, "tokens_in": completion.tokens_in,
+                 "tokens_out": completion.tokens_out, "cost_usd": completion.cost_usd}
+        parsed = _loads(completion.text)
+        if isinstance(parsed, Mapping) and (parsed.get("evidence") or parsed.get("summary")):
+            return parsed, usage, False
+        return None, usage, False
+
+    def _summary(self, run: _Run, end_reason: str, answer_rule: str) -> dict[str, Any]:
+        counts = {key: int(run.counts.get(key, 0)) for key in (
+            "llm_calls", "summary_calls", "tool_calls", "searches", "visits", "tool_errors",
+            "tool_cache_hits", "tokens_in", "tokens_out")}
+        return {**counts, "cost_usd": round(run.counts.get("cost_usd", 0.0), 6),
+                "context_tokens": messages_tokens(run.messages), "evidence": len(run.evidence),
+                "end_reason": end_reason, "answer_rule": answer_rule}
+
+
+def plain(value: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A plain dict of a mapping (OmegaConf nodes included), for JSON request bodies."""
+    if value is None:
+        return {}
+    if OmegaConf.is_config(value):
+        return OmegaConf.to_container(value, resolve=True)  # type: ignore[return-value]
+    return dict(value)
+
+
+def _is_final(text: str) -> bool:
+    visible = text.rsplit("</think>", 1)[-1]
+    return "<answer>" in visible or "</answer>" in visible
+
+
+def _storable(value: Mapping[str, Any]) -> bool:
+    return not value.get("transient")
+
+
+def _as_list(value: Any) -> list[str]:
+    items = [value] if isinstance(value, str) else value if isinstance(value, (list, tuple)) else []
+    return [str(v).strip() for v in items if str(v).strip()]
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, (list, tuple)):
+        return "\n".join(_as_text(v) for v in value)
+    return json.dumps(value, ensure_ascii=False)

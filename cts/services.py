@@ -1,0 +1,82 @@
+"""Shared, lazily built resources handed to every component factory.
+
+Every config option with a ``_target_`` (clarifier, ua, rewriter, search, judge,
+extractor) is instantiated with one extra keyword, ``services``, so that the
+offline corpus, the BM25 index and the LLM runtime are built at most once per
+job and only when some component asks for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from cts.corpus import Corpus
+    from cts.index import CorpusIndex
+    from cts.llm import LLMRuntime
+
+T = TypeVar("T")
+
+
+class Services:
+    """Per-job container of shared resources.
+
+    A plain class on purpose: Hydra's ``instantiate`` turns dataclass keyword
+    arguments into configs, and this object must reach the factories as is.
+
+    Attributes:
+        cache_dir: Directory outside git for indexes, datasets and response caches.
+        settings: The job's ``services`` config (corpus language, llm runtime, ...).
+    """
+
+    def __init__(self, cache_dir: Path, settings: Mapping[str, Any] | None = None) -> None:
+        self.cache_dir = Path(cache_dir)
+        self.settings: Mapping[str, Any] = settings or {}
+        self._memo: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"Services(cache_dir={str(self.cache_dir)!r})"
+
+    def memo(self, key: str, build: Callable[[], T]) -> T:
+        """Return the resource stored under ``key``, building it on first use."""
+        if key not in self._memo:
+            self._memo[key] = build()
+        return self._memo[key]  # type: ignore[no-any-return]
+
+    @property
+    def corpus(self) -> Corpus:
+        """The offline Wikipedia corpus (read from the installed package)."""
+        from cts.corpus import load_corpus
+
+        return self.memo("corpus", lambda: load_corpus(self.settings.get("corpus_lang", "en-us")))
+
+    @property
+    def index(self) -> CorpusIndex:
+        """BM25 index over :attr:`corpus`, cached on disk under :attr:`cache_dir`."""
+        from cts.index import load_or_build_index
+
+        return self.memo("index", lambda: load_or_build_index(self.corpus, self.cache_dir))
+
+    @property
+    def llm(self) -> LLMRuntime:
+        """The job's LLM runtime: response cache, per-endpoint limits, accounting."""
+        from cts.llm import LLMRuntime
+
+        return self.memo(
+            "llm", lambda: LLMRuntime.from_settings(self.settings.get("llm", {}), self.cache_dir)
+        )
+
+    def usage_scope(self) -> contextlib.AbstractContextManager[Mapping[str, Mapping[str, float]]]:
+        """Per-instance usage accounting; empty when no LLM runtime was built."""
+        if "llm" not in self._memo:
+            return contextlib.nullcontext({})
+        from cts.llm import usage_scope
+
+        return usage_scope()
+
+    def prompt_files(self) -> list[Path]:
+        """Prompt files the job's components loaded (logged with every run)."""
+        return []

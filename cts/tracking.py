@@ -1,0 +1,145 @@
+"""The only module that touches MLflow.
+
+One Hydra job = one MLflow run (params = the flattened resolved config, metrics =
+pure functions over records, artifacts = records, summary, config, prompts).
+A sweep report is logged as one more run tagged ``cts.kind=sweep_report``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+_PARAM_VALUE_MAX = 6000  # MLflow's limit on a param value
+
+
+def _mlflow() -> Any:
+    import mlflow  # imported lazily: it costs ~1 s and most helpers here need it only in jobs
+
+    return mlflow
+
+
+def prepare_store(uri: str) -> None:
+    """Create the tracking store's schema once (before parallel jobs start).
+
+    A fresh SQLite store migrated concurrently by several processes gets
+    corrupted, so the multirun callback calls this in the parent process.
+    """
+    if uri.startswith("sqlite:///"):
+        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    _mlflow().MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+
+
+def flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Flatten a nested mapping into ``a.b.c -> str(value)`` params."""
+    out: dict[str, str] = {}
+    for key, value in cfg.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = str(value)[:_PARAM_VALUE_MAX]
+    return out
+
+
+@contextlib.contextmanager
+def job_run(
+    uri: str,
+    experiment: str,
+    run_name: str,
+    params: Mapping[str, str],
+    tags: Mapping[str, str] | None = None,
+) -> Iterator[str]:
+    """Start an MLflow run for one job and always end it.
+
+    Yields:
+        The run id. The run ends ``FAILED`` when the body raises, else ``FINISHED``.
+    """
+    mlflow = _mlflow()
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment(experiment)
+    run = mlflow.start_run(run_name=run_name, tags=dict(tags or {}))
+    status = "FAILED"
+    try:
+        mlflow.log_params(dict(params))
+        yield run.info.run_id
+        status = "FINISHED"
+    finally:
+        mlflow.end_run(status=status)
+
+
+def log_metrics(metrics: Mapping[str, float]) -> None:
+    """Log numeric metrics to the active run.
+
+    NaN is logged as NaN (an undefined rate, e.g. the orig arm's UA unknown rate,
+    stays visibly undefined instead of silently missing); None and inf are skipped.
+    """
+    clean = {
+        k: float(v)
+        for k, v in metrics.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and not math.isinf(v)
+    }
+    if clean:
+        _mlflow().log_metrics(clean)
+
+
+def log_artifacts(paths: list[Path], artifact_path: str | None = None) -> None:
+    """Log files (and directories) as artifacts of the active run."""
+    mlflow = _mlflow()
+    for p in paths:
+        if p.is_dir():
+            mlflow.log_artifacts(str(p), artifact_path=artifact_path)
+        elif p.exists():
+            mlflow.log_artifact(str(p), artifact_path=artifact_path)
+
+
+def set_tags(tags: Mapping[str, str]) -> None:
+    """Set tags on the active run."""
+    _mlflow().set_tags(dict(tags))
+
+
+def search_runs(uri: str, experiment: str | None = None) -> Any:
+    """Runs as a pandas DataFrame (``params.*``, ``metrics.*``, ``tags.*`` columns).
+
+    Args:
+        uri: Tracking URI.
+        experiment: An experiment name, or None for all experiments.
+    """
+    mlflow = _mlflow()
+    mlflow.set_tracking_uri(uri)
+    if experiment is None:
+        return mlflow.search_runs(search_all_experiments=True)
+    return mlflow.search_runs(experiment_names=[experiment])
+
+
+def download_artifact(uri: str, run_id: str, artifact_path: str, dst: Path) -> Path:
+    """Download one artifact of a run into ``dst`` and return its local path."""
+    mlflow = _mlflow()
+    mlflow.set_tracking_uri(uri)
+    dst.mkdir(parents=True, exist_ok=True)
+    local = mlflow.artifacts.download_artifacts(
+        run_id=run_id, artifact_path=artifact_path, dst_path=str(dst)
+    )
+    return Path(local)
+
+
+def log_report_run(
+    uri: str,
+    experiment: str,
+    run_name: str,
+    metrics: Mapping[str, float],
+    artifacts: list[Path],
+    tags: Mapping[str, str] | None = None,
+) -> str:
+    """Log a sweep-level report as its own run; returns the run id."""
+    all_tags = {"cts.kind": "sweep_report", **(tags or {})}
+    with job_run(uri, experiment, run_name, params={}, tags=all_tags) as run_id:
+        log_metrics(metrics)
+        log_artifacts(artifacts)
+    return run_id

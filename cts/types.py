@@ -1,0 +1,176 @@
+"""Data contracts and role interfaces of the clarify-then-search protocol.
+
+Field names follow the paper: ``blurred_query`` is the underspecified query ``q``
+the Clarifier and Rewriter see; ``fused_query`` is the hidden intent ``q*`` that
+only the User Answerer (and gold construction) sees.
+
+Each role's Protocol takes exactly the inputs the closed-book protocol allows,
+so leakage of ``fused_query`` into the Clarifier or Rewriter is impossible by
+construction (and tested).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Label = Literal["full", "partial", "none"]
+LABELS: tuple[Label, ...] = ("full", "partial", "none")
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One benchmark item."""
+
+    id: str
+    blurred_query: str
+    """The underspecified query ``q`` (the only query Clarifier and Rewriter see)."""
+    fused_query: str
+    """The hidden intent ``q*`` (seen by the User Answerer and gold construction only)."""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    """Free-form metadata, e.g. ``language`` and ``ambiguity``."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One archived evidence snippet that nuggets cite."""
+
+    id: str
+    source: str
+    """A url or a corpus id (``local://<id>``)."""
+    title: str
+    snippet: str
+
+
+@dataclass(frozen=True)
+class Nugget:
+    """An atomic, judgeable statement of the gold reference."""
+
+    id: str
+    text: str
+    weight: int
+    """Importance in {1, 2, 3}."""
+    evidence_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Gold:
+    """Static gold reference for one ``fused_query`` (built once, then read-only)."""
+
+    instance_id: str
+    nuggets: tuple[Nugget, ...]
+    evidence: tuple[Evidence, ...] = ()
+    must_cover: tuple[str, ...] = ()
+    missing_evidence: tuple[str, ...] = ()
+    unsupported_claims: tuple[str, ...] = ()
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class QA:
+    """One clarification turn: question and the User Answerer's answer."""
+
+    question: str
+    answer: str
+
+    @property
+    def is_unknown(self) -> bool:
+        """Whether the answer is the protocol's ``unknown``."""
+        return self.answer == UNKNOWN
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """What a deep-search backend returns for one query."""
+
+    answer: str
+    answer_rule: str = "direct"
+    """Which answer-extraction rule matched (``answer_tag``, ``unclosed_tag``, ``direct`` ...)."""
+    end_reason: str = "answer"
+    """Why the run ended: ``answer``, ``call_budget``, ``context_budget`` or ``error``."""
+    evidence: tuple[Evidence, ...] = ()
+    """Every document the backend saw (search hits, visited pages), citable by id."""
+    trace: tuple[Mapping[str, Any], ...] = ()
+    """Every tool call and result (archived per job, not stored in the record)."""
+    summary: Mapping[str, Any] = field(default_factory=dict)
+    """Compact trace summary kept in the record (calls, searches, visits, tokens)."""
+
+
+@dataclass(frozen=True)
+class GoldDraft:
+    """What a nugget extractor returns, before validation and archiving."""
+
+    nuggets: tuple[Nugget, ...]
+    must_cover: tuple[str, ...] = ()
+    missing_evidence: tuple[str, ...] = ()
+    unsupported_claims: tuple[str, ...] = ()
+
+
+class UnscoredError(Exception):
+    """A role produced invalid output even after bounded re-asks.
+
+    The item is recorded as unscored with ``reason``; it is never counted as 0.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@runtime_checkable
+class Clarifier(Protocol):
+    """Asks exactly ``k`` clarification questions about ``blurred_query``."""
+
+    async def ask(self, blurred_query: str, k: int) -> list[str]: ...
+
+
+@runtime_checkable
+class UserAnswerer(Protocol):
+    """Closed-book user: sees the hidden intent and one question, nothing else."""
+
+    async def answer(self, fused_query: str, question: str) -> str: ...
+
+
+@runtime_checkable
+class Rewriter(Protocol):
+    """Writes one query from ``blurred_query`` and the Q&A pairs only."""
+
+    async def rewrite(self, blurred_query: str, qa: Sequence[QA]) -> str: ...
+
+
+@runtime_checkable
+class SearchBackend(Protocol):
+    """Answers a query (deep search or an extractive stand-in)."""
+
+    async def search(self, query: str) -> SearchResult: ...
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """Labels each nugget full/partial/none for one answer."""
+
+    async def judge(self, answer: str, nuggets: Sequence[Nugget]) -> dict[str, Label]: ...
+
+
+@runtime_checkable
+class Extractor(Protocol):
+    """Builds gold nuggets from the intent, an archived answer and its evidence."""
+
+    async def extract(
+        self, fused_query: str, answer: str, evidence: Sequence[Evidence]
+    ) -> GoldDraft: ...
+
+
+class BudgetExceeded(Exception):
+    """The job's spending cap (``budget.max_usd``) is reached; stop cleanly."""
+
+
+class CallError(Exception):
+    """A model or tool call failed for good (after the retries it deserved)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message

@@ -1,0 +1,32 @@
+"""Shared fixtures. Every test is offline: HTTP goes only to servers tests start on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache (BM25 index, demo set, response caches) per test session.
+
+    ``CTS_TEST_CACHE_DIR`` points it at a warm cache to skip the one-time builds.
+    """
+    env = os.environ.get("CTS_TEST_CACHE_DIR")
+    return Path(env) if env else tmp_path_factory.mktemp("cts-cache")
+
+
+@pytest.fixture(scope="session")
+def services(cache_dir: Path):  # noqa: ANN201 - Services (imported lazily)
+    """Offline services over the real installed corpus."""
+    from cts.services import Services
+
+    return Services(cache_dir=cache_dir, settings={"corpus_lang": "en-us"})

@@ -1,0 +1,99 @@
+import asyncio
+import json
+
+from helpers import TableSearch, Typer, gold_for, mercury
+
+from cts.judge import LexicalJudge
+from cts.pipeline import Roles, run_job
+from cts.records import read_records
+from cts.roles.rules import NoClarifier, RuleClarifier, RuleRewriter, RuleUserAnswerer
+from cts.types import BudgetExceeded, Instance, UnscoredError
+
+
+def roles(services, search, clarifier=None, judge=None):
+    return Roles(clarifier=clarifier or RuleClarifier(order=["scope", "time", "region"]),
+                 ua=RuleUserAnswerer(services), rewriter=RuleRewriter(), search=search,
+                 judge=judge or LexicalJudge(), qtyper=Typer())
+
+
+def job(tmp_path, instances, gold, rs, k=1, **kw):
+    return asyncio.run(run_job(instances, gold, rs, k=k, out_dir=tmp_path, progress=False, **kw))
+
+
+def test_one_instance_end_to_end(services, tmp_path):
+    inst, gold, table = mercury()
+    records, stop = job(tmp_path, [inst], {"m1": gold}, roles(services, TableSearch(table)))
+    (r,) = records
+    assert stop == "done"
+    assert r.questions and r.answers == ("planet",) and r.rewritten_query == "Tell me about Mercury, planet"
+    assert r.score == 100.0 and r.orig_score == 12.5  # "Mercury has no moons": half its tokens -> partial (1 of 4 weight)
+    assert r.question_types[0] == ("scope",)
+    lines = (tmp_path / "records.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["system"]["labels"] == {"n1": "full", "n2": "full"}
+    traces = [json.loads(x) for x in (tmp_path / "traces.jsonl").read_text().splitlines()]
+    assert {t["arm"] for t in traces} == {"orig", "system"}
+
+
+def test_orig_arm_reuses_the_search_when_the_query_is_unchanged(services, tmp_path):
+    inst, gold, table = mercury()
+    search = TableSearch(table)
+    (r,), _ = job(tmp_path, [inst], {"m1": gold}, roles(services, search, clarifier=NoClarifier()))
+    assert search.calls == ["Tell me about Mercury"]
+    assert r.system == r.orig and r.questions == () and r.rewritten_query == inst.blurred_query
+
+
+def test_rerun_skips_finished_instances(services, tmp_path):
+    inst, gold, table = mercury()
+    search = TableSearch(table)
+    job(tmp_path, [inst], {"m1": gold}, roles(services, search))
+    n_calls = len(search.calls)
+    records, _ = job(tmp_path, [inst], {"m1": gold}, roles(services, search))
+    assert len(search.calls) == n_calls and len(records) == 1
+    assert len((tmp_path / "records.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_failing_instance_is_recorded_and_the_job_goes_on(services, tmp_path):
+    inst, gold, table = mercury()
+    other = Instance("m2", "Tell me about Venus", "Tell me about Venus, the planet")
+    search = TableSearch(table, fail_on=["Tell me about Venus, planet"])
+    records, stop = job(tmp_path, [inst, other], {"m1": gold, "m2": gold_for("m2", ("Venus", 1))},
+                        roles(services, search))
+    by_id = {r.id: r for r in records}
+    assert stop == "done" and by_id["m1"].score == 100.0
+    bad = by_id["m2"]
+    assert bad.score is None and bad.error.stage == "search" and bad.error.kind == "exception"
+    assert "backend down" in bad.error.message and bad.orig_score is not None
+
+
+class InvalidJudge:
+    async def judge(self, answer, nuggets):
+        raise UnscoredError("judge returned 1 label for 2 nuggets")
+
+
+def test_unscored_is_not_zero(services, tmp_path):
+    inst, gold, table = mercury()
+    (r,), _ = job(tmp_path, [inst], {"m1": gold}, roles(services, TableSearch(table), judge=InvalidJudge()))
+    assert r.score is None and r.orig_score is None
+    assert r.error.kind == "invalid_output" and r.error.stage == "judge"
+
+
+class BudgetClarifier:
+    def __init__(self, allowed: int) -> None:
+        self.allowed = allowed
+
+    async def ask(self, blurred_query, k):
+        if self.allowed <= 0:
+            raise BudgetExceeded("max_usd reached")
+        self.allowed -= 1
+        return ["Which one?"]
+
+
+def test_budget_stops_cleanly_and_resumes(services, tmp_path):
+    insts = [Instance(f"i{n}", f"query {n}", f"query {n} intent") for n in range(5)]
+    gold = {i.id: gold_for(i.id, ("query", 1)) for i in insts}
+    records, stop = job(tmp_path, insts, gold, roles(services, TableSearch({}), clarifier=BudgetClarifier(2)),
+                        concurrency=1)
+    assert stop == "budget" and len(records) == 2
+    assert [r.id for r in read_records(tmp_path / "records.jsonl")] == ["i0", "i1"]
+    records, stop = job(tmp_path, insts, gold, roles(services, TableSearch({}), clarifier=BudgetClarifier(9)))
+    assert stop == "done" and [r.id for r in records] == [i.id for i in insts]

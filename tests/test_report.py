@@ -1,0 +1,200 @@
+"""Sweep report: tables recomputed from synthetic job dirs, files and plots written."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cts import report
+from cts.records import ArmResult, Record
+from cts.types import UNKNOWN
+
+IDS = ("a", "b", "c", "d")
+ORIG_SCORES = (10.0, 20.0, 30.0, 40.0)
+
+
+def make_records(
+    k: int,
+    scores: Sequence[float | None],
+    types: Sequence[tuple[str, ...]] = (),
+    answers: Sequence[Sequence[str]] = (),
+) -> list[Record]:
+    """One record per id; ``types``/``answers`` give every record the same questions."""
+    out = []
+    for i, (rid, score) in enumerate(zip(IDS, scores)):
+        qs = tuple(f"question {t} of {rid}" for t in range(1, len(types) + 1))
+        out.append(Record(
+            id=rid, k=k, questions=qs, question_types=tuple(types),
+            answers=tuple(answers[i]) if answers else (),
+            rewritten_query=f"rewrite {rid}",
+            system=ArmResult(query=f"q {rid}", answer="x", score=score),
+            orig=ArmResult(query=f"q {rid}", answer="y", score=ORIG_SCORES[i]),
+        ))
+    return out
+
+
+def write_job(root: Path, clarifier: str, k: int, records: Sequence[Record], **choices: str) -> Path:
+    """A job dir as the pipeline writes it: records.jsonl + summary.json."""
+    job = root / f"clarifier={clarifier},k={k}"
+    job.mkdir(parents=True)
+    (job / "records.jsonl").write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
+    summary = {"metrics": {}, "choices": {"clarifier": clarifier, "judge": "lexical", **choices,
+                                          "hydra/launcher": "basic"},
+               "k": k, "run_name": f"clarifier={clarifier},k={k}", "job_dir": str(job), "run_id": ""}
+    (job / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    return job
+
+
+U, K = UNKNOWN, "known"
+REGION, SCOPE, TIME = ("region",), ("scope",), ("time",)
+
+
+def make_sweep(root: Path) -> Path:
+    """Three clarifier options x k=1,2 with hand-picked scores and answers."""
+    write_job(root, "none", 1, make_records(1, ORIG_SCORES))
+    write_job(root, "rules_scope", 1, make_records(1, (20, 20, 40, 40), [SCOPE], [[K], [K], [U], [U]]))
+    write_job(root, "rules_region", 1, make_records(1, (10, 20, 30, None), [REGION], [[U], [U], [U], [K]]))
+    write_job(root, "rules_scope", 2,
+              make_records(2, (30, 30, 40, 50), [SCOPE, TIME], [[K, K], [K, U], [U, U], [U, K]]))
+    write_job(root, "rules_region", 2,
+              make_records(2, (10, 30, 30, 40), [REGION, ("region", "time")], [[U, U], [U, K], [U, U], [K, U]]))
+    return root
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> report.ReportResult:
+    sweep = make_sweep(tmp_path_factory.mktemp("sweep"))
+    result = report.build_sweep_report(sweep, n_resamples=2000)
+    assert result.ok, result.errors
+    return result
+
+
+def row(df: pd.DataFrame, k: int, system: str) -> pd.Series:
+    sel = df[(df["k"] == k) & (df["system"] == system)]
+    assert len(sel) == 1, (k, system, df)
+    return sel.iloc[0]
+
+
+def test_jobs_are_labelled_by_system_and_orig_is_not_a_system_row(built: report.ReportResult) -> None:
+    scores = built.tables["scores"]
+    assert built.n_jobs == 5
+    assert list(scores["system"]) == ["orig", "rules_region", "rules_scope", "orig", "rules_region", "rules_scope"]
+
+
+def test_scores_table_mean_delta_percentiles(built: report.ReportResult) -> None:
+    scores = built.tables["scores"]
+    orig = row(scores, 1, "orig")
+    assert (orig["n"], orig["mean"], orig["p50"]) == (4, 25.0, 25.0)
+    assert orig["p90"] == pytest.approx(np.percentile(ORIG_SCORES, 90))
+    scope = row(scores, 1, "rules_scope")
+    assert (scope["mean"], scope["delta"], scope["p50"], scope["p90"]) == (30.0, 5.0, 30.0, 40.0)
+    region = row(scores, 1, "rules_region")  # the unscored instance is excluded, never 0
+    assert (region["n"], region["mean"], region["delta"]) == (3, 20.0, 0.0)
+    assert row(scores, 2, "rules_scope")["delta"] == pytest.approx(12.5)
+
+
+def test_delta_ci_table_recomputed_from_records(built: report.ReportResult) -> None:
+    ci = built.tables["delta_ci"]
+    scope = row(ci, 1, "rules_scope")  # differences are 10, 0, 10, 0
+    assert scope["n_paired"] == 4
+    assert 0.0 <= scope["delta_ci_low"] <= 5.0 <= scope["delta_ci_high"] <= 10.0
+    assert scope["delta_ci_low"] < scope["delta_ci_high"]
+    region = row(ci, 1, "rules_region")  # identical arms on the 3 paired instances
+    assert (region["n_paired"], region["delta_ci_low"], region["delta_ci_high"]) == (3, 0.0, 0.0)
+
+
+def test_diagnostic_tables(built: report.ReportResult) -> None:
+    t4, t5, t7 = (built.tables[n] for n in ("ua_diagnostics", "region_only", "all_unknown"))
+    assert row(t4, 1, "rules_region")[["ua_unknown_rate", "cq_region_rate"]].tolist() == [0.75, 1.0]
+    assert row(t4, 1, "rules_scope")[["ua_unknown_rate", "cq_region_rate"]].tolist() == [0.5, 0.0]
+    assert row(t5, 1, "rules_region")[["region_only_count", "region_only_unknown_rate"]].tolist() == [4, 0.75]
+    assert math.isnan(row(t5, 1, "rules_scope")["region_only_unknown_rate"])
+    # k=2 rules_scope: known counts per instance 2, 1, 0, 1
+    t7_scope = row(t7, 2, "rules_scope")
+    assert t7_scope[["all_unknown_rate", "known_cnt_1", "known_cnt_2"]].tolist() == [0.25, 0.5, 0.25]
+
+
+def test_turn_level_tables(built: report.ReportResult) -> None:
+    t10, t8 = built.tables["turn_region_only"], built.tables["region_only_range"]
+    region2 = t10[(t10["k"] == 2) & (t10["system"] == "rules_region")]
+    # turn 1 is region-only (4 questions, 3 unknown); turn 2 is region+time, not region-only
+    assert region2[["turn", "region_only_count", "region_only_unknown_rate"]].values.tolist() == [[1, 4, 0.75]]
+    assert set(t10["system"]) == {"rules_region"}  # turns without region-only questions are not listed
+    assert t8.set_index("k").loc[1, ["min", "max"]].tolist() == [0.75, 0.75]
+
+
+def test_files_and_plots_written(built: report.ReportResult) -> None:
+    out = built.out_dir
+    assert out is not None and out.name == "report"
+    names = {p.name for p in built.files}
+    for table in ("scores", "delta_ci", "ua_diagnostics", "region_only", "all_unknown",
+                  "region_only_range", "turn_region_only", "qtype_unknown"):
+        assert {f"{table}.csv", f"{table}.md", f"{table}.tex"} <= names
+    assert {"score_vs_k.png", "unknown_vs_region.png", "report.md"} <= names
+    for png in ("score_vs_k.png", "unknown_vs_region.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    md = (out / "scores.md").read_text(encoding="utf-8")
+    assert "| 1 | rules_scope | 4 | 30.000 (+5.000) | 30.000 | 40.000 |" in md
+    tex = (out / "scores.tex").read_text(encoding="utf-8")
+    assert r"\begin{tabular}" in tex and r"rules\_scope" in tex and r"\toprule" in tex
+    csv = pd.read_csv(out / "delta_ci.csv")
+    assert set(csv["system"]) == {"rules_scope", "rules_region"}
+    assert "![score_vs_k](score_vs_k.png)" in (out / "report.md").read_text(encoding="utf-8")
+
+
+def test_sweep_metrics_are_named_per_system_and_k(built: report.ReportResult) -> None:
+    assert built.metrics["delta_mean.rules_scope.k1"] == 5.0
+    assert built.metrics["cq_region_rate.rules_region.k1"] == 1.0
+    assert all(math.isfinite(v) for v in built.metrics.values())
+
+
+def test_varying_factors_join_the_label(tmp_path: Path) -> None:
+    recs = make_records(1, ORIG_SCORES)
+    write_job(tmp_path / "s", "rules_scope", 1, recs, ua="rules")
+    write_job(tmp_path / "t", "rules_scope", 1, recs, ua="gpt")
+    jobs = report.load_jobs([tmp_path / "s", tmp_path / "t"])
+    assert [j.label for j in jobs] == ["rules_scope[ua=gpt]", "rules_scope[ua=rules]"]
+
+
+def test_failure_is_returned_not_raised(tmp_path: Path) -> None:
+    result = report.build_sweep_report(tmp_path / "missing")
+    assert not result.ok and "missing" in result.errors[0]
+    empty = report.build_sweep_report(tmp_path)
+    assert not empty.ok and "no finished job" in empty.errors[0]
+    assert report.log_sweep_report(empty, "sqlite:///unused.db", "x") is None
+
+
+def test_cli_writes_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = make_sweep(tmp_path / "sweep")
+    assert report.main([str(sweep), "--out", str(tmp_path / "out"), "--n-resamples", "500"]) == 0
+    assert (tmp_path / "out" / "report.md").is_file()
+    assert "5 jobs" in capsys.readouterr().out
+    assert report.main([str(tmp_path / "nothing-here")]) == 1
+
+
+@pytest.mark.slow
+def test_report_from_mlflow_experiment_matches_dir_and_is_logged(tmp_path: Path) -> None:
+    from cts import tracking
+
+    sweep = make_sweep(tmp_path / "sweep")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracking.prepare_store(uri)
+    for job in report.job_dirs(sweep):
+        with tracking.job_run(uri, "exp", job.name, {}, {"cts.kind": "job"}):
+            tracking.log_artifacts([job / "records.jsonl", job / "summary.json"])
+    from_runs = report.build_sweep_report("exp", tmp_path / "from_runs", uri, n_resamples=500)
+    from_dir = report.build_sweep_report(sweep, tmp_path / "from_dir", n_resamples=500)
+    assert from_runs.ok, from_runs.errors
+    pd.testing.assert_frame_equal(from_runs.tables["scores"], from_dir.tables["scores"])
+    run_id = report.log_sweep_report(from_runs, uri, "exp")
+    runs = tracking.search_runs(uri, "exp")
+    logged = runs[runs["run_id"] == run_id].iloc[0]
+    assert logged["tags.cts.kind"] == "sweep_report"
+    assert logged["metrics.delta_mean.rules_scope.k1"] == 5.0
