@@ -34,10 +34,20 @@ _NON_PROTOCOL_KEYS = ("paths", "tracking", "concurrency", "limit", "hydra", "tas
 
 
 def run(cfg: DictConfig) -> float | None:
-    """Entry point called by ``run.py``: run the configured task."""
-    services = build_services(cfg)
-    task = instantiate(cfg.task)
-    return task(cfg=cfg, services=services)  # type: ignore[no-any-return]
+    """Entry point called by ``run.py``: pre-flight, then run the configured task."""
+    preflight(cfg, groups=task_groups(cfg))
+    return run_task(cfg, build_services(cfg))
+
+
+def run_task(cfg: DictConfig, services: Services) -> float | None:
+    """Instantiate the configured task function and call it."""
+    node = OmegaConf.masked_copy(cfg.task, [k for k in cfg.task if k != "preflight"])
+    return instantiate(node)(cfg=cfg, services=services)  # type: ignore[no-any-return]
+
+
+def task_groups(cfg: DictConfig) -> tuple[str, ...]:
+    """The config keys whose models the task calls (``task.preflight``), plus ``services``."""
+    return (*cfg.task.get("preflight", ()), "services")
 
 
 def build_services(cfg: DictConfig) -> Services:
@@ -46,16 +56,19 @@ def build_services(cfg: DictConfig) -> Services:
     return Services(cache_dir=Path(cfg.paths.cache_dir).expanduser(), settings=settings)  # type: ignore[arg-type]
 
 
-def build(cfg: DictConfig, group: str, services: Services) -> Any:
-    """Instantiate one config group's option, passing the shared services."""
-    obj = instantiate(cfg[group], services=services)
-    log.info("%s: %s", group, cfg[group].get("_target_"))
+def build_node(node: Any, services: Services) -> Any:
+    """Instantiate one config option (a node with ``_target_``), passing the shared services.
+
+    The single place where components are built: every factory takes ``services=``.
+    """
+    obj = instantiate(node, services=services)
+    log.info("built %s", node.get("_target_"))
     return obj
 
 
 def build_roles(cfg: DictConfig, services: Services) -> Roles:
     """Instantiate the clarifier, UA, rewriter, search backend, judge and question typer."""
-    return Roles(**{g: build(cfg, g, services) for g in ROLE_GROUPS})
+    return Roles(**{g: build_node(cfg[g], services) for g in ROLE_GROUPS})
 
 
 @dataclass(frozen=True)
@@ -80,11 +93,16 @@ def job_context(cfg: DictConfig) -> JobContext:
     return JobContext(choices, name, out, sweep)
 
 
-def preflight(cfg: DictConfig) -> None:
-    """Fail fast, before anything runs, when a role's model cannot be reached."""
+def preflight(cfg: DictConfig, groups: tuple[str, ...] | None = None) -> None:
+    """Fail fast, before anything runs, when a role's model cannot be reached.
+
+    Args:
+        cfg: The composed config.
+        groups: Only check these top-level keys (None = the whole config).
+    """
     from cts.llm.preflight import preflight_problems
 
-    problems = preflight_problems(cfg)
+    problems = preflight_problems(OmegaConf.masked_copy(cfg, list(groups)) if groups else cfg)
     if problems:
         lines = "\n".join(f"  - {p}" for p in problems)
         sys.exit(
@@ -122,12 +140,13 @@ def evaluate_task(cfg: DictConfig, services: Services) -> float | None:
     Returns:
         The job's mean restore_score_100 (Hydra's sweep metric).
     """
-    preflight(cfg)
     ctx = job_context(cfg)
     check_resume(ctx.job_dir, protocol_fingerprint(cfg))
-    dataset = instantiate(cfg.dataset, services=services)
+    dataset = build_node(cfg.dataset, services)
     instances = list(dataset.instances)[: cfg.limit] if cfg.limit else list(dataset.instances)
     roles = build_roles(cfg, services)
+    if cfg.services.llm.get("tracing"):
+        tracking.trace_llm_calls(services.llm)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved, dict)
     tags = job_tags(cfg, ctx)
@@ -137,14 +156,70 @@ def evaluate_task(cfg: DictConfig, services: Services) -> float | None:
             run_job(instances, dataset.gold, roles, k=cfg.k, out_dir=ctx.job_dir,
                     concurrency=cfg.concurrency, usage_scope=services.usage_scope)
         )
-        metrics = summarize(records, k=cfg.k, seed=cfg.seed, **cfg.stats)
+        metrics = {**summarize(records, k=cfg.k, seed=cfg.seed, **cfg.stats), **services.stats()}
         summary = write_summary(cfg, ctx, resolved, metrics, run_id, stop)
         tracking.log_metrics(metrics)
+        tracking.set_tags({f"cts.prompt.{n}": v for n, v in services.prompt_versions().items()})
         tracking.log_artifacts([ctx.job_dir / RECORDS_FILE, ctx.job_dir / TRACES_FILE, summary,
                                 ctx.job_dir / "config.yaml"])
         tracking.log_artifacts(services.prompt_files(), artifact_path="prompts")
     print_metrics(ctx.run_name, metrics)
     return metrics["score_mean"]
+
+
+def gold_task(cfg: DictConfig, services: Services) -> float:
+    """Build the static gold once per ``fused_query`` and archive it read-only (paper 4.2).
+
+    The configured ``search`` backend runs on each intent query, the configured
+    ``extractor`` turns its answer and evidence into weighted nuggets; instances
+    whose gold does not validate are reported, not written.
+
+    Returns:
+        The number of instances with archived gold.
+    """
+    from cts.data import read_instances_jsonl
+    from cts.gold import build_gold_archive
+    from cts.llm.preflight import find_model_specs
+
+    instances = read_instances_jsonl(cfg.gold.instances, cfg.gold.get("fields"))
+    instances = instances[: cfg.limit] if cfg.limit else instances
+    search, extractor = build_node(cfg.search, services), build_node(cfg.extractor, services)
+    models = OmegaConf.masked_copy(cfg, ["search", "extractor"])
+    provenance = {
+        "backend": cfg.search._target_,
+        "extractor": cfg.extractor._target_,
+        "models": {path: str(node.get("model")) for path, node in find_model_specs(models)},
+        "config_fingerprint": protocol_fingerprint(cfg),
+        "cts_version": __import__("cts").__version__,
+    }
+    report = asyncio.run(build_gold_archive(
+        instances, search, extractor, cfg.gold.out_dir, provenance={**provenance, "prompts": services.prompt_versions()},
+        concurrency=cfg.concurrency, overwrite=cfg.gold.overwrite,
+    ))
+    counts = {"n_instances": report.n_instances, "n_gold": report.n_gold, "n_failures": len(report.failures)}
+    archive = sorted(p for p in Path(report.out_dir).iterdir() if p.is_file())
+    log_task_run(cfg, "gold", {k: float(v) for k, v in counts.items()}, archive)
+    print(f"gold archive {report.out_dir}: {counts}, sha256 {report.gold_sha256[:12]}", flush=True)
+    for instance_id, reason in report.failures:
+        print(f"  no gold for {instance_id}: {reason}", flush=True)
+    return float(report.n_gold)
+
+
+def log_task_run(cfg: DictConfig, task: str, metrics: Mapping[str, float], artifacts: list[Path]) -> str:
+    """Track a non-evaluate task (gold, robustness analyses) as one MLflow run.
+
+    Args:
+        artifacts: The files the task wrote (not whole directories, which may hold the store).
+    """
+    ctx = job_context(cfg)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(resolved, dict)
+    tags = {**job_tags(cfg, ctx), "cts.kind": task}
+    with tracking.job_run(cfg.tracking.uri, cfg.tracking.experiment, f"{task}:{ctx.run_name}",
+                          tracking.flatten(resolved), tags) as run_id:
+        tracking.log_metrics(metrics)
+        tracking.log_artifacts(artifacts)
+    return run_id
 
 
 def job_tags(cfg: DictConfig, ctx: JobContext) -> dict[str, str]:

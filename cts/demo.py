@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cts.corpus import Corpus, Doc, base_title, place_names
-from cts.index import CorpusIndex, atomic_dir
+from cts.index import CorpusIndex, atomic_dir, tokenizer_version
 from cts.text import content_tokens
 from cts.types import Instance
 
@@ -457,8 +457,11 @@ def kind_counts(instances: Iterable[Instance]) -> dict[str, int]:
 
 
 def demo_dir(services: Services, n: int, seed: int) -> Path:
-    """Cache directory of the demo set for ``(n, seed)`` and the installed corpus."""
-    name = f"{DEMO_VERSION}-n{n}-s{seed}-{services.corpus.fingerprint}"
+    """Cache directory of the demo set for ``(n, seed)``, the installed corpus and the tokeniser.
+
+    The tokeniser decides BM25 ranks, hence which instances qualify and their gold.
+    """
+    name = f"{DEMO_VERSION}-n{n}-s{seed}-{services.corpus.fingerprint}-{tokenizer_version()}"
     return Path(services.cache_dir) / "demo" / name
 
 

@@ -444,25 +444,3 @@ async def build_gold_archive(
     report = _write_archive(out, runs, provenance)
     log.info("gold archive %s: %d/%d instances with gold", out, report.n_gold, report.n_instances)
     return report
-
-
-async def gold_task_run(
-    instances: Sequence[Instance],
-    search: SearchBackend,
-    extractor: Extractor,
-    out_dir: str | Path,
-    provenance: Mapping[str, Any],
-    *,
-    concurrency: int = 4,
-    overwrite: bool = False,
-) -> GoldReport:
-    """Entry point for the ``task=gold`` job: :func:`build_gold_archive` with positional provenance."""
-    return await build_gold_archive(
-        instances,
-        search,
-        extractor,
-        out_dir,
-        provenance=provenance,
-        concurrency=concurrency,
-        overwrite=overwrite,
-    )

@@ -17,10 +17,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from tqdm.auto import tqdm
 
+from cts.qtypes import QuestionTyper
 from cts.records import ArmResult, ErrorInfo, Record, read_records
 from cts.scoring import restore_score
 from cts.types import (
@@ -31,8 +32,10 @@ from cts.types import (
     Gold,
     Instance,
     Judge,
+    Label,
     Rewriter,
     SearchBackend,
+    SearchResult,
     UnscoredError,
     UserAnswerer,
 )
@@ -41,12 +44,6 @@ log = logging.getLogger(__name__)
 
 RECORDS_FILE = "records.jsonl"
 TRACES_FILE = "traces.jsonl"
-
-
-class QuestionTyper(Protocol):
-    """Types a clarification question (region, time, scope, definition, other)."""
-
-    async def classify(self, question: str) -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -103,7 +100,17 @@ async def run_arm(query: str, gold: Gold, roles: Roles) -> tuple[ArmResult, dict
             score = restore_score(labels, gold.nuggets)
     except StageError as e:
         return ArmResult(query=query, error=e.info), trace_line
-    arm = ArmResult(
+    return _arm(query, result, labels, score), trace_line
+
+
+def _arm(query: str, result: SearchResult, labels: dict[str, Label], score: float | None) -> ArmResult:
+    error = None
+    if result.end_reason == "error":
+        # A backend that failed mid-run is not a bad answer: unscored, with the reason.
+        error, score = ErrorInfo("search", "api_error", str(result.summary.get("error", "search ended in error"))), None
+    elif score is None:
+        error = ErrorInfo("judge", "no_weight", "gold has zero total weight")
+    return ArmResult(
         query=query,
         answer=result.answer,
         answer_rule=result.answer_rule,
@@ -111,9 +118,8 @@ async def run_arm(query: str, gold: Gold, roles: Roles) -> tuple[ArmResult, dict
         trace_summary=dict(result.summary),
         labels=labels,
         score=score,
-        error=None if score is not None else ErrorInfo("judge", "no_weight", "gold has zero total weight"),
+        error=error,
     )
-    return arm, trace_line
 
 
 async def clarify(instance: Instance, k: int, roles: Roles) -> tuple[list[str], list[QA], str]:

@@ -119,7 +119,18 @@ def job_dirs(sweep_dir: str | Path) -> list[Path]:
     root = Path(sweep_dir)
     if (root / SUMMARY_FILE).is_file():
         return [root]
-    return sorted(p.parent for p in root.rglob(SUMMARY_FILE))
+    return sorted(p.parent for p in root.rglob(SUMMARY_FILE) if not _is_artifact_copy(p.parent))
+
+
+def _is_artifact_copy(job_dir: Path) -> bool:
+    """Whether a dir is a copy (e.g. MLflow artifacts inside the sweep) of a job dir that exists."""
+    try:
+        original = json.loads((job_dir / SUMMARY_FILE).read_text(encoding="utf-8")).get("job_dir")
+    except (OSError, ValueError):
+        return False
+    return bool(original) and Path(original).resolve() != job_dir.resolve() and (
+        Path(original) / SUMMARY_FILE
+    ).is_file()
 
 
 def load_mlflow_jobs(experiment: str, tracking_uri: str) -> list[Job]:
@@ -159,12 +170,14 @@ def load_jobs(source: str | Path | Sequence[str | Path], tracking_uri: str | Non
     Raises:
         FileNotFoundError: ``source`` is neither a directory nor (with a URI) an experiment.
     """
-    if isinstance(source, (list, tuple)) or type(source).__name__ == "ListConfig":
+    if not isinstance(source, (str, Path)):  # a list (or ListConfig) of job or sweep dirs
         jobs = [load_job_dir(p) for d in source for p in job_dirs(d)]
-    elif Path(source).is_dir():
+    elif Path(source).is_dir() and job_dirs(source):
         jobs = [load_job_dir(p) for p in job_dirs(source)]
-    elif tracking_uri:
+    elif tracking_uri:  # also when a directory of that name happens to exist (e.g. ``cts``)
         jobs = load_mlflow_jobs(str(source), tracking_uri)
+    elif Path(source).is_dir():
+        jobs = []
     else:
         raise FileNotFoundError(f"{source!r} is not a directory, and no tracking URI was given")
     return label_jobs(jobs)
@@ -228,7 +241,7 @@ def score_rows(jobs: Sequence[Job], stats: Stats) -> pd.DataFrame:
     for k in sorted({j.k for j in jobs}):
         at_k = [j for j in jobs if j.k == k]
         origs = orig_scores(at_k)
-        mean, low, high = mean_ci(list(origs.values()), **vars(stats))
+        _, low, high = mean_ci(list(origs.values()), **vars(stats))
         rows.append({"k": k, "system": ORIG, **_dist(list(origs.values())), "mean_ci_low": low,
                      "mean_ci_high": high, "n_paired": NAN, "delta": NAN, "delta_ci_low": NAN,
                      "delta_ci_high": NAN})
@@ -552,8 +565,9 @@ def write_report(jobs: Sequence[Job], out_dir: Path, stats: Stats, source: str =
 
 def write_index(tables: Sequence[Table], plots: Sequence[Path], out_dir: Path, source: str, n_jobs: int) -> Path:
     """Write ``report.md``: every table and plot on one page."""
-    parts = [f"# Sweep report\n\nSource: `{source}` ({n_jobs} jobs). Files: CSV (numbers), "
-             "Markdown and LaTeX (formatted) per table.\n"]
+    head = (f"# Sweep report\n\nSource: `{source}` ({n_jobs} jobs). Files: CSV (numbers), "
+            "Markdown and LaTeX (formatted) per table.\n")
+    parts = [head]
     parts += [f"## {t.caption}\n\n{markdown(t.display)}" for t in tables]
     parts += [f"![{p.stem}]({p.name})\n" for p in plots]
     path = out_dir / "report.md"
@@ -600,7 +614,7 @@ def build_sweep_report(
         result = write_report(jobs, out, Stats(n_resamples, confidence, seed), name)
         log.info("sweep report (%d jobs) written to %s", len(jobs), out)
         return result
-    except Exception as e:  # noqa: BLE001 - a report failure must never fail the sweep
+    except Exception as e:
         log.exception("sweep report for %s failed", name)
         return ReportResult(name, out_dir, errors=(f"{type(e).__name__}: {e}",))
 
@@ -619,7 +633,7 @@ def log_sweep_report(result: ReportResult, tracking_uri: str, experiment: str) -
         metrics = {**result.metrics, "n_jobs": float(result.n_jobs)}
         return tracking.log_report_run(tracking_uri, experiment, f"report:{Path(result.source).name}",
                                        metrics, [result.out_dir], tags={"cts.sweep_dir": result.source})
-    except Exception:  # noqa: BLE001
+    except Exception:
         log.exception("logging the sweep report of %s failed", result.source)
         return None
 
@@ -639,7 +653,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     source = args.source[0] if len(args.source) == 1 else args.source
     uri = args.tracking_uri or _default_uri()
     result = build_sweep_report(source, args.out, uri, n_resamples=args.n_resamples, confidence=args.confidence)
-    if not result.ok:
+    if not result.ok or result.out_dir is None:
         print("\n".join(result.errors), file=sys.stderr)
         return 1
     if args.log:

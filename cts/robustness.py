@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import functools
 import itertools
 import json
 import logging
@@ -35,15 +36,32 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
-from hydra.utils import instantiate
 
-from cts.qtypes import BUILTIN_PLACES_EN, BUILTIN_PLACES_ZH, classify_question, place_pattern
+from cts.app import build_node as build
+from cts.app import log_task_run
+from cts.roles.rules import place_lexicon as corpus_places
+from cts.qtypes import (
+    BUILTIN_PLACES_EN,
+    BUILTIN_PLACES_ZH,
+    classify_question,
+    place_pattern,
+)
 from cts.records import Record
 from cts.report import ORIG, Job, Table, load_jobs, markdown, write_table
 from cts.scoring import restore_score
 from cts.stats import cohen_kappa, kendall_tau
 from cts.text import STOPWORDS_EN, tokenize
-from cts.types import LABELS, QA, UNKNOWN, Gold, Instance, Judge, Label, Rewriter, UserAnswerer
+from cts.types import (
+    LABELS,
+    QA,
+    UNKNOWN,
+    Gold,
+    Instance,
+    Judge,
+    Label,
+    Rewriter,
+    UserAnswerer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,18 +92,19 @@ def write_tables(tables: Sequence[Table], out_dir: Path, title: str) -> list[Pat
     return [*files, page]
 
 
-def build(node: Any, services: Any) -> Any:
-    """Instantiate a config node with ``services=`` passed as the live object.
-
-    Passing ``services`` through ``instantiate``'s kwargs would merge it into the
-    config (a dataclass becomes a DictConfig); a partial called with it does not.
-    """
-    return instantiate(node, _partial_=True)(services=services)
-
-
 def _source(cfg: Any) -> Any:
     source = cfg.robustness.source
     return list(source) if type(source).__name__ == "ListConfig" else source
+
+
+def select_budgets(jobs: Sequence[Job], budgets: Sequence[int] | None) -> list[Job]:
+    """The jobs whose k is in ``budgets`` (all jobs when None)."""
+    if budgets is None:
+        return list(jobs)
+    chosen = [j for j in jobs if j.k in {int(b) for b in budgets}]
+    if not chosen:
+        raise ValueError(f"no source job has k in {list(budgets)}")
+    return chosen
 
 
 # ============================================================================ judges
@@ -287,12 +306,13 @@ def judge_robustness_task(cfg: Any, services: Any) -> None:
     """Task ``judge_robustness``: re-judge frozen answers with ``robustness.judges``.
 
     Reads ``robustness.source`` (sweep dir, job dirs or MLflow experiment),
-    ``robustness.judges`` (name -> judge config), ``robustness.reference`` (default:
-    the first judge) and ``robustness.include_recorded``; gold comes from
-    ``cfg.dataset``. Writes tables to ``cfg.paths.output_dir``.
+    ``robustness.budgets`` (the k values to keep; None = all), ``robustness.judges``
+    (name -> judge config), ``robustness.reference`` (default: the first judge) and
+    ``robustness.include_recorded``; gold comes from ``cfg.dataset``. Writes tables
+    to ``cfg.paths.output_dir``.
     """
     rcfg = cfg.robustness
-    jobs = load_jobs(_source(cfg), cfg.tracking.uri)
+    jobs = select_budgets(load_jobs(_source(cfg), cfg.tracking.uri), rcfg.get("budgets"))
     gold = build(cfg.dataset, services).gold
     judges = {name: build(node, services) for name, node in rcfg.judges.items()}
     reference = rcfg.get("reference") or next(iter(judges))
@@ -301,10 +321,11 @@ def judge_robustness_task(cfg: Any, services: Any) -> None:
     out = Path(cfg.paths.output_dir)
     tables = judge_report(scores, labels, reference)
     scores.to_csv(out / "judge_scores.csv", index=False)
-    write_tables(tables, out, "judge_robustness")
-    write_metrics(judge_metrics(tables), out)
+    files = write_tables(tables, out, "judge_robustness")
+    metrics = judge_metrics(tables)
+    files += [write_metrics(metrics, out), out / "judge_scores.csv"]
+    log_task_run(cfg, "judge_robustness", metrics, files)
     print(markdown(tables[0].display), flush=True)
-    return None
 
 
 def judge_metrics(tables: Sequence[Table]) -> dict[str, float]:
@@ -463,7 +484,7 @@ def backbone_rows(
                                        "unknown_preservation", "unsupported_concretisation"])
 
 
-def _mean(flags: Sequence[bool]) -> float:
+def _mean(flags: Sequence[bool] | Sequence[float]) -> float:
     return float(np.mean(flags)) if flags else NAN
 
 
@@ -514,14 +535,12 @@ def stability_tables(pairs: pd.DataFrame, per_backbone: pd.DataFrame) -> list[Ta
 
 
 def place_lexicon(services: Any) -> tuple[str, ...]:
-    """Built-in places plus the corpus's Geography titles when a corpus is available."""
+    """Built-in places plus the offline corpus's places when a corpus is available."""
     places = set(BUILTIN_PLACES_EN) | set(BUILTIN_PLACES_ZH)
     try:
-        titles = services.corpus.titles_in_topic("Geography")
+        places |= set(corpus_places(services))
     except Exception as e:  # noqa: BLE001 - no corpus (package missing): the built-in list serves
         log.info("no corpus place lexicon (%s); using the built-in list", e)
-        titles = []
-    places |= {re.sub(r"\s*\(.*\)$", "", t) for t in titles}
     return tuple(sorted(p for p in places if len(p) >= 2))
 
 
@@ -531,7 +550,7 @@ async def replay_all(
     """Every backbone's replay of every item, aligned with ``items``."""
     out = {}
     for name, bb in backbones.items():
-        out[name] = await bounded([lambda it=it, bb=bb: replay(it, bb) for it in items], concurrency)
+        out[name] = await bounded([functools.partial(replay, it, bb) for it in items], concurrency)
     return out
 
 
@@ -546,11 +565,11 @@ def stability_report(
 def backbone_stability_task(cfg: Any, services: Any) -> None:
     """Task ``backbone_stability``: replay frozen questions with ``robustness.backbones``.
 
-    Reads ``robustness.source`` and ``robustness.backbones`` (name -> {ua, rewriter}
-    config nodes); instances come from ``cfg.dataset``. Writes tables to
-    ``cfg.paths.output_dir``.
+    Reads ``robustness.source``, ``robustness.budgets`` (the k values to keep; None =
+    all) and ``robustness.backbones`` (name -> {ua, rewriter} config nodes);
+    instances come from ``cfg.dataset``. Writes tables to ``cfg.paths.output_dir``.
     """
-    jobs = load_jobs(_source(cfg), cfg.tracking.uri)
+    jobs = select_budgets(load_jobs(_source(cfg), cfg.tracking.uri), cfg.robustness.get("budgets"))
     dataset = build(cfg.dataset, services)
     items = frozen_items(jobs, dataset.instances)
     if not items:
@@ -562,11 +581,12 @@ def backbone_stability_task(cfg: Any, services: Any) -> None:
     outputs = asyncio.run(replay_all(items, backbones, cfg.get("concurrency", 8)))
     tables = stability_report(items, outputs, Concretiser.from_places(place_lexicon(services)))
     out = Path(cfg.paths.output_dir)
-    write_tables(tables, out, "backbone_stability")
+    files = write_tables(tables, out, "backbone_stability")
     write_replays(items, outputs, out / "backbone_replays.jsonl")
-    write_metrics(stability_metrics(tables), out)
+    metrics = stability_metrics(tables)
+    files += [write_metrics(metrics, out), out / "backbone_replays.jsonl"]
+    log_task_run(cfg, "backbone_stability", metrics, files)
     print(markdown(tables[0].display), flush=True)
-    return None
 
 
 def stability_metrics(tables: Sequence[Table]) -> dict[str, float]:

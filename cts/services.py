@@ -70,13 +70,29 @@ class Services:
         )
 
     def usage_scope(self) -> contextlib.AbstractContextManager[Mapping[str, Mapping[str, float]]]:
-        """Per-instance usage accounting; empty when no LLM runtime was built."""
-        if "llm" not in self._memo:
-            return contextlib.nullcontext({})
-        from cts.llm import usage_scope
+        """Per-instance usage accounting of every LLM call made inside the block."""
+        from cts.llm import usage_scope  # light: litellm is imported on the first call only
 
         return usage_scope()
 
     def prompt_files(self) -> list[Path]:
         """Prompt files the job's components loaded (logged with every run)."""
-        return []
+        from cts.prompts import used_prompts
+
+        return [p.path for p in used_prompts().values() if p.path is not None]
+
+    def prompt_versions(self) -> dict[str, str]:
+        """Name -> content hash of every prompt loaded, plus ``_all``: one hash over them."""
+        from cts.prompts import prompts_version, used_prompts
+
+        used = used_prompts()
+        return {**{n: p.version for n, p in sorted(used.items())}, "_all": prompts_version()} if used else {}
+
+    def stats(self) -> dict[str, float]:
+        """Counters of every built resource that keeps some (e.g. tool-cache hits)."""
+        out: dict[str, float] = {}
+        for resource in self._memo.values():
+            stats = getattr(resource, "stats", None)
+            if callable(stats):
+                out.update({k: float(v) for k, v in stats().items()})
+        return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,7 @@ def job_run(
     """
     mlflow = _mlflow()
     mlflow.set_tracking_uri(uri)
-    mlflow.set_experiment(experiment)
+    _ensure_experiment(uri, experiment)
     run = mlflow.start_run(run_name=run_name, tags=dict(tags or {}))
     status = "FAILED"
     try:
@@ -72,6 +73,22 @@ def job_run(
         status = "FINISHED"
     finally:
         mlflow.end_run(status=status)
+
+
+def _ensure_experiment(uri: str, name: str) -> None:
+    """Select the experiment, creating it with artifacts beside a SQLite store.
+
+    MLflow's default artifact root is ``./mlruns`` relative to the working
+    directory, which scatters artifacts wherever a job happens to start.
+    """
+    mlflow = _mlflow()
+    if mlflow.get_experiment_by_name(name) is None and uri.startswith("sqlite:///"):
+        root = Path(uri.removeprefix("sqlite:///")).resolve().parent / "artifacts"
+        try:
+            mlflow.create_experiment(name, artifact_location=root.as_uri())
+        except Exception:  # noqa: BLE001 - a parallel job created it first
+            pass
+    mlflow.set_experiment(name)
 
 
 def log_metrics(metrics: Mapping[str, float]) -> None:
@@ -143,3 +160,28 @@ def log_report_run(
         log_metrics(metrics)
         log_artifacts(artifacts)
     return run_id
+
+
+def trace_llm_calls(runtime: Any) -> None:
+    """Record every LLM call of ``runtime`` as an MLflow trace span (``services.llm.tracing``).
+
+    Spans carry the role, model, prompt version, messages, reply, tokens, cost and
+    whether the response cache served it; they attach to the active run's experiment.
+    """
+    mlflow = _mlflow()
+
+    def on_call(event: Any) -> None:
+        end = time.time_ns()
+        span = mlflow.start_span_no_context(
+            name=f"{event.role}:{event.spec_name}",
+            span_type="LLM",
+            inputs={"messages": list(event.messages), "params": dict(event.params)},
+            attributes={"role": event.role, "model": event.model, "prompt_version": event.prompt_version,
+                        "tokens_in": event.tokens_in, "tokens_out": event.tokens_out,
+                        "cost_usd": event.cost_usd, "cached": event.cached},
+            start_time_ns=end - int(event.latency_s * 1e9),
+        )
+        span.end(outputs={"text": event.text, "error": event.error}, end_time_ns=end,
+                 status="ERROR" if event.error else "OK")
+
+    runtime.add_listener(on_call)

@@ -11,6 +11,8 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
 
+from llm_server import llm_server_fixture  # noqa: E402,F401 - the scripted OpenAI-compatible server
+
 REPO = Path(__file__).resolve().parents[1]
 
 

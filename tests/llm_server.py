@@ -3,7 +3,8 @@
 The server class lives in :mod:`cts.llm.testing` (the benchmark uses it too);
 read its module docstring for the full API. In short::
 
-    from llm_server import Reply, llm_server  # noqa: F401  (registers the fixture)
+    from llm_server import Reply
+    from llm_server import llm_server_fixture  # noqa: F401  (registers the `llm_server` fixture)
 
     def test_x(llm_server):
         llm_server.script('["Which year?"]', Reply.error(429, retry_after=0))
@@ -25,14 +26,17 @@ import pytest
 
 from cts.llm.testing import Recorded, Reply, ScriptedServer
 
-__all__ = ["Recorded", "Reply", "ScriptedServer", "llm_server", "llm_settings"]
+__all__ = ["Recorded", "Reply", "ScriptedServer", "llm_server", "llm_server_fixture", "llm_settings"]
 
 
-@pytest.fixture
-def llm_server() -> Iterator[ScriptedServer]:
-    """A started :class:`ScriptedServer`; stopped after the test."""
+@pytest.fixture(name="llm_server")
+def llm_server_fixture() -> Iterator[ScriptedServer]:
+    """The ``llm_server`` fixture: a started :class:`ScriptedServer`, stopped after the test."""
     with ScriptedServer() as server:
         yield server
+
+
+llm_server = llm_server_fixture  # the same fixture under its own name (``from llm_server import llm_server``)
 
 
 def llm_settings(server: ScriptedServer, cache_dir: Path | None = None, **overrides: Any) -> dict[str, Any]:

@@ -16,7 +16,6 @@ from cts.gold import (
     GoldError,
     build_gold,
     build_gold_archive,
-    gold_task_run,
     load_gold,
     restore_nugget_ids,
     validate_gold,
@@ -279,9 +278,9 @@ def test_archive_is_complete_read_only_and_not_overwritten(tmp_path: Path) -> No
     for f in ("gold.jsonl", "gold_runs.jsonl", "failures.jsonl", "manifest.json"):
         assert stat.S_IMODE((out / f).stat().st_mode) == 0o444
     with pytest.raises(FileExistsError, match="gold archive exists"):
-        asyncio.run(gold_task_run(_instances(), FakeSearch(), FakeExtractor(), out, {}))
+        asyncio.run(build_gold_archive(_instances(), FakeSearch(), FakeExtractor(), out, provenance={}))
     again = asyncio.run(
-        gold_task_run(_instances()[:1], FakeSearch(), FakeExtractor(), out, {}, overwrite=True)
+        build_gold_archive(_instances()[:1], FakeSearch(), FakeExtractor(), out, provenance={}, overwrite=True)
     )
     assert again.n_gold == 1 and list(load_gold(out / "gold.jsonl")) == ["i1"]
 

@@ -10,14 +10,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llm_server import ScriptedServer, llm_settings
+from llm_server import (
+    ScriptedServer,
+    llm_server_fixture,  # noqa: F401  (registers the `llm_server` fixture)
+    llm_settings,
+)
 
 from cts.llm import LLMRuntime, ModelSpec, ResponseCache
 
-pytest_plugins = ["llm_server"]  # the llm_server fixture
-
-SPEC = ModelSpec("ernie", "openai/ernie-4.5-turbo-128k", params={"temperature": 0},
-                 input_cost_per_token=1e-3, output_cost_per_token=1e-3)
+SPEC = ModelSpec(
+    "ernie",
+    "openai/ernie-4.5-turbo-128k",
+    params={"temperature": 0},
+    input_cost_per_token=1e-3,
+    output_cost_per_token=1e-3,
+)
 MESSAGES = [{"role": "user", "content": "Which region? 哪个地区？"}]
 
 
@@ -26,7 +33,9 @@ def call(rt: LLMRuntime, role: str = "ua", **kw: Any) -> Any:
 
 
 def cached_runtime(server: ScriptedServer, path: Path, mode: str) -> LLMRuntime:
-    return LLMRuntime.from_settings(llm_settings(server, cache={"mode": mode, "path": str(path)}), path.parent)
+    return LLMRuntime.from_settings(
+        llm_settings(server, cache={"mode": mode, "path": str(path)}), path.parent
+    )
 
 
 def test_key_is_canonical_json() -> None:
@@ -49,7 +58,7 @@ def test_put_get_round_trip_and_modes(tmp_path: Path) -> None:
 
 
 def test_read_write_serves_hit_with_no_request(llm_server: ScriptedServer, tmp_path: Path) -> None:
-    llm_server.default = "Europe"
+    llm_server.default = "<think>the intent says Europe</think>Europe"
     path = tmp_path / "cache.sqlite"
     first = call(cached_runtime(llm_server, path, "read_write"))
     rt = cached_runtime(llm_server, path, "read_write")  # a rerun of the job
@@ -57,8 +66,10 @@ def test_read_write_serves_hit_with_no_request(llm_server: ScriptedServer, tmp_p
     assert len(llm_server.requests) == 1
     assert (second.text, second.cached, second.cost_usd) == ("Europe", True, 0.0)
     assert (second.tokens_in, second.tokens_out) == (first.tokens_in, first.tokens_out)
+    assert second.reasoning == first.reasoning == "the intent says Europe"
     usage = rt.usage()["ua"]
     assert (usage["calls"], usage["cache_hits"], usage["requests"], usage["cost_usd"]) == (1, 1, 0, 0.0)
+    assert usage["saved_usd"] == pytest.approx(first.cost_usd) and first.cost_usd > 0
 
 
 def test_key_covers_params_prompt_version_and_endpoint(llm_server: ScriptedServer, tmp_path: Path) -> None:
@@ -94,7 +105,9 @@ def test_off_never_serves_and_creates_no_file(llm_server: ScriptedServer, tmp_pa
 
 
 def test_default_path_is_under_cache_dir(llm_server: ScriptedServer, tmp_path: Path) -> None:
-    rt = LLMRuntime.from_settings(llm_settings(llm_server, cache={"mode": "read_write", "path": None}), tmp_path)
+    rt = LLMRuntime.from_settings(
+        llm_settings(llm_server, cache={"mode": "read_write", "path": None}), tmp_path
+    )
     call(rt)
     assert (tmp_path / "llm_cache.sqlite").exists()
 
@@ -115,7 +128,9 @@ _WRITER = textwrap.dedent(
 def test_parallel_processes_share_the_cache(tmp_path: Path) -> None:
     path, n = tmp_path / "shared.sqlite", 150
     procs = [
-        subprocess.Popen([sys.executable, "-c", _WRITER, str(path), who, str(n)], stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(path), who, str(n)], stderr=subprocess.PIPE, text=True
+        )
         for who in ("a", "b", "c")
     ]
     errors = [p.communicate(timeout=120)[1] for p in procs]

@@ -8,13 +8,20 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from cts.llm.preflight import find_model_specs, preflight_problems
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "QIANFAN_API_KEY",
-        "DASHSCOPE_API_KEY", "MOONSHOT_API_KEY", "DEEPSEEK_API_KEY")
+KEYS = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "QIANFAN_API_KEY",
+    "DASHSCOPE_API_KEY",
+    "MOONSHOT_API_KEY",
+    "DEEPSEEK_API_KEY",
+)
 STACK = ["clarifier=gpt", "ua=ernie", "rewriter=qwen", "judge=claude", "extractor=deepseek"]
 
 
@@ -24,7 +31,7 @@ def no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(key, raising=False)
 
 
-def composed(overrides: list[str]):  # noqa: ANN201
+def composed(overrides: list[str]) -> DictConfig:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("config", overrides=overrides)
 
@@ -59,22 +66,38 @@ def test_global_api_base_needs_no_keys() -> None:
 
 def test_keyless_model_needs_an_api_base() -> None:
     spec = {"_target_": "cts.llm.ModelSpec", "name": "local", "model": "openai/m", "api_key_env": None}
-    cfg = OmegaConf.create({"search": {"model": {**spec, "api_base": None}},
-                            "judge": {"model": {**spec, "api_base": "http://127.0.0.1:9/v1"}},
-                            "services": {"llm": {"api_base": None}}})
-    assert preflight_problems(cfg) == ["search.model (local): no api_base and no key variable (set the model's api_base)"]
+    cfg = OmegaConf.create(
+        {
+            "search": {"model": {**spec, "api_base": None}},
+            "judge": {"model": {**spec, "api_base": "http://127.0.0.1:9/v1"}},
+            "services": {"llm": {"api_base": None}},
+        }
+    )
+    assert preflight_problems(cfg) == [
+        "search.model (local): no api_base and no key variable (set the model's api_base)"
+    ]
 
 
 def test_unresolvable_interpolations_are_skipped() -> None:
-    cfg = OmegaConf.create({"paths": {"out": "${hydra:runtime.output_dir}"},
-                            "clarifier": {"model": {"_target_": "cts.llm.ModelSpec", "name": "gpt",
-                                                    "model": "openai/gpt-5.2", "api_key_env": "OPENAI_API_KEY"}}})
+    cfg = OmegaConf.create(
+        {
+            "paths": {"out": "${hydra:runtime.output_dir}"},
+            "clarifier": {
+                "model": {
+                    "_target_": "cts.llm.ModelSpec",
+                    "name": "gpt",
+                    "model": "openai/gpt-5.2",
+                    "api_key_env": "OPENAI_API_KEY",
+                }
+            },
+        }
+    )
     assert preflight_problems(cfg) == ["clarifier.model (gpt): OPENAI_API_KEY is not set"]
 
 
 def test_preflight_does_not_import_litellm() -> None:
     code = (
-        "import sys; from omegaconf import OmegaConf; from cts.llm.preflight import preflight_problems; "
+        "import sys; from omegaconf import DictConfig, OmegaConf; from cts.llm.preflight import preflight_problems; "
         "preflight_problems(OmegaConf.create({})); assert 'litellm' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -9,12 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llm_server import Reply, ScriptedServer, llm_settings
+from llm_server import (
+    Reply,
+    ScriptedServer,
+    llm_server_fixture,  # noqa: F401  (registers the `llm_server` fixture)
+    llm_settings,
+)
 
 from cts.llm import LLMRuntime, ModelSpec, usage_scope
 from cts.types import BudgetExceeded, CallError
-
-pytest_plugins = ["llm_server"]  # the llm_server fixture
 
 SPEC = ModelSpec(
     name="gpt",
@@ -31,31 +34,52 @@ def runtime(server: ScriptedServer, tmp_path: Path, **overrides: Any) -> LLMRunt
     return LLMRuntime.from_settings(llm_settings(server, **overrides), tmp_path)
 
 
+@pytest.fixture(params=["litellm", "openai"])
+def transport(request: pytest.FixtureRequest) -> str:
+    """Both ways of sending (services.llm.transport) must behave the same."""
+    return str(request.param)
+
+
 def complete(rt: LLMRuntime, role: str = "clarifier", spec: ModelSpec = SPEC, **kw: Any) -> Any:
     return asyncio.run(rt.client(spec, role).complete(MESSAGES, **kw))
 
 
-def test_success_reports_tokens_cost_and_sends_spec_params(llm_server: ScriptedServer, tmp_path: Path) -> None:
+def test_success_reports_tokens_cost_and_sends_spec_params(
+    llm_server: ScriptedServer, tmp_path: Path, transport: str
+) -> None:
     llm_server.script(Reply("two questions", tokens_in=10, tokens_out=5))
-    result = complete(runtime(llm_server, tmp_path))
-    assert (result.text, result.tokens_in, result.tokens_out, result.cached) == ("two questions", 10, 5, False)
+    result = complete(runtime(llm_server, tmp_path, transport=transport))
+    assert (result.text, result.tokens_in, result.tokens_out, result.cached) == (
+        "two questions",
+        10,
+        5,
+        False,
+    )
     assert result.cost_usd == pytest.approx(10 * 1e-3 + 5 * 2e-3)
     body = llm_server.requests[0].body
     assert body["model"] == "gpt-5.2"  # provider prefix dropped under the api_base override
     assert body["temperature"] == 0 and body["messages"] == MESSAGES
 
 
-def test_rate_limit_then_success(llm_server: ScriptedServer, tmp_path: Path) -> None:
+def test_reasoning_is_kept_apart_from_text(
+    llm_server: ScriptedServer, tmp_path: Path, transport: str
+) -> None:
+    llm_server.script("<think>plan first</think>\nParis.")
+    result = complete(runtime(llm_server, tmp_path, transport=transport))
+    assert (result.text.strip(), result.reasoning) == ("Paris.", "plan first")
+
+
+def test_rate_limit_then_success(llm_server: ScriptedServer, tmp_path: Path, transport: str) -> None:
     llm_server.script(Reply.error(429), "fine")
-    rt = runtime(llm_server, tmp_path)
+    rt = runtime(llm_server, tmp_path, transport=transport)
     assert complete(rt).text == "fine"
     assert len(llm_server.requests) == 2
     assert rt.usage()["clarifier"]["requests"] == 2
 
 
-def test_retry_after_is_honoured(llm_server: ScriptedServer, tmp_path: Path) -> None:
+def test_retry_after_is_honoured(llm_server: ScriptedServer, tmp_path: Path, transport: str) -> None:
     llm_server.script(Reply.error(429, retry_after=0.6), "fine")
-    complete(runtime(llm_server, tmp_path))  # backoff alone would wait ~0.01 s
+    complete(runtime(llm_server, tmp_path, transport=transport))  # backoff alone would wait ~0.01 s
     first, second = llm_server.requests
     assert second.time - first.time >= 0.5
 
@@ -68,9 +92,11 @@ def test_retry_after_is_bounded(llm_server: ScriptedServer, tmp_path: Path) -> N
     assert second.time - first.time < 30
 
 
-def test_server_errors_until_attempts_run_out(llm_server: ScriptedServer, tmp_path: Path) -> None:
+def test_server_errors_until_attempts_run_out(
+    llm_server: ScriptedServer, tmp_path: Path, transport: str
+) -> None:
     llm_server.default = Reply.error(500)
-    rt = runtime(llm_server, tmp_path, max_attempts=3)
+    rt = runtime(llm_server, tmp_path, transport=transport, max_attempts=3)
     with pytest.raises(CallError) as err:
         complete(rt)
     assert err.value.kind == "server_error"
@@ -78,34 +104,36 @@ def test_server_errors_until_attempts_run_out(llm_server: ScriptedServer, tmp_pa
     assert rt.usage()["clarifier"]["errors"] == 1
 
 
-def test_bad_request_is_not_retried(llm_server: ScriptedServer, tmp_path: Path) -> None:
+def test_bad_request_is_not_retried(llm_server: ScriptedServer, tmp_path: Path, transport: str) -> None:
     llm_server.default = Reply.error(400, "bad param")
     with pytest.raises(CallError) as err:
-        complete(runtime(llm_server, tmp_path, max_attempts=5))
+        complete(runtime(llm_server, tmp_path, transport=transport, max_attempts=5))
     assert err.value.kind == "bad_request"
     assert len(llm_server.requests) == 1
 
 
-def test_timeout_is_retried_then_fails(llm_server: ScriptedServer, tmp_path: Path) -> None:
+def test_timeout_is_retried_then_fails(llm_server: ScriptedServer, tmp_path: Path, transport: str) -> None:
     llm_server.default = Reply("late", delay_s=1.5)
     with pytest.raises(CallError) as err:
-        complete(runtime(llm_server, tmp_path, timeout_s=0.2, max_attempts=2))
+        complete(runtime(llm_server, tmp_path, transport=transport, timeout_s=0.2, max_attempts=2))
     assert err.value.kind == "timeout"
     assert len(llm_server.requests) == 2
 
 
-def test_connection_error(tmp_path: Path) -> None:
+def test_connection_error(tmp_path: Path, transport: str) -> None:
     with ScriptedServer() as server:
-        settings = llm_settings(server, max_attempts=2)
+        settings = llm_settings(server, max_attempts=2, transport=transport)
     rt = LLMRuntime.from_settings(settings, tmp_path)  # the server is gone: nothing listens
     with pytest.raises(CallError) as err:
         complete(rt)
     assert err.value.kind == "connection"
 
 
-def test_malformed_http_body_is_a_server_error(llm_server: ScriptedServer, tmp_path: Path) -> None:
+def test_malformed_http_body_is_a_server_error(
+    llm_server: ScriptedServer, tmp_path: Path, transport: str
+) -> None:
     llm_server.script(Reply(raw='{"choices": ['), "fine")
-    assert complete(runtime(llm_server, tmp_path)).text == "fine"
+    assert complete(runtime(llm_server, tmp_path, transport=transport)).text == "fine"
     assert len(llm_server.requests) == 2
 
 
@@ -130,7 +158,9 @@ def test_global_model_override(llm_server: ScriptedServer, tmp_path: Path) -> No
     assert llm_server.requests[0].body["model"] == "Qwen/Qwen3-8B"
 
 
-def test_concurrency_is_capped_per_endpoint(llm_server: ScriptedServer, tmp_path: Path) -> None:
+def test_concurrency_is_capped_per_endpoint(
+    llm_server: ScriptedServer, tmp_path: Path, transport: str
+) -> None:
     lock, state = threading.Lock(), {"now": 0, "peak": 0}
 
     def slow(body: Any) -> str:
@@ -143,7 +173,7 @@ def test_concurrency_is_capped_per_endpoint(llm_server: ScriptedServer, tmp_path
         return "ok"
 
     llm_server.handler = slow
-    rt = runtime(llm_server, tmp_path, concurrency_per_endpoint=2)
+    rt = runtime(llm_server, tmp_path, transport=transport, concurrency_per_endpoint=2)
 
     async def many() -> None:
         client = rt.client(SPEC, "ua")
@@ -163,7 +193,9 @@ def test_usage_scope_attribution_across_concurrent_tasks(llm_server: ScriptedSer
         with usage_scope() as usage:
             await clarifier.complete(MESSAGES)
             # nested tasks inherit the scope through the context
-            await asyncio.gather(*(ua.complete([{"role": "user", "content": f"{n_ua}-{i}"}]) for i in range(n_ua)))
+            await asyncio.gather(
+                *(ua.complete([{"role": "user", "content": f"{n_ua}-{i}"}]) for i in range(n_ua))
+            )
             return usage
 
     async def both() -> list[dict]:
@@ -189,8 +221,8 @@ def test_budget_stops_before_sending(llm_server: ScriptedServer, tmp_path: Path)
     assert rt.spent_usd == pytest.approx(0.02)
 
 
-def test_runtime_works_across_event_loops(llm_server: ScriptedServer, tmp_path: Path) -> None:
-    rt = runtime(llm_server, tmp_path, concurrency_per_endpoint=1)
+def test_runtime_works_across_event_loops(llm_server: ScriptedServer, tmp_path: Path, transport: str) -> None:
+    rt = runtime(llm_server, tmp_path, transport=transport, concurrency_per_endpoint=1)
     for _ in range(2):  # a job may call asyncio.run more than once
         assert complete(rt).text == "ok"
 
@@ -202,10 +234,26 @@ def test_listener_sees_every_call(llm_server: ScriptedServer, tmp_path: Path) ->
     complete(rt, role="judge", prompt_version="v1")
     (event,) = events
     assert (event.role, event.spec_name, event.prompt_version, event.text, event.error) == (
-        "judge", "gpt", "v1", "ok", None,
+        "judge",
+        "gpt",
+        "v1",
+        "ok",
+        None,
     )
 
 
 def test_unknown_settings_key_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="max_atempts"):
         LLMRuntime.from_settings({"max_atempts": 3}, tmp_path)
+
+
+def test_default_settings_file_parses(tmp_path: Path) -> None:
+    from hydra import compose, initialize_config_dir
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        cfg = compose("config", overrides=["services.llm.api_base=http://127.0.0.1:9/v1"])
+    rt = LLMRuntime.from_settings(cfg.services.llm, tmp_path)
+    assert rt.settings.api_base == "http://127.0.0.1:9/v1" and rt.settings.transport == "litellm"
+    assert rt.cache.mode == "read_write" and rt.cache.path == tmp_path / "llm_cache.sqlite"
+    assert rt.settings.max_reasks == 2 and rt.settings.max_usd is None

@@ -7,16 +7,20 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from llm_server import Reply, ScriptedServer
+from llm_server import (
+    Reply,
+    ScriptedServer,
+    llm_server_fixture,  # noqa: F401  (registers the `llm_server` fixture)
+)
 
 from cts.llm.testing import protocol_reply
-
-pytest_plugins = ["llm_server"]  # the llm_server fixture
 
 
 def post(server: ScriptedServer, body: Any) -> tuple[int, dict[str, str], str]:
     request = urllib.request.Request(
-        server.base_url + "/chat/completions", data=json.dumps(body).encode(), method="POST",
+        server.base_url + "/chat/completions",
+        data=json.dumps(body).encode(),
+        method="POST",
         headers={"Content-Type": "application/json"},
     )
     try:
@@ -50,7 +54,10 @@ def test_raw_body_and_tokens(llm_server: ScriptedServer) -> None:
     llm_server.script(Reply(raw="{not json"), Reply("x", tokens_in=7, tokens_out=3))
     assert post(llm_server, {})[2] == "{not json"
     assert json.loads(post(llm_server, {})[2])["usage"] == {
-        "prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+        "prompt_tokens": 7,
+        "completion_tokens": 3,
+        "total_tokens": 10,
+    }
 
 
 def test_reset(llm_server: ScriptedServer) -> None:
@@ -66,12 +73,22 @@ def test_protocol_reply_answers_each_prompt() -> None:
         return {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": user}]}
 
     assert json.loads(protocol_reply(body("Query: q\n\nNumber of questions: 3"))) == [
-        "Which time period do you mean?", "Which specific entity or scope do you mean?",
-        "By which definition or criterion?"]
+        "Which time period do you mean?",
+        "Which specific entity or scope do you mean?",
+        "By which definition or criterion?",
+    ]
     assert protocol_reply(body("Intent query: x\n\nClarification question: Which year?")) == "unknown"
-    assert protocol_reply(body("Original query: 最好的大学\n\nClarification questions and answers:\nQ1: a\nA1: b")) \
+    assert (
+        protocol_reply(
+            body("Original query: 最好的大学\n\nClarification questions and answers:\nQ1: a\nA1: b")
+        )
         == "最好的大学"
-    gold = json.loads(protocol_reply(body("Evidence snippets:\n[e1] T (s)\nFact one.\n\n[e2] U (s)\nFact two.")))
+    )
+    gold = json.loads(
+        protocol_reply(body("Evidence snippets:\n[e1] T (s)\nFact one.\n\n[e2] U (s)\nFact two."))
+    )
     assert [(n["id"], n["evidence_ids"]) for n in gold["nuggets"]] == [("n1", ["e1"]), ("n2", ["e2"])]
-    labels = json.loads(protocol_reply(body("Candidate answer:\nOxford is first\n\nNuggets:\nn1: Oxford first\nn2: Paris")))
+    labels = json.loads(
+        protocol_reply(body("Candidate answer:\nOxford is first\n\nNuggets:\nn1: Oxford first\nn2: Paris"))
+    )
     assert labels == {"n1": "full", "n2": "none"}

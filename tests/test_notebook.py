@@ -30,6 +30,7 @@ def test_compare_runs_notebook_executes(tmp_path: Path, monkeypatch: pytest.Monk
     nbclient = pytest.importorskip("nbclient")
     from test_report import make_sweep
 
+    monkeypatch.chdir(tmp_path)  # MLflow puts artifacts of a new experiment under ./mlruns
     sweep = make_sweep(tmp_path / "sweep")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     log_sweep(sweep, uri, "nb-test")

@@ -7,7 +7,11 @@ import inspect
 from pathlib import Path
 
 import pytest
-from llm_server import ScriptedServer, llm_settings
+from llm_server import (
+    ScriptedServer,
+    llm_server_fixture,  # noqa: F401  (registers the `llm_server` fixture)
+    llm_settings,
+)
 
 from cts import prompts as prompts_module
 from cts.llm.testing import protocol_reply
@@ -15,8 +19,6 @@ from cts.prompts import Prompt, PromptError, default_prompts_dir, load_prompt, p
 from cts.roles import llm as roles
 from cts.services import Services
 from cts.types import QA, Evidence, Nugget
-
-pytest_plugins = ["llm_server"]  # the llm_server fixture
 
 # What each role passes to its prompt (the contract the files must match).
 EXPECTED = {
@@ -83,7 +85,10 @@ def test_sections_and_comments(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     prompt = load_prompt("p", tmp_path)
-    assert prompt.messages(a=1, b=2) == [{"role": "system", "content": "Sys 1"}, {"role": "user", "content": "User 2"}]
+    assert prompt.messages(a=1, b=2) == [
+        {"role": "system", "content": "Sys 1"},
+        {"role": "user", "content": "User 2"},
+    ]
     assert prompt.path == tmp_path / "p.md"
 
 

@@ -136,7 +136,7 @@ def _llm_typer(server: ScriptedServer, tmp_path: Path) -> LLMQuestionTyper:
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose("config", overrides=["qtyper=llm"])
     services = Services(cache_dir=tmp_path, settings={"llm": llm_settings(server, max_reasks=1)})
-    typer = instantiate(cfg.qtyper, _partial_=True)(services=services)  # keep the live Services object
+    typer = instantiate(cfg.qtyper, services=services)
     assert isinstance(typer, LLMQuestionTyper)
     return typer
 

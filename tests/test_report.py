@@ -180,8 +180,12 @@ def test_cli_writes_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 @pytest.mark.slow
-def test_report_from_mlflow_experiment_matches_dir_and_is_logged(tmp_path: Path) -> None:
+def test_report_from_mlflow_experiment_matches_dir_and_is_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from cts import tracking
+
+    monkeypatch.chdir(tmp_path)  # MLflow puts artifacts of a new experiment under ./mlruns
 
     sweep = make_sweep(tmp_path / "sweep")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -189,6 +193,7 @@ def test_report_from_mlflow_experiment_matches_dir_and_is_logged(tmp_path: Path)
     for job in report.job_dirs(sweep):
         with tracking.job_run(uri, "exp", job.name, {}, {"cts.kind": "job"}):
             tracking.log_artifacts([job / "records.jsonl", job / "summary.json"])
+    (tmp_path / "exp").mkdir()  # a directory named like the experiment does not shadow it
     from_runs = report.build_sweep_report("exp", tmp_path / "from_runs", uri, n_resamples=500)
     from_dir = report.build_sweep_report(sweep, tmp_path / "from_dir", n_resamples=500)
     assert from_runs.ok, from_runs.errors

@@ -21,7 +21,7 @@ from cts.judge import LexicalJudge
 from cts.qtypes import BUILTIN_PLACES_EN, BUILTIN_PLACES_ZH
 from cts.records import ArmResult, Record
 from cts.services import Services
-from cts.types import QA, UNKNOWN, Gold, Instance, Label, Nugget
+from cts.types import UNKNOWN, Gold, Instance, Label, Nugget
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 HERE = __name__
@@ -111,7 +111,9 @@ def compose_task(experiment: str, out: Path, source: Path, *overrides: str) -> D
 
 def run_task(cfg: DictConfig, services: Services) -> Any:
     """Exactly what the app does with a task config."""
-    return instantiate(cfg.task)(cfg=cfg, services=services)
+    from cts.app import run_task as app_run_task
+
+    return app_run_task(cfg, services)
 
 
 def test_judge_robustness_table9_tau_kappa_and_no_protocol_calls(frozen_sweep: Path, tmp_path: Path) -> None:
@@ -279,3 +281,10 @@ def test_backbone_stability_offline_rule_roles_from_config(tmp_path: Path, servi
     replays = json.loads((out / "backbone_replays.jsonl").read_text().splitlines()[0])
     assert replays["backbones"]["rules"]["answers"][0] == "1999"
     assert "1999" in replays["backbones"]["strict-bracket"]["rewrite"]
+
+
+def test_budgets_select_source_jobs(frozen_sweep: Path) -> None:
+    jobs = rb.load_jobs(frozen_sweep)
+    assert rb.select_budgets(jobs, None) == jobs and rb.select_budgets(jobs, [1]) == jobs
+    with pytest.raises(ValueError, match="no source job has k"):
+        rb.select_budgets(jobs, [3])

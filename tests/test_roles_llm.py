@@ -11,7 +11,11 @@ from typing import Any
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
-from llm_server import Reply, ScriptedServer, llm_settings
+from llm_server import (
+    ScriptedServer,
+    llm_server_fixture,  # noqa: F401  (registers the `llm_server` fixture)
+    llm_settings,
+)
 
 from cts.llm import ModelSpec
 from cts.llm.testing import protocol_reply
@@ -26,13 +30,18 @@ from cts.roles.llm import (
 from cts.services import Services
 from cts.types import QA, UNKNOWN, Evidence, GoldDraft, Instance, Nugget, UnscoredError
 
-pytest_plugins = ["llm_server"]  # the llm_server fixture
-
 CONF = Path(__file__).resolve().parents[1] / "conf"
-SPEC = {"_target_": "cts.llm.ModelSpec", "name": "ernie", "model": "openai/ernie-4.5-turbo-128k",
-        "params": {"temperature": 0}}
-NUGGETS = (Nugget("n1", "Oxford ranks first", 3), Nugget("n2", "ETH Zurich is in Switzerland", 2),
-           Nugget("n3", "Both offer AI master's", 1))
+SPEC = {
+    "_target_": "cts.llm.ModelSpec",
+    "name": "ernie",
+    "model": "openai/ernie-4.5-turbo-128k",
+    "params": {"temperature": 0},
+}
+NUGGETS = (
+    Nugget("n1", "Oxford ranks first", 3),
+    Nugget("n2", "ETH Zurich is in Switzerland", 2),
+    Nugget("n3", "Both offer AI master's", 1),
+)
 
 
 @pytest.fixture
@@ -44,7 +53,9 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-def test_clarifier_parses_questions_and_sends_prompt_a(llm_server: ScriptedServer, services: Services) -> None:
+def test_clarifier_parses_questions_and_sends_prompt_a(
+    llm_server: ScriptedServer, services: Services
+) -> None:
     llm_server.script('["Which year?", "Which country?"]')
     clarifier = LLMClarifier(SPEC, "clarifier", services)
     assert run(clarifier.ask("best universities for AI", 2)) == ["Which year?", "Which country?"]
@@ -161,7 +172,9 @@ def test_judge_accepts_list_form(llm_server: ScriptedServer, services: Services)
         '{"n1": "full", "n2": "no',  # truncated
     ],
 )
-def test_judge_invalid_labels_reask_then_unscored(bad: str, llm_server: ScriptedServer, services: Services) -> None:
+def test_judge_invalid_labels_reask_then_unscored(
+    bad: str, llm_server: ScriptedServer, services: Services
+) -> None:
     llm_server.default = bad
     with pytest.raises(UnscoredError):
         run(LLMJudge(SPEC, "judge", services, max_reasks=1).judge("x", NUGGETS))
@@ -179,19 +192,29 @@ def test_judge_no_nuggets_makes_no_call(llm_server: ScriptedServer, services: Se
     assert llm_server.requests == []
 
 
-EVIDENCE = (Evidence("e1", "local://1", "Oxford", "Oxford ranks first in AI."),
-            Evidence("e2", "local://2", "ETH", "ETH Zurich is in Switzerland."))
+EVIDENCE = (
+    Evidence("e1", "local://1", "Oxford", "Oxford ranks first in AI."),
+    Evidence("e2", "local://2", "ETH", "ETH Zurich is in Switzerland."),
+)
 
 
 def test_extractor_builds_grounded_gold(llm_server: ScriptedServer, services: Services) -> None:
-    gold = {"nuggets": [{"id": "n1", "text": "Oxford ranks first", "weight": "3", "evidence_ids": ["e1"]},
-                        {"text": "ETH is Swiss", "weight": 2, "evidence_ids": ["e2", "e1"]}],
-            "must_cover": ["which universities"], "missing_evidence": [], "unsupported_claims": "a claim"}
+    gold = {
+        "nuggets": [
+            {"id": "n1", "text": "Oxford ranks first", "weight": "3", "evidence_ids": ["e1"]},
+            {"text": "ETH is Swiss", "weight": 2, "evidence_ids": ["e2", "e1"]},
+        ],
+        "must_cover": ["which universities"],
+        "missing_evidence": [],
+        "unsupported_claims": "a claim",
+    }
     llm_server.script(json.dumps(gold))
     draft = run(LLMExtractor(SPEC, "extractor", services).extract("AI unis in Europe", "Oxford...", EVIDENCE))
     assert isinstance(draft, GoldDraft)
     assert [(n.id, n.weight, n.evidence_ids) for n in draft.nuggets] == [
-        ("n1", 3, ("e1",)), ("n2", 2, ("e2", "e1"))]
+        ("n1", 3, ("e1",)),
+        ("n2", 2, ("e2", "e1")),
+    ]
     assert draft.must_cover == ("which universities",) and draft.unsupported_claims == ("a claim",)
     assert "[e2] ETH (local://2)" in llm_server.requests[0].body["messages"][1]["content"]
 
@@ -205,7 +228,9 @@ def test_extractor_builds_grounded_gold(llm_server: ScriptedServer, services: Se
         {"text": "", "weight": 2, "evidence_ids": ["e1"]},  # empty
     ],
 )
-def test_extractor_rejects_invalid_nuggets(nugget: dict, llm_server: ScriptedServer, services: Services) -> None:
+def test_extractor_rejects_invalid_nuggets(
+    nugget: dict, llm_server: ScriptedServer, services: Services
+) -> None:
     llm_server.default = json.dumps({"nuggets": [nugget]})
     with pytest.raises(UnscoredError):
         run(LLMExtractor(SPEC, "extractor", services, max_reasks=0).extract("q", "a", EVIDENCE))
@@ -215,13 +240,17 @@ def test_extractor_rejects_invalid_nuggets(nugget: dict, llm_server: ScriptedSer
 CANARIES = ("CANARY-7f3a9c", "金丝雀暗号九七")
 
 
-def test_fused_query_never_reaches_clarifier_or_rewriter(llm_server: ScriptedServer, services: Services) -> None:
+def test_fused_query_never_reaches_clarifier_or_rewriter(
+    llm_server: ScriptedServer, services: Services
+) -> None:
     instance = Instance(
         id="c1",
         blurred_query="best universities for AI",
         fused_query=f"best universities for AI in Europe for master's study {CANARIES[0]} {CANARIES[1]}",
     )
-    llm_server.handler = lambda body: "Europe" if "Intent query:" in json.dumps(body) else protocol_reply(body)
+    llm_server.handler = lambda body: (
+        "Europe" if "Intent query:" in json.dumps(body) else protocol_reply(body)
+    )
     clarifier, ua = LLMClarifier(SPEC, "clarifier", services), LLMUserAnswerer(SPEC, "ua", services)
     rewriter = LLMRewriter(SPEC, "rewriter", services)
 
@@ -246,8 +275,13 @@ def test_fused_query_never_reaches_clarifier_or_rewriter(llm_server: ScriptedSer
 
 GROUPS = ("clarifier", "ua", "rewriter", "judge", "extractor")
 MODELS = ("gpt", "claude", "gemini", "ernie", "qwen", "kimi", "deepseek")
-CLASSES = {"clarifier": LLMClarifier, "ua": LLMUserAnswerer, "rewriter": LLMRewriter,
-           "judge": LLMJudge, "extractor": LLMExtractor}
+CLASSES = {
+    "clarifier": LLMClarifier,
+    "ua": LLMUserAnswerer,
+    "rewriter": LLMRewriter,
+    "judge": LLMJudge,
+    "extractor": LLMExtractor,
+}
 
 
 def test_every_llm_option_composes_and_instantiates(services: Services, llm_server: ScriptedServer) -> None:

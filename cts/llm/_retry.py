@@ -15,10 +15,24 @@ from typing import Any
 
 RETRYABLE_KINDS = frozenset({"rate_limit", "timeout", "connection", "server_error"})
 _CONNECTION_NAMES = frozenset(
-    {"APIConnectionError", "ConnectError", "ConnectionError", "ClientConnectorError",
-     "ServerDisconnectedError", "RemoteProtocolError", "ReadError"}
+    {
+        "APIConnectionError",
+        "ConnectError",
+        "ConnectionError",
+        "ClientConnectorError",
+        "ServerDisconnectedError",
+        "RemoteProtocolError",
+        "ReadError",
+    }
 )
-_CLIENT_KINDS = {400: "bad_request", 401: "auth", 403: "auth", 404: "not_found", 413: "bad_request", 422: "bad_request"}
+_CLIENT_KINDS = {
+    400: "bad_request",
+    401: "auth",
+    403: "auth",
+    404: "not_found",
+    413: "bad_request",
+    422: "bad_request",
+}
 
 
 @dataclass(frozen=True)
@@ -46,7 +60,8 @@ def classify(exc: BaseException) -> Failure:
         kind = "rate_limit"
     elif names & _CONNECTION_NAMES:
         kind = "connection"  # litellm reports a refused connection as a 500
-    elif status is not None and status >= 500:
+    elif (status is not None and status >= 500) or "JSONDecodeError" in names:
+        # an unparsable response body is the server's fault, as litellm also reports it
         kind = "server_error"
     elif status is not None and 400 <= status < 500:
         kind = _CLIENT_KINDS.get(status, "client_error")

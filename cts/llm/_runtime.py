@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import os
 import time
 import weakref
@@ -12,13 +13,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
 
 from cts.llm._lite import litellm_module
 from cts.llm._pricing import call_cost, register_prices
 from cts.llm._retry import classify
 from cts.llm._settings import LLMSettings
 from cts.llm._spec import ModelSpec
+from cts.llm._transport import Sender
 from cts.llm._usage import CallUsage, Usage, add_call, add_to_scopes
 from cts.llm.cache import ResponseCache
 from cts.types import BudgetExceeded, CallError
@@ -37,6 +45,8 @@ class Completion:
     """USD billed to this job (0 for a cache hit)."""
     cached: bool
     latency_s: float
+    reasoning: str = ""
+    """Reasoning the provider returned apart from ``text`` (litellm moves ``<think>`` blocks here)."""
 
 
 @dataclass(frozen=True)
@@ -79,14 +89,30 @@ class CallEvent:
 Listener = Callable[[CallEvent], None]
 
 
+@dataclass
+class _Call:
+    """Mutable state of one ``complete`` call while it runs."""
+
+    client: ChatClient
+    route: Route
+    messages: list[dict[str, str]]
+    params: dict[str, Any]
+    version: str
+    started_at: float
+    requests: int = 0
+    completion: Completion | None = None
+    error: str | None = None
+    saved_usd: float = 0.0
+
+
 def route_for(spec: ModelSpec, settings: LLMSettings) -> Route:
     """Apply the global ``api_base``/``model`` overrides to ``spec``."""
     if settings.api_base:
         # One OpenAI-compatible endpoint serves every role: drop the provider prefix.
         served = settings.model or spec.model.split("/", 1)[-1]
         model = f"openai/{served}"
-        key = settings.api_key or _DUMMY_KEY
-        return Route(model, settings.api_base, key, settings.api_base, settings.concurrency_per_endpoint)
+        token = settings.api_key or _DUMMY_KEY
+        return Route(model, settings.api_base, token, settings.api_base, settings.concurrency_per_endpoint)
     key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
     missing = spec.api_key_env if spec.api_key_env and not key else None
     if key is None and spec.api_base and not missing:
@@ -132,6 +158,7 @@ class LLMRuntime:
         self._limits = weakref.WeakKeyDictionary()
         self._registered: set[str] = set()
         self._listeners: list[Listener] = []
+        self._sender = Sender(settings.transport)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], cache_dir: Path) -> LLMRuntime:
@@ -170,65 +197,78 @@ class LLMRuntime:
     async def _complete(
         self, client: ChatClient, messages: list[dict[str, str]], version: str, params: Mapping[str, Any]
     ) -> Completion:
-        start, started_at = time.perf_counter(), time.time()
-        route = route_for(client.spec, self.settings)
-        merged = {**client.spec.params, **params}
-        key = self.cache.key(
-            {"api_base": route.api_base, "model": route.model, "messages": messages,
-             "params": merged, "prompt_version": version}
+        start = time.perf_counter()
+        call = _Call(
+            client,
+            route_for(client.spec, self.settings),
+            messages,
+            {**client.spec.params, **params},
+            version,
+            time.time(),
         )
-        hit = await self._cache_get(key)
-        requests, error, completion = 0, None, None
+        key = self.cache.key(
+            {
+                "api_base": call.route.api_base,
+                "model": call.route.model,
+                "messages": messages,
+                "params": call.params,
+                "prompt_version": version,
+            }
+        )
         try:
+            hit = await self._cache_get(key)
             if hit is not None:
-                completion = Completion(hit["text"], hit["tokens_in"], hit["tokens_out"], 0.0, True, 0.0)
+                call.completion = Completion(
+                    hit["text"], hit["tokens_in"], hit["tokens_out"], 0.0, True, 0.0, hit.get("reasoning", "")
+                )
+                call.saved_usd = float(hit.get("cost_usd", 0.0))
             else:
-                completion, requests = await self._call(client.spec, route, messages, merged)
-                await self._cache_put(key, completion)
+                call.completion = await self._call(call)
+                await self._cache_put(key, call.completion)
         except CallError as exc:
-            error = exc.kind
+            call.error = exc.kind
             raise
         except BudgetExceeded:
-            error = "budget"
+            call.error = "budget"
             raise
         finally:
             latency = time.perf_counter() - start
-            self._book(client, completion, requests, latency, error)
-            self._notify(client, route, messages, merged, version, completion, latency, error, started_at)
-        return Completion(completion.text, completion.tokens_in, completion.tokens_out,
-                          completion.cost_usd, completion.cached, latency)
+            self._book(call, latency)
+            self._notify(call, latency)
+        assert call.completion is not None  # set above, or an exception propagated
+        return dataclasses.replace(call.completion, latency_s=latency)
 
-    async def _call(
-        self, spec: ModelSpec, route: Route, messages: list[dict[str, str]], params: Mapping[str, Any]
-    ) -> tuple[Completion, int]:
+    async def _call(self, call: _Call) -> Completion:
+        spec, route = call.client.spec, call.route
         if route.missing_key:
-            raise CallError("auth", f"environment variable {route.missing_key} (model {spec.name}) is not set")
-        litellm = litellm_module()
+            raise CallError(
+                "auth", f"environment variable {route.missing_key} (model {spec.name}) is not set"
+            )
         limit = self._semaphore(route)
-        attempts = 0
+        prices = (spec.input_cost_per_token, spec.output_cost_per_token)
 
         async def attempt() -> Any:
-            nonlocal attempts
             self._check_budget()
             async with limit:
-                attempts += 1
-                return await litellm.acompletion(
-                    model=route.model, messages=messages, api_base=route.api_base, api_key=route.api_key,
-                    timeout=self.settings.timeout_s, num_retries=0, max_retries=0,
-                    # per-call prices spare litellm a price-table search (~1 ms CPU per call)
-                    input_cost_per_token=spec.input_cost_per_token,
-                    output_cost_per_token=spec.output_cost_per_token,
-                    **params,
+                call.requests += 1
+                return await self._sender.send(
+                    route.model,
+                    call.messages,
+                    route.api_base,
+                    route.api_key,
+                    self.settings.timeout_s,
+                    prices,
+                    call.params,
                 )
 
         try:
-            response = await self._retrying()(attempt)
+            response: Any = await self._retrying()(attempt)
         except (BudgetExceeded, CallError):
             raise
         except Exception as exc:
-            failure = classify(exc)
-            raise CallError(failure.kind, f"{spec.name} after {attempts} attempt(s): {exc}") from exc
-        return self._completion(spec, response), attempts
+            kind = classify(exc).kind
+            raise CallError(kind, f"{spec.name} after {call.requests} attempt(s): {exc}") from exc
+        return self._completion(spec, response)
 
     def _retrying(self) -> AsyncRetrying:
         backoff = self.settings.backoff
@@ -248,12 +288,14 @@ class LLMRuntime:
 
     @staticmethod
     def _completion(spec: ModelSpec, response: Any) -> Completion:
-        text = (response.choices[0].message.content or "") if response.choices else ""
+        message = response.choices[0].message if response.choices else None
+        text = (getattr(message, "content", None) or "") if message is not None else ""
+        reasoning = (getattr(message, "reasoning_content", None) or "") if message is not None else ""
         usage = getattr(response, "usage", None)
         tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
         tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
         cost = call_cost(spec, tokens_in, tokens_out)
-        return Completion(text, tokens_in, tokens_out, cost, False, 0.0)
+        return Completion(text, tokens_in, tokens_out, cost, False, 0.0, str(reasoning))
 
     def _semaphore(self, route: Route) -> asyncio.Semaphore:
         # Semaphores bind to one event loop; a job may run several loops in turn.
@@ -275,38 +317,52 @@ class LLMRuntime:
     async def _cache_put(self, key: str, completion: Completion) -> None:
         if self.cache.mode != "read_write":
             return
-        value = {"text": completion.text, "tokens_in": completion.tokens_in,
-                 "tokens_out": completion.tokens_out, "cost_usd": completion.cost_usd}
+        value = {
+            "text": completion.text,
+            "tokens_in": completion.tokens_in,
+            "tokens_out": completion.tokens_out,
+            "cost_usd": completion.cost_usd,
+            "reasoning": completion.reasoning,
+        }
         await asyncio.to_thread(self.cache.put, key, value)
 
-    def _book(
-        self, client: ChatClient, completion: Completion | None, requests: int, latency: float, error: str | None
-    ) -> None:
-        fresh = completion is not None and not completion.cached
-        call = CallUsage(
-            cached=completion is not None and completion.cached,
-            failed=error is not None,
-            requests=requests,
-            tokens_in=completion.tokens_in if fresh else 0,
-            tokens_out=completion.tokens_out if fresh else 0,
-            cost_usd=completion.cost_usd if fresh else 0.0,
+    def _book(self, call: _Call, latency: float) -> None:
+        done = call.completion
+        fresh = done is not None and not done.cached
+        usage = CallUsage(
+            cached=done is not None and done.cached,
+            failed=call.error is not None,
+            requests=call.requests,
+            tokens_in=done.tokens_in if done is not None and fresh else 0,
+            tokens_out=done.tokens_out if done is not None and fresh else 0,
+            cost_usd=done.cost_usd if done is not None and fresh else 0.0,
             latency_s=latency,
+            saved_usd=call.saved_usd,
         )
-        self._spent += call.cost_usd
-        add_call(self._usage, client.role, call)
-        add_to_scopes(client.role, call)
+        self._spent += usage.cost_usd
+        add_call(self._usage, call.client.role, usage)
+        add_to_scopes(call.client.role, usage)
 
-    def _notify(
-        self, client: ChatClient, route: Route, messages: list[dict[str, str]], params: Mapping[str, Any],
-        version: str, completion: Completion | None, latency: float, error: str | None, started_at: float,
-    ) -> None:
+    def _notify(self, call: _Call, latency: float) -> None:
         if not self._listeners:
             return
+        done = call.completion or Completion("", 0, 0, 0.0, False, 0.0)
         event = CallEvent(
-            client.role, client.spec.name, route.model, route.api_base, tuple(messages), dict(params), version,
-            completion.text if completion else "", completion.tokens_in if completion else 0,
-            completion.tokens_out if completion else 0, completion.cost_usd if completion else 0.0,
-            bool(completion and completion.cached), latency, error, started_at,
+            role=call.client.role,
+            spec_name=call.client.spec.name,
+            model=call.route.model,
+            api_base=call.route.api_base,
+            messages=tuple(call.messages),
+            params=dict(call.params),
+            prompt_version=call.version,
+            text=done.text,
+            tokens_in=done.tokens_in,
+            tokens_out=done.tokens_out,
+            cost_usd=done.cost_usd,
+            cached=done.cached,
+            latency_s=latency,
+            error=call.error,
+            started_at=call.started_at,
         )
         for listener in self._listeners:
             listener(event)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cts.llm._spec import _plain
+from cts.llm._transport import Transport
 from cts.llm.cache import CACHE_MODES, CacheMode
 
 
@@ -38,6 +39,7 @@ class LLMSettings:
     max_reasks: int = 2
     max_usd: float | None = None
     tracing: bool = False
+    transport: Transport = "litellm"
 
     @classmethod
     def from_mapping(cls, settings: Mapping[str, Any]) -> LLMSettings:

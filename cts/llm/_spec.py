@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 
@@ -43,8 +42,8 @@ class ModelSpec:
     max_concurrency: int | None = None
 
     def __post_init__(self) -> None:
-        # Hydra hands over DictConfig; keep a read-only plain copy so specs stay values.
-        object.__setattr__(self, "params", MappingProxyType(_plain(self.params or {})))
+        # Hydra hands over DictConfig: keep a plain copy (picklable, deep-copyable, JSON-able).
+        object.__setattr__(self, "params", _plain(self.params or {}))
 
     @classmethod
     def coerce(cls, value: ModelSpec | Mapping[str, Any]) -> ModelSpec:

@@ -15,13 +15,14 @@ USAGE_KEYS: tuple[str, ...] = (
     "tokens_in",
     "tokens_out",
     "cost_usd",
+    "saved_usd",
     "latency_s",
 )
 """Counters kept per role: ``calls`` = ``complete`` invocations (cache hits and
 failures included), ``cache_hits`` = those served from the cache, ``errors`` =
 those that raised (CallError or BudgetExceeded), ``requests`` = HTTP requests sent
 (retries included), tokens and cost = fresh (billed) completions only,
-``latency_s`` = wall time spent in ``complete``."""
+``saved_usd`` = what the cache hits cost when first made, ``latency_s`` = wall time spent in ``complete``."""
 
 Usage = dict[str, dict[str, float]]
 
@@ -39,6 +40,7 @@ class CallUsage:
     tokens_out: int
     cost_usd: float
     latency_s: float
+    saved_usd: float = 0.0
 
 
 def empty_usage() -> dict[str, float]:
@@ -56,6 +58,7 @@ def add_call(usage: Usage, role: str, call: CallUsage) -> None:
     row["tokens_in"] += call.tokens_in
     row["tokens_out"] += call.tokens_out
     row["cost_usd"] += call.cost_usd
+    row["saved_usd"] += call.saved_usd
     row["latency_s"] += call.latency_s
 
 

@@ -6,7 +6,7 @@ against :mod:`cts.llm.testing` started in a subprocess with a fixed per-call
 latency, and prints the achieved wall time against the ideal
 ``calls x latency / concurrency`` and the framework's CPU time per call::
 
-    python -m cts.llm.bench --n 200 --concurrency 32 --latency-ms 200
+    python -m cts.llm.bench --n 200 --concurrency 32 --latency-ms 200 [--transport openai]
 """
 
 from __future__ import annotations
@@ -24,8 +24,13 @@ from cts.roles.llm import LLMClarifier, LLMJudge, LLMRewriter, LLMUserAnswerer
 from cts.services import Services
 from cts.types import QA, Nugget
 
-SPEC = {"name": "bench", "model": "openai/bench-model", "params": {"temperature": 0},
-        "input_cost_per_token": 1e-7, "output_cost_per_token": 4e-7}
+SPEC = {
+    "name": "bench",
+    "model": "openai/bench-model",
+    "params": {"temperature": 0},
+    "input_cost_per_token": 1e-7,
+    "output_cost_per_token": 4e-7,
+}
 NUGGETS = tuple(Nugget(f"n{i}", f"fact number {i} about the topic", 3 - i % 3) for i in range(1, 4))
 
 
@@ -49,9 +54,15 @@ class BenchResult:
         return 1000 * self.cpu_s / self.calls
 
 
-def _services(base_url: str, concurrency: int, cache_dir: Path) -> Services:
-    llm = {"api_base": base_url, "cache": {"mode": "off"}, "concurrency_per_endpoint": concurrency,
-           "timeout_s": 30, "max_attempts": 3}
+def _services(base_url: str, concurrency: int, cache_dir: Path, transport: str = "litellm") -> Services:
+    llm = {
+        "api_base": base_url,
+        "cache": {"mode": "off"},
+        "concurrency_per_endpoint": concurrency,
+        "timeout_s": 30,
+        "max_attempts": 3,
+        "transport": transport,
+    }
     return Services(cache_dir=cache_dir, settings={"llm": llm})
 
 
@@ -71,7 +82,7 @@ async def _run(n: int, concurrency: int, services: Services) -> int:
     return int(sum(row["requests"] for row in services.llm.usage().values()))
 
 
-def run_bench(n: int, concurrency: int, latency_ms: float) -> BenchResult:
+def run_bench(n: int, concurrency: int, latency_ms: float, transport: str = "litellm") -> BenchResult:
     """Start the server in a subprocess, run the calls, return the figures."""
     cmd = [sys.executable, "-m", "cts.llm.testing", "--latency-ms", str(latency_ms), "--protocol"]
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
@@ -79,9 +90,9 @@ def run_bench(n: int, concurrency: int, latency_ms: float) -> BenchResult:
         assert server.stdout is not None
         base_url = server.stdout.readline().strip()
         with tempfile.TemporaryDirectory() as tmp:
-            services = _services(base_url, concurrency, Path(tmp))
+            services = _services(base_url, concurrency, Path(tmp), transport)
             asyncio.run(_run(1, concurrency, services))  # warm-up: imports, connections
-            services = _services(base_url, concurrency, Path(tmp))
+            services = _services(base_url, concurrency, Path(tmp), transport)
             wall, cpu = time.perf_counter(), time.process_time()
             calls = asyncio.run(_run(n, concurrency, services))
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -97,9 +108,18 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200, help="instances (4 calls each)")
     parser.add_argument("--concurrency", type=int, default=32, help="calls in flight per endpoint")
     parser.add_argument("--latency-ms", type=float, default=200.0, help="server latency per call")
+    parser.add_argument(
+        "--transport",
+        choices=["litellm", "openai"],
+        default="litellm",
+        help="services.llm.transport to measure",
+    )
     args = parser.parse_args()
-    r = run_bench(args.n, args.concurrency, args.latency_ms)
-    print(f"calls={r.calls} concurrency={args.concurrency} latency={args.latency_ms:g}ms")
+    r = run_bench(args.n, args.concurrency, args.latency_ms, args.transport)
+    print(
+        f"calls={r.calls} concurrency={args.concurrency} latency={args.latency_ms:g}ms "
+        f"transport={args.transport}"
+    )
     print(f"wall={r.wall_s:.2f}s ideal={r.ideal_s:.2f}s efficiency={r.efficiency:.3f} (target >= 0.85)")
     print(f"framework cpu={r.cpu_s:.2f}s = {r.cpu_ms_per_call:.2f} ms/call")
 

@@ -8,6 +8,7 @@ every missing variable by its config path.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,7 +54,9 @@ def preflight_problems(cfg: DictConfig) -> list[str]:
         if key_env and not os.environ.get(key_env):
             problems.append(f"{path} ({name}): {key_env} is not set")
         elif not key_env and not api_base:
-            problems.append(f"{path} ({name}): no api_base and no key variable (set the model's api_base)")
+            env = _env_name(node, "api_base")
+            hint = f"{env} is not set" if env else "no api_base and no key variable (set the model's api_base)"
+            problems.append(f"{path} ({name}): {hint}")
     return problems
 
 
@@ -62,9 +65,9 @@ def _walk(node: Any, path: str) -> Iterator[tuple[str, DictConfig]]:
         if _get(node, "_target_") == MODEL_SPEC_TARGET:
             yield path, node
             return
-        for key in node.keys():
-            if str(key) not in _SKIP or path:
-                yield from _walk(_child(node, key), f"{path}.{key}" if path else str(key))
+        for key in map(str, node):
+            if key not in _SKIP or path:
+                yield from _walk(_child(node, key), f"{path}.{key}" if path else key)
     elif isinstance(node, ListConfig):
         for i in range(len(node)):
             yield from _walk(_child(node, i), f"{path}[{i}]")
@@ -76,6 +79,16 @@ def _child(node: Any, key: Any) -> Any:
         return node[key]
     except Exception:  # noqa: BLE001
         return None
+
+
+_ENV_INTERPOLATION = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _env_name(node: DictConfig, key: str) -> str | None:
+    """The environment variable a value is read from (``${oc.env:VAR,...}``), if any."""
+    raw = node._get_node(key)
+    m = _ENV_INTERPOLATION.search(str(raw._value())) if raw is not None else None
+    return m.group(1) if m else None
 
 
 def _get(node: DictConfig, key: str) -> Any:

@@ -123,8 +123,7 @@ class ScriptedServer:
         self.requests: list[Recorded] = []
         self._queue: collections.deque[ReplyLike] = collections.deque()
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(("127.0.0.1", 0), _make_handler(self))
         self._thread: threading.Thread | None = None
 
     @property
@@ -161,7 +160,7 @@ class ScriptedServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
-    def __enter__(self) -> ScriptedServer:
+    def __enter__(self) -> ScriptedServer:  # noqa: PYI034
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -175,6 +174,11 @@ class ScriptedServer:
         if picked is None:
             picked = self.handler(rec.body) if self.handler is not None else self.default
         return Reply(content=picked) if isinstance(picked, str) else picked
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 512  # the default backlog of 5 drops connections under concurrent load
 
 
 def _completion_body(reply: Reply, request: Any) -> str:
@@ -211,13 +215,13 @@ def _make_handler(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
             super().setup()
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             pass  # keep test output clean
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             self._send(200, json.dumps({"object": "list", "data": [{"id": "scripted", "object": "model"}]}))
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length).decode("utf-8", errors="replace")
             try:
@@ -289,7 +293,9 @@ def _fake_gold(user: str) -> str:
         {"id": f"n{i}", "text": snippet.strip()[:200], "weight": 3 - (i - 1) % 3, "evidence_ids": [eid]}
         for i, (eid, snippet) in enumerate(found, 1)
     ] or [{"id": "n1", "text": "no evidence", "weight": 1, "evidence_ids": []}]
-    return json.dumps({"nuggets": nuggets, "must_cover": [], "missing_evidence": [], "unsupported_claims": []})
+    return json.dumps(
+        {"nuggets": nuggets, "must_cover": [], "missing_evidence": [], "unsupported_claims": []}
+    )
 
 
 def _fake_labels(user: str) -> str:

@@ -59,9 +59,24 @@ _PREFIX = re.compile(
 _UNKNOWN_LEAD = re.compile(r"^unknown\s*[-–—:;,.(（，。：；]", re.IGNORECASE)  # "unknown - not stated"
 _UNKNOWN_FORMS = frozenset(
     {
-        "unknown", "not specified", "unspecified", "not mentioned", "not stated", "not given",
-        "n/a", "i don't know", "未知", "不知道", "不清楚", "未提及", "未说明", "未指定", "未明确",
-        "无法确定", "不确定", "无法回答",
+        "unknown",
+        "not specified",
+        "unspecified",
+        "not mentioned",
+        "not stated",
+        "not given",
+        "n/a",
+        "i don't know",
+        "未知",
+        "不知道",
+        "不清楚",
+        "未提及",
+        "未说明",
+        "未指定",
+        "未明确",
+        "无法确定",
+        "不确定",
+        "无法回答",
     }
 )
 
@@ -240,7 +255,9 @@ class _LLMRole:
         messages = self.prompt.messages(**values)
         reason = ""
         for _ in range(self.max_reasks + 1):
-            completion = await self.client.complete(messages, prompt_version=self.prompt.version, **self.params)
+            completion = await self.client.complete(
+                messages, prompt_version=self.prompt.version, **self.params
+            )
             try:
                 return parse(completion.text)
             except InvalidOutput as exc:
@@ -312,5 +329,8 @@ class LLMExtractor(_LLMRole):
         listing = "\n\n".join(f"[{e.id}] {e.title} ({e.source})\n{e.snippet}" for e in evidence)
         ids = [e.id for e in evidence]
         return await self._ask(
-            lambda text: parse_gold(text, ids), fused_query=fused_query, answer=answer, evidence=listing or "(none)"
+            lambda text: parse_gold(text, ids),
+            fused_query=fused_query,
+            answer=answer,
+            evidence=listing or "(none)",
         )

@@ -1,0 +1,110 @@
+"""How one request is sent: litellm (default) or, opt-in, the openai SDK directly.
+
+litellm costs about 6-8 ms of CPU per call on this stack (logging objects,
+pydantic validation, cost lookups), which caps one process near 150 calls/s.
+For OpenAI-compatible endpoints (``openai/`` ids with an ``api_base``: vLLM,
+sglang, the test server) ``transport: openai`` sends through the openai SDK
+that litellm itself wraps, at about half the CPU. Hosted APIs always go
+through litellm, which translates their request formats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import weakref
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from cts.llm._lite import litellm_module
+
+Transport = Literal["litellm", "openai"]
+TRANSPORTS: tuple[Transport, ...] = ("litellm", "openai")
+_THINK_LEAD = re.compile(r"^\s*<think>(.*?)</think>", re.DOTALL)
+
+
+def openai_compatible(model: str, api_base: str | None) -> bool:
+    """Whether the route is a plain OpenAI-compatible endpoint."""
+    return bool(api_base) and model.startswith("openai/")
+
+
+class Sender:
+    """Sends chat requests with the configured transport (clients cached per event loop)."""
+
+    def __init__(self, transport: Transport) -> None:
+        if transport not in TRANSPORTS:
+            raise ValueError(f"services.llm.transport must be one of {TRANSPORTS}, got {transport!r}")
+        self.transport = transport
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, Any]]
+        self._clients = weakref.WeakKeyDictionary()
+        self._closers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncIterator[None]]
+        self._closers = weakref.WeakKeyDictionary()
+
+    async def send(
+        self,
+        model: str,
+        messages: list[dict[str, str]],
+        api_base: str | None,
+        api_key: str | None,
+        timeout: float,
+        prices: tuple[float, float],
+        params: dict[str, Any],
+    ) -> Any:
+        """One request without retries; returns an OpenAI-style response object."""
+        if self.transport == "openai" and openai_compatible(model, api_base):
+            client = await self._client(api_base or "", api_key or "")
+            response = await client.chat.completions.create(
+                model=model.split("/", 1)[1], messages=messages, timeout=timeout, **params
+            )
+            return _split_think(response)
+        return await litellm_module().acompletion(
+            model=model,
+            messages=messages,
+            api_base=api_base,
+            api_key=api_key,
+            timeout=timeout,
+            num_retries=0,
+            max_retries=0,
+            # per-call prices spare litellm a price-table search (~1 ms CPU per call)
+            input_cost_per_token=prices[0],
+            output_cost_per_token=prices[1],
+            **params,
+        )
+
+    async def _client(self, api_base: str, api_key: str) -> Any:
+        import openai
+
+        loop = asyncio.get_running_loop()
+        if loop not in self._clients:
+            clients: dict[tuple, Any] = {}
+            closer = _close_at_loop_end(clients)
+            await closer.__anext__()  # now the loop finalises it in shutdown_asyncgens()
+            self._clients[loop] = clients
+            self._closers[loop] = closer
+        per_loop = self._clients[loop]
+        if (api_base, api_key) not in per_loop:
+            per_loop[api_base, api_key] = openai.AsyncOpenAI(
+                base_url=api_base, api_key=api_key, max_retries=0
+            )
+        return per_loop[api_base, api_key]
+
+
+async def _close_at_loop_end(clients: dict[tuple, Any]) -> AsyncIterator[None]:
+    """Close a loop's HTTP clients while it can still run them (``asyncio.run`` ends with
+    ``shutdown_asyncgens``); otherwise they are closed by the garbage collector on a dead loop."""
+    try:
+        yield
+    finally:
+        for client in clients.values():
+            await client.close()
+
+
+def _split_think(response: Any) -> Any:
+    """Move a leading ``<think>`` block to ``reasoning_content``, as litellm does."""
+    for choice in getattr(response, "choices", None) or []:
+        message = choice.message
+        match = _THINK_LEAD.match(message.content or "")
+        if match and not getattr(message, "reasoning_content", None):
+            message.reasoning_content = match.group(1)
+            message.content = message.content[match.end() :]
+    return response
