@@ -76,7 +76,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-DEMO_VERSION = "v1"
+DEMO_VERSION = "v2"
 """Bump when the generation rules change: it names the cache directory."""
 KINDS: tuple[str, ...] = ("sense", "time", "region", "creator", "description")
 STEMS: tuple[str, ...] = (
@@ -494,7 +494,7 @@ def _build_demo(services: Services, n: int, seed: int, path: Path) -> None:
     """Build instances and their static gold, then install them at ``path`` atomically."""
     from cts.data import write_instances_jsonl
     from cts.extract import RuleExtractor
-    from cts.gold import build_gold, write_gold
+    from cts.gold import build_gold_archive
     from cts.search.extractive import ExtractiveSearch
 
     t0 = time.perf_counter()
@@ -505,14 +505,14 @@ def _build_demo(services: Services, n: int, seed: int, path: Path) -> None:
     search = ExtractiveSearch(services=services, top_k=3, max_chars=1500)
     extractor = RuleExtractor(services=services, max_nuggets=6, max_docs=1, weights=(3, 2, 1))
     provenance = _gold_provenance(services, n, seed)
-    golds, failures = _run_sync(build_gold(instances, search, extractor, provenance=provenance))
-    for instance_id, reason in failures:
-        log.warning("demo gold %s dropped: %s", instance_id, reason)
-    with_gold = {g.instance_id for g in golds}
-    kept = [i for i in instances if i.id in with_gold]
     with atomic_dir(path, replace=False) as tmp:
+        # The same archive code path as `experiment=gold`: gold.jsonl + every trace in gold_runs.jsonl.
+        report = _run_sync(build_gold_archive(instances, search, extractor, tmp, provenance=provenance))
+        for instance_id, reason in report.failures:
+            log.warning("demo gold %s dropped: %s", instance_id, reason)
+        failed = {instance_id for instance_id, _ in report.failures}
+        kept = [i for i in instances if i.id not in failed]
         write_instances_jsonl(kept, tmp / "instances.jsonl")
-        write_gold(golds, tmp / "gold.jsonl")
     log.info(
         "built demo: %d instances %s (instances %.2fs, gold %.2fs)",
         len(kept),

@@ -131,6 +131,26 @@ def test_cli_prints_location_and_kind_counts(
 ) -> None:
     main(["--n", "25", "--seed", "3", "--cache-dir", str(cache_dir)])
     out = capsys.readouterr().out
-    assert "v1-n25-s3-" in out and "instances: 25" in out
+    assert f"{cts.demo.DEMO_VERSION}-n25-s3-" in out and "instances: 25" in out
     counts = Counter(line.split()[0] for line in out.splitlines() if line.startswith("  "))
     assert set(counts) == set(KINDS)
+
+
+def test_demo_gold_is_an_archive_whose_nuggets_cite_traced_evidence(services: Services) -> None:
+    import json
+
+    from cts.gold import load_gold
+
+    data = load_demo(services, n=200, seed=0)
+    path = demo_dir(services, 200, 0)
+    runs = {}
+    for line in (path / "gold_runs.jsonl").read_text(encoding="utf-8").splitlines():
+        run = json.loads(line)
+        runs[run["id"]] = {e["id"] for e in run["evidence"]}
+    assert load_gold(path / "gold.jsonl") == dict(data.gold)  # validates (incl. the manifest hash)
+    manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["counts"]["gold"] == len(data.instances)
+    for instance_id, gold in data.gold.items():
+        traced = runs[instance_id]
+        assert {e.id for e in gold.evidence} <= traced
+        assert all(set(n.evidence_ids) <= traced and n.evidence_ids for n in gold.nuggets)

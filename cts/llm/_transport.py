@@ -52,9 +52,16 @@ class Sender:
     ) -> Any:
         """One request without retries; returns an OpenAI-style response object."""
         if self.transport == "openai" and openai_compatible(model, api_base):
+            from openai.types.chat import ChatCompletion
+
             client = await self._client(api_base or "", api_key or "")
-            response = await client.chat.completions.create(
-                model=model.split("/", 1)[1], messages=messages, timeout=timeout, **params
+            # client.post, not chat.completions.create: the SDK's typed-dict transform of the
+            # request body costs ~2 ms of CPU per call and changes nothing for plain JSON messages.
+            response = await client.post(
+                "/chat/completions",
+                body={"model": model.split("/", 1)[1], "messages": messages, **params},
+                cast_to=ChatCompletion,
+                options={"timeout": timeout},
             )
             return _split_think(response)
         return await litellm_module().acompletion(

@@ -268,10 +268,18 @@ def protocol_reply(body: Any) -> str:
     ``prompts/*.md``): ``Number of questions:`` (A), ``Clarification question:``
     (B, always ``unknown``), ``Clarification questions and answers:`` (C, the
     original query), ``Evidence snippets:`` (D, one nugget per snippet, up to 3)
-    and ``Nuggets:`` (E, lexical overlap labels). Anything else gets ``ok``.
+    and ``Nuggets:`` (E, lexical overlap labels). A WebDancer episode (the user
+    prompt lists ``<tools>``) searches the question, visits the first hit and
+    answers with what the visit returned; the visit summariser (``User Goal``)
+    returns the page's first 600 characters as evidence. Anything else gets ``ok``.
     """
     messages = body.get("messages", []) if isinstance(body, dict) else []
     user = next((str(m.get("content", "")) for m in messages if m.get("role") == "user"), "")
+    if "<tools>" in user:
+        return _webdancer_turn(user, messages)
+    if "User Goal" in user:
+        page = user.split("User Goal", 1)[0].split("Web Page Content", 1)[-1].strip("*# \n")
+        return json.dumps({"rational": "first paragraph", "evidence": page[:600], "summary": page[:300]})
     if m := re.search(r"^Number of questions:\s*(\d+)", user, re.MULTILINE):
         k = int(m.group(1))
         return json.dumps([_QUESTIONS[i % 4] + ("" if i < 4 else f" ({i})") for i in range(k)])
@@ -285,6 +293,21 @@ def protocol_reply(body: Any) -> str:
     if "Nuggets:" in user:
         return _fake_labels(user)
     return "ok"
+
+
+def _webdancer_turn(user: str, messages: list[dict[str, Any]]) -> str:
+    """search -> visit the first link -> answer with the visit's response."""
+    question = user.rsplit("User:", 1)[-1].strip()
+    users = [str(m.get("content", "")) for m in messages if m.get("role") == "user"]
+    responses = [u for u in users[1:] if "<tool_response>" in u]  # the first one is the prompt
+    if not responses:
+        call = {"name": "search", "arguments": {"query": [question]}}
+    elif len(responses) == 1 and (link := re.search(r"(local://\S+|https?://\S+)", responses[0])):
+        call = {"name": "visit", "arguments": {"url": [link.group(1).rstrip(")")], "goal": question}}
+    else:
+        evidence = responses[-1].replace("<tool_response>", "").replace("</tool_response>", "").strip()
+        return f"<think>I have enough evidence.</think>\n<answer>{evidence[:1500]}</answer>"
+    return f"<think>Next step.</think>\n<tool_call>\n{json.dumps(call)}\n</tool_call>"
 
 
 def _fake_gold(user: str) -> str:

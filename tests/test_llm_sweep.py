@@ -1,0 +1,48 @@
+"""The card's multirun, end to end over real HTTP, with every LLM role on the scripted server."""
+
+from __future__ import annotations
+
+import pytest
+from test_multirun import run_py
+
+from cts.llm.testing import protocol_reply
+
+CARD = ("-m", "clarifier=gpt,ernie,claude", "k=1,2,3")
+
+
+def sweep(tmp_path, server, cache_dir, name: str):
+    args = (*CARD, "limit=3", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+            f"services.llm.api_base={server.base_url}", f"hydra.sweep.dir={tmp_path / name}",
+            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"paths.cache_dir={cache_dir}",
+            f"services.llm.cache.path={tmp_path}/llm_cache.sqlite")
+    run_py(*args, cwd=tmp_path)
+
+
+@pytest.mark.slow
+def test_card_multirun_against_local_server_then_zero_request_rerun(tmp_path, llm_server, cache_dir):
+    llm_server.handler = protocol_reply
+    sweep(tmp_path, llm_server, cache_dir, "first")
+    first = len(llm_server.requests)
+    assert first > 0
+
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = mlflow.search_runs(search_all_experiments=True)
+    jobs = runs[runs["tags.cts.kind"] == "job"]
+    assert len(jobs) == 9 and set(jobs["status"]) == {"FINISHED"}
+    assert set(jobs["tags.cts.system"]) == {"gpt", "ernie", "claude"}
+    assert (jobs["metrics.n_unscored"] == 0).all() and jobs["metrics.score_mean"].notna().all()
+    assert (jobs["metrics.llm_calls"] > 0).all() and (jobs["metrics.cost_usd"] > 0).all()
+    for role in ("clarifier", "ua", "rewriter", "search", "judge"):
+        # identical calls of later jobs (same fake questions) are cache hits, so sum over the sweep
+        assert jobs[f"metrics.tokens_in_{role}"].sum() > 0 and (jobs[f"metrics.calls_{role}"] > 0).all(), role
+    # Only the clarifier varies: UA, rewriter, search and judge are the fixed ERNIE/WebDancer stack.
+    assert set(jobs["params.ua.model.name"]) == {"ernie"} and set(jobs["params.search.model.name"]) == {"webdancer"}
+
+    sweep(tmp_path, llm_server, cache_dir, "second")
+    assert len(llm_server.requests) == first  # the identical rerun is served from the caches
+    runs = mlflow.search_runs(search_all_experiments=True)
+    second = runs[(runs["tags.cts.kind"] == "job") & runs["tags.cts.sweep_dir"].str.endswith("second")]
+    assert len(second) == 9 and (second["metrics.cache_hits"] == second["metrics.llm_calls"]).all()
+    assert (second["metrics.cost_usd"] == 0).all()
