@@ -218,15 +218,11 @@ async def run_job(
     tasks = [asyncio.ensure_future(one(i)) for i in todo]
     stop = "done"
     bar = tqdm(total=len(instances), initial=len(finished), desc=f"k={k}", disable=not progress, unit="q")
-    with (out_dir / RECORDS_FILE).open("a", encoding="utf-8") as rec_f, (out_dir / TRACES_FILE).open(
-        "a", encoding="utf-8"
-    ) as tr_f:
+    with _Sink(out_dir) as sink:
         try:
             for fut in asyncio.as_completed(tasks):
                 record, traces = await fut
-                _append(rec_f, record.to_json())
-                for t in traces:
-                    _append(tr_f, json.dumps(t, ensure_ascii=False, default=str))
+                sink.write(record, traces)
                 finished[record.id] = record
                 bar.update(1)
         except BudgetExceeded as e:
@@ -240,6 +236,28 @@ async def run_job(
     return [finished[i.id] for i in instances if i.id in finished], stop
 
 
-def _append(f: Any, line: str) -> None:
-    f.write(line + "\n")
-    f.flush()
+class _Sink:
+    """Appends each finished instance to the job dir, flushed at once.
+
+    Traces go first and the record last: a record is the commit marker of its
+    instance, so a job killed in between reruns that instance on resume.
+    """
+
+    def __init__(self, out_dir: Path) -> None:
+        self.records = (out_dir / RECORDS_FILE).open("a", encoding="utf-8")
+        self.traces = (out_dir / TRACES_FILE).open("a", encoding="utf-8")
+
+    def __enter__(self) -> _Sink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.records.close()
+        self.traces.close()
+
+    def write(self, record: Record, traces: list[dict[str, Any]]) -> None:
+        """Persist one instance: its traces, then its record."""
+        for t in traces:
+            self.traces.write(json.dumps(t, ensure_ascii=False, default=str) + "\n")
+        self.traces.flush()
+        self.records.write(record.to_json() + "\n")
+        self.records.flush()

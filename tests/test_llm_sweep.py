@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 from test_multirun import run_py
 
@@ -46,3 +49,27 @@ def test_card_multirun_against_local_server_then_zero_request_rerun(tmp_path, ll
     second = runs[(runs["tags.cts.kind"] == "job") & runs["tags.cts.sweep_dir"].str.endswith("second")]
     assert len(second) == 9 and (second["metrics.cache_hits"] == second["metrics.llm_calls"]).all()
     assert (second["metrics.cost_usd"] == 0).all()
+
+
+@pytest.mark.slow
+def test_offline_stack_with_the_webdancer_agent_archives_traces_and_replays(tmp_path, llm_server, cache_dir):
+    """experiment=offline search=webdancer: the agent (on the scripted server) over the offline corpus."""
+    llm_server.handler = protocol_reply
+    common = ("experiment=offline", "search=webdancer", "limit=4", f"services.llm.api_base={llm_server.base_url}",
+              f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"paths.cache_dir={tmp_path}/cache",
+              f"services.llm.cache.path={tmp_path}/llm_cache.sqlite")
+    shutil.copytree(cache_dir / "index", tmp_path / "cache" / "index", dirs_exist_ok=True)  # own tool cache
+    run_py(*common, f"hydra.run.dir={tmp_path}/a", cwd=tmp_path)
+    first = len(llm_server.requests)
+    traces = [json.loads(x) for x in (tmp_path / "a" / "traces.jsonl").read_text().splitlines()]
+    kinds = {e["type"] for t in traces for e in t["trace"]}
+    assert first > 0 and {"llm", "tool_call", "tool_result", "end"} <= kinds
+    records = [json.loads(x) for x in (tmp_path / "a" / "records.jsonl").read_text().splitlines()]
+    assert all(r["orig"]["trace_summary"]["searches"] >= 1 and r["orig"]["answer_rule"] == "answer_tag"
+               for r in records)
+
+    run_py(*common, f"hydra.run.dir={tmp_path}/b", cwd=tmp_path)
+    assert len(llm_server.requests) == first  # no LLM request on the warm rerun
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())["metrics"]
+    assert summary["tool_cache_misses"] == 0 and summary["tool_cache_hits"] > 0  # no tool request either
+    assert summary["cache_hits"] == summary["llm_calls"]

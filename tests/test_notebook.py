@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -10,30 +11,16 @@ REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "notebooks" / "compare_runs.ipynb"
 
 
-def log_sweep(sweep: Path, uri: str, experiment: str) -> None:
-    """Log each job dir of ``sweep`` as the app does: a tagged job run with metrics and artifacts."""
-    from cts import report, tracking
-    from cts.metrics import summarize
-
-    tracking.prepare_store(uri)
-    for job in report.load_jobs(sweep):
-        tags = {"cts.kind": "job", "cts.system": job.system, "cts.k": str(job.k), "cts.sweep_dir": str(sweep),
-                "cts.job_dir": job.job_dir, "cts.choice.clarifier": job.system}
-        with tracking.job_run(uri, experiment, Path(job.job_dir).name, {"k": str(job.k)}, tags):
-            tracking.log_metrics(summarize(list(job.records), k=job.k, n_resamples=200))
-            tracking.log_artifacts([Path(job.job_dir) / "records.jsonl", Path(job.job_dir) / "summary.json"])
-
-
 @pytest.mark.slow
-def test_compare_runs_notebook_executes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compare_runs_notebook_executes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_dir: Path) -> None:
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
-    from test_report import make_sweep
+    from test_multirun import run_py
 
-    monkeypatch.chdir(tmp_path)  # MLflow puts artifacts of a new experiment under ./mlruns
-    sweep = make_sweep(tmp_path / "sweep")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    log_sweep(sweep, uri, "nb-test")
+    run_py("-m", "experiment=offline", "clarifier=rules_scope,none", "k=1,2", "limit=20",
+           f"hydra.sweep.dir={tmp_path / 'sweep'}", f"tracking.uri={uri}", "tracking.experiment=nb-test",
+           f"paths.cache_dir={cache_dir}", cwd=tmp_path)
     for name, value in {"CTS_TRACKING_URI": uri, "CTS_EXPERIMENT": "nb-test", "CTS_N_RESAMPLES": "300",
                         "CTS_REPORT_DIR": str(tmp_path / "report")}.items():
         monkeypatch.setenv(name, value)  # the kernel inherits the environment
@@ -44,8 +31,8 @@ def test_compare_runs_notebook_executes(tmp_path: Path, monkeypatch: pytest.Monk
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/markdown", "")) for o in outputs)
-    assert "5 job runs in 1 experiment(s)" in text
-    assert "| 1 | rules_scope | 4 | 30.000 (+5.000) | 30.000 | 40.000 |" in text  # Table 2 from the sweep
+    assert "4 job runs in 1 experiment(s)" in text
+    assert re.search(r"\| 1 \| rules_scope \| 20 \| [0-9.]+ \(\+[0-9.]+\) \|", text)  # Table 2 row
     assert "Table 10." in text
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(images) == 2  # score vs k, unknown vs region
