@@ -30,7 +30,9 @@ log = logging.getLogger(__name__)
 ROLE_GROUPS = ("clarifier", "ua", "rewriter", "search", "judge", "qtyper")
 OFFLINE_COMMAND = "python run.py experiment=offline"
 # Keys that change where things go or how fast, not what is measured.
-_NON_PROTOCOL_KEYS = ("paths", "tracking", "concurrency", "limit", "hydra", "task")
+_NON_PROTOCOL_KEYS = ("paths", "tracking", "concurrency", "limit", "hydra", "task", "sweep_report")
+_LLM_OPERATIONAL = ("concurrency_per_endpoint", "timeout_s", "max_attempts", "backoff", "cache", "budget",
+                    "tracing", "transport")
 
 
 def run(cfg: DictConfig) -> float | None:
@@ -117,6 +119,8 @@ def protocol_fingerprint(cfg: DictConfig) -> str:
     data = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(data, dict)
     kept = {k: v for k, v in data.items() if k not in _NON_PROTOCOL_KEYS}
+    llm = dict(kept.get("services", {}).get("llm") or {})
+    kept["services"] = {**kept.get("services", {}), "llm": {k: v for k, v in llm.items() if k not in _LLM_OPERATIONAL}}
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

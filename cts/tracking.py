@@ -72,6 +72,7 @@ def job_run(
         yield run.info.run_id
         status = "FINISHED"
     finally:
+        mlflow.flush_trace_async_logging()  # LLM-call spans (services.llm.tracing) reach the store
         mlflow.end_run(status=status)
 
 

@@ -72,3 +72,18 @@ def test_rerun_into_the_same_dir_resumes(tmp_path, cache_dir):
     proc = subprocess.run([sys.executable, str(REPO / "run.py"), *args, "clarifier=rules_region"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "another configuration" in (proc.stdout + proc.stderr)
+
+
+@pytest.mark.slow
+def test_preflight_stops_the_card_sweep_before_any_run(tmp_path):
+    keys = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "QIANFAN_API_KEY", "WEBDANCER_API_BASE")
+    env = {k: v for k, v in os.environ.items() if k not in keys}
+    db = tmp_path / "mlflow.db"
+    proc = subprocess.run([sys.executable, str(REPO / "run.py"), "-m", "clarifier=gpt,ernie,claude", "k=1,2,3",
+                           f"tracking.uri=sqlite:///{db}", f"hydra.sweep.dir={tmp_path}/sweep"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "pre-flight failed" in out
+    assert "ua.model (ernie): QIANFAN_API_KEY is not set" in out and "WEBDANCER_API_BASE is not set" in out
+    assert "python run.py experiment=offline" in out
+    assert not db.exists() and not (tmp_path / "sweep").exists()  # no half-started run or job

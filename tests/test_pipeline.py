@@ -97,3 +97,19 @@ def test_budget_stops_cleanly_and_resumes(services, tmp_path):
     assert [r.id for r in read_records(tmp_path / "records.jsonl")] == ["i0", "i1"]
     records, stop = job(tmp_path, insts, gold, roles(services, TableSearch({}), clarifier=BudgetClarifier(9)))
     assert stop == "done" and [r.id for r in records] == [i.id for i in insts]
+
+
+def test_resume_fingerprint_ignores_operational_settings_only():
+    from hydra import compose, initialize_config_dir
+
+    from cts.app import protocol_fingerprint
+    from conftest import REPO
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
+        base = protocol_fingerprint(compose("config", overrides=["experiment=offline"]))
+        same = [["limit=5"], ["concurrency=2"], ["services.llm.budget.max_usd=3"], ["services.llm.cache.mode=off"]]
+        other = [["k=2"], ["clarifier=rules_region"], ["judge.full=0.9"], ["services.llm.api_base=http://x/v1"]]
+        for o in same:
+            assert protocol_fingerprint(compose("config", overrides=["experiment=offline", *o])) == base, o
+        for o in other:
+            assert protocol_fingerprint(compose("config", overrides=["experiment=offline", *o])) != base, o

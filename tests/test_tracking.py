@@ -1,0 +1,59 @@
+"""cts.tracking: runs always end, NaN stays visible, artifacts live beside the store, optional tracing."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from cts import tracking
+
+
+def runs(uri: str):
+    return tracking.search_runs(uri)
+
+
+def test_a_failing_job_still_ends_its_run(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path}/m.db"
+    tracking.prepare_store(uri)
+    with pytest.raises(RuntimeError), tracking.job_run(uri, "exp", "boom", {"k": "1"}):
+        raise RuntimeError("job failed")
+    with tracking.job_run(uri, "exp", "ok", {"k": "2"}, tags={"cts.kind": "job"}):
+        tracking.log_metrics({"score_mean": 50.0, "ua_unknown_rate": float("nan"), "bad": float("inf")})
+    df = runs(uri).set_index("tags.mlflow.runName")
+    assert df.loc["boom", "status"] == "FAILED" and df.loc["ok", "status"] == "FINISHED"
+    assert df.loc["ok", "metrics.score_mean"] == 50.0 and math.isnan(df.loc["ok", "metrics.ua_unknown_rate"])
+    assert "metrics.bad" not in df or math.isnan(df.loc["ok", "metrics.bad"])
+
+
+def test_artifacts_go_beside_a_sqlite_store_not_the_working_dir(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = tmp_path / "store"
+    uri = f"sqlite:///{store}/m.db"
+    tracking.prepare_store(uri)
+    f = tmp_path / "records.jsonl"
+    f.write_text("{}\n")
+    with tracking.job_run(uri, "exp", "a", {}):
+        tracking.log_artifacts([f])
+    assert list((store / "artifacts").rglob("records.jsonl")) and not (tmp_path / "mlruns").exists()
+
+
+def test_flatten_nested_config() -> None:
+    assert tracking.flatten({"a": {"b": 1, "c": {"d": None}}, "k": 3}) == {"a.b": "1", "a.c.d": "None", "k": "3"}
+
+
+def test_llm_calls_become_trace_spans(tmp_path: Path) -> None:
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    listeners = []
+    tracking.trace_llm_calls(SimpleNamespace(add_listener=listeners.append))
+    event = SimpleNamespace(role="clarifier", spec_name="gpt", model="openai/gpt-5.2", messages=({"role": "user", "content": "q"},),
+                            params={"temperature": 0}, prompt_version="abc", text='["Which year?"]', tokens_in=10,
+                            tokens_out=5, cost_usd=0.001, cached=False, latency_s=0.2, error=None)
+    with tracking.job_run(uri, "exp", "traced", {}):
+        listeners[0](event)
+    traces = mlflow.search_traces(locations=[mlflow.get_experiment_by_name("exp").experiment_id])
+    assert len(traces) == 1
