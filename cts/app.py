@@ -144,6 +144,8 @@ def evaluate_task(cfg: DictConfig, services: Services) -> float | None:
     Returns:
         The job's mean restore_score_100 (Hydra's sweep metric).
     """
+    if not isinstance(cfg.k, int) or cfg.k < 1:
+        raise SystemExit(f"k must be a positive integer (the paper uses 1, 2, 3), got {cfg.k!r}")
     ctx = job_context(cfg)
     check_resume(ctx.job_dir, protocol_fingerprint(cfg))
     dataset = build_node(cfg.dataset, services)

@@ -254,6 +254,6 @@ def test_default_settings_file_parses(tmp_path: Path) -> None:
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         cfg = compose("config", overrides=["services.llm.api_base=http://127.0.0.1:9/v1"])
     rt = LLMRuntime.from_settings(cfg.services.llm, tmp_path)
-    assert rt.settings.api_base == "http://127.0.0.1:9/v1" and rt.settings.transport == "litellm"
+    assert rt.settings.api_base == "http://127.0.0.1:9/v1" and rt.settings.transport == "openai"
     assert rt.cache.mode == "read_write" and rt.cache.path == tmp_path / "llm_cache.sqlite"
     assert rt.settings.max_reasks == 2 and rt.settings.max_usd is None

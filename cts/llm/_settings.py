@@ -39,7 +39,7 @@ class LLMSettings:
     max_reasks: int = 2
     max_usd: float | None = None
     tracing: bool = False
-    transport: Transport = "litellm"
+    transport: Transport = "openai"
 
     @classmethod
     def from_mapping(cls, settings: Mapping[str, Any]) -> LLMSettings:

@@ -54,7 +54,7 @@ class BenchResult:
         return 1000 * self.cpu_s / self.calls
 
 
-def _services(base_url: str, concurrency: int, cache_dir: Path, transport: str = "litellm") -> Services:
+def _services(base_url: str, concurrency: int, cache_dir: Path, transport: str = "openai") -> Services:
     llm = {
         "api_base": base_url,
         "cache": {"mode": "off"},
@@ -82,7 +82,7 @@ async def _run(n: int, concurrency: int, services: Services) -> int:
     return int(sum(row["requests"] for row in services.llm.usage().values()))
 
 
-def run_bench(n: int, concurrency: int, latency_ms: float, transport: str = "litellm") -> BenchResult:
+def run_bench(n: int, concurrency: int, latency_ms: float, transport: str = "openai") -> BenchResult:
     """Start the server in a subprocess, run the calls, return the figures."""
     cmd = [sys.executable, "-m", "cts.llm.testing", "--latency-ms", str(latency_ms), "--protocol"]
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
@@ -111,7 +111,7 @@ def main() -> None:
     parser.add_argument(
         "--transport",
         choices=["litellm", "openai"],
-        default="litellm",
+        default="openai",
         help="services.llm.transport to measure",
     )
     args = parser.parse_args()
