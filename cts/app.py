@@ -102,11 +102,20 @@ def preflight(cfg: DictConfig, groups: tuple[str, ...] | None = None) -> None:
         cfg: The composed config.
         groups: Only check these top-level keys (None = the whole config).
     """
+    stop_on_problems(preflight_problems_of(cfg, groups))
+
+
+def preflight_problems_of(cfg: DictConfig, groups: tuple[str, ...] | None = None) -> list[str]:
+    """The pre-flight problems of one composed config (see :mod:`cts.llm.preflight`)."""
     from cts.llm.preflight import preflight_problems
 
-    problems = preflight_problems(OmegaConf.masked_copy(cfg, list(groups)) if groups else cfg)
+    return preflight_problems(OmegaConf.masked_copy(cfg, list(groups)) if groups else cfg)
+
+
+def stop_on_problems(problems: list[str]) -> None:
+    """Exit non-zero with one message listing every problem (nothing has run yet)."""
     if problems:
-        lines = "\n".join(f"  - {p}" for p in problems)
+        lines = "\n".join(f"  - {p}" for p in dict.fromkeys(problems))
         sys.exit(
             f"cts pre-flight failed; nothing was run:\n{lines}\n"
             f"Set the variables above (or point every role at one OpenAI-compatible server with "

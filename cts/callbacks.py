@@ -13,18 +13,26 @@ from cts import tracking
 log = logging.getLogger(__name__)
 
 
-_SWEEP_FUNCTIONS = ("range(", "choice(", "glob(", "interval(")
+def sweep_job_configs(config: DictConfig) -> list[DictConfig]:
+    """The composed config of every job the sweep will launch, without launching any.
 
+    Expands the command line's sweep overrides the way Hydra's basic sweeper does and
+    composes each job's config with Hydra's own loader, so the pre-flight sees e.g.
+    ``clarifier=gpt`` as well as ``clarifier=claude`` before the first job starts.
+    Falls back to the shared config if Hydra's (internal) API is unavailable.
+    """
+    try:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.global_hydra import GlobalHydra
+        from hydra.core.override_parser.overrides_parser import OverridesParser
 
-def swept_keys(overrides: list[str]) -> set[str]:
-    """Top-level config keys that a multirun's overrides vary (``clarifier=gpt,claude`` -> clarifier)."""
-    out = set()
-    for item in overrides:
-        key, _, value = item.partition("=")
-        if "," in value or value.startswith(_SWEEP_FUNCTIONS):
-            key = key.lstrip("+~").split("@")[-1]
-            out.add(key.split("/")[0].split(".")[0])
-    return out
+        parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+        batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
+        loader = GlobalHydra.instance().config_loader()
+        return [loader.load_sweep_config(config, list(job)) for batch in batches for job in batch]
+    except ImportError:  # pragma: no cover - a Hydra without these internals
+        log.warning("cannot expand the sweep for the pre-flight; checking the shared config only")
+        return [config]
 
 
 class PrepareTrackingStore(Callback):
@@ -37,10 +45,10 @@ class PrepareTrackingStore(Callback):
         key of a fixed role stops the sweep before it launches; each job checks its
         own variant again before it runs.
         """
-        from cts.app import preflight, task_groups
+        from cts.app import preflight_problems_of, stop_on_problems, task_groups
 
-        swept = swept_keys(config.hydra.overrides.task)
-        preflight(config, groups=tuple(g for g in task_groups(config) if g not in swept))
+        jobs = sweep_job_configs(config)
+        stop_on_problems([p for job in jobs for p in preflight_problems_of(job, task_groups(job))])
         tracking.prepare_store(config.tracking.uri)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:

@@ -85,5 +85,9 @@ def test_preflight_stops_the_card_sweep_before_any_run(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "pre-flight failed" in out
     assert "ua.model (ernie): QIANFAN_API_KEY is not set" in out and "WEBDANCER_API_BASE is not set" in out
+    # every swept variant is checked before the first job starts, each problem listed once
+    assert "clarifier.model (gpt): OPENAI_API_KEY is not set" in out
+    assert "clarifier.model (claude): ANTHROPIC_API_KEY is not set" in out
+    assert out.count("ua.model (ernie): QIANFAN_API_KEY is not set") == 1
     assert "python run.py experiment=offline" in out
     assert not db.exists() and not (tmp_path / "sweep").exists()  # no half-started run or job
