@@ -68,6 +68,15 @@ def build_node(node: Any, services: Services) -> Any:
     return obj
 
 
+def role_models(cfg: DictConfig) -> dict[str, str]:
+    """Per role: the model id it calls (``<group>.model.model``), or the baseline's class."""
+    out = {}
+    for group in ROLE_GROUPS:
+        model = OmegaConf.select(cfg, f"{group}.model.model", default=None)
+        out[group] = str(model or cfg[group]._target_.rsplit(".", 1)[-1])
+    return out
+
+
 def build_roles(cfg: DictConfig, services: Services) -> Roles:
     """Instantiate the clarifier, UA, rewriter, search backend, judge and question typer."""
     return Roles(**{g: build_node(cfg[g], services) for g in ROLE_GROUPS})
@@ -125,9 +134,13 @@ def stop_on_problems(problems: list[str]) -> None:
 
 def protocol_fingerprint(cfg: DictConfig) -> str:
     """Hash of everything that changes what a job measures (not where it writes)."""
-    data = OmegaConf.to_container(cfg, resolve=False)
+    keys = [k for k in cfg if k not in _NON_PROTOCOL_KEYS]
+    try:  # resolved, so that a dataset path or an endpoint read from the environment counts too
+        data = OmegaConf.to_container(OmegaConf.masked_copy(cfg, keys), resolve=True)
+    except Exception:  # noqa: BLE001 - e.g. ${hydra:...} outside a Hydra run: the written config
+        data = OmegaConf.to_container(OmegaConf.masked_copy(cfg, keys), resolve=False)
     assert isinstance(data, dict)
-    kept = {k: v for k, v in data.items() if k not in _NON_PROTOCOL_KEYS}
+    kept = dict(data)
     llm = dict(kept.get("services", {}).get("llm") or {})
     kept["services"] = {**kept.get("services", {}), "llm": {k: v for k, v in llm.items() if k not in _LLM_OPERATIONAL}}
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -169,7 +182,7 @@ def evaluate_task(cfg: DictConfig, services: Services) -> float | None:
                           tracking.flatten(resolved), tags) as run_id:
         records, stop = asyncio.run(
             run_job(instances, dataset.gold, roles, k=cfg.k, out_dir=ctx.job_dir,
-                    concurrency=cfg.concurrency, usage_scope=services.usage_scope)
+                    concurrency=cfg.concurrency, usage_scope=services.usage_scope, models=role_models(cfg))
         )
         metrics = {**summarize(records, k=cfg.k, seed=cfg.seed, **cfg.stats), **services.stats()}
         summary = write_summary(cfg, ctx, resolved, metrics, run_id, stop)

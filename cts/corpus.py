@@ -149,7 +149,7 @@ def load_corpus(lang: str = "en-us") -> Corpus:
     return Corpus(docs=docs, lang=lang, fingerprint=_short_sha(raw))
 
 
-_QUALIFIED_TITLE = re.compile(r"(?P<head>.+?) \((?P<q>[^()]+)\)")
+QUALIFIED_TITLE = re.compile(r"(?P<head>.+?) \((?P<q>[^()]+)\)")
 _PLACE_DESC = re.compile(
     r"^(?:Country|Sovereign state|Continent|City|Capital|Island|Largest city|Most populous city)\b"
 )
@@ -157,7 +157,7 @@ _PLACE_DESC = re.compile(
 
 def base_title(title: str) -> str:
     """A title without its parenthesised qualifier: ``Mercury (planet)`` -> ``Mercury``."""
-    m = _QUALIFIED_TITLE.fullmatch(title)
+    m = QUALIFIED_TITLE.fullmatch(title)
     return m.group("head") if m else title
 
 

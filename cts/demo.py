@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cts.corpus import Corpus, Doc, base_title, place_names
+from cts.corpus import QUALIFIED_TITLE, Corpus, Doc, base_title, place_names
 from cts.index import CorpusIndex, atomic_dir, tokenizer_version
 from cts.text import content_tokens
 from cts.types import Instance
@@ -89,7 +89,6 @@ STEMS: tuple[str, ...] = (
 """Request stems; every word is a stopword, so the stem never moves BM25 rankings."""
 SOURCE_PRIORITY = {"qualified_title": 0, "sibling_description": 0}
 
-_QUALIFIED = re.compile(r"(?P<head>.+?) \((?P<q>[^()]+)\)")
 _TIME = re.compile(
     r"\b\d{3,4}\s*[–-]\s*(?:\d{2,4}|present)\b|\b\d{4}\b|\b\d{1,2}(?:st|nd|rd|th)[- ]century\b"
     r"|\bWorld War I{1,2}\b|\b(?:antiquity|ancient|medieval|prehistoric)\b",
@@ -154,7 +153,7 @@ class Candidate:
 
 
 def _is_person(doc: Doc) -> bool:
-    if _QUALIFIED.fullmatch(doc.title) or " of " in doc.title:
+    if QUALIFIED_TITLE.fullmatch(doc.title) or " of " in doc.title:
         return False
     return doc.topic == "People" or (
         doc.topic == "Uncategorized" and bool(_LIFESPAN.search(doc.description))
@@ -254,7 +253,7 @@ def _lower_first(text: str) -> str:
 def qualified_title_candidates(corpus: Corpus, lex: Lexicons) -> Iterator[Candidate]:
     """Candidates from titles with a parenthesised qualifier."""
     for d in corpus.docs:
-        m = _QUALIFIED.fullmatch(d.title)
+        m = QUALIFIED_TITLE.fullmatch(d.title)
         if not m:
             continue
         head, q = m.group("head"), m.group("q")
@@ -280,7 +279,7 @@ def sibling_description_candidates(corpus: Corpus, lex: Lexicons) -> Iterator[Ca
 def dated_title_candidates(corpus: Corpus, lex: Lexicons) -> Iterator[Candidate]:
     """Titles made of a year, century or era and a head that is an article or specific."""
     for d in corpus.docs:
-        if _QUALIFIED.fullmatch(d.title):
+        if QUALIFIED_TITLE.fullmatch(d.title):
             continue
         m = _DATED_PREFIX.fullmatch(d.title) or _DATED_SUFFIX.fullmatch(d.title)
         if not m:
@@ -306,7 +305,7 @@ def placed_title_candidates(corpus: Corpus, lex: Lexicons) -> Iterator[Candidate
 def creator_description_candidates(corpus: Corpus, lex: Lexicons) -> Iterator[Candidate]:
     """Works whose description names a known person as their creator."""
     for d in corpus.docs:
-        if _QUALIFIED.fullmatch(d.title) or d.topic == "People":
+        if QUALIFIED_TITLE.fullmatch(d.title) or d.topic == "People":
             continue
         m = _BY.search(d.description)
         if not m:
@@ -323,7 +322,7 @@ def work_description_candidates(corpus: Corpus, lex: Lexicons) -> Iterator[Candi
     """Works whose description starts with a year and a work type (``1968 film``)."""
     for d in corpus.docs:
         m = _WORK_DESC.match(d.description)
-        if m and not _QUALIFIED.fullmatch(d.title):
+        if m and not QUALIFIED_TITLE.fullmatch(d.title):
             q = m.group("q")
             yield Candidate(
                 d.id, "description", d.title, q, f"{d.title}, the {q}", d.title, "work_description"

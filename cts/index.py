@@ -28,7 +28,7 @@ import numpy as np
 
 import cts.text
 from cts.corpus import Corpus, Doc
-from cts.text import tokenize
+from cts.text import content_tokens
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +47,9 @@ def tokenizer_version() -> str:
     return hashlib.sha256(Path(cts.text.__file__).read_bytes()).hexdigest()[:8]
 
 
-def index_tokens(text: str) -> list[str]:
-    """Tokens used for both documents and queries (stopwords dropped)."""
-    return tokenize(text, drop_stopwords=True)
-
-
 def doc_tokens(doc: Doc) -> list[str]:
     """Index tokens of one document: title, description and text."""
-    return index_tokens("\n".join(getattr(doc, f) for f in FIELDS))
+    return content_tokens("\n".join(getattr(doc, f) for f in FIELDS))
 
 
 @dataclass(frozen=True)
@@ -87,7 +82,7 @@ class CorpusIndex:
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every document for ``query`` (zeros when no term is known)."""
-        ids = [self._vocab[t] for t in index_tokens(query) if t in self._vocab]
+        ids = [self._vocab[t] for t in content_tokens(query) if t in self._vocab]
         if not ids:
             return np.zeros(len(self.corpus), dtype=np.float32)
         return np.asarray(self._bm25.get_scores(ids), dtype=np.float32)

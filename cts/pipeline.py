@@ -15,13 +15,13 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from cts.qtypes import QuestionTyper
+from cts.qtypes import QuestionTyper, classify_question
 from cts.records import ArmResult, ErrorInfo, Record, read_records
 from cts.scoring import restore_score
 from cts.types import (
@@ -95,21 +95,22 @@ async def run_arm(query: str, gold: Gold, roles: Roles) -> tuple[ArmResult, dict
         with stage("search"):
             result = await roles.search.search(query)
         trace_line["trace"] = list(result.trace)
+        if result.end_reason == "error":
+            # A backend that failed mid-run is not a bad answer: unscored, and not judged.
+            reason = str(result.summary.get("error", "search ended in error"))
+            return _arm(query, result, {}, None, ErrorInfo("search", "api_error", reason)), trace_line
         with stage("judge"):
             labels = await roles.judge.judge(result.answer, gold.nuggets)
             score = restore_score(labels, gold.nuggets)
     except StageError as e:
         return ArmResult(query=query, error=e.info), trace_line
-    return _arm(query, result, labels, score), trace_line
+    no_weight = ErrorInfo("judge", "no_weight", "gold has zero total weight")
+    return _arm(query, result, labels, score, None if score is not None else no_weight), trace_line
 
 
-def _arm(query: str, result: SearchResult, labels: dict[str, Label], score: float | None) -> ArmResult:
-    error = None
-    if result.end_reason == "error":
-        # A backend that failed mid-run is not a bad answer: unscored, with the reason.
-        error, score = ErrorInfo("search", "api_error", str(result.summary.get("error", "search ended in error"))), None
-    elif score is None:
-        error = ErrorInfo("judge", "no_weight", "gold has zero total weight")
+def _arm(
+    query: str, result: SearchResult, labels: dict[str, Label], score: float | None, error: ErrorInfo | None
+) -> ArmResult:
     return ArmResult(
         query=query,
         answer=result.answer,
@@ -122,22 +123,49 @@ def _arm(query: str, result: SearchResult, labels: dict[str, Label], score: floa
     )
 
 
-async def clarify(instance: Instance, k: int, roles: Roles) -> tuple[list[str], list[QA], str]:
+@dataclass
+class Interaction:
+    """Phase 1 of one instance, filled as it goes (kept when a later stage fails)."""
+
+    questions: list[str] = field(default_factory=list)
+    qa: list[QA] = field(default_factory=list)
+    rewritten: str | None = None
+    error: ErrorInfo | None = None
+
+
+async def clarify(instance: Instance, k: int, roles: Roles) -> Interaction:
     """Phase 1 of the closed-book protocol: questions, answers, rewrite.
 
     The Clarifier and Rewriter receive ``blurred_query`` only; the User Answerer
-    receives ``fused_query`` and one question at a time.
+    receives ``fused_query`` and one question at a time. A failing stage is
+    recorded in the result, with whatever the earlier stages produced.
     """
-    with stage("clarify"):
-        questions = await roles.clarifier.ask(instance.blurred_query, k)
-    if not questions:
-        return [], [], instance.blurred_query
-    with stage("answer"):
-        answers = await asyncio.gather(*(roles.ua.answer(instance.fused_query, c) for c in questions))
-    qa = [QA(c, a) for c, a in zip(questions, answers)]
-    with stage("rewrite"):
-        rewritten = await roles.rewriter.rewrite(instance.blurred_query, qa)
-    return questions, qa, rewritten
+    out = Interaction()
+    try:
+        with stage("clarify"):
+            out.questions = list(await roles.clarifier.ask(instance.blurred_query, k))
+        if not out.questions:
+            out.rewritten = instance.blurred_query
+            return out
+        with stage("answer"):
+            answers = await asyncio.gather(*(roles.ua.answer(instance.fused_query, c) for c in out.questions))
+        out.qa = [QA(c, a) for c, a in zip(out.questions, answers)]
+        with stage("rewrite"):
+            out.rewritten = await roles.rewriter.rewrite(instance.blurred_query, out.qa)
+    except StageError as e:
+        out.error = e.info
+    return out
+
+
+async def type_questions(questions: Sequence[str], roles: Roles) -> tuple[tuple[str, ...], ...]:
+    """Question types for the diagnostics; an LLM typer that fails falls back to the lexicon."""
+    try:
+        with stage("qtype"):
+            found = await asyncio.gather(*(roles.qtyper.classify(c) for c in questions))
+    except StageError as e:
+        log.warning("question typing failed, using the lexicon: %s", e)
+        found = [classify_question(c) for c in questions]
+    return tuple(tuple(t) for t in found)
 
 
 async def run_instance(
@@ -146,33 +174,28 @@ async def run_instance(
     """Run both arms (clarified system and orig) for one instance."""
     start = time.perf_counter()
     orig_task = asyncio.ensure_future(run_arm(instance.blurred_query, gold, roles))
-    questions: list[str] = []
-    qa: list[QA] = []
-    rewritten: str | None = None
-    error: ErrorInfo | None = None
-    system: ArmResult | None = None
     try:
-        questions, qa, rewritten = await clarify(instance, k, roles)
-    except StageError as e:
-        error = e.info
-    orig, orig_trace = await orig_task
+        inter = await clarify(instance, k, roles)
+        orig, orig_trace = await orig_task
+    finally:
+        orig_task.cancel()  # a no-op once done; stops the spending when the budget ends the job
     traces = [{"id": instance.id, "arm": "orig", **orig_trace}]
-    if rewritten == instance.blurred_query:
+    system: ArmResult | None = None
+    if inter.rewritten == instance.blurred_query:
         system = orig  # the same query searched twice would give the same (cached) result
-    elif rewritten is not None:
-        system, sys_trace = await run_arm(rewritten, gold, roles)
+    elif inter.rewritten is not None:
+        system, sys_trace = await run_arm(inter.rewritten, gold, roles)
         traces.append({"id": instance.id, "arm": "system", **sys_trace})
-    qtypes = [await roles.qtyper.classify(c) for c in questions]
     record = Record(
         id=instance.id,
         k=k,
-        questions=tuple(questions),
-        question_types=tuple(tuple(t) for t in qtypes),
-        answers=tuple(p.answer for p in qa),
-        rewritten_query=rewritten,
+        questions=tuple(inter.questions),
+        question_types=await type_questions(inter.questions, roles),
+        answers=tuple(p.answer for p in inter.qa),
+        rewritten_query=inter.rewritten,
         system=system,
         orig=orig,
-        error=error or (system.error if system else None),
+        error=inter.error or (system.error if system else None),
         elapsed_s=round(time.perf_counter() - start, 4),
     )
     return record, traces
@@ -195,6 +218,7 @@ async def run_job(
     out_dir: Path,
     concurrency: int = 8,
     usage_scope: UsageScope = _no_usage,
+    models: Mapping[str, str] | None = None,
     progress: bool = True,
 ) -> tuple[list[Record], str]:
     """Run every unfinished instance, streaming records to ``out_dir/records.jsonl``.
@@ -213,7 +237,7 @@ async def run_job(
         async with sem:
             with usage_scope() as usage:
                 record, traces = await run_instance(inst, gold[inst.id], k, roles)
-            return replace(record, usage={r: dict(u) for r, u in usage.items()}), traces
+            return replace(record, usage={r: dict(u) for r, u in usage.items()}, models=dict(models or {})), traces
 
     tasks = [asyncio.ensure_future(one(i)) for i in todo]
     stop = "done"
@@ -236,6 +260,16 @@ async def run_job(
     return [finished[i.id] for i in instances if i.id in finished], stop
 
 
+def _drop_torn_tail(path: Path) -> None:
+    """Cut a last line left half-written by a killed job, so appending cannot glue onto it."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with path.open("rb+") as f:
+        data = f.read()
+        if not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
+
+
 class _Sink:
     """Appends each finished instance to the job dir, flushed at once.
 
@@ -244,6 +278,7 @@ class _Sink:
     """
 
     def __init__(self, out_dir: Path) -> None:
+        _drop_torn_tail(out_dir / RECORDS_FILE)
         self.records = (out_dir / RECORDS_FILE).open("a", encoding="utf-8")
         self.traces = (out_dir / TRACES_FILE).open("a", encoding="utf-8")
 

@@ -49,8 +49,6 @@ from cts.stats import mean_ci, paired_bootstrap_ci
 log = logging.getLogger(__name__)
 
 ORIG = "orig"
-ORIG_SYSTEMS = frozenset({"none"})
-"""Clarifier option names whose system arm is the orig arm (no question asked)."""
 RECORDS_FILE = "records.jsonl"
 SUMMARY_FILE = "summary.json"
 NAN = float("nan")
@@ -77,8 +75,13 @@ class Job:
 
     @property
     def is_orig(self) -> bool:
-        """Whether this job's system arm is the orig arm."""
-        return self.system in ORIG_SYSTEMS
+        """Whether this job's system arm is the orig arm: no instance was asked a question.
+
+        Read from the records, not from the clarifier's option name.
+        """
+        return bool(self.records) and all(
+            not r.questions and (r.error is None or r.error.stage != "clarify") for r in self.records
+        )
 
 
 def _parse_overrides(items: Iterable[str]) -> dict[str, str]:
@@ -229,6 +232,21 @@ def orig_scores(jobs: Sequence[Job]) -> dict[str, float]:
     return {i: float(np.mean(v)) for i, v in pooled.items()}
 
 
+def _settings(jobs: Sequence[Job]) -> list[tuple[int, str, list[Job]]]:
+    """Jobs grouped by k and by every factor except the clarifier, with a label for the group.
+
+    The label names the factors that vary across groups (empty when a sweep varies only
+    the clarifier and k, as the paper's tables do).
+    """
+    groups: dict[tuple[int, tuple[tuple[str, str], ...]], list[Job]] = {}
+    for j in jobs:
+        groups.setdefault((j.k, tuple(sorted(j.factors.items()))), []).append(j)
+    keys = sorted({key for _, f in groups for key, _ in f})
+    varying = [key for key in keys if len({dict(f).get(key) for _, f in groups}) > 1]
+    return [(k, ",".join(f"{key}={dict(f).get(key)}" for key in varying), js)
+            for (k, f), js in sorted(groups.items(), key=lambda g: (g[0][0], str(g[0][1])))]
+
+
 def paired(job: Job) -> tuple[list[float], list[float]]:
     """System and orig scores of the instances where both arms are scored."""
     pairs = [(r.score, r.orig_score) for r in job.records if r.score is not None and r.orig_score is not None]
@@ -238,13 +256,12 @@ def paired(job: Job) -> tuple[list[float], list[float]]:
 def score_rows(jobs: Sequence[Job], stats: Stats) -> pd.DataFrame:
     """Tables 2/3/6 numbers: one orig row per k, then one row per system job."""
     rows = []
-    for k in sorted({j.k for j in jobs}):
-        at_k = [j for j in jobs if j.k == k]
-        origs = orig_scores(at_k)
+    for k, setting, at_k in _settings(jobs):
+        origs = orig_scores(at_k)  # pooled only over jobs of one setting (search, judge, dataset ...)
         _, low, high = mean_ci(list(origs.values()), **vars(stats))
-        rows.append({"k": k, "system": ORIG, **_dist(list(origs.values())), "mean_ci_low": low,
-                     "mean_ci_high": high, "n_paired": NAN, "delta": NAN, "delta_ci_low": NAN,
-                     "delta_ci_high": NAN})
+        rows.append({"k": k, "system": f"{ORIG}[{setting}]" if setting else ORIG, **_dist(list(origs.values())),
+                     "mean_ci_low": low, "mean_ci_high": high, "n_paired": NAN, "delta": NAN,
+                     "delta_ci_low": NAN, "delta_ci_high": NAN})
         for j in at_k:
             if j.is_orig:
                 continue

@@ -55,6 +55,7 @@ from cts.types import (
     LABELS,
     QA,
     UNKNOWN,
+    BudgetExceeded,
     Gold,
     Instance,
     Judge,
@@ -159,6 +160,8 @@ async def judge_all(
         async def run() -> Mapping[str, Label] | None:
             try:
                 return await judge.judge(key[1], gold[key[0]].nuggets)
+            except BudgetExceeded:
+                raise  # the spending cap stops the analysis, it does not unscore items
             except Exception as e:  # noqa: BLE001 - an unscored item is excluded, never 0
                 log.warning("judge failed on %s: %s", key[0], e)
                 return None

@@ -13,6 +13,7 @@ import unicodedata
 # CJK Unified Ideographs (+ Ext A, compatibility), Hiragana/Katakana, Hangul.
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
 _CJK_RUN = re.compile(f"[{_CJK}]+")
+CJK_CHAR = re.compile(f"[{_CJK}]")
 _WORD = f"(?:(?![{_CJK}])[^\\W_])+"
 _TOKEN = re.compile(f"[{_CJK}]+|{_WORD}(?:['’]{_WORD})?", re.UNICODE)
 _SENT_END = re.compile(f"(?<=[.!?])\\s+(?=[\"'“(\\[]?[A-Z0-9{_CJK}])|(?<=[。！？；])")

@@ -136,6 +136,14 @@ def search_runs(uri: str, experiment: str | None = None) -> Any:
     return mlflow.search_runs(experiment_names=[experiment])
 
 
+def search_traces(uri: str, experiment: str) -> Any:
+    """The MLflow traces (e.g. LLM-call spans) of one experiment, as a DataFrame."""
+    mlflow = _mlflow()
+    mlflow.set_tracking_uri(uri)
+    exp = mlflow.get_experiment_by_name(experiment)
+    return mlflow.search_traces(locations=[exp.experiment_id]) if exp else None
+
+
 def download_artifact(uri: str, run_id: str, artifact_path: str, dst: Path) -> Path:
     """Download one artifact of a run into ``dst`` and return its local path."""
     mlflow = _mlflow()

@@ -6,6 +6,8 @@ import json
 import shutil
 
 import pytest
+
+from cts import tracking
 from test_multirun import run_py
 
 from cts.llm.testing import protocol_reply
@@ -28,10 +30,7 @@ def test_card_multirun_against_local_server_then_zero_request_rerun(tmp_path, ll
     first = len(llm_server.requests)
     assert first > 0
 
-    import mlflow
-
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
-    runs = mlflow.search_runs(search_all_experiments=True)
+    runs = tracking.search_runs(f"sqlite:///{tmp_path}/mlflow.db")
     jobs = runs[runs["tags.cts.kind"] == "job"]
     assert len(jobs) == 9 and set(jobs["status"]) == {"FINISHED"}
     assert set(jobs["tags.cts.system"]) == {"gpt", "ernie", "claude"}
@@ -45,7 +44,7 @@ def test_card_multirun_against_local_server_then_zero_request_rerun(tmp_path, ll
 
     sweep(tmp_path, llm_server, cache_dir, "second")
     assert len(llm_server.requests) == first  # the identical rerun is served from the caches
-    runs = mlflow.search_runs(search_all_experiments=True)
+    runs = tracking.search_runs(f"sqlite:///{tmp_path}/mlflow.db")
     second = runs[(runs["tags.cts.kind"] == "job") & runs["tags.cts.sweep_dir"].str.endswith("second")]
     assert len(second) == 9 and (second["metrics.cache_hits"] == second["metrics.llm_calls"]).all()
     assert (second["metrics.cost_usd"] == 0).all()

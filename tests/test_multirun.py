@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from cts import tracking
+
 REPO = Path(__file__).resolve().parents[1]
 METRICS = [
     "score_mean", "score_p50", "score_p90", "score_min", "score_max", "orig_score_mean", "delta_mean",
@@ -32,10 +34,7 @@ def test_offline_sweep_9_jobs_joblib_fresh_store(tmp_path, cache_dir):
            "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}",
            f"tracking.uri=sqlite:///{db}", f"paths.cache_dir={cache_dir}", cwd=tmp_path)
 
-    import mlflow
-
-    mlflow.set_tracking_uri(f"sqlite:///{db}")
-    runs = mlflow.search_runs(search_all_experiments=True)
+    runs = tracking.search_runs(f"sqlite:///{db}")
     jobs = runs[runs["tags.cts.kind"] == "job"]
     assert len(jobs) == 9 and set(jobs["status"]) == {"FINISHED"}
     for name in METRICS:

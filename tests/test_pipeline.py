@@ -113,3 +113,41 @@ def test_resume_fingerprint_ignores_operational_settings_only():
             assert protocol_fingerprint(compose("config", overrides=["experiment=offline", *o])) == base, o
         for o in other:
             assert protocol_fingerprint(compose("config", overrides=["experiment=offline", *o])) != base, o
+
+
+class FailingTyper:
+    async def classify(self, question):
+        from cts.types import CallError
+
+        raise CallError("timeout", "typer timed out")
+
+
+class FailingUA:
+    async def answer(self, fused_query, question):
+        raise UnscoredError("UA gave 3 lines")
+
+
+def test_a_failing_question_typer_falls_back_to_the_lexicon(services, tmp_path):
+    inst, gold, table = mercury()
+    rs = roles(services, TableSearch(table))
+    rs = Roles(**{**rs.__dict__, "qtyper": FailingTyper()})
+    (r,), stop = job(tmp_path, [inst], {"m1": gold}, rs)
+    assert stop == "done" and r.score == 100.0 and r.question_types == (("scope",),)
+
+
+def test_questions_are_kept_when_a_later_stage_fails(services, tmp_path):
+    inst, gold, table = mercury()
+    rs = Roles(**{**roles(services, TableSearch(table)).__dict__, "ua": FailingUA()})
+    (r,), _ = job(tmp_path, [inst], {"m1": gold}, rs, k=2)
+    assert len(r.questions) == 2 and len(r.question_types) == 2 and r.answers == ()
+    assert r.error.stage == "answer" and r.score is None and r.orig_score is not None
+
+
+def test_a_torn_last_line_does_not_swallow_the_next_record(services, tmp_path):
+    inst, gold, table = mercury()
+    other = Instance("m2", "Tell me about Venus", "Tell me about Venus, the planet")
+    (tmp_path / "records.jsonl").write_text('{"id": "m0", "k": 1, "questi')  # killed mid-write
+    job(tmp_path, [inst, other], {"m1": gold, "m2": gold_for("m2", ("Venus", 1))}, roles(services, TableSearch(table)),
+        models={"clarifier": "RuleClarifier"})
+    got = list(read_records(tmp_path / "records.jsonl"))
+    assert sorted(r.id for r in got) == ["m1", "m2"] and got[0].models == {"clarifier": "RuleClarifier"}

@@ -203,3 +203,19 @@ def test_report_from_mlflow_experiment_matches_dir_and_is_logged(
     logged = runs[runs["run_id"] == run_id].iloc[0]
     assert logged["tags.cts.kind"] == "sweep_report"
     assert logged["metrics.delta_mean.rules_scope.k1"] == 5.0
+
+
+def test_orig_is_pooled_only_within_one_setting(tmp_path: Path) -> None:
+    """Jobs that differ in another factor (here the judge) get their own orig row and baseline."""
+    from dataclasses import replace
+
+    for judge, shift in (("lexical", 0.0), ("strict", -10.0)):
+        root = tmp_path / judge
+        for clarifier, records in (("none", make_records(1, ORIG_SCORES)),
+                                   ("rules_scope", make_records(1, (20, 20, 40, 40), [SCOPE], [[K], [K], [U], [U]]))):
+            shifted = [replace(r, orig=replace(r.orig, score=r.orig.score + shift)) for r in records]
+            write_job(root, clarifier, 1, shifted, judge=judge)
+    jobs = report.load_jobs([tmp_path / "lexical", tmp_path / "strict"])
+    scores = report.score_rows(jobs, report.Stats(n_resamples=200))
+    origs = scores[scores["system"].str.startswith("orig")].set_index("system")["mean"]
+    assert origs.to_dict() == {"orig[judge=lexical]": 25.0, "orig[judge=strict]": 15.0}

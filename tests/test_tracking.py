@@ -45,8 +45,6 @@ def test_flatten_nested_config() -> None:
 
 
 def test_llm_calls_become_trace_spans(tmp_path: Path) -> None:
-    import mlflow
-
     uri = f"sqlite:///{tmp_path}/m.db"
     listeners = []
     tracking.trace_llm_calls(SimpleNamespace(add_listener=listeners.append))
@@ -55,5 +53,5 @@ def test_llm_calls_become_trace_spans(tmp_path: Path) -> None:
                             tokens_out=5, cost_usd=0.001, cached=False, latency_s=0.2, error=None)
     with tracking.job_run(uri, "exp", "traced", {}):
         listeners[0](event)
-    traces = mlflow.search_traces(locations=[mlflow.get_experiment_by_name("exp").experiment_id])
+    traces = tracking.search_traces(uri, "exp")
     assert len(traces) == 1

@@ -80,9 +80,12 @@ class LocalWikiProvider:
 
     @property
     def cache_id(self) -> str:
-        """``local_wiki:<corpus language>:<corpus fingerprint>:<snippet length>``."""
-        corpus = self.services.corpus
-        return f"local_wiki:{corpus.lang}:{corpus.fingerprint}:{self.snippet_chars}"
+        """``local_wiki:<index dir>:<snippet length>``.
+
+        The index dir names the corpus language and fingerprint and the tokeniser
+        version, so cached hits never outlive a change of the ranking.
+        """
+        return f"local_wiki:{self.services.index.path.name}:{self.snippet_chars}"
 
     async def search(self, query: str, k: int) -> list[SearchHit]:
         """Rank the corpus for ``query`` (zero-score hits are already dropped)."""

@@ -12,6 +12,7 @@ and its mode follows the LLM cache's (``services.llm.cache.mode``).
 
 from __future__ import annotations
 
+
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any

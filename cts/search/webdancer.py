@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 import json_repair
 from omegaconf import OmegaConf
 
-from cts.llm import ModelSpec
+from cts.llm import ModelSpec, route_for
 from cts.prompts import Prompt, load_prompt
 from cts.search.answer import extract_answer
 from cts.search.fetchers import Fetcher, build_component
 from cts.search.providers import NETWORK, SearchHit, SearchProvider
 from cts.search.toolcache import ToolCache, search_args, tool_cache_for, visit_args
-from cts.text import normalize
+from cts.text import CJK_CHAR, normalize
 from cts.types import CallError, Evidence, SearchResult
 
 if TYPE_CHECKING:
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 
 DEFAULT_STOP = ("\n<tool_response>", "<tool_response>")
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
-_CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
 RESULT_SEP = "\n=======\n"
 """Separator between the results of several queries or pages in one tool response."""
 TOOL_CALL_ERROR = (
@@ -96,7 +95,7 @@ class _Run:
 
 def approx_tokens(text: str) -> int:
     """Cheap token estimate: one per CJK character plus one per 4 other characters."""
-    cjk = len(_CJK.findall(text))
+    cjk = len(CJK_CHAR.findall(text))
     return cjk + (len(text) - cjk + 3) // 4
 
 
@@ -481,9 +480,10 @@ class WebDancerSearch:
                         "transient": exc.kind == NETWORK}
             return await self._read_page(url, page.title, page.text[: self.max_page_chars], goal)
 
-        source = "|".join((self.fetcher.cache_id, self.summary_model.name, self.summary_model.model,
+        route = route_for(self.summary_model, self.services.llm.settings)  # the model actually called
+        source = "|".join((self.fetcher.cache_id, route.model, str(route.api_base),
                            self.prompts["summary"].version, json.dumps(self.summary_params, sort_keys=True)))
-        key_args = visit_args(url, goal, self.max_page_chars)
+        key_args = {**visit_args(url, goal, self.max_page_chars), "fallback_chars": self.fallback_page_chars}
         return await self.tool_cache.get_or_compute(source, "visit", key_args, compute, store=_storable)
 
     async def _read_page(self, url: str, title: str, text: str, goal: str) -> dict[str, Any]:
