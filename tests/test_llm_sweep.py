@@ -64,11 +64,14 @@ def test_offline_stack_with_the_webdancer_agent_archives_traces_and_replays(tmp_
     kinds = {e["type"] for t in traces for e in t["trace"]}
     assert first > 0 and {"llm", "tool_call", "tool_result", "end"} <= kinds
     records = [json.loads(x) for x in (tmp_path / "a" / "records.jsonl").read_text().splitlines()]
+    errors = [(r["id"], r["error"]) for r in records if r["error"]]
+    assert not errors, errors
     assert all(r["orig"]["trace_summary"]["searches"] >= 1 and r["orig"]["answer_rule"] == "answer_tag"
                for r in records)
 
     run_py(*common, f"hydra.run.dir={tmp_path}/b", cwd=tmp_path)
-    assert len(llm_server.requests) == first  # no LLM request on the warm rerun
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())["metrics"]
+    new = [r.body for r in llm_server.requests[first:]]
+    assert not new, (summary, new[:2])  # no LLM request on the warm rerun
     assert summary["tool_cache_misses"] == 0 and summary["tool_cache_hits"] > 0  # no tool request either
     assert summary["cache_hits"] == summary["llm_calls"]
