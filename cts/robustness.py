@@ -56,11 +56,13 @@ from cts.types import (
     QA,
     UNKNOWN,
     BudgetExceeded,
+    CallError,
     Gold,
     Instance,
     Judge,
     Label,
     Rewriter,
+    UnscoredError,
     UserAnswerer,
 )
 
@@ -549,12 +551,28 @@ def place_lexicon(services: Any) -> tuple[str, ...]:
 
 async def replay_all(
     items: Sequence[FrozenItem], backbones: Mapping[str, Backbone], concurrency: int = 8
-) -> dict[str, list[Replay]]:
-    """Every backbone's replay of every item, aligned with ``items``."""
+) -> dict[str, list[Replay | None]]:
+    """Every backbone's replay of every item, aligned with ``items`` (None where it failed)."""
     out = {}
     for name, bb in backbones.items():
-        out[name] = await bounded([functools.partial(replay, it, bb) for it in items], concurrency)
+        out[name] = await bounded([functools.partial(_replay_or_none, it, bb) for it in items], concurrency)
     return out
+
+
+async def _replay_or_none(item: FrozenItem, backbone: Backbone) -> Replay | None:
+    try:
+        return await replay(item, backbone)
+    except (CallError, UnscoredError) as e:  # one failed item is excluded, not the analysis
+        log.warning("replay of %s failed: %s", item.instance.id, e)
+        return None
+
+
+def replayed_by_all(
+    items: Sequence[FrozenItem], outputs: Mapping[str, Sequence[Replay | None]]
+) -> tuple[list[FrozenItem], dict[str, list[Replay]]]:
+    """Keep the items every backbone replayed, so that backbones are compared on the same items."""
+    keep = [i for i in range(len(items)) if all(outs[i] is not None for outs in outputs.values())]
+    return [items[i] for i in keep], {n: [outs[i] for i in keep] for n, outs in outputs.items()}  # type: ignore[misc]
 
 
 def stability_report(
@@ -581,12 +599,14 @@ def backbone_stability_task(cfg: Any, services: Any) -> None:
         name: Backbone(build(node.ua, services), build(node.rewriter, services))
         for name, node in cfg.robustness.backbones.items()
     }
-    outputs = asyncio.run(replay_all(items, backbones, cfg.get("concurrency", 8)))
+    replays = asyncio.run(replay_all(items, backbones, cfg.get("concurrency", 8)))
+    items, outputs = replayed_by_all(items, replays)
+    n_failed = len(next(iter(replays.values()), [])) - len(items)
     tables = stability_report(items, outputs, Concretiser.from_places(place_lexicon(services)))
     out = Path(cfg.paths.output_dir)
     files = write_tables(tables, out, "backbone_stability")
     write_replays(items, outputs, out / "backbone_replays.jsonl")
-    metrics = stability_metrics(tables)
+    metrics = {**stability_metrics(tables), "n_items": float(len(items)), "n_failed_items": float(n_failed)}
     files += [write_metrics(metrics, out), out / "backbone_replays.jsonl"]
     log_task_run(cfg, "backbone_stability", metrics, files)
     print(markdown(tables[0].display), flush=True)

@@ -288,3 +288,32 @@ def test_budgets_select_source_jobs(frozen_sweep: Path) -> None:
     assert rb.select_budgets(jobs, None) == jobs and rb.select_budgets(jobs, [1]) == jobs
     with pytest.raises(ValueError, match="no source job has k"):
         rb.select_budgets(jobs, [3])
+
+
+class FlakyUA(YearOnlyUA):
+    """Fails for good on instance ``b`` (after the re-asks the LLM layer already made)."""
+
+    async def answer(self, fused_query: str, question: str) -> str:
+        from cts.types import UnscoredError
+
+        if fused_query.startswith("tell me about b"):
+            raise UnscoredError("UA gave two lines")
+        return await super().answer(fused_query, question)
+
+
+def test_backbone_stability_excludes_an_item_a_backbone_failed(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    cfg = compose_task("backbone_stability", out, stability_sweep(tmp_path / "sweep"))
+    with open_dict(cfg):
+        cfg.robustness.backbones = OmegaConf.create({
+            "careful": {"ua": {"_target_": f"{HERE}.YearOnlyUA"},
+                        "rewriter": {"_target_": "cts.robustness.BracketRewriterBaseline"}},
+            "flaky": {"ua": {"_target_": f"{HERE}.FlakyUA"},
+                      "rewriter": {"_target_": "cts.robustness.BracketRewriterBaseline"}},
+        })
+    assert run_task(cfg, Services(cache_dir=tmp_path)) is None
+    metrics = json.loads((out / "robustness_metrics.json").read_text())
+    assert metrics["n_items"] == 1 and metrics["n_failed_items"] == 1  # both backbones compared on item a only
+    per = pd.read_csv(out / "backbone_protocol.csv").set_index("backbone")
+    assert per.loc["careful", "n_items"] == per.loc["flaky", "n_items"] == 1
