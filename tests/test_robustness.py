@@ -12,7 +12,6 @@ from typing import Any, ClassVar
 import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cts import robustness as rb
@@ -235,17 +234,25 @@ def stability_sweep(root: Path) -> Path:
     return root
 
 
-def test_backbone_stability_table11_with_a_concretising_baseline(tmp_path: Path) -> None:
+CAREFUL = {"ua": {"_target_": f"{HERE}.YearOnlyUA"}, "rewriter": {"_target_": "cts.robustness.BracketRewriterBaseline"}}
+
+
+def backbone_task(tmp_path: Path, backbones: dict[str, Any]) -> tuple[Any, Path]:
+    """The backbone_stability task over the two-item frozen sweep, with ``backbones``."""
     out = tmp_path / "out"
     out.mkdir()
     cfg = compose_task("backbone_stability", out, stability_sweep(tmp_path / "sweep"))
     with open_dict(cfg):
-        cfg.robustness.backbones = OmegaConf.create({
-            "careful": {"ua": {"_target_": f"{HERE}.YearOnlyUA"},
-                        "rewriter": {"_target_": "cts.robustness.BracketRewriterBaseline"}},
-            "leaky": {"ua": {"_target_": f"{HERE}.SilentUA"},
-                      "rewriter": {"_target_": "cts.robustness.ConcretisingRewriterBaseline", "year": "2024"}},
-        })
+        cfg.robustness.backbones = OmegaConf.create(backbones)
+    return cfg, out
+
+
+def test_backbone_stability_table11_with_a_concretising_baseline(tmp_path: Path) -> None:
+    cfg, out = backbone_task(tmp_path, {
+        "careful": CAREFUL,
+        "leaky": {"ua": {"_target_": f"{HERE}.SilentUA"},
+                  "rewriter": {"_target_": "cts.robustness.ConcretisingRewriterBaseline", "year": "2024"}},
+    })
     Forbidden.built, YearOnlyUA.calls = 0, 0
     assert run_task(cfg, Services(cache_dir=tmp_path)) is None
     assert Forbidden.built == 0 and YearOnlyUA.calls == 2 * 4  # 2 backbones x 2 items x 2 frozen questions
@@ -302,16 +309,10 @@ class FlakyUA(YearOnlyUA):
 
 
 def test_backbone_stability_excludes_an_item_a_backbone_failed(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
-    cfg = compose_task("backbone_stability", out, stability_sweep(tmp_path / "sweep"))
-    with open_dict(cfg):
-        cfg.robustness.backbones = OmegaConf.create({
-            "careful": {"ua": {"_target_": f"{HERE}.YearOnlyUA"},
-                        "rewriter": {"_target_": "cts.robustness.BracketRewriterBaseline"}},
-            "flaky": {"ua": {"_target_": f"{HERE}.FlakyUA"},
-                      "rewriter": {"_target_": "cts.robustness.BracketRewriterBaseline"}},
-        })
+    cfg, out = backbone_task(tmp_path, {
+        "careful": CAREFUL,
+        "flaky": {**CAREFUL, "ua": {"_target_": f"{HERE}.FlakyUA"}},
+    })
     assert run_task(cfg, Services(cache_dir=tmp_path)) is None
     metrics = json.loads((out / "robustness_metrics.json").read_text())
     assert metrics["n_items"] == 1 and metrics["n_failed_items"] == 1  # both backbones compared on item a only
