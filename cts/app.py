@@ -1,50 +1,84 @@
 """Composition: config -> services and components -> task -> tracking.
 
-This is the one place that instantiates config options (each with ``services=``).
+This is the one place that builds components from config options (:func:`build_node`); a
+component receives the job's services only when its signature asks for them.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import json
+import inspect
 import logging
-import math
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra.core.hydra_config import HydraConfig
-from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from hydra.utils import get_object, instantiate
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from cts import tracking
-from cts.metrics import summarize
-from cts.pipeline import RECORDS_FILE, TRACES_FILE, Roles, run_job
 from cts.services import Services
+from cts.tasks.job import in_multirun
 
 log = logging.getLogger(__name__)
 
-ROLE_GROUPS = ("clarifier", "ua", "rewriter", "search", "judge", "qtyper")
 OFFLINE_COMMAND = "python run.py experiment=offline"
-# Keys that change where things go or how fast, not what is measured.
-_NON_PROTOCOL_KEYS = ("paths", "tracking", "concurrency", "limit", "hydra", "task", "sweep_report")
-_LLM_OPERATIONAL = ("concurrency_per_endpoint", "timeout_s", "max_attempts", "backoff", "cache", "budget",
-                    "tracing", "transport")
+_KEY_PROBLEM = " takes no argument "
+_INSTANTIATE_KEYS = frozenset({"_target_", "_partial_", "_recursive_", "_convert_", "_args_"})
 
 
 def run(cfg: DictConfig) -> float | None:
-    """Entry point called by ``run.py``: pre-flight, then run the configured task."""
-    preflight(cfg, groups=task_groups(cfg))
-    return run_task(cfg, build_services(cfg))
+    """Entry point called by ``run.py``: pre-flight, then run the configured task.
+
+    Bad input (a broken dataset, an unset mandatory key ...) exits 1 with one line
+    per problem (see :mod:`cts.errors`); prompts are recorded per job. The endpoints
+    are probed here for a single run; a multirun probes every job's endpoints once in
+    the launching process (``cts.callbacks``), before any job starts.
+    """
+    from cts.errors import InputError, input_errors, missing_values
+    from cts.prompts import prompt_scope
+
+    with input_errors(cfg), prompt_scope():
+        if missing := missing_values(cfg):
+            raise InputError(missing)
+        preflight(cfg, groups=task_groups(cfg))
+        if not in_multirun():
+            probe_endpoints([cfg])
+        return run_task(cfg, build_services(cfg))
+
+
+def probe_endpoints(cfgs: Sequence[DictConfig]) -> None:
+    """Probe every distinct endpoint of these jobs once; exit 1 naming each dead one.
+
+    Jobs with ``services.llm.preflight_probe=false`` are not probed (see :mod:`cts.llm.preflight`);
+    an endpoint that answered once in this process is not probed again.
+    """
+    from cts.llm.preflight import endpoints_of, probe_problems
+
+    jobs = [OmegaConf.masked_copy(c, list(task_groups(c))) for c in cfgs
+            if OmegaConf.select(c, "services.llm.preflight_probe", default=True)]
+    endpoints = [e for e in endpoints_of(jobs) if (e.api_base, e.api_key) not in _PROBED]
+    if not endpoints:
+        return
+    timeout = float(OmegaConf.select(jobs[0], "services.llm.preflight_timeout_s", default=5.0))
+    problems = probe_problems(endpoints, timeout)
+    if problems:
+        lines = "\n".join(f"  - {p}" for p in problems)
+        sys.exit(
+            f"cts pre-flight failed; nothing was run:\n{lines}\n"
+            "Start the server or correct its URL (services.llm.api_base, or the model's api_base); "
+            "services.llm.preflight_probe=false skips this check."
+        )
+    _PROBED.update((e.api_base, e.api_key) for e in endpoints)
+
+
+_PROBED: set[tuple[str, str | None]] = set()
 
 
 def run_task(cfg: DictConfig, services: Services) -> float | None:
-    """Instantiate the configured task function and call it."""
+    """Instantiate the configured task function and call it with a builder bound to ``services``."""
     node = OmegaConf.masked_copy(cfg.task, [k for k in cfg.task if k != "preflight"])
-    return instantiate(node)(cfg=cfg, services=services)  # type: ignore[no-any-return]
+    task = instantiate(node)
+    return task(cfg=cfg, services=services, build=lambda n: build_node(n, services))  # type: ignore[no-any-return]
 
 
 def task_groups(cfg: DictConfig) -> tuple[str, ...]:
@@ -59,49 +93,31 @@ def build_services(cfg: DictConfig) -> Services:
 
 
 def build_node(node: Any, services: Services) -> Any:
-    """Instantiate one config option (a node with ``_target_``), passing the shared services.
+    """Build one config option (a node with ``_target_``): the one builder of every component.
 
-    The single place where components are built: every factory takes ``services=``.
+    Nested component nodes (a model spec, a search provider, a fetcher and its routes)
+    are built first, inside out; plain values arrive as plain Python containers. A
+    component gets the job's ``services`` only when its signature asks for them.
     """
-    obj = instantiate(node, services=services)
-    log.info("built %s", node.get("_target_"))
+    if not (isinstance(node, DictConfig) and "_target_" in node):
+        return _plain_value(node, services)
+    target = get_object(str(node._target_))
+    kwargs = {str(k): _plain_value(node[k], services) for k in node if not str(k).startswith("_")}
+    if "services" in inspect.signature(target).parameters:
+        kwargs["services"] = services
+    obj = target(**kwargs)
+    log.info("built %s", node._target_)
     return obj
 
 
-def role_models(cfg: DictConfig) -> dict[str, str]:
-    """Per role: the model id it calls (``<group>.model.model``), or the baseline's class."""
-    out = {}
-    for group in ROLE_GROUPS:
-        model = OmegaConf.select(cfg, f"{group}.model.model", default=None)
-        out[group] = str(model or cfg[group]._target_.rsplit(".", 1)[-1])
-    return out
-
-
-def build_roles(cfg: DictConfig, services: Services) -> Roles:
-    """Instantiate the clarifier, UA, rewriter, search backend, judge and question typer."""
-    return Roles(**{g: build_node(cfg[g], services) for g in ROLE_GROUPS})
-
-
-@dataclass(frozen=True)
-class JobContext:
-    """Where a job sits in Hydra: choices, run name, dirs (fallbacks outside Hydra)."""
-
-    choices: Mapping[str, str]
-    run_name: str
-    job_dir: Path
-    sweep_dir: str
-
-
-def job_context(cfg: DictConfig) -> JobContext:
-    """Read the Hydra runtime (or fall back to config values when run without it)."""
-    out = Path(cfg.paths.output_dir)
-    if not HydraConfig.initialized():
-        return JobContext({}, f"k{cfg.k}", out, "")
-    hc = HydraConfig.get()
-    choices = {g: str(v) for g, v in hc.runtime.choices.items() if not g.startswith("hydra") and v}
-    name = hc.job.override_dirname or f"{choices.get('clarifier', 'run')},k={cfg.k}"
-    sweep = str(hc.sweep.dir) if hc.mode and hc.mode.name == "MULTIRUN" else ""
-    return JobContext(choices, name, out, sweep)
+def _plain_value(value: Any, services: Services) -> Any:
+    if isinstance(value, DictConfig):
+        if "_target_" in value:
+            return build_node(value, services)
+        return {str(k): _plain_value(value[k], services) for k in value}
+    if isinstance(value, ListConfig):
+        return [_plain_value(v, services) for v in value]
+    return value
 
 
 def preflight(cfg: DictConfig, groups: tuple[str, ...] | None = None) -> None:
@@ -115,190 +131,62 @@ def preflight(cfg: DictConfig, groups: tuple[str, ...] | None = None) -> None:
 
 
 def preflight_problems_of(cfg: DictConfig, groups: tuple[str, ...] | None = None) -> list[str]:
-    """The pre-flight problems of one composed config (see :mod:`cts.llm.preflight`)."""
+    """The pre-flight problems of one composed config: unknown keys, unreachable models."""
     from cts.llm.preflight import preflight_problems
 
-    return preflight_problems(OmegaConf.masked_copy(cfg, list(groups)) if groups else cfg)
+    components = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in ("hydra", "task")])
+    scoped = OmegaConf.masked_copy(cfg, list(groups)) if groups else cfg
+    return unknown_key_problems(components) + preflight_problems(scoped)
+
+
+def unknown_key_problems(node: Any, path: str = "") -> list[str]:
+    """One message per config key that no component accepts (a typo such as ``judge.treshold``).
+
+    Every node with a ``_target_`` is checked against the signature of what it builds;
+    a target taking ``**kwargs`` accepts anything and is not checked.
+    """
+    problems: list[str] = []
+    if isinstance(node, DictConfig):
+        keys = [str(k) for k in node.keys()]
+        if "_target_" in keys:
+            problems += _unknown_keys(node, keys, path)
+        for key in keys:
+            if not OmegaConf.is_missing(node, key) and isinstance(node._get_node(key), (DictConfig, ListConfig)):
+                problems += unknown_key_problems(node[key], f"{path}.{key}" if path else key)
+    elif isinstance(node, ListConfig):
+        for i, item in enumerate(node):
+            problems += unknown_key_problems(item, f"{path}[{i}]")
+    return problems
+
+
+def _unknown_keys(node: DictConfig, keys: list[str], path: str) -> list[str]:
+    target = str(node._get_node("_target_")._value())
+    try:
+        params = inspect.signature(get_object(target)).parameters
+    except (ImportError, AttributeError, ValueError, TypeError) as e:
+        return [f"{path}._target_: cannot load {target} ({e})"]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return []
+    known = set(params) | _INSTANTIATE_KEYS
+    return [f"{path}.{k}: {target}{_KEY_PROBLEM}{k!r} (it takes: {', '.join(sorted(set(params) - {'self'}))})"
+            for k in keys if k not in known]
+
+
+def _is_key_problem(problem: str) -> bool:
+    return _KEY_PROBLEM in problem or "._target_: cannot load " in problem
 
 
 def stop_on_problems(problems: list[str]) -> None:
     """Exit non-zero with one message listing every problem (nothing has run yet)."""
-    if problems:
-        lines = "\n".join(f"  - {p}" for p in dict.fromkeys(problems))
-        sys.exit(
-            f"cts pre-flight failed; nothing was run:\n{lines}\n"
-            f"Set the variables above (or point every role at one OpenAI-compatible server with "
-            f"services.llm.api_base=URL), or run the offline stack: {OFFLINE_COMMAND}"
-        )
+    if not problems:
+        return
+    lines = "\n".join(f"  - {p}" for p in dict.fromkeys(problems))
+    hints = []
+    if any(_is_key_problem(p) for p in problems):
+        hints.append("Correct or remove the config keys above.")
+    if not all(_is_key_problem(p) for p in problems):
+        hints.append("Set the variables above (or point every role at one OpenAI-compatible server with "
+                     f"services.llm.api_base=URL), or run the offline stack: {OFFLINE_COMMAND}")
+    sys.exit(f"cts pre-flight failed; nothing was run:\n{lines}\n" + "\n".join(hints))
 
 
-def protocol_fingerprint(cfg: DictConfig) -> str:
-    """Hash of everything that changes what a job measures (not where it writes)."""
-    keys = [k for k in cfg if k not in _NON_PROTOCOL_KEYS]
-    try:  # resolved, so that a dataset path or an endpoint read from the environment counts too
-        data = OmegaConf.to_container(OmegaConf.masked_copy(cfg, keys), resolve=True)
-    except Exception:  # noqa: BLE001 - e.g. ${hydra:...} outside a Hydra run: the written config
-        data = OmegaConf.to_container(OmegaConf.masked_copy(cfg, keys), resolve=False)
-    assert isinstance(data, dict)
-    kept = dict(data)
-    llm = dict(kept.get("services", {}).get("llm") or {})
-    kept["services"] = {**kept.get("services", {}), "llm": {k: v for k, v in llm.items() if k not in _LLM_OPERATIONAL}}
-    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def check_resume(out_dir: Path, fingerprint: str) -> None:
-    """Refuse to resume into a dir whose records came from a different protocol config."""
-    path = out_dir / "fingerprint.json"
-    if path.exists():
-        old = json.loads(path.read_text())["fingerprint"]
-        if old != fingerprint:
-            raise SystemExit(
-                f"{out_dir} holds records of another configuration (fingerprint {old} != {fingerprint}); "
-                "use a fresh output dir."
-            )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"fingerprint": fingerprint}))
-
-
-def evaluate_task(cfg: DictConfig, services: Services) -> float | None:
-    """Run the protocol (system + orig arms) over the dataset and track the job.
-
-    Returns:
-        The job's mean restore_score_100 (Hydra's sweep metric).
-    """
-    if not isinstance(cfg.k, int) or cfg.k < 1:
-        raise SystemExit(f"k must be a positive integer (the paper uses 1, 2, 3), got {cfg.k!r}")
-    ctx = job_context(cfg)
-    check_resume(ctx.job_dir, protocol_fingerprint(cfg))
-    dataset = build_node(cfg.dataset, services)
-    instances = list(dataset.instances)[: cfg.limit] if cfg.limit else list(dataset.instances)
-    roles = build_roles(cfg, services)
-    if cfg.services.llm.get("tracing"):
-        tracking.trace_llm_calls(services.llm)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(resolved, dict)
-    tags = job_tags(cfg, ctx)
-    with tracking.job_run(cfg.tracking.uri, cfg.tracking.experiment, ctx.run_name,
-                          tracking.flatten(resolved), tags) as run_id:
-        records, stop = asyncio.run(
-            run_job(instances, dataset.gold, roles, k=cfg.k, out_dir=ctx.job_dir,
-                    concurrency=cfg.concurrency, usage_scope=services.usage_scope, models=role_models(cfg))
-        )
-        metrics = {**summarize(records, k=cfg.k, seed=cfg.seed, **cfg.stats), **services.stats()}
-        summary = write_summary(cfg, ctx, resolved, metrics, run_id, stop)
-        tracking.log_metrics(metrics)
-        tracking.set_tags({f"cts.prompt.{n}": v for n, v in services.prompt_versions().items()})
-        tracking.log_artifacts([ctx.job_dir / RECORDS_FILE, ctx.job_dir / TRACES_FILE, summary,
-                                ctx.job_dir / "config.yaml"])
-        tracking.log_artifacts(services.prompt_files(), artifact_path="prompts")
-    print_metrics(ctx.run_name, metrics)
-    return metrics["score_mean"]
-
-
-def gold_task(cfg: DictConfig, services: Services) -> float:
-    """Build the static gold once per ``fused_query`` and archive it read-only (paper 4.2).
-
-    The configured ``search`` backend runs on each intent query, the configured
-    ``extractor`` turns its answer and evidence into weighted nuggets; instances
-    whose gold does not validate are reported, not written.
-
-    Returns:
-        The number of instances with archived gold.
-    """
-    from cts.data import read_instances_jsonl
-    from cts.gold import build_gold_archive
-    from cts.llm.preflight import find_model_specs
-
-    instances = read_instances_jsonl(cfg.gold.instances, cfg.gold.get("fields"))
-    instances = instances[: cfg.limit] if cfg.limit else instances
-    search, extractor = build_node(cfg.search, services), build_node(cfg.extractor, services)
-    models = OmegaConf.masked_copy(cfg, ["search", "extractor"])
-    provenance = {
-        "backend": cfg.search._target_,
-        "extractor": cfg.extractor._target_,
-        "models": {path: str(node.get("model")) for path, node in find_model_specs(models)},
-        "config_fingerprint": protocol_fingerprint(cfg),
-        "cts_version": __import__("cts").__version__,
-    }
-    report = asyncio.run(build_gold_archive(
-        instances, search, extractor, cfg.gold.out_dir, provenance={**provenance, "prompts": services.prompt_versions()},
-        concurrency=cfg.concurrency, overwrite=cfg.gold.overwrite,
-    ))
-    counts = {"n_instances": report.n_instances, "n_gold": report.n_gold, "n_failures": len(report.failures)}
-    archive = sorted(p for p in Path(report.out_dir).iterdir() if p.is_file())
-    log_task_run(cfg, "gold", {k: float(v) for k, v in counts.items()}, archive)
-    print(f"gold archive {report.out_dir}: {counts}, sha256 {report.gold_sha256[:12]}", flush=True)
-    for instance_id, reason in report.failures:
-        print(f"  no gold for {instance_id}: {reason}", flush=True)
-    return float(report.n_gold)
-
-
-def log_task_run(cfg: DictConfig, task: str, metrics: Mapping[str, float], artifacts: list[Path]) -> str:
-    """Track a non-evaluate task (gold, robustness analyses) as one MLflow run.
-
-    Args:
-        artifacts: The files the task wrote (not whole directories, which may hold the store).
-    """
-    ctx = job_context(cfg)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(resolved, dict)
-    tags = {**job_tags(cfg, ctx), "cts.kind": task}
-    with tracking.job_run(cfg.tracking.uri, cfg.tracking.experiment, f"{task}:{ctx.run_name}",
-                          tracking.flatten(resolved), tags) as run_id:
-        tracking.log_metrics(metrics)
-        tracking.log_artifacts(artifacts)
-    return run_id
-
-
-def job_tags(cfg: DictConfig, ctx: JobContext) -> dict[str, str]:
-    """Tags the report and notebooks select runs by."""
-    tags = {
-        "cts.kind": "job",
-        "cts.job_dir": str(ctx.job_dir),
-        "cts.sweep_dir": ctx.sweep_dir,
-        "cts.system": ctx.choices.get("clarifier", ""),
-        "cts.k": str(cfg.k),
-    }
-    tags.update({f"cts.choice.{g}": v for g, v in ctx.choices.items()})
-    return tags
-
-
-def write_summary(
-    cfg: DictConfig, ctx: JobContext, resolved: dict[str, Any], metrics: Mapping[str, float],
-    run_id: str, stop: str,
-) -> Path:
-    """Write ``summary.json`` and the resolved ``config.yaml`` into the job dir."""
-    (ctx.job_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(resolved)))
-    summary = {
-        "metrics": {k: (v if math.isfinite(v) else None) for k, v in metrics.items()},
-        "choices": dict(ctx.choices),
-        "k": cfg.k,
-        "stop_reason": stop,
-        "run_name": ctx.run_name,
-        "job_dir": str(ctx.job_dir),
-        "sweep_dir": ctx.sweep_dir,
-        "run_id": run_id,
-        "experiment": cfg.tracking.experiment,
-        "tracking_uri": cfg.tracking.uri,
-    }
-    path = ctx.job_dir / "summary.json"
-    path.write_text(json.dumps(summary, indent=2, ensure_ascii=False))
-    return path
-
-
-_TABLE_KEYS = (
-    "n_instances", "n_unscored", "n_errors", "score_mean", "score_p50", "score_p90", "score_min",
-    "score_max", "orig_score_mean", "delta_mean", "delta_ci_low", "delta_ci_high",
-    "ua_unknown_rate", "all_unknown_rate", "cq_region_rate", "llm_calls", "cache_hits", "cost_usd",
-)
-
-
-def print_metrics(name: str, metrics: Mapping[str, float]) -> None:
-    """Print a short table of the job's main metrics."""
-    width = max(len(k) for k in _TABLE_KEYS)
-    lines = [f"== {name} =="]
-    for key in _TABLE_KEYS:
-        if key in metrics:
-            v = metrics[key]
-            lines.append(f"{key:<{width}}  {v:,.0f}" if key.startswith("n_") else f"{key:<{width}}  {v:.3f}")
-    print("\n".join(lines), flush=True)

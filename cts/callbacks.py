@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import Any
 
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from cts import tracking
+from cts.naming import forget_swept, register_resolver, remember_swept
 
 log = logging.getLogger(__name__)
+# Hydra imports this module (to build the callbacks) in the launching process and in
+# launcher workers before any job's sub-dir is resolved: the naming resolver must exist by then.
+register_resolver()
 
 
 def sweep_job_configs(config: DictConfig) -> list[DictConfig]:
@@ -19,20 +27,20 @@ def sweep_job_configs(config: DictConfig) -> list[DictConfig]:
     Expands the command line's sweep overrides the way Hydra's basic sweeper does and
     composes each job's config with Hydra's own loader, so the pre-flight sees e.g.
     ``clarifier=gpt`` as well as ``clarifier=claude`` before the first job starts.
-    Falls back to the shared config if Hydra's (internal) API is unavailable.
     """
-    try:
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-        from hydra.core.global_hydra import GlobalHydra
-        from hydra.core.override_parser.overrides_parser import OverridesParser
+    parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+    loader = GlobalHydra.instance().config_loader()
+    return [loader.load_sweep_config(config, job) for job in sweep_jobs(parsed)]
 
-        parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
-        batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
-        loader = GlobalHydra.instance().config_loader()
-        return [loader.load_sweep_config(config, list(job)) for batch in batches for job in batch]
-    except ImportError:  # pragma: no cover - a Hydra without these internals
-        log.warning("cannot expand the sweep for the pre-flight; checking the shared config only")
-        return [config]
+
+def sweep_jobs(overrides: list[Override]) -> list[list[str]]:
+    """The override list of every job of a sweep: the cartesian product of sweep values."""
+    choices = []
+    for o in overrides:
+        key = o.get_key_element()
+        values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
+        choices.append([f"{key}={v}" for v in values])
+    return [list(job) for job in itertools.product(*choices)]
 
 
 class PrepareTrackingStore(Callback):
@@ -41,24 +49,35 @@ class PrepareTrackingStore(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Called by Hydra in the launching process, before any job starts.
 
-        The shared part of the sweep's config is pre-flighted here too, so a missing
-        key of a fixed role stops the sweep before it launches; each job checks its
-        own variant again before it runs.
+        Every job's config is pre-flighted here too, so a missing key stops the sweep
+        before it launches, and every distinct endpoint of the sweep is probed once.
         """
-        from cts.app import preflight_problems_of, stop_on_problems, task_groups
+        from cts.app import (
+            preflight_problems_of,
+            probe_endpoints,
+            stop_on_problems,
+            task_groups,
+        )
 
+        remember_swept(list(config.hydra.overrides.task))
         jobs = sweep_job_configs(config)
         stop_on_problems([p for job in jobs for p in preflight_problems_of(job, task_groups(job))])
+        probe_endpoints(jobs)  # every distinct endpoint of the sweep, once
         tracking.prepare_store(config.tracking.uri)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Single runs prepare the store too (harmless when it exists)."""
+        """Single runs: the pre-flight (keys, endpoint probes) first, then the store (harmless when it exists)."""
+        from cts.app import preflight, probe_endpoints, task_groups
+
+        preflight(config, groups=task_groups(config))
+        probe_endpoints([config])  # before the store: a dead endpoint fails fast and creates nothing
         tracking.prepare_store(config.tracking.uri)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Build the paper-style sweep report and log it as a sweep-level run."""
-        from cts.report import build_sweep_report, log_sweep_report
+        from cts.report.build import build_sweep_report, log_sweep_report
 
+        forget_swept()
         if not config.get("sweep_report", True):
             return
         result = build_sweep_report(

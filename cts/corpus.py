@@ -86,9 +86,7 @@ class Corpus:
         """The doc with this exact title (or title-style id), or None."""
         return self._by_title.get(title) or self._by_id.get(doc_id(title))
 
-    def titles_in_topic(self, topic: str) -> list[str]:
-        """Titles of every doc whose topic is ``topic``, in corpus order."""
-        return [d.title for d in self.docs if d.topic == topic]
+
 
 
 def _short_sha(data: bytes) -> str:

@@ -13,12 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +24,7 @@ import numpy as np
 
 import cts.text
 from cts.corpus import Corpus, Doc
+from cts.io import atomic_dir
 from cts.text import content_tokens
 
 log = logging.getLogger(__name__)
@@ -102,10 +99,6 @@ class CorpusIndex:
         order = idx[np.lexsort((idx, -scores[idx]))][:k]
         return [Hit(doc=self.corpus.docs[i], score=float(scores[i])) for i in order]
 
-    def search_many(self, queries: Sequence[str], k: int = 10) -> list[list[Hit]]:
-        """:meth:`search` for each query, in order."""
-        return [self.search(q, k) for q in queries]
-
     def rank_of(self, query: str, doc_id: str, k: int = 10) -> int | None:
         """1-based rank of ``doc_id`` among the top ``k`` hits, or None."""
         for rank, hit in enumerate(self.search(query, k), start=1):
@@ -161,48 +154,6 @@ def _load_saved(path: Path, corpus: Corpus, settings: Mapping[str, Any]) -> bm25
     except (OSError, ValueError, KeyError) as exc:
         log.warning("unreadable index at %s (%s); rebuilding", path, exc)
         return None
-
-
-@contextmanager
-def atomic_dir(final: Path, *, replace: bool = True) -> Iterator[Path]:
-    """Yield a fresh temporary directory that becomes ``final`` on success.
-
-    Directory renames are atomic, so readers see either no directory, the old
-    one or the new complete one, never a partial one.
-
-    Args:
-        final: The directory to create.
-        replace: Replace an existing ``final``; otherwise an existing one (e.g.
-            installed meanwhile by a concurrent builder) is kept and ours dropped.
-    """
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache may be shared
-    try:
-        yield tmp
-        _swap_in(tmp, final, replace)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _swap_in(tmp: Path, final: Path, replace: bool) -> None:
-    try:
-        os.rename(tmp, final)
-        return
-    except OSError:
-        if not replace:
-            log.info("%s exists (a concurrent builder won); keeping it", final)
-            return
-    trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
-    try:
-        os.replace(final, trash / "old")
-    except OSError:
-        pass  # another process moved it away already
-    try:
-        os.rename(tmp, final)
-    except OSError:
-        log.info("another process installed %s first; keeping theirs", final)
-    shutil.rmtree(trash, ignore_errors=True)
 
 
 def _save(

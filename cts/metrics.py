@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
-from cts.records import Record
+from cts.records import ArmResult, Record
 from cts.stats import paired_bootstrap_ci
 from cts.types import UNKNOWN
 
 NAN = float("nan")
 USAGE_FIELDS = ("calls", "cache_hits", "tokens_in", "tokens_out", "cost_usd")
+
+
+def metric_view(record: Record) -> Record:
+    """The record as the metrics read it: arms keep score and error only.
+
+    A job keeps this view of every finished instance in memory (the arms'
+    answers, labels and trace summaries stay in ``records.jsonl``), so memory
+    grows by a few hundred bytes per instance, not by the answers' text.
+    """
+    return replace(record, system=_arm_view(record.system), orig=_arm_view(record.orig), rewritten_query=None)
+
+
+def _arm_view(arm: ArmResult | None) -> ArmResult | None:
+    return None if arm is None else ArmResult(query="", score=arm.score, error=arm.error)
 
 
 def score_metrics(records: Sequence[Record], *, n_resamples: int, confidence: float, seed: int) -> dict[str, float]:
@@ -50,13 +65,14 @@ def interaction_metrics(records: Sequence[Record], k: int) -> dict[str, float]:
     """UA answerability: unknown rate per answer, all-unknown rate and known counts.
 
     Only instances whose interaction completed (an answer per question) count.
-    An instance with no question (the orig arm) has no grounded signal, so it
-    counts as all-unknown with ``known_cnt_0``; its ``ua_unknown_rate`` is NaN
-    (there is no answer to be unknown).
+    An instance with no question has no grounded signal, so it counts as
+    all-unknown with ``known_cnt_0``; but a job that asked nothing at all (the
+    orig arm) has no interaction to describe: every rate is NaN there, as
+    ``ua_unknown_rate`` is (there is no answer to be unknown).
     """
     done = [r for r in records if len(r.answers) == len(r.questions) and not _failed_before_search(r)]
     answers = [a for r in done for a in r.answers]
-    known = [sum(a != UNKNOWN for a in r.answers) for r in done]
+    known = [sum(a != UNKNOWN for a in r.answers) for r in done] if answers else []
     out = {
         "ua_unknown_rate": float(np.mean([a == UNKNOWN for a in answers])) if answers else NAN,
         "all_unknown_rate": float(np.mean([c == 0 for c in known])) if known else NAN,
@@ -64,6 +80,15 @@ def interaction_metrics(records: Sequence[Record], k: int) -> dict[str, float]:
     for i in range(max(k, 3) + 1):
         out[f"known_cnt_{i}"] = float(np.mean([c == i for c in known])) if known else NAN
     return out
+
+
+def questions_asked_mean(records: Sequence[Record]) -> float:
+    """Mean number of questions asked per instance (k in batch mode; fewer when sequential stops early).
+
+    Instances whose clarifier failed have no interaction and are left out.
+    """
+    asked = [len(r.questions) for r in records if not (r.error is not None and r.error.stage == "clarify")]
+    return float(np.mean(asked)) if asked else NAN
 
 
 def _failed_before_search(r: Record) -> bool:
@@ -92,6 +117,7 @@ def summarize(
     return {
         **score_metrics(records, n_resamples=n_resamples, confidence=confidence, seed=seed),
         **interaction_metrics(records, k),
+        "questions_asked_mean": questions_asked_mean(records),
         **diagnostics(records),
         **usage_metrics(records),
     }

@@ -10,24 +10,30 @@ where it stopped.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
-from cts.qtypes import QuestionTyper, classify_question
-from cts.records import ArmResult, ErrorInfo, Record, read_records
+from cts.aio import bounded
+from cts.job_files import JobSink, read_results
+from cts.llm import priority_scope
+from cts.qtypes import classify_question
+from cts.records import ArmResult, ErrorInfo, Record
+from cts.roles.qtyper import QuestionTyper
 from cts.scoring import restore_score
+from cts.stages import StageError, stage
 from cts.types import (
+    INFRA_CALL_KINDS,
     QA,
     BudgetExceeded,
-    CallError,
+    CircuitOpen,
     Clarifier,
     Gold,
     Instance,
@@ -36,14 +42,15 @@ from cts.types import (
     Rewriter,
     SearchBackend,
     SearchResult,
-    UnscoredError,
+    SequentialClarifier,
     UserAnswerer,
 )
 
 log = logging.getLogger(__name__)
 
-RECORDS_FILE = "records.jsonl"
-TRACES_FILE = "traces.jsonl"
+
+STAGE_CALLS: collections.Counter[str] = collections.Counter()
+"""Process-wide count of search and judge calls made by :func:`run_arm` (post-hoc analyses prove 0 with it)."""
 
 
 @dataclass(frozen=True)
@@ -58,32 +65,6 @@ class Roles:
     qtyper: QuestionTyper
 
 
-class StageError(Exception):
-    """Wraps a failure with the pipeline stage it happened in."""
-
-    def __init__(self, info: ErrorInfo) -> None:
-        super().__init__(f"{info.stage}: {info.kind}: {info.message}")
-        self.info = info
-
-
-@contextlib.contextmanager
-def stage(name: str) -> Iterator[None]:
-    """Turn a role failure into a :class:`StageError` naming the stage.
-
-    ``BudgetExceeded`` passes through untouched: it stops the job, not the instance.
-    """
-    try:
-        yield
-    except (BudgetExceeded, StageError, asyncio.CancelledError):
-        raise
-    except UnscoredError as e:
-        raise StageError(ErrorInfo(name, "invalid_output", e.reason)) from e
-    except CallError as e:
-        raise StageError(ErrorInfo(name, "api_error", str(e))) from e
-    except Exception as e:  # noqa: BLE001 - one broken instance must not stop the job
-        raise StageError(ErrorInfo(name, "exception", f"{type(e).__name__}: {e}")) from e
-
-
 async def run_arm(query: str, gold: Gold, roles: Roles) -> tuple[ArmResult, dict[str, Any]]:
     """Search one query and judge the answer against the gold nuggets.
 
@@ -93,19 +74,32 @@ async def run_arm(query: str, gold: Gold, roles: Roles) -> tuple[ArmResult, dict
     trace_line: dict[str, Any] = {"query": query}
     try:
         with stage("search"):
+            STAGE_CALLS["search"] += 1
             result = await roles.search.search(query)
-        trace_line["trace"] = list(result.trace)
-        if result.end_reason == "error":
-            # A backend that failed mid-run is not a bad answer: unscored, and not judged.
-            reason = str(result.summary.get("error", "search ended in error"))
-            return _arm(query, result, {}, None, ErrorInfo("search", "api_error", reason)), trace_line
-        with stage("judge"):
-            labels = await roles.judge.judge(result.answer, gold.nuggets)
-            score = restore_score(labels, gold.nuggets)
     except StageError as e:
         return ArmResult(query=query, error=e.info), trace_line
+    trace_line["trace"] = list(result.trace)
+    if result.end_reason == "error":
+        # A backend that failed mid-run is not a bad answer: unscored, and not judged.
+        return _arm(query, result, {}, None, _search_error(result)), trace_line
+    try:
+        with stage("judge"):
+            STAGE_CALLS["judge"] += 1
+            labels = await roles.judge.judge(result.answer, gold.nuggets)
+            score = restore_score(labels, gold.nuggets)
+    except StageError as e:  # the answer was found: keep it (and why the search ended) in the record
+        return _arm(query, result, {}, None, e.info), trace_line
     no_weight = ErrorInfo("judge", "no_weight", "gold has zero total weight")
     return _arm(query, result, labels, score, None if score is not None else no_weight), trace_line
+
+
+def _search_error(result: SearchResult) -> ErrorInfo:
+    """The failure that ended a search run, from the last error event of its trace."""
+    event = next((e for e in reversed(result.trace) if e.get("type") == "error"), {})
+    kind = str(event.get("kind") or "error")
+    message = f"{kind}: {event.get('message') or 'search ended in error'}"
+    infra = kind in INFRA_CALL_KINDS
+    return ErrorInfo("search", "infra" if infra else "api_error", message, event.get("endpoint"))
 
 
 def _arm(
@@ -142,19 +136,49 @@ async def clarify(instance: Instance, k: int, roles: Roles) -> Interaction:
     """
     out = Interaction()
     try:
-        with stage("clarify"):
-            out.questions = list(await roles.clarifier.ask(instance.blurred_query, k))
+        if clarify_mode(roles.clarifier) == "sequential":
+            await _ask_sequentially(instance, k, roles, out)
+        else:
+            await _ask_batch(instance, k, roles, out)
         if not out.questions:
             out.rewritten = instance.blurred_query
             return out
-        with stage("answer"):
-            answers = await asyncio.gather(*(roles.ua.answer(instance.fused_query, c) for c in out.questions))
-        out.qa = [QA(c, a) for c, a in zip(out.questions, answers)]
         with stage("rewrite"):
             out.rewritten = await roles.rewriter.rewrite(instance.blurred_query, out.qa)
     except StageError as e:
         out.error = e.info
     return out
+
+
+def clarify_mode(clarifier: Clarifier) -> str:
+    """``sequential`` for a clarifier configured so (``clarifier.mode``), else ``batch`` (the paper)."""
+    if isinstance(clarifier, SequentialClarifier) and clarifier.mode == "sequential":
+        return "sequential"
+    return "batch"
+
+
+async def _ask_batch(instance: Instance, k: int, roles: Roles, out: Interaction) -> None:
+    """The paper: k questions at once, then one independent UA call per question."""
+    with stage("clarify"):
+        out.questions = list(await roles.clarifier.ask(instance.blurred_query, k))
+    with stage("answer"):
+        answers = await asyncio.gather(*(roles.ua.answer(instance.fused_query, c) for c in out.questions))
+    out.qa = [QA(c, a) for c, a in zip(out.questions, answers)]
+
+
+async def _ask_sequentially(instance: Instance, k: int, roles: Roles, out: Interaction) -> None:
+    """One turn at a time: turn i sees q and pairs 1..i-1 (never q*); None stops early."""
+    clarifier = roles.clarifier
+    assert isinstance(clarifier, SequentialClarifier)
+    for _ in range(k):
+        with stage("clarify"):
+            question = await clarifier.next_question(instance.blurred_query, tuple(out.qa), k)
+        if question is None:
+            return
+        out.questions.append(question)
+        with stage("answer"):
+            answer = await roles.ua.answer(instance.fused_query, question)
+        out.qa.append(QA(question, answer))
 
 
 async def type_questions(questions: Sequence[str], roles: Roles) -> tuple[tuple[str, ...], ...]:
@@ -168,12 +192,35 @@ async def type_questions(questions: Sequence[str], roles: Roles) -> tuple[tuple[
     return tuple(tuple(t) for t in found)
 
 
+ArmOutcome = tuple[ArmResult, dict[str, Any]]
+OrigShare = Callable[[str, Callable[[], Awaitable[ArmOutcome]]], Awaitable[ArmOutcome]]
+"""``share(instance_id, work)``: the orig arm of an instance, computed once for every job that shares it."""
+
+
+class Progress(Protocol):
+    """A progress display shared by several jobs (e.g. one bar for a sweep)."""
+
+    def add(self, total: int, done: int) -> None:
+        """A job with ``total`` instances, ``done`` already finished, started."""
+
+    def advance(self, record: Record) -> None:
+        """One instance finished."""
+
+
 async def run_instance(
-    instance: Instance, gold: Gold, k: int, roles: Roles
+    instance: Instance, gold: Gold, k: int, roles: Roles, orig_share: OrigShare | None = None
 ) -> tuple[Record, list[dict[str, Any]]]:
-    """Run both arms (clarified system and orig) for one instance."""
+    """Run both arms (clarified system and orig) for one instance.
+
+    Args:
+        orig_share: Computes the orig arm once for all jobs of a sweep that share it (None = here).
+    """
     start = time.perf_counter()
-    orig_task = asyncio.ensure_future(run_arm(instance.blurred_query, gold, roles))
+
+    def orig_work() -> Awaitable[ArmOutcome]:
+        return run_arm(instance.blurred_query, gold, roles)
+
+    orig_task = asyncio.ensure_future(orig_share(instance.id, orig_work) if orig_share else orig_work())
     try:
         inter = await clarify(instance, k, roles)
         orig, orig_trace = await orig_task
@@ -197,6 +244,7 @@ async def run_instance(
         orig=orig,
         error=inter.error or (system.error if system else None),
         elapsed_s=round(time.perf_counter() - start, 4),
+        mode=clarify_mode(roles.clarifier),
     )
     return record, traces
 
@@ -219,80 +267,103 @@ async def run_job(
     concurrency: int = 8,
     usage_scope: UsageScope = _no_usage,
     models: Mapping[str, str] | None = None,
-    progress: bool = True,
+    progress: bool | Progress = True,
+    keep: Callable[[Record], Record] = lambda r: r,
+    on_instance: InstanceHook | None = None,
+    orig_share: OrigShare | None = None,
 ) -> tuple[list[Record], str]:
     """Run every unfinished instance, streaming records to ``out_dir/records.jsonl``.
 
-    Finished ids found in an existing ``records.jsonl`` are skipped (resume).
+    Finished ids found in an existing ``records.jsonl`` are skipped (resume). An
+    instance that failed on infrastructure is not finished: it is listed in
+    ``out_dir/infra_failures.jsonl`` (this invocation's failures) instead, and a
+    resume runs it again; so are infrastructure-failed records of older versions.
+    Only ``concurrency`` instances exist at a time, and an instance's traces are
+    dropped once written, so memory does not grow with the dataset beyond what
+    ``keep`` retains of each record.
+
+    Args:
+        keep: What of each committed record the returned list holds (e.g. only what
+            the metrics read; the file always has everything).
+        on_instance: ``on_instance(instance, gold, record, traces)`` runs after each
+            instance is committed (e.g. to log its MLflow trace); its failure is
+            logged, never fatal.
+        progress: Show this job's bar, or report to a shared :class:`Progress` (a sweep's bar).
+        orig_share: Share the orig arm with other jobs (see :class:`OrigShare`).
 
     Returns:
-        All records of the job (old and new) and the stop reason (``done`` or ``budget``).
+        The committed records of the job (old and new, as ``keep`` made them) and the
+        stop reason: ``done``, ``infra`` (some instances failed on infrastructure),
+        ``circuit_open`` (an endpoint kept failing, the job stopped) or ``budget``.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    finished = {r.id: r for r in read_records(out_dir / RECORDS_FILE)}
+    finished = {r.id: keep(r) for r in read_results(out_dir)}
     todo = [i for i in instances if i.id not in finished]
+    by_id = {i.id: i for i in todo}
+    hook = None if on_instance is None else (
+        lambda r, t: _call_hook(on_instance, by_id[r.id], gold[r.id], r, t))  # gold may be read lazily
     sem = asyncio.Semaphore(concurrency)
 
     async def one(inst: Instance) -> tuple[Record, list[dict[str, Any]]]:
         async with sem:
-            with usage_scope() as usage:
-                record, traces = await run_instance(inst, gold[inst.id], k, roles)
+            with usage_scope() as usage, priority_scope():
+                record, traces = await run_instance(inst, gold[inst.id], k, roles, orig_share)
             return replace(record, usage={r: dict(u) for r, u in usage.items()}, models=dict(models or {})), traces
 
-    tasks = [asyncio.ensure_future(one(i)) for i in todo]
-    stop = "done"
-    bar = tqdm(total=len(instances), initial=len(finished), desc=f"k={k}", disable=not progress, unit="q")
-    with _Sink(out_dir) as sink:
+    shared = None if isinstance(progress, bool) else progress
+    bar = tqdm(total=len(instances), initial=len(finished), desc=f"k={k}", disable=progress is not True, unit="q")
+    if shared is not None:
+        shared.add(len(instances), len(instances) - len(todo))
+        hook = _advancing(shared, hook)
+    with JobSink(out_dir) as sink:
         try:
-            for fut in asyncio.as_completed(tasks):
-                record, traces = await fut
-                sink.write(record, traces)
-                finished[record.id] = record
-                bar.update(1)
-        except BudgetExceeded as e:
-            log.warning("budget reached, stopping cleanly (finished records kept): %s", e)
-            stop = "budget"
+            stop = await _drain(bounded(map(one, todo), concurrency), sink, finished, bar, keep, hook)
         finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
             bar.close()
     return [finished[i.id] for i in instances if i.id in finished], stop
 
 
-def _drop_torn_tail(path: Path) -> None:
-    """Cut a last line left half-written by a killed job, so appending cannot glue onto it."""
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    with path.open("rb+") as f:
-        data = f.read()
-        if not data.endswith(b"\n"):
-            f.truncate(data.rfind(b"\n") + 1)
+def _advancing(shared: Progress, hook: Callable[[Record, list[dict[str, Any]]], None] | None
+               ) -> Callable[[Record, list[dict[str, Any]]], None]:
+    """``hook``, after telling a shared progress display that an instance was committed."""
+    def commit(record: Record, traces: list[dict[str, Any]]) -> None:
+        shared.advance(record)
+        if hook is not None:
+            hook(record, traces)
+
+    return commit
 
 
-class _Sink:
-    """Appends each finished instance to the job dir, flushed at once.
+async def _drain(
+    results: AsyncIterator[tuple[Record, list[dict[str, Any]]]], sink: JobSink, finished: dict[str, Record], bar: Any,
+    keep: Callable[[Record], Record], on_commit: Callable[[Record, list[dict[str, Any]]], None] | None = None,
+) -> str:
+    """Commit instances as they finish; the stop reason (see :func:`run_job`)."""
+    try:
+        async with contextlib.aclosing(results) as finishing:  # closing cancels the instances still running
+            async for record, traces in finishing:
+                if sink.write(record, traces):
+                    finished[record.id] = keep(record)
+                    bar.update(1)
+                    if on_commit is not None:
+                        on_commit(record, traces)
+    except BudgetExceeded as e:
+        log.warning("budget reached, stopping cleanly (finished records kept): %s", e)
+        return "budget"
+    except CircuitOpen as e:
+        log.error("circuit breaker open, stopping cleanly (finished records kept): %s", e)
+        sink.write_failure({"id": None, "stage": "", "kind": "circuit_open", "message": str(e),
+                            "endpoint": e.endpoint})
+        return "circuit_open"
+    return "infra" if sink.n_infra else "done"
 
-    Traces go first and the record last: a record is the commit marker of its
-    instance, so a job killed in between reruns that instance on resume.
-    """
 
-    def __init__(self, out_dir: Path) -> None:
-        _drop_torn_tail(out_dir / RECORDS_FILE)
-        self.records = (out_dir / RECORDS_FILE).open("a", encoding="utf-8")
-        self.traces = (out_dir / TRACES_FILE).open("a", encoding="utf-8")
+InstanceHook = Callable[[Instance, Gold, Record, list[dict[str, Any]]], Any]
 
-    def __enter__(self) -> _Sink:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.records.close()
-        self.traces.close()
-
-    def write(self, record: Record, traces: list[dict[str, Any]]) -> None:
-        """Persist one instance: its traces, then its record."""
-        for t in traces:
-            self.traces.write(json.dumps(t, ensure_ascii=False, default=str) + "\n")
-        self.traces.flush()
-        self.records.write(record.to_json() + "\n")
-        self.records.flush()
+def _call_hook(hook: InstanceHook, instance: Instance, gold: Gold, record: Record,
+               traces: list[dict[str, Any]]) -> None:
+    try:
+        hook(instance, gold, record, traces)
+    except Exception:  # noqa: BLE001 - observability must not stop the job
+        log.exception("per-instance hook failed for %s", record.id)

@@ -8,14 +8,18 @@ Text before the first marker belongs to the user message. Other HTML comments
 
 Every loaded prompt is remembered, so a run can log the prompts it used
 (:func:`used_prompts`) and one combined version hash (:func:`prompts_version`).
+Each job records into its own registry (:func:`prompt_scope`), so in a sequential
+multirun a job never logs the prompts an earlier job of the same process loaded.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +29,7 @@ __all__ = [
     "PromptError",
     "default_prompts_dir",
     "load_prompt",
+    "prompt_scope",
     "prompts_version",
     "used_prompts",
 ]
@@ -32,7 +37,8 @@ __all__ = [
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _ROLE_MARKER = re.compile(r"^<!--\s*role:\s*(system|user|assistant)\s*-->\s*$", re.MULTILINE)
 _COMMENT = re.compile(r"<!--(?!\s*role:).*?-->\n?", re.DOTALL)
-_USED: dict[str, Prompt] = {}
+_PROCESS_USED: dict[str, Prompt] = {}  # outside any job scope (scripts, notebooks)
+_USED: contextvars.ContextVar[dict[str, Prompt] | None] = contextvars.ContextVar("cts_used_prompts", default=None)
 _USED_LOCK = threading.Lock()
 
 
@@ -113,14 +119,32 @@ def load_prompt(name: str, prompts_dir: str | Path | None = None) -> Prompt:
     text = path.read_text(encoding="utf-8")
     prompt = Prompt(name, text, hashlib.sha256(text.encode("utf-8")).hexdigest()[:12], path)
     with _USED_LOCK:
-        _USED[name] = prompt
+        _registry()[name] = prompt
     return prompt
 
 
+def _registry() -> dict[str, Prompt]:
+    scoped = _USED.get()
+    return _PROCESS_USED if scoped is None else scoped
+
+
+@contextlib.contextmanager
+def prompt_scope() -> Iterator[dict[str, Prompt]]:
+    """Record the prompts loaded inside the block in a fresh registry (one job's).
+
+    Asyncio tasks and ``asyncio.to_thread`` calls started inside the block inherit it.
+    """
+    token = _USED.set({})
+    try:
+        yield _registry()
+    finally:
+        _USED.reset(token)
+
+
 def used_prompts() -> dict[str, Prompt]:
-    """Every prompt loaded in this process so far, by name (for run artifacts)."""
+    """Every prompt loaded in the current job (or, outside any job, this process), by name."""
     with _USED_LOCK:
-        return dict(_USED)
+        return dict(_registry())
 
 
 def prompts_version(prompts: Iterable[Prompt] | None = None) -> str:

@@ -19,20 +19,15 @@ The default typer is lexical (English and Chinese cue lexicons, no model):
 * Quoted spans (“...”, "...", 「...」) echo the user's query and are ignored:
   "Which “Basque Country” do you mean?" asks about scope, not region.
 
-:class:`LLMQuestionTyper` is an optional model-based typer (config ``qtyper=llm``).
+The typer roles (lexicon, LLM) live in :mod:`cts.roles.qtyper`.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
 
-from cts.text import is_cjk
-
-log = logging.getLogger(__name__)
+from cts.lexicon import BUILTIN_PLACES_EN, BUILTIN_PLACES_ZH, place_pattern
 
 QTYPES: tuple[str, ...] = ("region", "time", "scope", "definition", "other")
 _TYPED = QTYPES[:-1]
@@ -163,44 +158,6 @@ _STRONG: Mapping[str, re.Pattern[str]] = {
 }
 _WEAK_SCOPE = _compile((*_EN_WEAK_SCOPE, *_ZH_WEAK_SCOPE))
 
-BUILTIN_PLACES_EN: tuple[str, ...] = (
-    "Africa", "Antarctica", "Asia", "Australia", "Europe", "North America", "South America",
-    "Oceania", "Latin America", "Middle East", "Scandinavia", "Argentina", "Brazil", "Canada",
-    "China", "Egypt", "England", "France", "Germany", "Greece", "India", "Indonesia", "Iran",
-    "Iraq", "Ireland", "Israel", "Italy", "Japan", "Kenya", "Korea", "Mexico", "Netherlands",
-    "New Zealand", "Nigeria", "Norway", "Pakistan", "Poland", "Portugal", "Russia", "Scotland",
-    "Singapore", "South Africa", "Spain", "Sweden", "Switzerland", "Taiwan", "Thailand",
-    "Ukraine", "United Kingdom", "United States", "USA", "US", "UK", "Vietnam", "Wales", "Beijing",
-    "Berlin", "Boston", "California", "Chicago", "Hong Kong", "London", "Los Angeles", "Madrid",
-    "Moscow", "Mumbai", "New York", "Paris", "Rome", "Shanghai", "Sydney", "Texas", "Tokyo",
-    "Toronto", "Washington", "Shenzhen", "Guangzhou",
-)
-BUILTIN_PLACES_ZH: tuple[str, ...] = (
-    "中国", "美国", "日本", "韩国", "英国", "法国", "德国", "俄罗斯", "印度", "加拿大", "澳大利亚",
-    "意大利", "西班牙", "巴西", "新加坡", "欧洲", "亚洲", "非洲", "北美", "南美", "大洋洲", "东南亚",
-    "中东", "北京", "上海", "天津", "重庆", "广州", "深圳", "杭州", "南京", "武汉", "成都", "西安",
-    "苏州", "香港", "澳门", "台湾", "河北", "山西", "辽宁", "吉林", "黑龙江", "江苏", "浙江", "安徽",
-    "福建", "江西", "山东", "河南", "湖北", "湖南", "广东", "海南", "四川", "贵州", "云南", "陕西",
-    "甘肃", "青海", "内蒙古", "广西", "西藏", "宁夏", "新疆",
-)
-"""A small built-in place lexicon (continents, large countries, cities, Chinese provinces)."""
-
-
-def place_pattern(places: Sequence[str]) -> re.Pattern[str]:
-    """A regex matching any of ``places`` as a whole word (CJK names as substrings).
-
-    Args:
-        places: Place names; longer names win over their prefixes.
-    """
-    ordered = sorted({p for p in places if p}, key=len, reverse=True)
-    # \w-boundaries keep "Chinatown" or "Parisian" from matching; CJK text has no word
-    # boundaries (CJK counts as \w), so Chinese names match as substrings.
-    latin = "|".join(re.escape(p) for p in ordered if not is_cjk(p))
-    cjk = "|".join(re.escape(p) for p in ordered if is_cjk(p))
-    parts = ([rf"(?<![\w-])(?:{latin})(?![\w-])"] if latin else []) + ([f"(?:{cjk})"] if cjk else [])
-    return re.compile("|".join(parts) or r"(?!x)x")
-
-
 _PLACE = place_pattern(BUILTIN_PLACES_EN + BUILTIN_PLACES_ZH)
 # Case-sensitive on purpose: "US" is a place, "us" is not.
 _PLACE_CHOICE = re.compile(
@@ -249,98 +206,3 @@ def normalize_types(labels: Sequence[str]) -> tuple[str, ...]:
         raise ValueError(f"question types must be a non-empty subset of {QTYPES}, got {sorted(labels)}")
     typed = tuple(t for t in _TYPED if t in clean)
     return typed or ("other",)
-
-
-class QuestionTyper(Protocol):
-    """Types one clarification question (multi-label, see :data:`QTYPES`)."""
-
-    async def classify(self, question: str) -> tuple[str, ...]: ...
-
-
-class LexiconQuestionTyper:
-    """The default typer: English + Chinese cue lexicons (:func:`classify_question`)."""
-
-    def __init__(self, services: Any = None) -> None:
-        """Args:
-        services: Unused (uniform factory signature).
-        """
-        del services
-
-    async def classify(self, question: str) -> tuple[str, ...]:
-        """Return the question's types in :data:`QTYPES` order."""
-        return classify_question(question)
-
-
-_REASK = f"That was not a JSON array of labels from {list(QTYPES)}. Reply with the JSON array only."
-
-
-class LLMQuestionTyper:
-    """Types questions with a model; falls back to the lexicon on invalid output.
-
-    The model must answer with a JSON array of labels from :data:`QTYPES`. Invalid
-    output is re-asked ``max_reasks`` times; after that the lexicon typer answers
-    (and a warning is logged), because a diagnostic label is not worth losing an
-    otherwise scored instance for.
-    """
-
-    def __init__(
-        self,
-        services: Any,
-        model: Any,
-        prompt: str = "qtyper",
-        max_reasks: int | None = None,
-        prompts_dir: str | None = None,
-    ) -> None:
-        """Args:
-        services: Job services; ``services.llm.client(model, role="qtyper")`` makes the client.
-        model: The model spec (a ``conf/model`` entry, instantiated or as a mapping).
-        prompt: Name of the prompt file in ``prompts/`` (placeholder ``question``).
-        max_reasks: Re-asks after invalid output (None = ``services.llm.settings.max_reasks``).
-        prompts_dir: Directory of prompt files (None = the repository's ``prompts/``).
-        """
-        from cts.prompts import PromptError, load_prompt
-
-        self.prompt = load_prompt(prompt, prompts_dir)
-        if self.prompt.placeholders != {"question"}:
-            raise PromptError(f"prompt {prompt!r} must have exactly the placeholder question")
-        self.client = services.llm.client(model, role="qtyper")
-        self.max_reasks = services.llm.settings.max_reasks if max_reasks is None else int(max_reasks)
-
-    async def classify(self, question: str) -> tuple[str, ...]:
-        """Return the model's labels for ``question`` (lexicon labels after invalid output)."""
-        messages = self.prompt.messages(question=question)
-        for _ in range(self.max_reasks + 1):
-            completion = await self.client.complete(messages, prompt_version=self.prompt.version)
-            labels = parse_labels(completion.text)
-            if labels is not None:
-                return labels
-            # A re-ask must differ from the first call, or the response cache would replay it.
-            messages = [*messages, {"role": "assistant", "content": completion.text},
-                        {"role": "user", "content": _REASK}]
-        log.warning("qtyper: invalid output after %d re-ask(s); lexicon fallback", self.max_reasks)
-        return classify_question(question)
-
-
-def parse_labels(text: str) -> tuple[str, ...] | None:
-    """Parse a model reply into canonical types, or None when it is not a valid label list.
-
-    Accepts a JSON array (possibly inside a code fence or surrounded by prose), or
-    a JSON object with a ``types`` / ``labels`` array.
-    """
-    from json_repair import repair_json
-
-    match = re.search(r"\[.*?\]|\{.*\}", text, re.DOTALL)
-    if not match:
-        return None
-    try:
-        value = json.loads(repair_json(match.group(0)))
-    except (ValueError, TypeError):
-        return None
-    if isinstance(value, dict):
-        value = value.get("types", value.get("labels"))
-    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-        return None
-    try:
-        return normalize_types(value)
-    except ValueError:
-        return None

@@ -8,7 +8,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cts.types import Label
+from cts.types import INFRA_CALL_KINDS, ErrorKind, Label
+
+# Exception classes whose failure is the machine's, not the instance's (cache or disk errors).
+INFRA_EXCEPTION_NAMES = frozenset(
+    {"DatabaseError", "OperationalError", "InterfaceError", "InternalError", "OSError", "PermissionError",
+     "ConnectionError", "BrokenPipeError", "ConnectionRefusedError", "ConnectionResetError", "TimeoutError"}
+)
+
+# What older versions wrote when a deep-search run ended on a failed call mid-episode.
+_OLD_SEARCH_ERROR = "search ended in error"
 
 
 @dataclass(frozen=True)
@@ -17,9 +26,25 @@ class ErrorInfo:
 
     stage: str
     """Pipeline stage: clarify, answer, rewrite, search, judge."""
-    kind: str
-    """``invalid_output`` (unscored after re-asks), ``api_error``, ``budget`` or ``exception``."""
+    kind: ErrorKind
+    """See :data:`cts.types.ErrorKind`: ``infra`` is never committed to ``records.jsonl``."""
     message: str
+    endpoint: str | None = None
+    """The endpoint (api_base or provider) of an ``infra`` failure, when known."""
+
+    @property
+    def infra(self) -> bool:
+        """Whether this is an infrastructure failure (also as written by older versions).
+
+        Older versions wrote every failed call as ``api_error`` with the message
+        ``"<call kind>: ..."`` and cache errors as ``exception`` with ``"<class>: ..."``.
+        """
+        if self.kind == "infra":
+            return True
+        head = self.message.split(":", 1)[0].strip()
+        if self.kind == "api_error":
+            return head in INFRA_CALL_KINDS or self.message == _OLD_SEARCH_ERROR
+        return self.kind == "exception" and head in INFRA_EXCEPTION_NAMES
 
 
 @dataclass(frozen=True)
@@ -55,6 +80,14 @@ class Record:
     models: Mapping[str, str] = field(default_factory=dict)
     """Per role: the model id (or baseline name) that played it."""
     elapsed_s: float = 0.0
+    mode: str = "batch"
+    """How the questions were asked: ``batch`` (k at once) or ``sequential`` (turns in order)."""
+
+    @property
+    def infra_error(self) -> ErrorInfo | None:
+        """The first infrastructure failure of the instance or its arms (None for a result)."""
+        found = (e for e in (self.error, _arm_error(self.system), _arm_error(self.orig)) if e is not None)
+        return next((e for e in found if e.infra), None)
 
     @property
     def score(self) -> float | None:
@@ -86,7 +119,12 @@ class Record:
             usage=d.get("usage") or {},
             models=d.get("models") or {},
             elapsed_s=float(d.get("elapsed_s") or 0.0),
+            mode=str(d.get("mode") or "batch"),
         )
+
+
+def _arm_error(arm: ArmResult | None) -> ErrorInfo | None:
+    return arm.error if arm is not None else None
 
 
 def _err(d: Mapping[str, Any] | None) -> ErrorInfo | None:

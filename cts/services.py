@@ -1,9 +1,9 @@
-"""Shared, lazily built resources handed to every component factory.
+"""Shared, lazily built resources of one job: the offline corpus, the BM25 index, the LLM runtime.
 
-Every config option with a ``_target_`` (clarifier, ua, rewriter, search, judge,
-extractor) is instantiated with one extra keyword, ``services``, so that the
-offline corpus, the BM25 index and the LLM runtime are built at most once per
-job and only when some component asks for them.
+The builder (:func:`cts.app.build_node`) hands them to a component only when its
+signature has a ``services`` parameter (the LLM roles, the rule UA, extractive
+search, WebDancer, the local-corpus provider and fetcher, the demo set); each
+resource is built at most once per job and only when some component asks for it.
 """
 
 from __future__ import annotations
@@ -23,9 +23,6 @@ T = TypeVar("T")
 
 class Services:
     """Per-job container of shared resources.
-
-    A plain class on purpose: Hydra's ``instantiate`` turns dataclass keyword
-    arguments into configs, and this object must reach the factories as is.
 
     Attributes:
         cache_dir: Directory outside git for indexes, datasets and response caches.
@@ -63,11 +60,9 @@ class Services:
     @property
     def llm(self) -> LLMRuntime:
         """The job's LLM runtime: response cache, per-endpoint limits, accounting."""
-        from cts.llm import LLMRuntime
+        from cts.sweep import shared_llm_runtime  # a sweep session shares one across its jobs
 
-        return self.memo(
-            "llm", lambda: LLMRuntime.from_settings(self.settings.get("llm", {}), self.cache_dir)
-        )
+        return self.memo("llm", lambda: shared_llm_runtime(self.settings.get("llm", {}), self.cache_dir))
 
     def usage_scope(self) -> contextlib.AbstractContextManager[Mapping[str, Mapping[str, float]]]:
         """Per-instance usage accounting of every LLM call made inside the block."""

@@ -7,6 +7,14 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats as sps
 
+MAX_BATCH_VALUES = 1 << 20
+"""Resampled values held at once by the bootstrap (8 MiB of float64 plus 8 MiB of indices)."""
+
+
+def bootstrap_batch(n: int, n_resamples: int, max_values: int = MAX_BATCH_VALUES) -> int:
+    """Resamples per batch so that ``batch * n`` stays within ``max_values`` (at least 1)."""
+    return max(1, min(n_resamples, max_values // max(n, 1)))
+
 
 def paired_bootstrap_ci(
     system: Sequence[float],
@@ -15,6 +23,7 @@ def paired_bootstrap_ci(
     n_resamples: int = 10_000,
     confidence: float = 0.95,
     seed: int = 0,
+    max_values: int = MAX_BATCH_VALUES,
 ) -> tuple[float, float, float]:
     """Mean paired difference with a percentile bootstrap confidence interval.
 
@@ -22,12 +31,19 @@ def paired_bootstrap_ci(
     differences ``system - baseline`` is recomputed each time (scipy.stats.bootstrap
     over the difference vector, which keeps the pairing).
 
+    Memory stays flat in ``n``: resamples are drawn in batches of at most
+    ``max_values`` resampled values, all from one generator seeded with ``seed``,
+    batch after batch. The draws are the same ``(n_resamples, n)`` index stream as
+    one unbatched draw, so the interval does not depend on the batch size and
+    equals scipy's unbatched result for the same seed (a test checks both).
+
     Args:
         system: Per-instance scores of the system, aligned with ``baseline``.
         baseline: Per-instance scores of the baseline (e.g. orig).
         n_resamples: Bootstrap resamples.
         confidence: Two-sided confidence level.
         seed: Seed of the resampling generator (results are reproducible).
+        max_values: Upper bound on resampled values held at once (memory, not results).
 
     Returns:
         ``(mean_delta, ci_low, ci_high)``; NaNs when there is no pair, and a
@@ -43,6 +59,7 @@ def paired_bootstrap_ci(
         (diffs,),
         np.mean,
         n_resamples=n_resamples,
+        batch=bootstrap_batch(diffs.size, n_resamples, max_values),
         confidence_level=confidence,
         method="percentile",
         rng=np.random.default_rng(seed),

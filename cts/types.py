@@ -126,6 +126,24 @@ class Clarifier(Protocol):
     async def ask(self, blurred_query: str, k: int) -> list[str]: ...
 
 
+ClarifyMode = Literal["batch", "sequential"]
+
+
+@runtime_checkable
+class SequentialClarifier(Protocol):
+    """Asks one question per turn; turn i sees ``blurred_query`` and the pairs 1..i-1 only.
+
+    ``mode`` selects how the pipeline calls it (``batch`` = :meth:`Clarifier.ask`);
+    ``None`` from :meth:`next_question` means the answers so far suffice (early stop).
+    """
+
+    mode: ClarifyMode
+
+    async def ask(self, blurred_query: str, k: int) -> list[str]: ...
+
+    async def next_question(self, blurred_query: str, qa: Sequence[QA], k: int) -> str | None: ...
+
+
 @runtime_checkable
 class UserAnswerer(Protocol):
     """Closed-book user: sees the hidden intent and one question, nothing else."""
@@ -163,14 +181,63 @@ class Extractor(Protocol):
     ) -> GoldDraft: ...
 
 
+CallErrorKind = Literal[
+    "connection",  # refused, reset, DNS, TLS: no HTTP answer at all
+    "timeout",
+    "rate_limit",  # 429 after every retry
+    "server_error",  # 5xx or an unparsable body after every retry
+    "auth",  # 401/403, or the key variable is unset
+    "not_found",  # 404: no such model (or route) on the endpoint
+    "storage",  # the response cache (or another store) failed: corrupt file, full disk
+    "bad_request",  # 400/413/422: the request itself is refused (e.g. too long)
+    "client_error",  # any other 4xx
+    "config",  # a tool is misconfigured (e.g. a search provider without its key)
+    "network",  # a tool's transient failures persisted
+    "search",  # a search provider answered with an error or an unreadable body
+    "fetch",  # a page could not be read
+    "error",  # anything else
+]
+INFRA_CALL_KINDS: frozenset[str] = frozenset(
+    {"connection", "timeout", "rate_limit", "server_error", "auth", "not_found", "storage", "config", "network",
+     "search"}
+)
+"""Call failures that say nothing about the model's output: the instance is retried on resume."""
+
+ErrorKind = Literal["invalid_output", "no_weight", "api_error", "infra", "budget", "exception"]
+"""Why an instance (or an arm) has no score.
+
+Results (committed, counted in ``n_unscored``): ``invalid_output`` (invalid model output
+after the bounded re-asks), ``no_weight`` (gold without weight), ``api_error`` (a request
+the endpoint refused as such, e.g. 400), ``exception`` (a bug: the same input fails again).
+Infrastructure (never committed, retried on resume): ``infra``. ``budget`` stops the job.
+"""
+
+
 class BudgetExceeded(Exception):
     """The job's spending cap (``budget.max_usd``) is reached; stop cleanly."""
+
+
+class CircuitOpen(Exception):
+    """An endpoint failed too many times in a row; the job stops cleanly (resume retries)."""
+
+    def __init__(self, endpoint: str, failures: int, last: str) -> None:
+        super().__init__(f"{endpoint}: {failures} consecutive connection-level failures, last: {last}")
+        self.endpoint = endpoint
+        self.failures = failures
+        self.last = last
 
 
 class CallError(Exception):
     """A model or tool call failed for good (after the retries it deserved)."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: CallErrorKind | str, message: str, endpoint: str | None = None) -> None:
         super().__init__(f"{kind}: {message}")
         self.kind = kind
         self.message = message
+        self.endpoint = endpoint
+        """The endpoint (api_base or provider) the failing call went to, when known."""
+
+    @property
+    def infra(self) -> bool:
+        """Whether the failure is the infrastructure's, not the model's."""
+        return self.kind in INFRA_CALL_KINDS

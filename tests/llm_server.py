@@ -1,6 +1,6 @@
 """Pytest fixture: a scripted OpenAI-compatible LLM server on 127.0.0.1.
 
-The server class lives in :mod:`cts.llm.testing` (the benchmark uses it too);
+The server class lives in ``tests/llm_fakes.py`` (the benchmark uses it too);
 read its module docstring for the full API. In short::
 
     from llm_server import Reply
@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from cts.llm.testing import Recorded, Reply, ScriptedServer
+from llm_fakes import Recorded, Reply, ScriptedServer
 
 __all__ = ["Recorded", "Reply", "ScriptedServer", "llm_server", "llm_server_fixture", "llm_settings"]
 

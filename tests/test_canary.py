@@ -9,7 +9,7 @@ import pytest
 from helpers import Spy, TableSearch, Typer, gold_for
 from omegaconf import OmegaConf
 
-from cts.judge import LexicalJudge
+from cts.roles.lexical import LexicalJudge
 from cts.pipeline import Roles, run_job
 from cts.roles.rules import RuleClarifier, RuleRewriter, RuleUserAnswerer
 from cts.types import Instance

@@ -10,11 +10,11 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
-from cts.app import build_services
+from cts.app import build_node, build_services
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 # Groups whose option is a component built with `services=`.
-COMPONENT_GROUPS = ("dataset", "clarifier", "ua", "rewriter", "search", "judge", "extractor", "qtyper")
+COMPONENT_GROUPS = ("dataset", "clarifier", "ua", "rewriter", "search", "judge", "extractor", "qtyper", "gate")
 OTHER_GROUPS = ("task", "experiment", "paths", "tracking")
 
 
@@ -39,7 +39,7 @@ def test_component_option_composes_and_instantiates(group, option, cache_dir):
     missing = _unset_keys(node)
     if missing:  # user-supplied values (paths of released files): documented as ???
         pytest.skip(f"{group}/{option} needs {sorted(missing)} on the command line")
-    obj = instantiate(node, services=build_services(cfg))
+    obj = build_node(node, build_services(cfg))
     assert obj is not None
 
 

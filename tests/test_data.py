@@ -8,13 +8,15 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
 
+from cts.app import build_node
 from cts.data import (
     Dataset,
     DatasetError,
+    dataset_metrics,
     load_jsonl_dataset,
     read_instances_jsonl,
+    select_instances,
     write_instances_jsonl,
 )
 from cts.gold import GoldError, write_gold
@@ -147,7 +149,7 @@ def _write_set(tmp_path: Path, ids: list[str], gold_ids: list[str]) -> tuple[Pat
 
 def test_load_dataset_with_gold(tmp_path: Path) -> None:
     data, gold = _write_set(tmp_path, ["a", "b"], ["b", "a", "zz"])
-    ds = load_jsonl_dataset(None, str(data), str(gold))
+    ds = load_jsonl_dataset(str(data), str(gold))
     assert isinstance(ds, Dataset) and ds.name == "set"
     assert [i.id for i in ds.instances] == ["a", "b"]
     assert set(ds.gold) == {"a", "b"}
@@ -157,8 +159,8 @@ def test_load_dataset_with_gold(tmp_path: Path) -> None:
 
 def test_load_dataset_refuses_missing_gold(tmp_path: Path) -> None:
     data, gold = _write_set(tmp_path, ["a", "b", "c"], ["b"])
-    with pytest.raises(DatasetError, match=r"gold\.jsonl: no gold for 2 instance\(s\): a, c"):
-        load_jsonl_dataset(None, str(data), str(gold))
+    with pytest.raises(DatasetError, match=r"gold\.jsonl: no gold for 2 of 3 instance\(s\): a, c"):
+        load_jsonl_dataset(str(data), str(gold))
 
 
 def test_load_dataset_refuses_gold_of_another_fused_query(tmp_path: Path) -> None:
@@ -166,7 +168,7 @@ def test_load_dataset_refuses_gold_of_another_fused_query(tmp_path: Path) -> Non
     gold = tmp_path / "stale.jsonl"
     write_gold([_gold("a", fused_query="an older intent")], gold)
     with pytest.raises(DatasetError, match=r"different fused_query for 1 instance\(s\): a"):
-        load_jsonl_dataset(None, str(data), str(gold))
+        load_jsonl_dataset(str(data), str(gold))
 
 
 def test_load_dataset_refuses_invalid_gold_and_names_the_file(tmp_path: Path) -> None:
@@ -174,15 +176,15 @@ def test_load_dataset_refuses_invalid_gold_and_names_the_file(tmp_path: Path) ->
     gold = tmp_path / "broken_gold.jsonl"
     gold.write_text('{"instance_id": "a", "nuggets": []}\n', encoding="utf-8")
     with pytest.raises(GoldError, match=r"broken_gold\.jsonl:1: no nuggets"):
-        load_jsonl_dataset(None, str(data), str(gold))
+        load_jsonl_dataset(str(data), str(gold))
 
 
 def test_missing_files_are_named(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="nope.jsonl"):
-        load_jsonl_dataset(None, str(tmp_path / "nope.jsonl"), str(tmp_path / "g.jsonl"))
+        load_jsonl_dataset(str(tmp_path / "nope.jsonl"), str(tmp_path / "g.jsonl"))
     data, _ = _write_set(tmp_path, ["a"], ["a"])
     with pytest.raises(FileNotFoundError, match="gold file not found.*g.jsonl"):
-        load_jsonl_dataset(None, str(data), str(tmp_path / "g.jsonl"))
+        load_jsonl_dataset(str(data), str(tmp_path / "g.jsonl"))
 
 
 @pytest.mark.parametrize("option", ["jsonl", "cts518"])
@@ -195,6 +197,53 @@ def test_dataset_configs_instantiate(
     overrides = [f"dataset.path={data}", f"dataset.gold_path={gold}"] if option == "jsonl" else []
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose(f"dataset/{option}", overrides=overrides)
-    ds = instantiate(cfg.dataset, services=None)
+    ds = build_node(cfg.dataset, None)
     assert ds.name == ("set" if option == "jsonl" else "cts518")
     assert list(ds.gold) == ["a"]
+
+
+def test_an_empty_or_blank_file_is_refused(tmp_path: Path) -> None:
+    for text in ("", "\n  \n"):
+        path = tmp_path / "empty.jsonl"
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(DatasetError, match=r"empty\.jsonl: no instances"):
+            read_instances_jsonl(path)
+
+
+def test_over_long_fields_are_file_line_errors_with_a_configurable_limit(tmp_path: Path) -> None:
+    path = tmp_path / "long.jsonl"
+    rows = [{"id": "a", "blurred_query": "短" * 4001, "fused_query": "ok"},
+            {"id": "b", "blurred_query": "ok", "fused_query": "x" * 50}]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    with pytest.raises(DatasetError) as err:
+        read_instances_jsonl(path)
+    assert err.value.problems == [f"{path}:1: blurred_query: 4,001 characters, longer than max_field_chars=4000"]
+    with pytest.raises(DatasetError) as err:
+        read_instances_jsonl(path, max_field_chars=10)
+    assert [p.split(": ")[1] for p in err.value.problems] == ["blurred_query", "fused_query"]
+    assert len(read_instances_jsonl(path, max_field_chars=5000)) == 2
+
+
+def test_only_with_gold_leaves_out_and_counts_instances_without_gold(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    data, gold = _write_set(tmp_path, ["a", "b", "c"], ["b"])
+    (tmp_path / "failures.jsonl").write_text('{"id": "a", "reason": "search failed"}\n', encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"no gold for 2 of 3 .*why: see .*failures\.jsonl.*only_with_gold=true"):
+        load_jsonl_dataset(str(data), str(gold))
+    with caplog.at_level("WARNING", logger="cts.data"):
+        ds = load_jsonl_dataset(str(data), str(gold), only_with_gold=True)
+    assert [i.id for i in ds.instances] == ["b"] and ds.without_gold == ("a", "c")
+    assert dataset_metrics(ds) == {"n_without_gold": 2.0}
+    assert "2 of 3 instance(s) have no gold and are left out" in caplog.text
+    data, gold = _write_set(tmp_path, ["a"], ["b"])
+    with pytest.raises(DatasetError, match="none of the 1 instance"):
+        load_jsonl_dataset(str(data), str(gold), only_with_gold=True)
+
+
+def test_a_job_over_no_instances_is_refused() -> None:
+    empty = Dataset(name="none", instances=(), gold={})
+    with pytest.raises(DatasetError, match="dataset 'none': no instances"):
+        select_instances(empty, None)
+    one = Dataset(name="one", instances=(Instance("a", "q", "q x"),), gold={})
+    assert [i.id for i in select_instances(one, 5)] == ["a"]

@@ -8,17 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import cts.demo
-from cts.demo import (
-    KINDS,
-    build_demo_instances,
-    build_lexicons,
-    classify_qualifier,
-    demo_dir,
-    kind_counts,
-    load_demo,
-    main,
-)
+import cts.demo.loading
+from cts.demo.cli import main
+from cts.demo.loading import demo_dir, load_demo
+from cts.demo.mining import DEMO_VERSION, KINDS, build_lexicons, classify_qualifier
+from cts.demo.selection import build_demo_instances, kind_counts
 from cts.services import Services
 from cts.types import Instance
 
@@ -64,7 +58,7 @@ def test_intended_doc_ranks_first_for_the_fused_query(
 
 
 def test_most_intents_name_no_place(services: Services, instances: list[Instance]) -> None:
-    geography = {re.sub(r" \(.*\)$", "", t) for t in services.corpus.titles_in_topic("Geography")}
+    geography = {re.sub(r" \(.*\)$", "", t) for t in (d.title for d in services.corpus.docs if d.topic == "Geography")}
     pattern = re.compile(
         "|".join(
             rf"(?<![\w-]){re.escape(g)}(?![\w-])" for g in sorted(geography, key=len, reverse=True)
@@ -121,7 +115,7 @@ def test_load_demo_builds_once_then_reuses_the_cache(
     def no_rebuild(*args: object, **kwargs: object) -> None:
         raise AssertionError("the cached demo set was rebuilt")
 
-    monkeypatch.setattr(cts.demo, "_build_demo", no_rebuild)
+    monkeypatch.setattr(cts.demo.loading, "_build_demo", no_rebuild)
     again = load_demo(local, n=200, seed=0)
     assert again.instances == data.instances and again.gold == data.gold
 
@@ -131,7 +125,7 @@ def test_cli_prints_location_and_kind_counts(
 ) -> None:
     main(["--n", "25", "--seed", "3", "--cache-dir", str(cache_dir)])
     out = capsys.readouterr().out
-    assert f"{cts.demo.DEMO_VERSION}-n25-s3-" in out and "instances: 25" in out
+    assert f"{DEMO_VERSION}-n25-s3-" in out and "instances: 25" in out
     counts = Counter(line.split()[0] for line in out.splitlines() if line.startswith("  "))
     assert set(counts) == set(KINDS)
 

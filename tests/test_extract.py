@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
 
-from cts.extract import RuleExtractor, unsupported_claims
+from cts.app import build_node
 from cts.gold import validate_gold
+from cts.roles.nuggets import RuleExtractor, unsupported_claims
 from cts.types import Evidence, Extractor, Gold, GoldDraft
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
@@ -127,7 +127,7 @@ def test_bad_settings_are_refused(kwargs: dict[str, object]) -> None:
 def test_config_instantiates_the_rule_extractor() -> None:
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose("extractor/rules")
-    ex = instantiate(cfg.extractor, services=None)
+    ex = build_node(cfg.extractor, None)
     assert isinstance(ex, RuleExtractor)
     assert (ex.max_nuggets, ex.max_docs, ex.weights, ex.min_tokens, ex.support) == (
         6,

@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from cts.judge import LexicalJudge
+from cts.roles.lexical import LexicalJudge
 from cts.types import Nugget
 
 

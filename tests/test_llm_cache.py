@@ -34,7 +34,10 @@ def call(rt: LLMRuntime, role: str = "ua", **kw: Any) -> Any:
 
 def cached_runtime(server: ScriptedServer, path: Path, mode: str) -> LLMRuntime:
     return LLMRuntime.from_settings(
-        llm_settings(server, cache={"mode": mode, "path": str(path)}), path.parent
+        # priced like SPEC (the local server counts as the user's own: free unless priced)
+        llm_settings(server, cache={"mode": mode, "path": str(path)},
+                     api_base_price={"input_cost_per_token": 1e-3, "output_cost_per_token": 1e-3}),
+        path.parent,
     )
 
 

@@ -28,6 +28,8 @@ SPEC = ModelSpec(
     output_cost_per_token=2e-3,
 )
 MESSAGES = [{"role": "user", "content": "Which year?"}]
+SPEC_PRICE = {"input_cost_per_token": 1e-3, "output_cost_per_token": 2e-3}
+"""SPEC's prices, set as the api_base price (the tests route every call to the local server)."""
 
 
 def runtime(server: ScriptedServer, tmp_path: Path, **overrides: Any) -> LLMRuntime:
@@ -48,7 +50,7 @@ def test_success_reports_tokens_cost_and_sends_spec_params(
     llm_server: ScriptedServer, tmp_path: Path, transport: str
 ) -> None:
     llm_server.script(Reply("two questions", tokens_in=10, tokens_out=5))
-    result = complete(runtime(llm_server, tmp_path, transport=transport))
+    result = complete(runtime(llm_server, tmp_path, transport=transport, api_base_price=SPEC_PRICE))
     assert (result.text, result.tokens_in, result.tokens_out, result.cached) == (
         "two questions",
         10,
@@ -212,7 +214,7 @@ def test_usage_scope_attribution_across_concurrent_tasks(llm_server: ScriptedSer
 
 def test_budget_stops_before_sending(llm_server: ScriptedServer, tmp_path: Path) -> None:
     llm_server.default = Reply("ok", tokens_in=10, tokens_out=0)  # 0.01 USD per call
-    rt = runtime(llm_server, tmp_path, budget={"max_usd": 0.015})
+    rt = runtime(llm_server, tmp_path, budget={"max_usd": 0.015}, api_base_price=SPEC_PRICE)
     complete(rt)
     complete(rt, prompt_version="b")
     with pytest.raises(BudgetExceeded):
@@ -257,3 +259,56 @@ def test_default_settings_file_parses(tmp_path: Path) -> None:
     assert rt.settings.api_base == "http://127.0.0.1:9/v1" and rt.settings.transport == "openai"
     assert rt.cache.mode == "read_write" and rt.cache.path == tmp_path / "llm_cache.sqlite"
     assert rt.settings.max_reasks == 2 and rt.settings.max_usd is None
+
+
+def test_own_server_costs_zero_unless_priced(llm_server: ScriptedServer, tmp_path: Path, transport: str) -> None:
+    """services.llm.api_base is the user's server: the registry's hosted prices do not apply."""
+    llm_server.default = Reply("ok", tokens_in=10, tokens_out=5)
+    free = complete(runtime(llm_server, tmp_path, transport=transport))
+    assert (free.tokens_in, free.tokens_out, free.cost_usd) == (10, 5, 0.0)
+    price = {"input_cost_per_token": 1e-6, "output_cost_per_token": 3e-6}
+    priced = complete(runtime(llm_server, tmp_path, transport=transport, api_base_price=price))
+    assert priced.cost_usd == pytest.approx(10 * 1e-6 + 5 * 3e-6)
+
+
+def test_a_model_with_its_own_endpoint_keeps_its_registry_prices(llm_server: ScriptedServer, tmp_path: Path) -> None:
+    llm_server.default = Reply("ok", tokens_in=10, tokens_out=5)
+    spec = ModelSpec("local", "openai/served", api_base=llm_server.base_url, input_cost_per_token=1e-3,
+                     output_cost_per_token=2e-3)
+    assert complete(runtime(llm_server, tmp_path, api_base=None), spec=spec).cost_usd == pytest.approx(0.02)
+
+
+def test_earlier_spend_counts_against_the_cap(llm_server: ScriptedServer, tmp_path: Path) -> None:
+    llm_server.default = Reply("ok", tokens_in=10, tokens_out=0)  # 0.01 USD per call
+    rt = runtime(llm_server, tmp_path, budget={"max_usd": 0.05}, api_base_price=SPEC_PRICE)
+    rt.count_prior_spend(0.045)
+    complete(rt)
+    with pytest.raises(BudgetExceeded, match="0.0450 by earlier runs"):
+        complete(rt, prompt_version="b")
+    assert len(llm_server.requests) == 1
+
+
+def test_calls_in_flight_when_their_caller_is_cancelled_are_booked(tmp_path: Path) -> None:
+    """The budget stop cancels instances; their requests are already paid, so they are counted."""
+    from cts.llm import settled
+    from llm_fakes import ScriptedServer as Server
+
+    with Server(latency_s=0.3) as server:
+        server.default = Reply("ok", tokens_in=10, tokens_out=5)  # 0.02 USD per call
+        rt = runtime(server, tmp_path, api_base_price=SPEC_PRICE)
+
+        async def job() -> dict:
+            with usage_scope() as usage:
+                calls = [asyncio.ensure_future(rt.client(SPEC, "judge").complete(MESSAGES, prompt_version=str(i)))
+                         for i in range(3)]
+                await asyncio.sleep(0.1)  # all three on the wire
+                for c in calls:
+                    c.cancel()
+                await asyncio.gather(*calls, return_exceptions=True)
+            return usage
+
+        usage = asyncio.run(settled(job(), timeout_s=5))
+    assert len(server.requests) == 3
+    assert rt.spent_usd == pytest.approx(3 * 0.02)
+    assert usage["judge"]["calls"] == 3 and usage["judge"]["tokens_in"] == 30
+    assert usage["judge"]["cost_usd"] == pytest.approx(0.06) and rt.usage()["judge"]["calls"] == 3

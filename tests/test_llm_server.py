@@ -13,7 +13,7 @@ from llm_server import (
     llm_server_fixture,  # noqa: F401  (registers the `llm_server` fixture)
 )
 
-from cts.llm.testing import protocol_reply
+from llm_fakes import protocol_reply
 
 
 def post(server: ScriptedServer, body: Any) -> tuple[int, dict[str, str], str]:

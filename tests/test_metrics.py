@@ -48,7 +48,12 @@ def test_interaction_metrics_unknown_rates_and_known_counts():
 
 def test_orig_interaction_has_no_signal_and_no_unknown_rate():
     m = interaction_metrics([rec(0, 1, 1), rec(1, 1, 1)], k=1)
-    assert math.isnan(m["ua_unknown_rate"]) and m["all_unknown_rate"] == 1.0 and m["known_cnt_0"] == 1.0
+    assert math.isnan(m["ua_unknown_rate"]) and math.isnan(m["all_unknown_rate"]) and math.isnan(m["known_cnt_0"])
+
+
+def test_an_instance_without_questions_in_an_asking_job_counts_as_all_unknown():
+    m = interaction_metrics([rec(0, 1, 1), rec(1, 1, 1, ("a",))], k=1)
+    assert m["all_unknown_rate"] == 0.5 and m["known_cnt_0"] == 0.5 and m["ua_unknown_rate"] == 0.0
 
 
 def test_interactions_that_failed_before_search_are_excluded():

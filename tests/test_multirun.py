@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -32,7 +33,8 @@ def test_offline_sweep_9_jobs_joblib_fresh_store(tmp_path, cache_dir):
     sweep, db = tmp_path / "sweep", tmp_path / "store" / "mlflow.db"
     run_py("-m", "experiment=offline", "clarifier=rules_scope,rules_region,none", "k=1,2,3",
            "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}",
-           f"tracking.uri=sqlite:///{db}", f"paths.cache_dir={cache_dir}", cwd=tmp_path)
+           f"tracking.uri=sqlite:///{db}", f"paths.cache_dir={cache_dir}", f"paths.prompts_dir={REPO / 'prompts'}",
+           cwd=tmp_path)
 
     runs = tracking.search_runs(f"sqlite:///{db}")
     jobs = runs[runs["tags.cts.kind"] == "job"]
@@ -49,12 +51,16 @@ def test_offline_sweep_9_jobs_joblib_fresh_store(tmp_path, cache_dir):
     assert k1.loc["rules_scope", "metrics.delta_ci_low"] > 0
     assert k1.loc["rules_region", "metrics.ua_unknown_rate"] > k1.loc["rules_scope", "metrics.ua_unknown_rate"]
     assert k1.loc["rules_region", "metrics.cq_region_rate"] > k1.loc["rules_scope", "metrics.cq_region_rate"]
-    assert k1.loc["none", "metrics.delta_mean"] == 0 and k1.loc["none", "metrics.all_unknown_rate"] == 1
+    assert k1.loc["none", "metrics.delta_mean"] == 0 and math.isnan(k1.loc["none", "metrics.all_unknown_rate"])
 
     # Every job streamed its records and summary; the sweep report appeared by itself.
     assert len(list(sweep.glob("*/records.jsonl"))) == 9
+    # Job dirs and run names carry the swept factors only (no absolute path, no nesting).
+    expected = {f"clarifier={c},k={k}" for c in ("rules_scope", "rules_region", "none") for k in (1, 2, 3)}
+    assert {p.parent.name for p in sweep.glob("*/records.jsonl")} == expected
+    assert set(jobs["tags.mlflow.runName"]) == expected
     report = sweep / "report"
-    assert (report / "report.md").is_file() and len(list(report.glob("*.png"))) == 2
+    assert (report / "report.md").is_file() and len(list(report.glob("*.png"))) == 4  # + frontier, questions
     reports = runs[runs["tags.cts.kind"] == "sweep_report"]
     assert len(reports) == 1
 
@@ -70,7 +76,9 @@ def test_rerun_into_the_same_dir_resumes(tmp_path, cache_dir):
     assert (job / "records.jsonl").read_text() == first  # nothing recomputed or appended
     proc = subprocess.run([sys.executable, str(REPO / "run.py"), *args, "clarifier=rules_region"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert proc.returncode != 0 and "another configuration" in (proc.stdout + proc.stderr)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "another configuration" in out
+    assert "Keys that differ (stored -> now):" in out and "  clarifier.order: " in out  # what changed
 
 
 @pytest.mark.slow

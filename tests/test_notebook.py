@@ -35,7 +35,8 @@ def test_compare_runs_notebook_executes(tmp_path: Path, monkeypatch: pytest.Monk
     assert re.search(r"\| 1 \| rules_scope \| 20 \| [0-9.]+ \(\+[0-9.]+\) \|", text)  # Table 2 row
     assert "Table 10." in text
     images = [o for o in outputs if "image/png" in o.get("data", {})]
-    assert len(images) == 2  # score vs k, unknown vs region
+    assert len(images) == 4  # score vs k, unknown vs region, frontier, score vs questions
+    assert "where exactly one helped" in text
     assert (tmp_path / "report" / "report.md").is_file()
 
 
@@ -44,7 +45,7 @@ def test_notebook_is_valid_and_parameterised_by_environment() -> None:
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nbformat.validate(nb)
     source = "\n".join(c.source for c in nb.cells)
-    assert "mlflow.search_runs(search_all_experiments=True)" in source
+    assert "tracking.job_runs(TRACKING_URI, EXPERIMENT)" in source  # every experiment, one run per job dir, store locked
     for var in ("CTS_TRACKING_URI", "CTS_EXPERIMENT", "CTS_SWEEP_DIR", "CTS_REPORT_DIR"):
         assert f'os.environ.get("{var}"' in source
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")  # committed without outputs

@@ -3,7 +3,7 @@ import json
 
 from helpers import TableSearch, Typer, gold_for, mercury
 
-from cts.judge import LexicalJudge
+from cts.roles.lexical import LexicalJudge
 from cts.pipeline import Roles, run_job
 from cts.records import read_records
 from cts.roles.rules import NoClarifier, RuleClarifier, RuleRewriter, RuleUserAnswerer
@@ -77,6 +77,15 @@ def test_unscored_is_not_zero(services, tmp_path):
     assert r.error.kind == "invalid_output" and r.error.stage == "judge"
 
 
+def test_a_failed_judge_keeps_the_answer_and_end_reason_in_records(services, tmp_path):
+    inst, gold, table = mercury()
+    job(tmp_path, [inst], {"m1": gold}, roles(services, TableSearch(table), judge=InvalidJudge()))
+    (r,) = read_records(tmp_path / "records.jsonl")
+    for arm in (r.system, r.orig):
+        assert arm.score is None and arm.error.stage == "judge"
+        assert arm.answer == table[arm.query] and arm.answer and arm.end_reason == "answer"
+
+
 class BudgetClarifier:
     def __init__(self, allowed: int) -> None:
         self.allowed = allowed
@@ -102,7 +111,7 @@ def test_budget_stops_cleanly_and_resumes(services, tmp_path):
 def test_resume_fingerprint_ignores_operational_settings_only():
     from hydra import compose, initialize_config_dir
 
-    from cts.app import protocol_fingerprint
+    from cts.tasks.job import protocol_fingerprint
     from conftest import REPO
 
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):

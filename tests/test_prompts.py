@@ -14,7 +14,7 @@ from llm_server import (
 )
 
 from cts import prompts as prompts_module
-from cts.llm.testing import protocol_reply
+from llm_fakes import protocol_reply
 from cts.prompts import Prompt, PromptError, default_prompts_dir, load_prompt, prompts_version, used_prompts
 from cts.roles import llm as roles
 from cts.services import Services
@@ -23,6 +23,8 @@ from cts.types import QA, Evidence, Nugget
 # What each role passes to its prompt (the contract the files must match).
 EXPECTED = {
     "clarifier": {"blurred_query", "k"},
+    "clarifier_sequential": {"blurred_query", "qa_pairs", "turn", "k", "stop_rule"},
+    "gate": {"blurred_query"},
     "ua": {"fused_query", "question"},
     "rewriter": {"blurred_query", "qa_pairs"},
     "extractor": {"fused_query", "answer", "evidence"},
@@ -40,7 +42,7 @@ def test_prompt_placeholders_match_the_code(name: str) -> None:
 
 
 def test_prompts_never_show_the_intent_to_clarifier_or_rewriter() -> None:
-    for name in ("clarifier", "rewriter"):
+    for name in ("clarifier", "clarifier_sequential", "gate", "rewriter"):
         assert "fused_query" not in load_prompt(name).placeholders
 
 
@@ -112,3 +114,22 @@ def test_missing_prompt_names_no_machine_path(tmp_path: Path) -> None:
 def test_default_dir_is_the_repository_prompts() -> None:
     assert default_prompts_dir() == Path(inspect.getfile(prompts_module)).resolve().parents[1] / "prompts"
     assert {p.stem for p in default_prompts_dir().glob("*.md")} >= set(EXPECTED)
+
+
+def test_each_job_records_only_the_prompts_it_loaded(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("A {{x}}", encoding="utf-8")
+    (tmp_path / "b.md").write_text("B {{x}}", encoding="utf-8")
+    with prompts_module.prompt_scope():
+        load_prompt("a", tmp_path)
+        assert set(used_prompts()) == {"a"}
+    with prompts_module.prompt_scope():  # the next job of a sequential multirun
+        assert used_prompts() == {}
+        load_prompt("b", tmp_path)
+
+        async def in_task() -> set[str]:
+            load_prompt("a", tmp_path)  # asyncio tasks of the job record into the job's registry
+            return set(used_prompts())
+
+        assert asyncio.run(in_task()) == {"a", "b"}
+        assert set(used_prompts()) == {"a", "b"}
+    assert "b" not in used_prompts() or used_prompts()["b"].path != tmp_path / "b.md"

@@ -17,12 +17,13 @@ from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from omegaconf import OmegaConf
 
+from cts.app import build_node
 from cts.search.fetchers import (
     HttpFetcher,
     LocalCorpusFetcher,
     Page,
-    RoutingFetcher,
     extract_main_text,
 )
 from cts.search.providers import (
@@ -334,11 +335,11 @@ def test_extract_main_text_is_pure():
 
 def test_routing_fetcher_dispatches_by_scheme(services, fake_http):
     url = fake_http.route("GET", "/paris", (200, "text/html", ARTICLE))
-    routes = {
+    node = OmegaConf.create({"_target_": "cts.search.fetchers.RoutingFetcher", "routes": {
         "local": {"_target_": "cts.search.fetchers.LocalCorpusFetcher"},
         "http": {"_target_": "cts.search.fetchers.HttpFetcher", "timeout_s": 5},
-    }
-    fetcher = RoutingFetcher(services, routes)
+    }})
+    fetcher = build_node(node, services)  # the composition layer builds the routes, then the router
     assert isinstance(fetcher.routes["local"], LocalCorpusFetcher)
     assert "river Seine" in run(fetcher.fetch(url)).text
     doc = services.corpus.docs[1]

@@ -7,18 +7,12 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
 from llm_server import ScriptedServer, llm_server, llm_settings  # noqa: F401
 
-from cts.qtypes import (
-    QTYPES,
-    LexiconQuestionTyper,
-    LLMQuestionTyper,
-    classify_question,
-    is_region_only,
-    normalize_types,
-    parse_labels,
-)
+from cts.app import build_node
+from cts.qtypes import QTYPES, classify_question, is_region_only, normalize_types
+from cts.roles.qtyper import LexiconQuestionTyper, LLMQuestionTyper
+from cts.roles.qtyper import parse_question_types as parse_labels
 from cts.services import Services
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
@@ -108,7 +102,7 @@ def test_region_only() -> None:
 def test_lexicon_typer_is_async_and_built_from_config() -> None:
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose("config")
-    typer = instantiate(cfg.qtyper, services=None)
+    typer = build_node(cfg.qtyper, None)
     assert isinstance(typer, LexiconQuestionTyper)
     assert asyncio.run(typer.classify("您想了解哪个城市的房价？")) == ("region",)
 
@@ -136,7 +130,7 @@ def _llm_typer(server: ScriptedServer, tmp_path: Path) -> LLMQuestionTyper:
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose("config", overrides=["qtyper=llm"])
     services = Services(cache_dir=tmp_path, settings={"llm": llm_settings(server, max_reasks=1)})
-    typer = instantiate(cfg.qtyper, services=services)
+    typer = build_node(cfg.qtyper, services)
     assert isinstance(typer, LLMQuestionTyper)
     return typer
 

@@ -11,7 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cts import report
+from cts.report.cli import main
+from cts.report.build import ReportResult, build_sweep_report, log_sweep_report
+from cts.report.jobs import job_dirs, load_jobs
+from cts.report.rows import Stats, score_rows
 from cts.records import ArmResult, Record
 from cts.types import UNKNOWN
 
@@ -68,9 +71,9 @@ def make_sweep(root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> report.ReportResult:
+def built(tmp_path_factory: pytest.TempPathFactory) -> ReportResult:
     sweep = make_sweep(tmp_path_factory.mktemp("sweep"))
-    result = report.build_sweep_report(sweep, n_resamples=2000)
+    result = build_sweep_report(sweep, n_resamples=2000)
     assert result.ok, result.errors
     return result
 
@@ -81,13 +84,13 @@ def row(df: pd.DataFrame, k: int, system: str) -> pd.Series:
     return sel.iloc[0]
 
 
-def test_jobs_are_labelled_by_system_and_orig_is_not_a_system_row(built: report.ReportResult) -> None:
+def test_jobs_are_labelled_by_system_and_orig_is_not_a_system_row(built: ReportResult) -> None:
     scores = built.tables["scores"]
     assert built.n_jobs == 5
     assert list(scores["system"]) == ["orig", "rules_region", "rules_scope", "orig", "rules_region", "rules_scope"]
 
 
-def test_scores_table_mean_delta_percentiles(built: report.ReportResult) -> None:
+def test_scores_table_mean_delta_percentiles(built: ReportResult) -> None:
     scores = built.tables["scores"]
     orig = row(scores, 1, "orig")
     assert (orig["n"], orig["mean"], orig["p50"]) == (4, 25.0, 25.0)
@@ -99,7 +102,7 @@ def test_scores_table_mean_delta_percentiles(built: report.ReportResult) -> None
     assert row(scores, 2, "rules_scope")["delta"] == pytest.approx(12.5)
 
 
-def test_delta_ci_table_recomputed_from_records(built: report.ReportResult) -> None:
+def test_delta_ci_table_recomputed_from_records(built: ReportResult) -> None:
     ci = built.tables["delta_ci"]
     scope = row(ci, 1, "rules_scope")  # differences are 10, 0, 10, 0
     assert scope["n_paired"] == 4
@@ -109,7 +112,7 @@ def test_delta_ci_table_recomputed_from_records(built: report.ReportResult) -> N
     assert (region["n_paired"], region["delta_ci_low"], region["delta_ci_high"]) == (3, 0.0, 0.0)
 
 
-def test_diagnostic_tables(built: report.ReportResult) -> None:
+def test_diagnostic_tables(built: ReportResult) -> None:
     t4, t5, t7 = (built.tables[n] for n in ("ua_diagnostics", "region_only", "all_unknown"))
     assert row(t4, 1, "rules_region")[["ua_unknown_rate", "cq_region_rate"]].tolist() == [0.75, 1.0]
     assert row(t4, 1, "rules_scope")[["ua_unknown_rate", "cq_region_rate"]].tolist() == [0.5, 0.0]
@@ -120,7 +123,7 @@ def test_diagnostic_tables(built: report.ReportResult) -> None:
     assert t7_scope[["all_unknown_rate", "known_cnt_1", "known_cnt_2"]].tolist() == [0.25, 0.5, 0.25]
 
 
-def test_turn_level_tables(built: report.ReportResult) -> None:
+def test_turn_level_tables(built: ReportResult) -> None:
     t10, t8 = built.tables["turn_region_only"], built.tables["region_only_range"]
     region2 = t10[(t10["k"] == 2) & (t10["system"] == "rules_region")]
     # turn 1 is region-only (4 questions, 3 unknown); turn 2 is region+time, not region-only
@@ -129,7 +132,7 @@ def test_turn_level_tables(built: report.ReportResult) -> None:
     assert t8.set_index("k").loc[1, ["min", "max"]].tolist() == [0.75, 0.75]
 
 
-def test_files_and_plots_written(built: report.ReportResult) -> None:
+def test_files_and_plots_written(built: ReportResult) -> None:
     out = built.out_dir
     assert out is not None and out.name == "report"
     names = {p.name for p in built.files}
@@ -149,7 +152,7 @@ def test_files_and_plots_written(built: report.ReportResult) -> None:
     assert "![score_vs_k](score_vs_k.png)" in (out / "report.md").read_text(encoding="utf-8")
 
 
-def test_sweep_metrics_are_named_per_system_and_k(built: report.ReportResult) -> None:
+def test_sweep_metrics_are_named_per_system_and_k(built: ReportResult) -> None:
     assert built.metrics["delta_mean.rules_scope.k1"] == 5.0
     assert built.metrics["cq_region_rate.rules_region.k1"] == 1.0
     assert all(math.isfinite(v) for v in built.metrics.values())
@@ -159,24 +162,24 @@ def test_varying_factors_join_the_label(tmp_path: Path) -> None:
     recs = make_records(1, ORIG_SCORES)
     write_job(tmp_path / "s", "rules_scope", 1, recs, ua="rules")
     write_job(tmp_path / "t", "rules_scope", 1, recs, ua="gpt")
-    jobs = report.load_jobs([tmp_path / "s", tmp_path / "t"])
+    jobs = load_jobs([tmp_path / "s", tmp_path / "t"])
     assert [j.label for j in jobs] == ["rules_scope[ua=gpt]", "rules_scope[ua=rules]"]
 
 
 def test_failure_is_returned_not_raised(tmp_path: Path) -> None:
-    result = report.build_sweep_report(tmp_path / "missing")
+    result = build_sweep_report(tmp_path / "missing")
     assert not result.ok and "missing" in result.errors[0]
-    empty = report.build_sweep_report(tmp_path)
+    empty = build_sweep_report(tmp_path)
     assert not empty.ok and "no finished job" in empty.errors[0]
-    assert report.log_sweep_report(empty, "sqlite:///unused.db", "x") is None
+    assert log_sweep_report(empty, "sqlite:///unused.db", "x") is None
 
 
 def test_cli_writes_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sweep = make_sweep(tmp_path / "sweep")
-    assert report.main([str(sweep), "--out", str(tmp_path / "out"), "--n-resamples", "500"]) == 0
+    assert main([str(sweep), "--out", str(tmp_path / "out"), "--n-resamples", "500"]) == 0
     assert (tmp_path / "out" / "report.md").is_file()
     assert "5 jobs" in capsys.readouterr().out
-    assert report.main([str(tmp_path / "nothing-here")]) == 1
+    assert main([str(tmp_path / "nothing-here")]) == 1
 
 
 @pytest.mark.slow
@@ -190,15 +193,15 @@ def test_report_from_mlflow_experiment_matches_dir_and_is_logged(
     sweep = make_sweep(tmp_path / "sweep")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracking.prepare_store(uri)
-    for job in report.job_dirs(sweep):
+    for job in job_dirs(sweep):
         with tracking.job_run(uri, "exp", job.name, {}, {"cts.kind": "job"}):
             tracking.log_artifacts([job / "records.jsonl", job / "summary.json"])
     (tmp_path / "exp").mkdir()  # a directory named like the experiment does not shadow it
-    from_runs = report.build_sweep_report("exp", tmp_path / "from_runs", uri, n_resamples=500)
-    from_dir = report.build_sweep_report(sweep, tmp_path / "from_dir", n_resamples=500)
+    from_runs = build_sweep_report("exp", tmp_path / "from_runs", uri, n_resamples=500)
+    from_dir = build_sweep_report(sweep, tmp_path / "from_dir", n_resamples=500)
     assert from_runs.ok, from_runs.errors
     pd.testing.assert_frame_equal(from_runs.tables["scores"], from_dir.tables["scores"])
-    run_id = report.log_sweep_report(from_runs, uri, "exp")
+    run_id = log_sweep_report(from_runs, uri, "exp")
     runs = tracking.search_runs(uri, "exp")
     logged = runs[runs["run_id"] == run_id].iloc[0]
     assert logged["tags.cts.kind"] == "sweep_report"
@@ -215,7 +218,24 @@ def test_orig_is_pooled_only_within_one_setting(tmp_path: Path) -> None:
                                    ("rules_scope", make_records(1, (20, 20, 40, 40), [SCOPE], [[K], [K], [U], [U]]))):
             shifted = [replace(r, orig=replace(r.orig, score=r.orig.score + shift)) for r in records]
             write_job(root, clarifier, 1, shifted, judge=judge)
-    jobs = report.load_jobs([tmp_path / "lexical", tmp_path / "strict"])
-    scores = report.score_rows(jobs, report.Stats(n_resamples=200))
+    jobs = load_jobs([tmp_path / "lexical", tmp_path / "strict"])
+    scores = score_rows(jobs, Stats(n_resamples=200))
     origs = scores[scores["system"].str.startswith("orig")].set_index("system")["mean"]
     assert origs.to_dict() == {"orig[judge=lexical]": 25.0, "orig[judge=strict]": 15.0}
+
+
+def test_a_rebound_clarifier_model_names_the_system_and_orig_is_one_row():
+    from cts.records import ArmResult, Record
+    from cts.report.jobs import job_from_summary, label_jobs
+
+    def job(clarifier_model: str, overrides: list[str]):
+        arm = ArmResult(query="q", score=50.0)
+        recs = [Record(id=f"i{n}", k=1, questions=("Which?",), system=arm, orig=ArmResult(query="q", score=40.0),
+                       models={"clarifier": clarifier_model}) for n in range(3)]
+        return job_from_summary({"choices": {"clarifier": "gpt"}, "k": 1, "overrides": overrides}, recs)
+
+    jobs = label_jobs([job("openai/gpt-5.2", ["clarifier=gpt", "k=1"]),
+                       job("anthropic/claude-opus-4-5", ["clarifier=gpt", "model@clarifier.model=claude", "k=1"])])
+    assert sorted(j.label for j in jobs) == ["claude-opus-4-5", "gpt"]
+    rows = score_rows(jobs, Stats(n_resamples=200, confidence=0.95, seed=0))
+    assert list(rows["system"]).count("orig") == 1 and "claude-opus-4-5" in set(rows["system"])

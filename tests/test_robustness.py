@@ -14,10 +14,13 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from cts import robustness as rb
+from cts.analysis import backbone_stability as bs
+from cts.analysis import common
+from cts.analysis import judge_robustness as jr
+from cts.report import jobs as report_jobs
 from cts.data import Dataset
-from cts.judge import LexicalJudge
-from cts.qtypes import BUILTIN_PLACES_EN, BUILTIN_PLACES_ZH
+from cts.roles.lexical import LexicalJudge
+from cts.lexicon import BUILTIN_PLACES_EN, BUILTIN_PLACES_ZH
 from cts.records import ArmResult, Record
 from cts.services import Services
 from cts.types import UNKNOWN, Gold, Instance, Label, Nugget
@@ -161,17 +164,17 @@ def test_failed_judge_call_is_excluded_not_zero(frozen_sweep: Path) -> None:
                 raise RuntimeError("judge down")
             return await super().judge(answer, nuggets)
 
-    jobs = rb.load_jobs(frozen_sweep)
-    scores, _ = asyncio.run(rb.rejudge(jobs, GOLD, {"flaky": Flaky()}, include_recorded=False))
+    jobs = report_jobs.load_jobs(frozen_sweep)
+    scores, _ = asyncio.run(jr.rejudge(jobs, GOLD, {"flaky": Flaky()}, include_recorded=False))
     assert scores[scores["instance_id"] == "c"]["score"].isna().all()
-    means = rb.system_means(scores)
+    means = jr.system_means(scores)
     assert means.loc["flaky", "sys_a-k1"] == 100.0  # a and b only
 
 
 # ------------------------------------------------------------------ backbone stability
 
 
-PLACES = rb.Concretiser.from_places(BUILTIN_PLACES_EN + BUILTIN_PLACES_ZH + ("Lisbon",))
+PLACES = bs.Concretiser.from_places(BUILTIN_PLACES_EN + BUILTIN_PLACES_ZH + ("Lisbon",))
 
 
 @pytest.mark.parametrize(("rewrite", "sources", "expected"), [
@@ -193,19 +196,19 @@ def test_concretiser_finds_unsupported_terms(rewrite: str, sources: list[str], e
 
 
 def test_unknown_preservation_per_turn() -> None:
-    item = rb.FrozenItem(INSTANCES[0], ("Which year?", "Which country?"), (("time",), ("region",)))
-    out = rb.Replay((UNKNOWN, "Europe"), "tell me about a in Europe, 2019")
+    item = bs.FrozenItem(INSTANCES[0], ("Which year?", "Which country?"), (("time",), ("region",)))
+    out = bs.Replay((UNKNOWN, "Europe"), "tell me about a in Europe, 2019")
     added = PLACES.added(out.rewrite, [item.instance.blurred_query, "Europe"])
     assert added["year"] == {"2019"} and not added["region"]
-    assert rb.preserved(item, out, added) == [False]  # the unknown year was concretised
-    kept = rb.Replay((UNKNOWN, "Europe"), "tell me about a in Europe")
-    assert rb.preserved(item, kept, PLACES.added(kept.rewrite, [item.instance.blurred_query, "Europe"])) == [True]
+    assert bs.preserved(item, out, added) == [False]  # the unknown year was concretised
+    kept = bs.Replay((UNKNOWN, "Europe"), "tell me about a in Europe")
+    assert bs.preserved(item, kept, PLACES.added(kept.rewrite, [item.instance.blurred_query, "Europe"])) == [True]
 
 
 def test_rewrite_similarity_is_token_based_and_cjk_safe() -> None:
-    assert rb.rewrite_similarity("best AI universities", "best AI universities") == 1.0
-    assert rb.rewrite_similarity("最好的人工智能大学", "最好的人工智能大学，欧洲") > 0.7
-    assert rb.rewrite_similarity("最好的大学", "天气预报") == 0.0
+    assert bs.rewrite_similarity("best AI universities", "best AI universities") == 1.0
+    assert bs.rewrite_similarity("最好的人工智能大学", "最好的人工智能大学，欧洲") > 0.7
+    assert bs.rewrite_similarity("最好的大学", "天气预报") == 0.0
 
 
 class YearOnlyUA:
@@ -234,7 +237,7 @@ def stability_sweep(root: Path) -> Path:
     return root
 
 
-CAREFUL = {"ua": {"_target_": f"{HERE}.YearOnlyUA"}, "rewriter": {"_target_": "cts.robustness.BracketRewriterBaseline"}}
+CAREFUL = {"ua": {"_target_": f"{HERE}.YearOnlyUA"}, "rewriter": {"_target_": "cts.roles.baselines.BracketRewriterBaseline"}}
 
 
 def backbone_task(tmp_path: Path, backbones: dict[str, Any]) -> tuple[Any, Path]:
@@ -251,7 +254,7 @@ def test_backbone_stability_table11_with_a_concretising_baseline(tmp_path: Path)
     cfg, out = backbone_task(tmp_path, {
         "careful": CAREFUL,
         "leaky": {"ua": {"_target_": f"{HERE}.SilentUA"},
-                  "rewriter": {"_target_": "cts.robustness.ConcretisingRewriterBaseline", "year": "2024"}},
+                  "rewriter": {"_target_": "cts.roles.baselines.ConcretisingRewriterBaseline", "year": "2024"}},
     })
     Forbidden.built, YearOnlyUA.calls = 0, 0
     assert run_task(cfg, Services(cache_dir=tmp_path)) is None
@@ -291,10 +294,10 @@ def test_backbone_stability_offline_rule_roles_from_config(tmp_path: Path, servi
 
 
 def test_budgets_select_source_jobs(frozen_sweep: Path) -> None:
-    jobs = rb.load_jobs(frozen_sweep)
-    assert rb.select_budgets(jobs, None) == jobs and rb.select_budgets(jobs, [1]) == jobs
+    jobs = report_jobs.load_jobs(frozen_sweep)
+    assert common.select_budgets(jobs, None) == jobs and common.select_budgets(jobs, [1]) == jobs
     with pytest.raises(ValueError, match="no source job has k"):
-        rb.select_budgets(jobs, [3])
+        common.select_budgets(jobs, [3])
 
 
 class FlakyUA(YearOnlyUA):

@@ -10,23 +10,23 @@ from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
+from llm_fakes import protocol_reply
 from llm_server import (
     ScriptedServer,
     llm_server_fixture,  # noqa: F401  (registers the `llm_server` fixture)
     llm_settings,
 )
 
+from cts.app import build_node
 from cts.llm import ModelSpec
-from cts.llm.testing import protocol_reply
 from cts.roles.llm import (
     LLMClarifier,
     LLMExtractor,
     LLMJudge,
     LLMRewriter,
     LLMUserAnswerer,
-    normalise_answer,
 )
+from cts.roles.parse import normalise_answer
 from cts.services import Services
 from cts.types import QA, UNKNOWN, Evidence, GoldDraft, Instance, Nugget, UnscoredError
 
@@ -290,7 +290,7 @@ def test_every_llm_option_composes_and_instantiates(services: Services, llm_serv
             overrides = [f"{group}={model}" for group in GROUPS]
             cfg = compose("config", overrides=overrides)
             for group in GROUPS:
-                role = instantiate(cfg[group], services=services)
+                role = build_node(cfg[group], services)
                 assert type(role) is CLASSES[group]
                 assert isinstance(role.client.spec, ModelSpec) and role.client.spec.name == model
                 assert role.client.role == group

@@ -55,3 +55,18 @@ def test_llm_calls_become_trace_spans(tmp_path: Path) -> None:
         listeners[0](event)
     traces = tracking.search_traces(uri, "exp")
     assert len(traces) == 1
+
+
+def test_every_run_logs_the_resolved_versions_of_the_key_packages(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path}/m.db"
+    tracking.prepare_store(uri)
+    with tracking.job_run(uri, "exp", "versions", {"k": "1"}):
+        pass
+    row = runs(uri).iloc[0]
+    for pkg in ("hydra-core", "omegaconf", "litellm", "openai", "mlflow", "pandas", "scipy", "bm25s", "trafilatura"):
+        assert row[f"params.version.{pkg}"] not in ("", "missing", None)
+    assert list(tmp_path.rglob("versions.json"))
+
+
+def test_the_html_cleaner_that_trafilatura_needs_is_installed() -> None:
+    import lxml.html.clean  # noqa: F401 - split out of lxml; the visit path fails without it

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
 from llm_server import Reply, llm_server, llm_settings  # noqa: F401  (fixture)
 from test_providers import ARTICLE, FakeHTTP, fake_http  # noqa: F401  (fixture)
 
+from cts.app import build_node
 from cts.llm import Completion, ModelSpec
 from cts.prompts import load_prompt
 from cts.search.fetchers import HttpFetcher, LocalCorpusFetcher, RoutingFetcher
@@ -27,12 +27,11 @@ from cts.search.providers import (
     SearxngProvider,
     SerperProvider,
 )
-from cts.search.webdancer import (
+from cts.search.react import (
     DEFAULT_STOP,
     RESULT_SEP,
     TOOL_CALL_ERROR,
     ToolCall,
-    WebDancerSearch,
     approx_tokens,
     evidence_id,
     messages_tokens,
@@ -40,6 +39,7 @@ from cts.search.webdancer import (
     render_hits,
     restore_think,
 )
+from cts.search.webdancer import WebDancerSearch
 from cts.services import Services
 from cts.types import CallError, SearchBackend
 
@@ -370,7 +370,7 @@ def test_offline_stack_searches_and_reads_the_local_corpus(tmp_path, llm_server,
     top = services.index.search("Mercury planet closest to the Sun", 1)[0].doc
     script(llm_server, [tool_call("search", query=["Mercury planet closest to the Sun"]),
                         tool_call("visit", url=[top.url], goal="orbit of Mercury"), ANSWER])
-    fetcher = RoutingFetcher(local, {"local": LocalCorpusFetcher(local)})
+    fetcher = RoutingFetcher({"local": LocalCorpusFetcher(local)})
     agent = WebDancerSearch(local, MODEL, LocalWikiProvider(local), fetcher)
     result = search(agent, "Which planet is closest to the Sun?")
     hits = agent_bodies(llm_server)[1]["messages"][-1]["content"]
@@ -387,7 +387,7 @@ def test_config_builds_the_agent_with_released_defaults(tmp_path):
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
         cfg = compose("config", overrides=["search=webdancer", "search/provider=searxng",
                                            f"paths.cache_dir={tmp_path}"])
-    agent = instantiate(cfg.search, _partial_=True)(services=Services(cache_dir=tmp_path))
+    agent = build_node(cfg.search, Services(cache_dir=tmp_path))
     assert isinstance(agent.provider, SearxngProvider)
     assert sorted(agent.fetcher.routes) == ["http", "https", "local"]
     assert agent.model.model == "openai/WebDancer-32B" and agent.summary_model.name == "webdancer"

@@ -4,13 +4,18 @@ Importing this package does not import litellm (that happens on the first call),
 so config checks such as :mod:`cts.llm.preflight` stay fast.
 """
 
-from cts.llm._runtime import CallEvent, ChatClient, Completion, LLMRuntime, route_for
+from cts.llm._adaptive import Adaptive, AdaptiveLimiter, priority_scope
+from cts.llm._calls import CallEvent, Completion, route_for
+from cts.llm._runtime import ChatClient, LLMRuntime, settled
 from cts.llm._settings import Backoff, LLMSettings
 from cts.llm._spec import ModelSpec
 from cts.llm._usage import USAGE_KEYS, usage_scope
 from cts.llm.cache import ResponseCache
 
 __all__ = [
+    "Adaptive",
+    "AdaptiveLimiter",
+    "priority_scope",
     "USAGE_KEYS",
     "Backoff",
     "CallEvent",
@@ -21,5 +26,6 @@ __all__ = [
     "ModelSpec",
     "ResponseCache",
     "route_for",
+    "settled",
     "usage_scope",
 ]

@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import os
+import logging
 import time
 import weakref
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tenacity import (
     AsyncRetrying,
@@ -21,76 +20,30 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from cts.llm._adaptive import AdaptiveLimiter, LimiterStats
+from cts.llm._breaker import CircuitBreaker
+from cts.llm._calls import CallEvent, Completion, Listener, Route, cache_value, cached_completion, completion_of, route_for
+from cts.llm._endpoints import EndpointState
 from cts.llm._lite import litellm_module
-from cts.llm._pricing import call_cost, register_prices
+from cts.llm._pricing import Prices, register_prices, route_prices
 from cts.llm._retry import classify
 from cts.llm._settings import LLMSettings
+from cts.llm._singleflight import SingleFlight
 from cts.llm._spec import ModelSpec
 from cts.llm._transport import Sender
-from cts.llm._usage import CallUsage, Usage, add_call, add_to_scopes
+from cts.llm._usage import CallUsage, Usage, add_call, add_to_scopes, check_budget
 from cts.llm.cache import ResponseCache
-from cts.types import BudgetExceeded, CallError
+from cts.types import BudgetExceeded, CallError, CircuitOpen
 
+log = logging.getLogger(__name__)
 _DUMMY_KEY = "sk-no-key-needed"  # OpenAI-compatible servers without auth still want a key field
+T = TypeVar("T")
+# Requests sent and not yet answered, per event loop (see settled()).
+_IN_FLIGHT: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Future[Any]]] = weakref.WeakKeyDictionary()
 
 
-@dataclass(frozen=True)
-class Completion:
-    """One model reply and what it cost."""
-
-    text: str
-    tokens_in: int
-    tokens_out: int
-    cost_usd: float
-    """USD billed to this job (0 for a cache hit)."""
-    cached: bool
-    latency_s: float
-    reasoning: str = ""
-    """Reasoning the provider returned apart from ``text`` (litellm moves ``<think>`` blocks here)."""
-
-
-@dataclass(frozen=True)
-class Route:
-    """Where a spec's calls go after the global overrides."""
-
-    model: str
-    api_base: str | None
-    api_key: str | None
-    endpoint: str
-    """Concurrency-limit key: the api_base, or the provider for hosted APIs."""
-    limit: int
-    missing_key: str | None = None
-    """Name of the unset key variable, if any (raised only when a request is due)."""
-
-
-@dataclass(frozen=True)
-class CallEvent:
-    """One finished ``complete`` call, handed to listeners (e.g. MLflow tracing)."""
-
-    role: str
-    spec_name: str
-    model: str
-    api_base: str | None
-    messages: tuple[Mapping[str, str], ...]
-    params: Mapping[str, Any]
-    prompt_version: str
-    text: str
-    tokens_in: int
-    tokens_out: int
-    cost_usd: float
-    cached: bool
-    latency_s: float
-    error: str | None
-    """The CallError kind when the call failed for good."""
-    started_at: float
-    """``time.time()`` when the call started."""
-
-
-Listener = Callable[[CallEvent], None]
-
-
-@dataclass
-class _Call:
+@dataclasses.dataclass
+class PendingCall:
     """Mutable state of one ``complete`` call while it runs."""
 
     client: ChatClient
@@ -103,22 +56,7 @@ class _Call:
     completion: Completion | None = None
     error: str | None = None
     saved_usd: float = 0.0
-
-
-def route_for(spec: ModelSpec, settings: LLMSettings) -> Route:
-    """Apply the global ``api_base``/``model`` overrides to ``spec``."""
-    if settings.api_base:
-        # One OpenAI-compatible endpoint serves every role: drop the provider prefix.
-        served = settings.model or spec.model.split("/", 1)[-1]
-        model = f"openai/{served}"
-        token = settings.api_key or _DUMMY_KEY
-        return Route(model, settings.api_base, token, settings.api_base, settings.concurrency_per_endpoint)
-    key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
-    missing = spec.api_key_env if spec.api_key_env and not key else None
-    if key is None and spec.api_base and not missing:
-        key = _DUMMY_KEY
-    limit = spec.max_concurrency or settings.concurrency_per_endpoint
-    return Route(spec.model, spec.api_base, key, spec.api_base or spec.provider, limit, missing)
+    cache_key: str = ""
 
 
 class ChatClient:
@@ -142,8 +80,14 @@ class ChatClient:
         Raises:
             CallError: The call failed for good (``kind``: rate_limit, timeout, ...).
             BudgetExceeded: The job's ``budget.max_usd`` is spent (checked before sending).
+            CircuitOpen: The endpoint failed ``breaker_failures`` times in a row (the job stops).
         """
         return await self.runtime._complete(self, messages, prompt_version, params)
+
+
+def llm_cache_location(settings: LLMSettings, cache_dir: Path) -> Path | str:
+    """The response cache's URL (``cache.url``), file (``cache.path``) or default file."""
+    return settings.cache_url or settings.cache_path or Path(cache_dir) / "llm_cache.sqlite"
 
 
 class LLMRuntime:
@@ -154,11 +98,12 @@ class LLMRuntime:
         self.cache = cache
         self._usage: Usage = {}
         self._spent = 0.0
-        self._limits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]]
-        self._limits = weakref.WeakKeyDictionary()
+        self._prior_usd = 0.0
+        self._endpoints = EndpointState()
         self._registered: set[str] = set()
         self._listeners: list[Listener] = []
         self._sender = Sender(settings.transport)
+        self.breaker = CircuitBreaker(settings.breaker_failures)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], cache_dir: Path) -> LLMRuntime:
@@ -169,8 +114,7 @@ class LLMRuntime:
             cache_dir: Default home of ``llm_cache.sqlite`` (when ``cache.path`` is null).
         """
         parsed = LLMSettings.from_mapping(settings)
-        path = parsed.cache_path or Path(cache_dir) / "llm_cache.sqlite"
-        return cls(parsed, ResponseCache(path, parsed.cache_mode))
+        return cls(parsed, ResponseCache(llm_cache_location(parsed, cache_dir), parsed.cache_mode))
 
     def client(self, spec: ModelSpec | Mapping[str, Any], role: str) -> ChatClient:
         """A client that calls ``spec`` and books usage under ``role``."""
@@ -178,7 +122,7 @@ class LLMRuntime:
         model = route_for(spec, self.settings).model
         if model not in self._registered:
             self._registered.add(model)
-            register_prices(litellm_module(), spec, model)
+            register_prices(litellm_module(), route_prices(spec, self.settings), model)
         return ChatClient(self, spec, role)
 
     def usage(self) -> Usage:
@@ -187,8 +131,12 @@ class LLMRuntime:
 
     @property
     def spent_usd(self) -> float:
-        """USD billed so far in this job."""
+        """USD billed so far by this runtime (calls in flight when a caller gave up included)."""
         return self._spent
+
+    def count_prior_spend(self, usd: float) -> None:
+        """Count ``usd`` already spent (earlier runs into the same job dir) against ``budget.max_usd``."""
+        self._prior_usd = float(usd)
 
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener(event)`` after every call (used for optional tracing)."""
@@ -198,7 +146,7 @@ class LLMRuntime:
         self, client: ChatClient, messages: list[dict[str, str]], version: str, params: Mapping[str, Any]
     ) -> Completion:
         start = time.perf_counter()
-        call = _Call(
+        call = PendingCall(
             client,
             route_for(client.spec, self.settings),
             messages,
@@ -215,21 +163,23 @@ class LLMRuntime:
                 "prompt_version": version,
             }
         )
+        call.cache_key = key
         try:
             hit = await self._cache_get(key)
             if hit is not None:
-                call.completion = Completion(
-                    hit["text"], hit["tokens_in"], hit["tokens_out"], 0.0, True, 0.0, hit.get("reasoning", "")
-                )
+                call.completion = cached_completion(hit)
                 call.saved_usd = float(hit.get("cost_usd", 0.0))
             else:
-                call.completion = await self._call(call)
-                await self._cache_put(key, call.completion)
+                self._check_budget()  # before claims and joins: a spent cap stops the job at once
+                call.completion = await self._fresh(call, key)
         except CallError as exc:
             call.error = exc.kind
             raise
         except BudgetExceeded:
             call.error = "budget"
+            raise
+        except CircuitOpen:
+            call.error = "circuit_open"
             raise
         finally:
             latency = time.perf_counter() - start
@@ -238,20 +188,66 @@ class LLMRuntime:
         assert call.completion is not None  # set above, or an exception propagated
         return dataclasses.replace(call.completion, latency_s=latency)
 
-    async def _call(self, call: _Call) -> Completion:
-        spec, route = call.client.spec, call.route
-        if route.missing_key:
-            raise CallError(
-                "auth", f"environment variable {route.missing_key} (model {spec.name}) is not set"
-            )
-        limit = self._semaphore(route)
-        prices = (spec.input_cost_per_token, spec.output_cost_per_token)
+    async def _fresh(self, call: PendingCall, key: str) -> Completion:
+        """Send the request, or join an identical one in flight (when a cache would serve it anyway)."""
+        if self.cache.mode == "off":
+            return await self._send_and_store(call, key)
+        done, leader = await self._endpoints.flights().run(key, lambda: self._send_and_store(call, key))
+        if leader:
+            return done
+        call.saved_usd = done.cost_usd  # booked like a cache hit: billed once, to the sender
+        return dataclasses.replace(done, cost_usd=0.0, cached=True)
 
-        async def attempt() -> Any:
-            self._check_budget()
-            async with limit:
-                call.requests += 1
-                return await self._sender.send(
+    async def _send_and_store(self, call: PendingCall, key: str) -> Completion:
+        # Across processes (a sweep's jobs on several nodes), the cache key is claimed first:
+        # one sends, the others wait for its row (cts.llm.cache.ResponseCache.get_or_compute).
+        value, cached = await self.cache.get_or_compute(
+            key, lambda: self._send_value(call), run=self._storage, on_miss=self._check_budget
+        )
+        if not cached:
+            assert call.completion is not None  # set by _send_value
+            return call.completion
+        call.saved_usd = float(value.get("cost_usd", 0.0))
+        return cached_completion(value)
+
+    def share_endpoints(
+        self, loop: asyncio.AbstractEventLoop, limits: dict[str, AdaptiveLimiter], inflight: SingleFlight[Completion]
+    ) -> None:
+        """On ``loop``, use these endpoint limiters and in-flight table (shared by a sweep's runtimes)."""
+        self._endpoints.share(loop, limits, inflight)
+
+    def limiter_stats(self) -> dict[str, LimiterStats]:
+        """Per endpoint: the adaptive limiter's counters (on the running loop)."""
+        return self._endpoints.stats()
+
+    async def _call(self, call: PendingCall) -> Completion:
+        spec, route = call.client.spec, call.route
+        self.breaker.check(route.endpoint)
+        if route.missing_key:
+            message = f"environment variable {route.missing_key} (model {spec.name}) is not set"
+            self.breaker.failure(route.endpoint, "auth", message)
+            raise CallError("auth", message, route.endpoint)
+        try:
+            response: Any = await self._retrying()(self._attempt, call)
+        except (BudgetExceeded, CallError, CircuitOpen):
+            raise
+        except Exception as exc:
+            kind = classify(exc).kind
+            message = f"{spec.name} at {route.endpoint} after {call.requests} attempt(s): {exc}"
+            raise CallError(kind, message, route.endpoint) from exc
+        return completion_of(route_prices(spec, self.settings), response)
+
+    async def _attempt(self, call: PendingCall) -> Any:
+        """One request, counted by the endpoint's circuit breaker."""
+        spec, route = call.client.spec, call.route
+        prices = route_prices(spec, self.settings)
+        self._check_budget()
+        self.breaker.check(route.endpoint)
+        async with self._endpoints.limiter(route, self.settings).slot():
+            self.breaker.check(route.endpoint)  # it may have opened while this call waited
+            call.requests += 1
+            try:
+                send = self._sender.send(
                     route.model,
                     call.messages,
                     route.api_base,
@@ -260,15 +256,45 @@ class LLMRuntime:
                     prices,
                     call.params,
                 )
+                response = await self._paid(call, prices, send)
+            except Exception as exc:
+                self.breaker.failure(route.endpoint, classify(exc).kind, f"{type(exc).__name__}: {exc}")
+                raise
+        self.breaker.success(route.endpoint)
+        return response
 
+    async def _paid(self, call: PendingCall, prices: Prices, send: Awaitable[Any]) -> Any:
+        """Await one request; a cancelled caller does not cancel it.
+
+        A request on the wire is billed whether or not anyone waits for the reply
+        (e.g. the budget stop cancels the other instances): it runs on, and its
+        tokens and cost are booked when it lands (see :func:`settled`), and its
+        reply is cached, so a resume does not pay for it again.
+        """
+        task = asyncio.ensure_future(send)
+        pending = _IN_FLIGHT.setdefault(asyncio.get_running_loop(), set())
+        pending.add(task)
+        task.add_done_callback(pending.discard)
         try:
-            response: Any = await self._retrying()(attempt)
-        except (BudgetExceeded, CallError):
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(lambda done: self._book_orphan(call, prices, done))
             raise
-        except Exception as exc:
-            kind = classify(exc).kind
-            raise CallError(kind, f"{spec.name} after {call.requests} attempt(s): {exc}") from exc
-        return self._completion(spec, response)
+
+    def _book_orphan(self, call: PendingCall, prices: Prices, done: asyncio.Future[Any]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return  # no reply, nothing billed that we could know of
+        reply = completion_of(prices, done.result())
+        usage = CallUsage(cached=False, failed=False, requests=0, tokens_in=reply.tokens_in,
+                          tokens_out=reply.tokens_out, cost_usd=reply.cost_usd, latency_s=0.0, new_call=False)
+        self._spent += usage.cost_usd
+        add_call(self._usage, call.client.role, usage)
+        add_to_scopes(call.client.role, usage)
+        if self.cache.mode == "read_write" and call.cache_key:
+            try:  # once per straggler, at a stop: a blocking write is fine here
+                self.cache.put(call.cache_key, cache_value(reply))
+            except Exception as exc:  # noqa: BLE001 - a lost cache entry costs a request, not the job
+                log.warning("could not cache a late reply: %s", exc)
 
     def _retrying(self) -> AsyncRetrying:
         backoff = self.settings.backoff
@@ -286,47 +312,33 @@ class LLMRuntime:
             reraise=True,
         )
 
-    @staticmethod
-    def _completion(spec: ModelSpec, response: Any) -> Completion:
-        message = response.choices[0].message if response.choices else None
-        text = (getattr(message, "content", None) or "") if message is not None else ""
-        reasoning = (getattr(message, "reasoning_content", None) or "") if message is not None else ""
-        usage = getattr(response, "usage", None)
-        tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
-        tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
-        cost = call_cost(spec, tokens_in, tokens_out)
-        return Completion(text, tokens_in, tokens_out, cost, False, 0.0, str(reasoning))
-
-    def _semaphore(self, route: Route) -> asyncio.Semaphore:
-        # Semaphores bind to one event loop; a job may run several loops in turn.
-        per_loop = self._limits.setdefault(asyncio.get_running_loop(), {})
-        if route.endpoint not in per_loop:
-            per_loop[route.endpoint] = asyncio.Semaphore(route.limit)
-        return per_loop[route.endpoint]
-
     def _check_budget(self) -> None:
-        cap = self.settings.max_usd
-        if cap is not None and self._spent >= cap:
-            raise BudgetExceeded(f"LLM budget spent: {self._spent:.4f} >= max_usd {cap}")
+        check_budget(self.settings.max_usd, self._prior_usd, self._spent)
 
     async def _cache_get(self, key: str) -> dict | None:
         if self.cache.mode == "off":
             return None
-        return await asyncio.to_thread(self.cache.get, key)
+        return await self._storage(self.cache.get, key)
 
-    async def _cache_put(self, key: str, completion: Completion) -> None:
-        if self.cache.mode != "read_write":
-            return
-        value = {
-            "text": completion.text,
-            "tokens_in": completion.tokens_in,
-            "tokens_out": completion.tokens_out,
-            "cost_usd": completion.cost_usd,
-            "reasoning": completion.reasoning,
-        }
-        await asyncio.to_thread(self.cache.put, key, value)
+    async def _storage(self, op: Callable[..., Any], *args: Any) -> Any:
+        """Run a cache operation in a thread; its failure is the infrastructure's (kind ``storage``)."""
+        where = f"cache {self.cache.location}"
+        self.breaker.check(where)
+        try:
+            result = await asyncio.to_thread(op, *args)
+        except Exception as exc:  # any store error: corrupt file, full disk, lost server
+            message = f"response cache {self.cache.location}: {type(exc).__name__}: {exc}"
+            self.breaker.failure(where, "storage", message)
+            raise CallError("storage", message, where) from exc
+        self.breaker.success(where)
+        return result
 
-    def _book(self, call: _Call, latency: float) -> None:
+    async def _send_value(self, call: PendingCall) -> dict:
+        """Send ``call`` (a cache miss); the completion is kept on ``call``, its cache value returned."""
+        call.completion = await self._call(call)
+        return cache_value(call.completion)
+
+    def _book(self, call: PendingCall, latency: float) -> None:
         done = call.completion
         fresh = done is not None and not done.cached
         usage = CallUsage(
@@ -343,7 +355,7 @@ class LLMRuntime:
         add_call(self._usage, call.client.role, usage)
         add_to_scopes(call.client.role, usage)
 
-    def _notify(self, call: _Call, latency: float) -> None:
+    def _notify(self, call: PendingCall, latency: float) -> None:
         if not self._listeners:
             return
         done = call.completion or Completion("", 0, 0, 0.0, False, 0.0)
@@ -366,3 +378,22 @@ class LLMRuntime:
         )
         for listener in self._listeners:
             listener(event)
+
+
+async def settled(job: Awaitable[T], timeout_s: float = 120.0) -> T:
+    """Await ``job``, then the requests it left in flight, so their cost is booked.
+
+    Requests whose caller was cancelled (see ``LLMRuntime._paid``) would otherwise
+    be cancelled when the event loop closes, paid but never counted. Only a job
+    that returned is settled: an exception (Ctrl-C included) propagates at once.
+
+    Args:
+        job: The job's coroutine.
+        timeout_s: Longest wait for the stragglers (one request timeout).
+    """
+    result = await job
+    pending = _IN_FLIGHT.get(asyncio.get_running_loop())
+    if pending:
+        await asyncio.wait(set(pending), timeout=timeout_s)
+        await asyncio.sleep(0)  # let the done callbacks book them
+    return result

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from cts.llm._adaptive import Adaptive
 from cts.llm._spec import _plain
 from cts.llm._transport import Transport
 from cts.llm.cache import CACHE_MODES, CacheMode
@@ -24,11 +25,21 @@ class Backoff:
 
 
 @dataclass(frozen=True)
+class Price:
+    """USD per token charged by an endpoint."""
+
+    input_cost_per_token: float = 0.0
+    output_cost_per_token: float = 0.0
+
+
+@dataclass(frozen=True)
 class LLMSettings:
     """Runtime settings; see ``conf/llm/default.yaml`` for what each key means."""
 
     cache_mode: CacheMode = "read_write"
     cache_path: Path | None = None
+    cache_url: str | None = None
+    """A store URL (``sqlite:///...``, ``postgresql://...``); overrides ``cache_path``."""
     api_base: str | None = None
     api_key: str | None = None
     model: str | None = None
@@ -36,10 +47,18 @@ class LLMSettings:
     timeout_s: float = 120.0
     max_attempts: int = 6
     backoff: Backoff = field(default_factory=Backoff)
+    adaptive: Adaptive = field(default_factory=Adaptive)
     max_reasks: int = 2
     max_usd: float | None = None
+    api_base_price: Price = field(default_factory=Price)
+    """Price of ``api_base`` (the user's own server): 0 unless set; registry prices are not used there."""
     tracing: bool = False
     transport: Transport = "openai"
+    breaker_failures: int | None = 20
+    """Consecutive connection-level failures of one endpoint that stop the job (0/None: never)."""
+    preflight_probe: bool = True
+    """Probe every endpoint with an ``api_base`` (GET /models) before any job starts."""
+    preflight_timeout_s: float = 5.0
 
     @classmethod
     def from_mapping(cls, settings: Mapping[str, Any]) -> LLMSettings:
@@ -48,7 +67,10 @@ class LLMSettings:
         cache = raw.pop("cache", None) or {}
         budget = raw.pop("budget", None) or {}
         backoff = raw.pop("backoff", None) or {}
-        known = {f.name for f in fields(cls)} - {"cache_mode", "cache_path", "max_usd", "backoff"}
+        price = raw.pop("api_base_price", None) or {}
+        adaptive = raw.pop("adaptive", None) or {}
+        known = {f.name for f in fields(cls)} - {"cache_mode", "cache_path", "cache_url", "max_usd", "backoff",
+                                                 "api_base_price", "adaptive"}
         unknown = set(raw) - known
         if unknown:
             raise ValueError(f"unknown services.llm keys: {sorted(unknown)}")
@@ -59,7 +81,10 @@ class LLMSettings:
         return cls(
             cache_mode=mode,
             cache_path=Path(path) if path else None,
+            cache_url=cache.get("url") or None,
             max_usd=budget.get("max_usd"),
             backoff=Backoff(**backoff),
+            api_base_price=Price(**price),
+            adaptive=Adaptive(**adaptive),
             **raw,
         )

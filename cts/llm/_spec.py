@@ -30,6 +30,7 @@ class ModelSpec:
         input_cost_per_token: USD per prompt token.
         output_cost_per_token: USD per completion token.
         max_concurrency: Cap on calls in flight to this endpoint (None = runtime default).
+        min_concurrency: Floor of the endpoint's adaptive limit (None = ``services.llm.adaptive.floor``).
     """
 
     name: str
@@ -40,6 +41,7 @@ class ModelSpec:
     input_cost_per_token: float = 0.0
     output_cost_per_token: float = 0.0
     max_concurrency: int | None = None
+    min_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         # Hydra hands over DictConfig: keep a plain copy (picklable, deep-copyable, JSON-able).

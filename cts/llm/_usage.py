@@ -7,6 +7,8 @@ import contextvars
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from cts.types import BudgetExceeded
+
 USAGE_KEYS: tuple[str, ...] = (
     "calls",
     "cache_hits",
@@ -41,6 +43,8 @@ class CallUsage:
     cost_usd: float
     latency_s: float
     saved_usd: float = 0.0
+    new_call: bool = True
+    """False for a late reply to a call already counted (its tokens and cost land later)."""
 
 
 def empty_usage() -> dict[str, float]:
@@ -51,7 +55,7 @@ def empty_usage() -> dict[str, float]:
 def add_call(usage: Usage, role: str, call: CallUsage) -> None:
     """Add one call's figures to ``usage[role]``."""
     row = usage.setdefault(role, empty_usage())
-    row["calls"] += 1
+    row["calls"] += int(call.new_call)
     row["cache_hits"] += int(call.cached)
     row["errors"] += int(call.failed)
     row["requests"] += call.requests
@@ -85,3 +89,16 @@ def usage_scope() -> Iterator[Usage]:
         yield usage
     finally:
         _SCOPES.reset(token)
+
+
+def check_budget(cap: float | None, prior_usd: float, spent_usd: float) -> None:
+    """Raise :class:`BudgetExceeded` when ``prior_usd + spent_usd`` reached the cap (None = no cap).
+
+    Args:
+        prior_usd: What earlier runs into the same job dir spent.
+        spent_usd: What this runtime spent.
+    """
+    spent = prior_usd + spent_usd
+    if cap is not None and spent >= cap:
+        prior = f" ({prior_usd:.4f} by earlier runs into this job dir)" if prior_usd else ""
+        raise BudgetExceeded(f"LLM budget spent: {spent:.4f}{prior} >= max_usd {cap}")

@@ -1,40 +1,73 @@
-"""Content-addressed response cache shared safely by parallel processes.
+"""Content-addressed response cache shared safely by parallel processes and nodes.
 
 litellm's own cache cannot serve here (its key ignores ``api_base``, its disk
-cache is gone), so responses are cached at the call site in SQLite (WAL mode):
-readers never block writers, every write is one short transaction, and a busy
-timeout absorbs lock contention between the jobs of a multirun.
+cache is gone), so responses are cached at the call site in a store behind a
+database URL (:mod:`cts.llm.store`): a SQLite file in WAL mode by default, or
+PostgreSQL when the jobs of a sweep run on several nodes. A missing key is
+*claimed* before it is computed, so concurrent jobs wanting the same response
+send one request and the others wait for its row.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
-import sqlite3
+import logging
 import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal
 
+from cts.llm.store import KVStore, open_store, parse_url, redact, sqlite_url
+
+log = logging.getLogger(__name__)
+
 CacheMode = Literal["read_write", "read_only", "off"]
 CACHE_MODES: tuple[CacheMode, ...] = ("read_write", "read_only", "off")
-_BUSY_TIMEOUT_S = 30.0
+CLAIM_WAIT_S = 300.0
+"""Longest wait for a response another process is computing; then compute it here."""
+CLAIM_TTL_S = 15.0
+"""A claim lives this long unless its owner renews it (every third of it, while computing),
+so the claim of a killed job frees its key within seconds."""
+StoreRunner = Callable[..., Awaitable[Any]]
+"""Runs ``op(*args)`` off the event loop, like ``asyncio.to_thread``."""
+_POLL_S = (0.02, 0.5)  # first and longest pause between looks at a claimed key
 
 
 class ResponseCache:
     """Persistent key -> JSON-object store.
 
     Args:
-        path: SQLite file (created with its parent directory when writable).
+        path: SQLite file (created with its parent directory when writable), or a
+            store URL (``sqlite:///...``, ``postgresql://...``).
         mode: ``read_write`` serves and stores; ``read_only`` serves but never
-            stores; ``off`` neither serves nor stores (and never opens the file).
+            stores; ``off`` neither serves nor stores (and never opens the store).
+        table: Table of this cache in the store (caches may share one database).
+        claim_wait_s: Bounded wait for a key another process has claimed.
     """
 
-    def __init__(self, path: Path, mode: CacheMode = "read_write") -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        mode: CacheMode = "read_write",
+        *,
+        table: str = "responses",
+        claim_wait_s: float = CLAIM_WAIT_S,
+    ) -> None:
         if mode not in CACHE_MODES:
             raise ValueError(f"cache mode must be one of {CACHE_MODES}, got {mode!r}")
-        self.path = Path(path)
+        url = str(path) if "://" in str(path) else sqlite_url(Path(path))
+        parsed = parse_url(url)
+        self.path: Path | None = Path(parsed.target) if parsed.scheme == "sqlite" else None
+        self.url = url
         self.mode: CacheMode = mode
-        self._local = threading.local()
+        self.table = table
+        self.claim_wait_s = claim_wait_s
+        self._store: KVStore | None = None
+        self._lock = threading.Lock()
 
     @staticmethod
     def key(obj: Any) -> str:
@@ -44,48 +77,118 @@ class ResponseCache:
 
     def get(self, key: str) -> dict | None:
         """Return the stored value for ``key`` or None (always None when off)."""
-        if self.mode == "off" or (self.mode == "read_only" and not self.path.exists()):
+        if self.mode == "off":
             return None
-        row = self._conn().execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
-        return None if row is None else json.loads(row[0])
+        text = self.store.get(key)
+        return None if text is None else json.loads(text)
 
     def put(self, key: str, value: dict) -> None:
         """Store ``value`` under ``key`` (a no-op unless mode is read_write)."""
         if self.mode != "read_write":
             return
-        text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-        with self._conn() as conn:  # one short transaction per write
-            conn.execute("INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", (key, text))
+        self.store.put(key, json.dumps(value, ensure_ascii=False, sort_keys=True))
+
+    async def get_or_compute(
+        self,
+        key: str,
+        compute: Callable[[], Awaitable[dict]],
+        storable: Callable[[dict], bool] = lambda _: True,
+        run: StoreRunner | None = None,
+        on_miss: Callable[[], None] = lambda: None,
+    ) -> tuple[dict, bool]:
+        """The value of ``key``: cached, or computed once among all processes sharing the store.
+
+        In ``read_write`` mode a miss is claimed before ``compute`` runs; whoever finds
+        the key claimed waits (up to ``claim_wait_s``) for the owner's row, then
+        computes it itself (the owner may have failed or stored nothing).
+
+        Args:
+            key: The cache key.
+            compute: Produces the value on a miss; its exceptions propagate unchanged.
+            storable: Whether a computed value may be stored.
+            run: Runs each store operation off the event loop (default ``asyncio.to_thread``);
+                the LLM runtime passes one that reports store failures as infrastructure.
+            on_miss: Called on a miss before anything else (the runtime's budget check).
+
+        Returns:
+            The value and whether it came from the cache.
+        """
+        run = run or asyncio.to_thread
+        hit = await self._get_async(key, run)
+        if hit is not None:
+            return hit, True
+        on_miss()
+        if self.mode != "read_write":
+            return await compute(), False
+        owner = uuid.uuid4().hex
+        hit = await self._claim_or_wait(key, owner, run)
+        if hit is not None:
+            return hit, True
+        renew = asyncio.ensure_future(self._renew(key, owner))
+        try:
+            hit = await self._get_async(key, run)  # stored between our last look and our claim
+            if hit is not None:
+                return hit, True
+            value = await compute()
+            if storable(value):
+                await run(self.put, key, value)
+            return value, False
+        finally:
+            renew.cancel()
+            await self._release(key, owner)
+
+    async def _release(self, key: str, owner: str) -> None:
+        try:
+            await asyncio.to_thread(self.store.release, key, owner)
+        except Exception as exc:  # noqa: BLE001 - the claim then lapses by itself within its lease
+            log.warning("could not release the claim on cache key %s: %s", key[:12], exc)
+
+    async def _renew(self, key: str, owner: str) -> None:
+        while True:
+            await asyncio.sleep(CLAIM_TTL_S / 3)
+            try:
+                await asyncio.to_thread(self.store.claim, key, owner, CLAIM_TTL_S)
+            except Exception as exc:  # noqa: BLE001 - a lost lease only risks a duplicate request
+                log.warning("could not renew the claim on cache key %s: %s", key[:12], exc)
+
+    async def _claim_or_wait(self, key: str, owner: str, run: StoreRunner) -> dict | None:
+        deadline = time.monotonic() + self.claim_wait_s
+        pause = _POLL_S[0]
+        while not await run(self.store.claim, key, owner, CLAIM_TTL_S):
+            await asyncio.sleep(pause)
+            hit = await self._get_async(key, run)
+            if hit is not None:
+                return hit
+            if time.monotonic() > deadline:
+                log.warning("cache key %s stayed claimed for %.0f s; computing it here", key[:12], self.claim_wait_s)
+                return None
+            pause = min(pause * 2, _POLL_S[1])
+        return None
+
+    async def _get_async(self, key: str, run: StoreRunner) -> dict | None:
+        if self.mode == "off":
+            return None
+        return await run(self.get, key)
+
+    @property
+    def location(self) -> str:
+        """Where the cache lives, for messages: the file, or the URL without its password."""
+        return str(self.path) if self.path is not None else redact(self.url)
+
+    @property
+    def store(self) -> KVStore:
+        """The underlying store (opened on first use)."""
+        with self._lock:
+            if self._store is None:
+                self._store = open_store(self.url, self.table, read_only=self.mode == "read_only")
+            return self._store
 
     def __len__(self) -> int:
-        if self.mode == "off" or not self.path.exists():
+        if self.mode == "off":
             return 0
-        return int(self._conn().execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+        return self.store.count()
 
     def close(self) -> None:
         """Close this thread's connection (others close when their thread ends)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
-
-    def _conn(self) -> sqlite3.Connection:
-        # sqlite3 connections must not cross threads: keep one per thread.
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._open()
-            self._local.conn = conn
-        return conn
-
-    def _open(self) -> sqlite3.Connection:
-        if self.mode == "read_only":
-            uri = f"{self.path.resolve().as_uri()}?mode=ro"
-            return sqlite3.connect(uri, uri=True, timeout=_BUSY_TIMEOUT_S)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S)
-        conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        conn.commit()
-        return conn
+        if self._store is not None:
+            self._store.close()

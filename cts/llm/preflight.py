@@ -1,20 +1,46 @@
 """Pre-flight check: can every model in the composed config be reached?
 
 Runs on the composed config before anything is instantiated, without importing
-litellm, so a run with missing keys fails within a second or two and names
-every missing variable by its config path.
+litellm, in two steps:
+
+1. :func:`preflight_problems`: every key variable (or ``api_base``) is set; a run with
+   missing keys fails within a second or two and names every missing variable by its
+   config path.
+2. :func:`probe_problems` over :func:`endpoints_of`: every distinct endpoint with an
+   ``api_base`` (a self-hosted server, the one ``services.llm.api_base``, or a hosted
+   OpenAI-compatible API such as Qianfan) gets one ``GET {api_base}/models``, which is
+   free (no tokens). Unreachable (refused, DNS, TLS, no answer within
+   ``services.llm.preflight_timeout_s``) or a rejected key (401/403) fails the
+   pre-flight, naming the endpoint, its models and the roles that use it. Hosted APIs
+   reached through their provider's default URL (``anthropic/``, ``gemini/``, ``openai/``
+   without ``api_base``, ...) are not probed: their key is checked by step 1, and a
+   completion probe would cost money; if they fail at run time, the per-endpoint
+   circuit breaker stops the job. ``services.llm.preflight_probe=false`` skips step 2.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-__all__ = ["MODEL_SPEC_TARGET", "find_model_specs", "preflight_problems"]
+__all__ = [
+    "MODEL_SPEC_TARGET",
+    "Endpoint",
+    "endpoints_of",
+    "find_model_specs",
+    "preflight_problems",
+    "probe",
+    "probe_problems",
+]
+
+log = logging.getLogger(__name__)
 
 MODEL_SPEC_TARGET = "cts.llm.ModelSpec"
 _SKIP = frozenset({"hydra"})
@@ -58,6 +84,107 @@ def preflight_problems(cfg: DictConfig) -> list[str]:
             hint = f"{env} is not set" if env else "no api_base and no key variable (set the model's api_base)"
             problems.append(f"{path} ({name}): {hint}")
     return problems
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One distinct endpoint of a sweep, with what uses it."""
+
+    api_base: str
+    api_key: str | None
+    models: tuple[str, ...]
+    """Model ids sent to it (after the ``services.llm`` overrides)."""
+    roles: tuple[str, ...]
+    """Config paths of the models that use it, e.g. ``clarifier.model``."""
+
+    def describe(self) -> str:
+        """``<api_base> (model m; used by clarifier.model, ua.model)``."""
+        models = ", ".join(self.models)
+        return f"{self.api_base} (model {models}; used by {', '.join(self.roles)})"
+
+
+def endpoints_of(cfgs: Sequence[DictConfig]) -> list[Endpoint]:
+    """Every distinct endpoint with an ``api_base`` that the jobs ``cfgs`` call.
+
+    Args:
+        cfgs: Composed job configs (already masked to the groups their task calls).
+
+    Returns:
+        One :class:`Endpoint` per (api_base, key), in first-use order; models whose key
+        variable is missing are left to :func:`preflight_problems`.
+    """
+    from cts.llm._calls import route_for
+    from cts.llm._settings import LLMSettings
+    from cts.llm._spec import ModelSpec
+
+    found: dict[tuple[str, str | None], tuple[dict[str, None], dict[str, None]]] = {}
+    for cfg in cfgs:
+        settings = LLMSettings.from_mapping(_resolved(OmegaConf.select(cfg, "services.llm", default=None)) or {})
+        for path, node in find_model_specs(cfg):
+            spec = _resolved(node)
+            if spec is None:
+                continue
+            route = route_for(ModelSpec.coerce(spec), settings)
+            if not route.api_base or route.missing_key:
+                continue
+            models, roles = found.setdefault((route.api_base, route.api_key), ({}, {}))
+            models[route.model.split("/", 1)[-1] if route.model.startswith("openai/") else route.model] = None
+            roles[path] = None
+    return [Endpoint(base, key, tuple(m), tuple(r)) for (base, key), (m, r) in found.items()]
+
+
+def probe(endpoint: Endpoint, timeout_s: float) -> str | None:
+    """One ``GET {api_base}/models``; a problem message, or None when the endpoint answers.
+
+    A refused connection, a DNS or TLS failure, no answer within ``timeout_s`` and a
+    rejected key (401/403) are problems. Any other answer means the server is up (some
+    servers have no ``/models``); a listing without the model is only logged, since
+    gateways may serve aliases they do not list.
+    """
+    import httpx
+
+    url = endpoint.api_base.rstrip("/") + "/models"
+    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    try:
+        response = httpx.get(url, headers=headers, timeout=timeout_s, follow_redirects=True)
+    except httpx.TimeoutException:
+        return f"endpoint {endpoint.describe()}: no answer within {timeout_s:g} s"
+    except httpx.HTTPError as exc:
+        return f"endpoint {endpoint.describe()}: unreachable ({type(exc).__name__}: {exc})"
+    if response.status_code in (401, 403):
+        return f"endpoint {endpoint.describe()}: the key was rejected (HTTP {response.status_code})"
+    _warn_unlisted(endpoint, response)
+    return None
+
+
+def probe_problems(endpoints: Sequence[Endpoint], timeout_s: float) -> list[str]:
+    """Probe every endpoint once, in parallel (a dead one costs at most ``timeout_s``)."""
+    if not endpoints:
+        return []
+    with ThreadPoolExecutor(max_workers=min(16, len(endpoints))) as pool:
+        found = list(pool.map(lambda e: probe(e, timeout_s), endpoints))
+    return [p for p in found if p is not None]
+
+
+def _warn_unlisted(endpoint: Endpoint, response: Any) -> None:
+    try:
+        listed = {str(m.get("id")) for m in response.json().get("data") or [] if isinstance(m, dict)}
+    except Exception:  # noqa: BLE001 - not a model listing: nothing to compare
+        return
+    missing = [m for m in endpoint.models if listed and m not in listed]
+    if response.status_code == 200 and missing:
+        log.warning("endpoint %s does not list model(s) %s (it lists %s); calls may fail with 404",
+                    endpoint.api_base, missing, sorted(listed)[:10])
+
+
+def _resolved(node: Any) -> Any:
+    """A config node as plain, resolved Python (None when it cannot be resolved here)."""
+    if node is None:
+        return None
+    try:
+        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+    except Exception:  # noqa: BLE001 - e.g. ${hydra:...} outside a Hydra run
+        return None
 
 
 def _walk(node: Any, path: str) -> Iterator[tuple[str, DictConfig]]:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any
 
-from cts.corpus import place_names
+from cts.lexicon import ZH_PLACES_RULES, corpus_places, place_pattern
 from cts.qtypes import classify_question
 from cts.services import Services
 from cts.text import STOPWORDS_EN, STOPWORDS_ZH, content_tokens, is_cjk, language
-from cts.types import QA, UNKNOWN
+from cts.types import QA, UNKNOWN, ClarifyMode
 
 DIMENSIONS = ("scope", "time", "region", "definition")
 
@@ -50,15 +49,7 @@ _TIME = re.compile(
     r"|(?:古代|近代|现代|当代|民国|战国|春秋|三国|冷战)(?:时期)?",
     re.IGNORECASE,
 )
-# Chinese has no word boundaries, so places come from a small lexicon (provinces,
-# major cities, countries, continents) rather than a suffix pattern that over-matches.
-_ZH_PLACES = (
-    "北京 上海 天津 重庆 河北 山西 辽宁 吉林 黑龙江 江苏 浙江 安徽 福建 江西 山东 河南 湖北 湖南 广东 海南 "
-    "四川 贵州 云南 陕西 甘肃 青海 台湾 内蒙古 广西 西藏 宁夏 新疆 香港 澳门 广州 深圳 杭州 南京 武汉 成都 "
-    "西安 苏州 青岛 厦门 长沙 郑州 沈阳 大连 哈尔滨 昆明 合肥 福州 济南 宁波 无锡 中国 美国 日本 英国 法国 "
-    "德国 俄罗斯 韩国 印度 加拿大 澳大利亚 欧洲 亚洲 非洲 北美 南美 全国 国内 海外"
-).split()
-_ZH_PLACE = re.compile("(?:" + "|".join(sorted(_ZH_PLACES, key=len, reverse=True)) + ")(?:省|市|地区)?")
+_ZH_PLACE = re.compile("(?:" + "|".join(sorted(ZH_PLACES_RULES, key=len, reverse=True)) + ")(?:省|市|地区)?")
 
 
 def head_term(query: str) -> str:
@@ -91,15 +82,47 @@ def head_term(query: str) -> str:
 class RuleClarifier:
     """Asks one templated question per ambiguity dimension, in a configured order."""
 
-    def __init__(self, services: Services | None = None, order: Sequence[str] = DIMENSIONS) -> None:
+    def __init__(
+        self,
+        order: Sequence[str] = DIMENSIONS,
+        mode: ClarifyMode = "batch",
+        stop_early: bool = False,
+    ) -> None:
         """Args:
-        services: Unused (accepted for the uniform factory signature).
         order: Dimensions to ask about first; the rest of :data:`DIMENSIONS` follow.
+        mode: ``batch`` (k questions at once, the paper) or ``sequential`` (one per turn).
+        stop_early: In sequential mode, stop after the first known answer.
         """
         unknown = set(order) - set(DIMENSIONS)
         if unknown:
             raise ValueError(f"unknown dimensions {sorted(unknown)}; choose from {DIMENSIONS}")
+        if mode not in ("batch", "sequential"):
+            raise ValueError(f"mode must be batch or sequential, got {mode!r}")
         self.order = tuple(order) + tuple(d for d in DIMENSIONS if d not in order)
+        self.mode: ClarifyMode = mode
+        self.stop_early = stop_early
+
+    async def next_question(self, blurred_query: str, qa: Sequence[QA], k: int) -> str | None:
+        """The next turn's question from ``q`` and the pairs so far (sequential mode).
+
+        After ``unknown`` on a dimension the next dimension is asked; a dimension
+        that an earlier answer already fills (e.g. an answer that names a period
+        before the time question) is skipped; with ``stop_early`` a known answer
+        ends the interaction.
+        """
+        if not 1 <= k <= len(self.order):
+            raise ValueError(f"k must be in 1..{len(self.order)}, got {k}")
+        if len(qa) >= k or (self.stop_early and any(not p.is_unknown for p in qa)):
+            return None
+        templates = _QUESTIONS[language(blurred_query)]
+        head = head_term(blurred_query)
+        asked = {p.question for p in qa}
+        known = " ".join(p.answer for p in qa if not p.is_unknown)
+        for dim in self.order:
+            question = templates[dim].format(head=head)
+            if question not in asked and not _filled(dim, known):
+                return question
+        return None
 
     async def ask(self, blurred_query: str, k: int) -> list[str]:
         """Return exactly ``k`` distinct questions naming the query's head term."""
@@ -110,11 +133,21 @@ class RuleClarifier:
         return [templates[dim].format(head=head) for dim in self.order[:k]]
 
 
+def _filled(dim: str, answers: str) -> bool:
+    """Whether earlier known answers already pin a time or a (Chinese) place down."""
+    if dim == "time":
+        return bool(_TIME.search(answers))
+    if dim == "region":
+        return bool(_ZH_PLACE.search(answers))
+    return False
+
+
 class NoClarifier:
     """The orig arm: asks nothing, so the blurred query is searched as is."""
 
-    def __init__(self, services: Services | None = None) -> None:
-        del services
+    def __init__(self, mode: ClarifyMode = "batch", stop_early: bool = False) -> None:
+        """``mode``/``stop_early`` are accepted: asking nothing is the same in both modes."""
+        del mode, stop_early
 
     async def ask(self, blurred_query: str, k: int) -> list[str]:
         """Return no question, whatever the budget."""
@@ -123,15 +156,12 @@ class NoClarifier:
 
 @lru_cache(maxsize=4)
 def _place_regex(places: tuple[str, ...]) -> re.Pattern[str]:
-    alternatives = "|".join(re.escape(p) for p in sorted(places, key=len, reverse=True))
-    return re.compile(rf"(?<![\w-])(?:{alternatives})(?![\w-])")
+    return place_pattern(places)
 
 
 def place_lexicon(services: Services) -> tuple[str, ...]:
-    """Place names of the offline corpus (see :func:`cts.corpus.place_names`)."""
-    return services.memo(
-        "place_lexicon", lambda: tuple(sorted(n for n in place_names(services.corpus) if len(n) > 2))
-    )
+    """Place names of the offline corpus, once per job (see :func:`cts.lexicon.corpus_places`)."""
+    return services.memo("place_lexicon", lambda: corpus_places(services.corpus))
 
 
 class RuleUserAnswerer:
@@ -194,9 +224,6 @@ def _qualifier(intent: str, head: str) -> str:
 
 class RuleRewriter:
     """Closed-book rewriter: ``q`` plus every known answer; an ``unknown`` adds nothing."""
-
-    def __init__(self, services: Services | None = None, **_: Any) -> None:
-        del services
 
     async def rewrite(self, blurred_query: str, qa: Sequence[QA]) -> str:
         """Append the known answers (not already in the query) to the blurred query."""

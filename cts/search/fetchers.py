@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 import httpx
@@ -24,7 +24,6 @@ from cts.types import CallError
 if TYPE_CHECKING:
     from cts.services import Services
 
-LOCAL_SCHEME = "local"
 _TEXT_TYPES = ("text/plain", "text/markdown")
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
 
@@ -48,16 +47,6 @@ class Fetcher(Protocol):
         ...
 
     async def fetch(self, url: str) -> Page: ...
-
-
-def build_component(node: Any, services: Services) -> Any:
-    """Instantiate a config node with ``_target_`` (passing ``services``); return anything else as is."""
-    if isinstance(node, Mapping) and "_target_" in node:
-        from hydra.utils import instantiate
-
-        # A partial, then the call: services never goes through Hydra's config merge.
-        return instantiate(node, _partial_=True, _recursive_=False)(services=services)
-    return node
 
 
 class LocalCorpusFetcher:
@@ -92,7 +81,6 @@ class HttpFetcher:
     """GETs a page over HTTP(S) and extracts its main text with trafilatura.
 
     Args:
-        services: Unused (accepted for uniform instantiation).
         timeout_s: Per-request timeout.
         user_agent: ``User-Agent`` header sent with every request.
         max_bytes: Larger bodies are cut before extraction.
@@ -100,7 +88,6 @@ class HttpFetcher:
 
     def __init__(
         self,
-        services: Services | None = None,
         timeout_s: float = 20.0,
         user_agent: str = "Mozilla/5.0 (compatible; cts-webdancer/0.1)",
         max_bytes: int = 5_000_000,
@@ -153,14 +140,11 @@ class RoutingFetcher:
     """Chooses a fetcher by url scheme (``local``, ``http``, ``https`` ...).
 
     Args:
-        services: Job services, handed to fetchers built from config nodes.
-        routes: Scheme -> fetcher (or a config node with ``_target_``).
+        routes: Scheme -> fetcher (built by the composition layer).
     """
 
-    def __init__(self, services: Services, routes: Mapping[str, Any]) -> None:
-        self.routes: dict[str, Fetcher] = {
-            scheme: build_component(node, services) for scheme, node in routes.items()
-        }
+    def __init__(self, routes: Mapping[str, Fetcher]) -> None:
+        self.routes: dict[str, Fetcher] = dict(routes)
 
     @property
     def cache_id(self) -> str:

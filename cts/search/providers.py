@@ -111,7 +111,6 @@ class SerperProvider:
     """Google results through the Serper API (``POST {"q": ..., "num": k}``).
 
     Args:
-        services: Unused (accepted for uniform instantiation).
         base_url: Endpoint to POST to.
         api_key_env: Environment variable holding the API key.
         gl: Country code (e.g. ``cn``), or None for Serper's default.
@@ -123,7 +122,6 @@ class SerperProvider:
 
     def __init__(
         self,
-        services: Services | None = None,
         base_url: str = SERPER_URL,
         api_key_env: str = "SERPER_API_KEY",
         gl: str | None = None,
@@ -159,7 +157,6 @@ class SearxngProvider:
     The instance must list ``json`` under ``search.formats`` in its settings.
 
     Args:
-        services: Unused (accepted for uniform instantiation).
         base_url: Root url of the instance.
         language: SearXNG ``language`` parameter (e.g. ``zh-CN``), or None.
         categories: SearXNG ``categories`` parameter.
@@ -170,7 +167,6 @@ class SearxngProvider:
 
     def __init__(
         self,
-        services: Services | None = None,
         base_url: str = "http://127.0.0.1:8888",
         language: str | None = None,
         categories: str = "general",

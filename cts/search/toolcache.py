@@ -6,7 +6,8 @@ the orig arm's work. The key is ``(source, tool, normalised arguments)``:
 queries and visit goals are NFKC-normalised, lower-cased and white-space
 collapsed (urls are kept: their paths are case-sensitive), and the key object
 is serialised as canonical JSON with sorted keys. The store is a :class:`cts.llm.cache.ResponseCache`
-in its own SQLite file (WAL mode, safe across the processes of a multirun),
+in its own SQLite file (WAL mode, safe across the processes of a multirun), or its own
+table beside the LLM cache's when ``services.llm.cache.url`` names a shared database,
 and its mode follows the LLM cache's (``services.llm.cache.mode``).
 """
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from cts.services import Services
 
 TOOL_CACHE_FILE = "tool_cache.sqlite"
+TOOL_TABLE = "tool_results"  # in a database shared with the LLM cache
 _SCHEMA = 1
 
 
@@ -41,12 +43,13 @@ class ToolCache:
     """Persistent tool-result cache with hit/miss counters.
 
     Args:
-        path: SQLite file.
+        path: SQLite file or store URL (``services.llm.cache.url``, shared with the LLM cache).
         mode: ``read_write``, ``read_only`` or ``off`` (as the LLM cache).
+        table: Its table in the store (:data:`TOOL_TABLE` beside the LLM cache's).
     """
 
-    def __init__(self, path: Path, mode: CacheMode = "read_write") -> None:
-        self.store = ResponseCache(path, mode)
+    def __init__(self, path: Path | str, mode: CacheMode = "read_write", table: str = "responses") -> None:
+        self.store = ResponseCache(path, mode, table=table)
         self.hits = 0
         self.misses = 0
 
@@ -80,15 +83,12 @@ class ToolCache:
             The result and whether it came from the cache.
         """
         key = self.key(source, tool, args)
-        cached = self.store.get(key)
-        if cached is not None:
+        value, cached = await self.store.get_or_compute(key, compute, store)
+        if cached:
             self.hits += 1
-            return cached, True
-        self.misses += 1
-        value = await compute()
-        if store(value):
-            self.store.put(key, value)
-        return value, False
+        else:
+            self.misses += 1
+        return value, cached
 
     def stats(self) -> dict[str, int]:
         """Hit and miss counts since this cache was opened (for the job log)."""
@@ -96,7 +96,10 @@ class ToolCache:
 
 
 def tool_cache_for(services: Services) -> ToolCache:
-    """The job's shared tool cache: ``<cache_dir>/tool_cache.sqlite``, mode of the LLM cache."""
-    llm = services.settings.get("llm") or {}
-    mode = (llm.get("cache") or {}).get("mode", "read_write")
+    """The job's shared tool cache: the LLM cache's URL if set, else ``<cache_dir>/tool_cache.sqlite``."""
+    cache = (services.settings.get("llm") or {}).get("cache") or {}
+    mode = cache.get("mode", "read_write")
+    url = cache.get("url")
+    if url:
+        return services.memo("tool_cache", lambda: ToolCache(url, mode, TOOL_TABLE))
     return services.memo("tool_cache", lambda: ToolCache(Path(services.cache_dir) / TOOL_CACHE_FILE, mode))

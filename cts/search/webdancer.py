@@ -20,188 +20,43 @@ without a single network or LLM request.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import json_repair
-from omegaconf import OmegaConf
 
 from cts.llm import ModelSpec, route_for
-from cts.prompts import Prompt, load_prompt
+from cts.prompts import load_prompt
 from cts.search.answer import extract_answer
-from cts.search.fetchers import Fetcher, build_component
+from cts.search.fetchers import Fetcher
 from cts.search.providers import NETWORK, SearchHit, SearchProvider
 from cts.search.toolcache import ToolCache, search_args, tool_cache_for, visit_args
-from cts.text import CJK_CHAR, normalize
+from cts.text import normalize
 from cts.types import CallError, Evidence, SearchResult
 
 if TYPE_CHECKING:
-    from cts.llm import ChatClient, Completion
+    from cts.llm import ChatClient
     from cts.services import Services
 
-DEFAULT_STOP = ("\n<tool_response>", "<tool_response>")
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
-RESULT_SEP = "\n=======\n"
-"""Separator between the results of several queries or pages in one tool response."""
-TOOL_CALL_ERROR = (
-    'Error: the tool call is not valid JSON with a "name" and an "arguments" object. '
-    'Write exactly one <tool_call>{"name": <tool name>, "arguments": {...}}</tool_call>.'
+from cts.search.react import (
+    Episode,
+    DEFAULT_STOP,
+    RESULT_SEP,
+    ToolCall,
+    ToolOutput,
+    _loads,
+    as_list,
+    as_text,
+    evidence_id,
+    is_final,
+    messages_tokens,
+    parse_tool_call,
+    render,
+    render_hits,
+    restore_think,
+    tool_schemas,
+    turn_text,
 )
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One parsed ``<tool_call>``: ``error`` is set when it could not be understood."""
-
-    name: str
-    arguments: Mapping[str, Any]
-    raw: str
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class ToolOutput:
-    """What a tool returns to the agent, and the evidence it produced."""
-
-    content: str
-    evidence: tuple[Evidence, ...] = ()
-    details: Mapping[str, Any] = field(default_factory=dict)
-    errors: int = 0
-
-
-@dataclass
-class _Run:
-    """Mutable state of one agent run (never leaves this module)."""
-
-    messages: list[dict[str, str]]
-    trace: list[dict[str, Any]] = field(default_factory=list)
-    evidence: dict[str, Evidence] = field(default_factory=dict)
-    assistant: list[str] = field(default_factory=list)
-    counts: dict[str, float] = field(default_factory=dict)
-
-    def add(self, key: str, value: float = 1) -> None:
-        self.counts[key] = self.counts.get(key, 0) + value
-
-    def book(self, completion: Completion, calls_key: str) -> None:
-        self.add(calls_key)
-        self.add("tokens_in", completion.tokens_in)
-        self.add("tokens_out", completion.tokens_out)
-        self.add("cost_usd", completion.cost_usd)
-
-
-def approx_tokens(text: str) -> int:
-    """Cheap token estimate: one per CJK character plus one per 4 other characters."""
-    cjk = len(CJK_CHAR.findall(text))
-    return cjk + (len(text) - cjk + 3) // 4
-
-
-def messages_tokens(messages: Sequence[Mapping[str, str]]) -> int:
-    """:func:`approx_tokens` of a conversation (plus a few per message for the template)."""
-    return sum(approx_tokens(m["content"]) + 4 for m in messages)
-
-
-def turn_text(completion: Completion) -> str:
-    """The assistant text with its reasoning put back in ``<think>`` tags.
-
-    litellm moves a leading ``<think>...</think>`` block of an OpenAI-compatible
-    reply into ``reasoning_content`` (as do servers running a reasoning parser);
-    the WebDancer format keeps it in the conversation. Uses the completion's
-    ``reasoning`` when the LLM layer provides it.
-    """
-    reasoning = getattr(completion, "reasoning", None)
-    if reasoning and "</think>" not in completion.text:
-        return f"<think>{reasoning}</think>{completion.text}"
-    return completion.text
-
-
-def restore_think(text: str) -> tuple[str, bool]:
-    """Prepend a missing ``<think>`` when the text closes one (QwQ-style templates open it in the prompt)."""
-    if "</think>" in text and "<think>" not in text.split("</think>", 1)[0]:
-        return "<think>\n" + text.lstrip(), True
-    return text, False
-
-
-def parse_tool_call(text: str) -> ToolCall | None:
-    """Parse the first ``<tool_call>`` of an assistant turn (JSON repaired if needed).
-
-    Returns:
-        None when the turn has no tool call; a :class:`ToolCall` with ``error``
-        set when its JSON cannot be read as ``{"name": str, "arguments": object}``.
-    """
-    match = _TOOL_CALL.search(text.split("</think>")[-1] if "</think>" in text else text)
-    if match is None:
-        return None
-    raw = match.group(1).strip()
-    obj = _loads(raw)
-    if not isinstance(obj, Mapping) or not isinstance(obj.get("name"), str) or not obj["name"]:
-        return ToolCall("", {}, raw, TOOL_CALL_ERROR)
-    args = obj.get("arguments", obj.get("parameters", {}))
-    args = _loads(args) if isinstance(args, str) else args
-    if not isinstance(args, Mapping):
-        return ToolCall(obj["name"], {}, raw, TOOL_CALL_ERROR)
-    return ToolCall(obj["name"], dict(args), raw)
-
-
-def _loads(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return json_repair.loads(text) if text.strip() else None
-
-
-def render(prompt: Prompt, **values: Any) -> str:
-    """Text of a one-message prompt file (human notes in ``<!-- -->`` comments dropped)."""
-    return "\n\n".join(m["content"] for m in prompt.messages(**values))
-
-
-def evidence_id(kind: str, *parts: str) -> str:
-    """Stable evidence id: ``<kind>-`` and 8 hex digits of a hash of ``parts``."""
-    return f"{kind}-{hashlib.sha1(chr(31).join(parts).encode('utf-8')).hexdigest()[:8]}"
-
-
-def render_hits(query: str, hits: Sequence[SearchHit]) -> str:
-    """Serper-style result block for one query: numbered ``[title](link)`` lines with snippets."""
-    if not hits:
-        return f"No results found for '{query}'. Try a more general query."
-    lines = [f"{i}. [{h.title}]({h.link})\n{h.snippet}".rstrip() for i, h in enumerate(hits, 1)]
-    return f"A search for '{query}' found {len(hits)} results:\n\n## Web Results\n" + "\n\n".join(lines)
-
-
-def tool_schemas(results_per_query: int, max_queries_per_call: int) -> list[dict[str, Any]]:
-    """JSON schemas of the ``search`` and ``visit`` tools, as listed in the user prompt."""
-    search = {
-        "name": "search",
-        "description": (
-            f"Performs batched web searches: supply an array 'query' (at most {max_queries_per_call}); "
-            f"the tool retrieves the top {results_per_query} results for each query in one call."
-        ),
-        "parameters": {
-            "type": "object",
-            "properties": {"query": {"type": "array", "items": {"type": "string"},
-                                     "description": "Complementary search queries, searched together."}},
-            "required": ["query"],
-        },
-    }
-    visit = {
-        "name": "visit",
-        "description": "Visit webpage(s) and return the summary of the content.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "url": {"type": "array", "items": {"type": "string"},
-                        "description": "The URL(s) of the webpage(s) to visit."},
-                "goal": {"type": "string", "description": "The information goal of the visit."},
-            },
-            "required": ["url", "goal"],
-        },
-    }
-    return [search, visit]
-
-
 DEFAULT_PROMPTS = {"system": "webdancer_system", "user": "webdancer_user",
                    "final": "webdancer_final", "summary": "visit_summary"}
 RELEASED_SUMMARY_PARAMS = {"temperature": 0.7}
@@ -250,8 +105,8 @@ class WebDancerSearch:
         self,
         services: Services,
         model: ModelSpec | Mapping[str, Any],
-        provider: SearchProvider | Mapping[str, Any],
-        fetcher: Fetcher | Mapping[str, Any],
+        provider: SearchProvider,
+        fetcher: Fetcher,
         summary_model: ModelSpec | Mapping[str, Any] | None = None,
         max_llm_calls: int = 50,
         max_context_tokens: int = 31 * 1024 - 500,
@@ -274,8 +129,8 @@ class WebDancerSearch:
         self.services = services
         self.model = ModelSpec.coerce(model)
         self.summary_model = ModelSpec.coerce(summary_model) if summary_model else self.model
-        self.provider: SearchProvider = build_component(provider, services)
-        self.fetcher: Fetcher = build_component(fetcher, services)
+        self.provider = provider
+        self.fetcher = fetcher
         self.max_llm_calls = max_llm_calls
         self.max_context_tokens = max_context_tokens
         self.results_per_query = results_per_query
@@ -286,10 +141,10 @@ class WebDancerSearch:
         self.force_final_answer = force_final_answer
         sampling = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens}
         self.params = {**{k: v for k, v in sampling.items() if v is not None},
-                       "stop": list(stop), **plain(extra_params)}
-        self.summary_params = plain(RELEASED_SUMMARY_PARAMS if summary_params is None else summary_params)
-        self.prompts = {role: load_prompt(name) for role, name in {**DEFAULT_PROMPTS, **plain(prompts)}.items()}
-        self.tools: dict[str, Callable[[_Run, Mapping[str, Any]], Awaitable[ToolOutput]]] = {
+                       "stop": list(stop), **dict(extra_params or {})}
+        self.summary_params = dict(RELEASED_SUMMARY_PARAMS if summary_params is None else summary_params)
+        self.prompts = {role: load_prompt(name) for role, name in {**DEFAULT_PROMPTS, **dict(prompts or {})}.items()}
+        self.tools: dict[str, Callable[[Episode, Mapping[str, Any]], Awaitable[ToolOutput]]] = {
             "search": self._tool_search, "visit": self._tool_visit}
         schemas = tool_schemas(results_per_query, max_queries_per_call)
         self.tools_text = ",\n".join(json.dumps(s, ensure_ascii=False, indent=2) for s in schemas)
@@ -320,7 +175,7 @@ class WebDancerSearch:
             CallError: A configuration or authentication failure, or a model
                 failure before the agent wrote anything (nothing to answer from).
         """
-        run = _Run(self.initial_messages(query))
+        run = Episode(self.initial_messages(query))
         run.trace.append({"type": "prompt", "messages": [dict(m) for m in run.messages],
                           "prompt_version": self.prompt_version, "model": self.model.name})
         try:
@@ -329,7 +184,8 @@ class WebDancerSearch:
             if exc.kind in FATAL_KINDS or not run.assistant:
                 raise
             end_reason = "error"
-            run.trace.append({"type": "error", "kind": exc.kind, "message": exc.message})
+            run.trace.append({"type": "error", "kind": exc.kind, "message": exc.message,
+                              "endpoint": exc.endpoint})
         answer = extract_answer(run.assistant)
         run.trace.append({"type": "end", "end_reason": end_reason, "answer_rule": answer.rule})
         return SearchResult(
@@ -347,12 +203,12 @@ class WebDancerSearch:
         user = render(self.prompts["user"], tools=self.tools_text, question=query)
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
-    async def _loop(self, run: _Run) -> str:
+    async def _loop(self, run: Episode) -> str:
         while True:
             if run.counts.get("llm_calls", 0) >= self.max_llm_calls:
                 return await self._force_final(run, "call_budget")
             text = await self._agent_turn(run)
-            call = None if _is_final(text) else parse_tool_call(text)
+            call = None if is_final(text) else parse_tool_call(text)
             if call is None:
                 return "answer"
             output = await self._run_tool(run, call)
@@ -360,7 +216,7 @@ class WebDancerSearch:
             if messages_tokens(run.messages) > self.max_context_tokens:
                 return await self._force_final(run, "context_budget")
 
-    async def _agent_turn(self, run: _Run) -> str:
+    async def _agent_turn(self, run: Episode) -> str:
         completion = await self._client("search", self.model).complete(
             list(run.messages), prompt_version=self.prompt_version, **self.params)
         run.book(completion, "llm_calls")
@@ -376,7 +232,7 @@ class WebDancerSearch:
         })
         return text
 
-    async def _force_final(self, run: _Run, reason: str) -> str:
+    async def _force_final(self, run: Episode, reason: str) -> str:
         if not self.force_final_answer:
             return reason
         note = render(self.prompts["final"], limit=_LIMITS[reason])
@@ -393,7 +249,7 @@ class WebDancerSearch:
         await self._agent_turn(run)
         return reason
 
-    async def _run_tool(self, run: _Run, call: ToolCall) -> ToolOutput:
+    async def _run_tool(self, run: Episode, call: ToolCall) -> ToolOutput:
         turn = int(run.counts.get("llm_calls", 0))
         run.add("tool_calls")
         run.trace.append({"type": "tool_call", "turn": turn, "name": call.name,
@@ -414,8 +270,8 @@ class WebDancerSearch:
                           **output.details})
         return output
 
-    async def _tool_search(self, run: _Run, args: Mapping[str, Any]) -> ToolOutput:
-        queries = _as_list(args.get("query"))[: self.max_queries_per_call]
+    async def _tool_search(self, run: Episode, args: Mapping[str, Any]) -> ToolOutput:
+        queries = as_list(args.get("query"))[: self.max_queries_per_call]
         if not queries:
             return ToolOutput("[search] Invalid request: 'query' must be a non-empty array of strings.", errors=1)
         results = await asyncio.gather(*(self._search_one(q) for q in queries))
@@ -448,8 +304,8 @@ class WebDancerSearch:
         return await self.tool_cache.get_or_compute(
             self.provider.cache_id, "search", key_args, compute, store=_storable)
 
-    async def _tool_visit(self, run: _Run, args: Mapping[str, Any]) -> ToolOutput:
-        urls = _as_list(args.get("url"))[: self.max_urls_per_call or None]
+    async def _tool_visit(self, run: Episode, args: Mapping[str, Any]) -> ToolOutput:
+        urls = as_list(args.get("url"))[: self.max_urls_per_call or None]
         goal = str(args.get("goal") or "").strip()
         if not urls or not goal:
             return ToolOutput("[visit] Invalid request: give 'url' (an array of urls) and a 'goal'.", errors=1)
@@ -494,7 +350,7 @@ class WebDancerSearch:
             content = f"{head}No summary could be extracted; the page begins:\n{page}"
             return {"ok": True, "rule": "fallback", "title": title, "content": content, "snippet": page,
                     "usage": usage, "transient": transient}
-        evidence, summary = _as_text(extracted.get("evidence")), _as_text(extracted.get("summary"))
+        evidence, summary = as_text(extracted.get("evidence")), as_text(extracted.get("summary"))
         content = f"{head}Evidence in page: \n{evidence}\n\nSummary: \n{summary}\n\n"
         return {"ok": True, "rule": "summary", "title": title, "content": content,
                 "snippet": evidence or summary, "usage": usage, "transient": False}
@@ -517,7 +373,7 @@ class WebDancerSearch:
             return parsed, usage, False
         return None, usage, False
 
-    def _summary(self, run: _Run, end_reason: str, answer_rule: str) -> dict[str, Any]:
+    def _summary(self, run: Episode, end_reason: str, answer_rule: str) -> dict[str, Any]:
         counts = {key: int(run.counts.get(key, 0)) for key in (
             "llm_calls", "summary_calls", "tool_calls", "searches", "visits", "tool_errors",
             "tool_cache_hits", "tokens_in", "tokens_out")}
@@ -526,34 +382,7 @@ class WebDancerSearch:
                 "end_reason": end_reason, "answer_rule": answer_rule}
 
 
-def plain(value: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A plain dict of a mapping (OmegaConf nodes included), for JSON request bodies."""
-    if value is None:
-        return {}
-    if OmegaConf.is_config(value):
-        return OmegaConf.to_container(value, resolve=True)  # type: ignore[return-value]
-    return dict(value)
-
-
-def _is_final(text: str) -> bool:
-    visible = text.rsplit("</think>", 1)[-1]
-    return "<answer>" in visible or "</answer>" in visible
-
-
 def _storable(value: Mapping[str, Any]) -> bool:
     return not value.get("transient")
 
 
-def _as_list(value: Any) -> list[str]:
-    items = [value] if isinstance(value, str) else value if isinstance(value, (list, tuple)) else []
-    return [str(v).strip() for v in items if str(v).strip()]
-
-
-def _as_text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value.strip()
-    if isinstance(value, (list, tuple)):
-        return "\n".join(_as_text(v) for v in value)
-    return json.dumps(value, ensure_ascii=False)

@@ -1,0 +1,121 @@
+"""The LLM budget of one job dir: spend so far, what no record holds, how much is missing.
+
+A job dir's spend is the cost booked in its records plus a small ledger
+(``spend.jsonl``) of what was paid for instances that never got a record: calls
+in flight when the budget stopped the job, and calls of instances it stopped
+mid-way. ``services.llm.budget.max_usd`` caps that total across every run into
+the dir, so a resume with the same cap does not spend it again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from cts.records import Record, read_records
+
+log = logging.getLogger(__name__)
+
+RECORDS_FILE = "records.jsonl"
+SPEND_FILE = "spend.jsonl"
+_EPS = 1e-12
+
+JobResult = tuple[list[Record], str]
+
+
+def recorded_spend(records: Iterable[Record]) -> float:
+    """USD booked in ``records`` (every role's ``cost_usd``)."""
+    return sum(float(u.get("cost_usd", 0.0)) for r in records for u in r.usage.values())
+
+
+def unrecorded_spend(job_dir: Path) -> float:
+    """USD paid in ``job_dir`` for instances without a record (the ledger's total)."""
+    path = Path(job_dir) / SPEND_FILE
+    if not path.exists():
+        return 0.0
+    total = 0.0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            total += float(json.loads(line)["unrecorded_usd"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a line torn by a killed process
+    return total
+
+
+def spent_so_far(job_dir: Path) -> float:
+    """USD spent by every earlier run into ``job_dir``: its records plus the ledger."""
+    return recorded_spend(read_records(Path(job_dir) / RECORDS_FILE)) + unrecorded_spend(job_dir)
+
+
+def _max_usd(services: Any) -> float | None:
+    budget = (services.settings.get("llm") or {}).get("budget") or {}
+    cap = budget.get("max_usd")
+    return None if cap is None else float(cap)
+
+
+def run_within_budget(job: Callable[[], Coroutine[Any, Any, JobResult]], job_dir: Path, services: Any) -> JobResult:
+    """Run one job's coroutine under the job dir's budget and book what no record holds.
+
+    Args:
+        job: Builds the job's coroutine (``cts.pipeline.run_job(...)``).
+        job_dir: The job dir (records and ledger).
+        services: The job's services (LLM runtime, usage scopes).
+
+    Returns:
+        What the job returned: all records and the stop reason.
+    """
+    from cts.llm import settled
+    from cts.sweep import run_async
+
+    job_dir = Path(job_dir)
+    before = recorded_spend(read_records(job_dir / RECORDS_FILE))
+    if _max_usd(services) is not None:
+        services.llm.count_prior_spend(before + unrecorded_spend(job_dir))
+    timeout = float((services.settings.get("llm") or {}).get("timeout_s") or 120.0)
+    with services.usage_scope() as usage:
+        records, stop = run_async(settled(job(), timeout))  # on the sweep's shared loop under hydra/launcher=cts
+    paid = sum(float(u.get("cost_usd", 0.0)) for u in usage.values())
+    orphan = paid - (recorded_spend(read_records(job_dir / RECORDS_FILE)) - before)
+    if orphan > _EPS:
+        log.warning("%.6f USD paid for instances without a record (in flight at the stop); booked in %s",
+                    orphan, SPEND_FILE)
+        _append(job_dir / SPEND_FILE, {"unrecorded_usd": orphan, "stop_reason": stop, "time": time.time()})
+    return records, stop
+
+
+def _append(path: Path, row: Mapping[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def budget_metrics(job_dir: Path, records: Iterable[Record], n_planned: int) -> dict[str, float]:
+    """How complete the job is and what its dir cost in total.
+
+    Returns:
+        ``n_planned`` (instances the job was asked to run), ``n_missing`` (those
+        without a record, e.g. after a budget stop), ``cost_unrecorded_usd`` (paid
+        for instances without a record) and ``cost_total_usd`` (every record of
+        the dir plus that: the figure ``budget.max_usd`` caps).
+    """
+    n_done = sum(1 for _ in records)
+    return {
+        "n_planned": float(n_planned),
+        "n_missing": float(n_planned - n_done),
+        "cost_unrecorded_usd": unrecorded_spend(job_dir),
+        "cost_total_usd": spent_so_far(job_dir),
+    }
+
+
+def stop_note(stop: str, metrics: Mapping[str, float]) -> str | None:
+    """One line for the console when the budget stopped the job (None otherwise)."""
+    if stop != "budget":
+        return None
+    return (
+        f"STOPPED BY THE LLM BUDGET: {metrics['n_missing']:.0f} of {metrics['n_planned']:.0f} instances have no "
+        f"record ({metrics['cost_total_usd']:.4f} USD spent in this job dir). Raise services.llm.budget.max_usd "
+        "and rerun into the same dir to finish them."
+    )

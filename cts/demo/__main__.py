@@ -1,0 +1,5 @@
+"""``python -m cts.demo``."""
+
+from cts.demo.cli import main
+
+main()

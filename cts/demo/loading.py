@@ -1,0 +1,125 @@
+"""Loading the demo set: build once (instances + static gold) into the cache, then read it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from cts.index import tokenizer_version
+from cts.io import atomic_dir
+
+if TYPE_CHECKING:
+    from cts.data import Dataset
+    from cts.services import Services
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+from cts.demo.mining import DEMO_VERSION
+from cts.demo.selection import build_demo_instances, kind_counts
+
+GOLD_SEARCH: dict[str, Any] = {"top_k": 3, "max_chars": 1500}
+"""The fixed gold search backend of the demo set (gold is static: not the job's backend)."""
+GOLD_EXTRACTOR: dict[str, Any] = {"max_nuggets": 6, "max_docs": 1, "weights": (3, 2, 1)}
+"""The fixed gold nugget extractor of the demo set."""
+
+
+def demo_dir(services: Services, n: int, seed: int) -> Path:
+    """Cache directory of the demo set for ``(n, seed)``, the installed corpus and the tokeniser.
+
+    The tokeniser decides BM25 ranks, hence which instances qualify and their gold.
+    """
+    name = f"{DEMO_VERSION}-n{n}-s{seed}-{services.corpus.fingerprint}-{tokenizer_version()}"
+    return Path(services.cache_dir) / "demo" / name
+
+
+def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine from sync code, even when called inside a running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _gold_provenance(services: Services, n: int, seed: int) -> dict[str, Any]:
+    corpus = services.corpus
+    return {
+        "dataset": "demo",
+        "demo_version": DEMO_VERSION,
+        "n": n,
+        "seed": seed,
+        "corpus": f"{corpus.lang}-{corpus.fingerprint}",
+        "backend": "extractive",
+        "backend_params": dict(GOLD_SEARCH),
+        "extractor": "rules",
+        "extractor_params": {**GOLD_EXTRACTOR, "weights": list(GOLD_EXTRACTOR["weights"])},
+    }
+
+
+def _build_demo(services: Services, n: int, seed: int, path: Path) -> None:
+    """Build instances and their static gold, then install them at ``path`` atomically."""
+    from cts.data import write_instances_jsonl
+    from cts.gold import build_gold_archive
+    from cts.roles.nuggets import RuleExtractor
+    from cts.search.extractive import ExtractiveSearch
+
+    t0 = time.perf_counter()
+    log.info("building demo dataset (n=%d, seed=%d) at %s", n, seed, path)
+    instances = build_demo_instances(services.corpus, services.index, n=n, seed=seed)
+    t1 = time.perf_counter()
+    # Fixed gold components, not the job's configured ones: gold is static.
+    search = ExtractiveSearch(services=services, **GOLD_SEARCH)
+    extractor = RuleExtractor(**GOLD_EXTRACTOR)
+    provenance = _gold_provenance(services, n, seed)
+    with atomic_dir(path, replace=False) as tmp:
+        # The same archive code path as `experiment=gold`: gold.jsonl + every trace in gold_runs.jsonl.
+        report = _run_sync(build_gold_archive(instances, search, extractor, tmp, provenance=provenance))
+        for instance_id, reason in report.failures:
+            log.warning("demo gold %s dropped: %s", instance_id, reason)
+        failed = {instance_id for instance_id, _ in report.failures}
+        kept = [i for i in instances if i.id not in failed]
+        write_instances_jsonl(kept, tmp / "instances.jsonl")
+    log.info(
+        "built demo: %d instances %s (instances %.2fs, gold %.2fs)",
+        len(kept),
+        kind_counts(kept),
+        t1 - t0,
+        time.perf_counter() - t1,
+    )
+
+
+def load_demo(services: Services, n: int = 200, seed: int = 0) -> Dataset:
+    """The demo dataset, built and cached on first use (``conf/dataset/demo.yaml``).
+
+    Args:
+        services: Job services (corpus, index, cache dir).
+        n: Number of instances.
+        seed: Generation seed.
+
+    Returns:
+        The instances and their validated static gold.
+
+    Raises:
+        ValueError: The corpus is not English, or an instance lacks gold.
+    """
+    from cts.data import Dataset, read_instances_jsonl
+    from cts.gold import load_gold
+
+    if not services.corpus.lang.startswith("en"):
+        raise ValueError(f"the demo rules are English; corpus is {services.corpus.lang!r}")
+    path = demo_dir(services, n, seed)
+    if not (path / "gold.jsonl").is_file():
+        _build_demo(services, n, seed, path)
+    instances = tuple(read_instances_jsonl(path / "instances.jsonl"))
+    gold = load_gold(path / "gold.jsonl")
+    missing = [i.id for i in instances if i.id not in gold]
+    if missing:
+        raise ValueError(f"{path}: instances without gold: {missing[:5]}")
+    return Dataset(name="demo", instances=instances, gold=gold)

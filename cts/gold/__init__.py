@@ -1,0 +1,44 @@
+"""Static gold (paper section 4.2): built once per ``fused_query``, then read-only.
+
+Stage 1 runs the search backend once on each intent query ``q*`` and archives
+its answer and evidence trace; stage 2 has an :class:`~cts.types.Extractor`
+turn ``q*``, the answer and the evidence into weighted nuggets that cite
+evidence ids. Gold that does not validate is reported as a failure and never
+written; :func:`load_gold` refuses such a file instead of rebuilding it.
+
+Archive layout written by :func:`build_gold_archive` (files are chmod 0444)::
+
+    gold.jsonl        one validated Gold per line (what the dataset loader reads)
+    gold_runs.jsonl   per instance: id, fused_query, answer, rule, end reason, all evidence, trace
+    failures.jsonl    per failed instance: id, reason
+    manifest.json     counts, provenance, sha256 of each file
+"""
+
+from cts.gold.archive import (
+    GOLD_FILE,
+    GoldError,
+    FAILURES_FILE,
+    GoldReport,
+    failure_summary,
+    gold_to_dict,
+    load_gold,
+    restore_nugget_ids,
+    validate_gold,
+    write_gold,
+)
+from cts.gold.build import build_gold, build_gold_archive
+
+__all__ = [
+    "GOLD_FILE",
+    "GoldError",
+    "FAILURES_FILE",
+    "GoldReport",
+    "failure_summary",
+    "build_gold",
+    "build_gold_archive",
+    "gold_to_dict",
+    "load_gold",
+    "restore_nugget_ids",
+    "validate_gold",
+    "write_gold",
+]

@@ -1,0 +1,124 @@
+"""What one LLM call is: its route, its pending state, its completion and the event listeners see."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from cts.llm._pricing import Prices, call_cost
+from cts.llm._settings import LLMSettings
+from cts.llm._spec import ModelSpec
+
+log = logging.getLogger(__name__)
+_DUMMY_KEY = "sk-no-key-needed"  # OpenAI-compatible servers without auth still want a key field
+T = TypeVar("T")
+# Requests sent and not yet answered, per event loop (see settled()).
+_IN_FLIGHT: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Future[Any]]] = weakref.WeakKeyDictionary()
+
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One model reply and what it cost."""
+
+    text: str
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    """USD billed to this job (0 for a cache hit)."""
+    cached: bool
+    latency_s: float
+    reasoning: str = ""
+    """Reasoning the provider returned apart from ``text`` (litellm moves ``<think>`` blocks here)."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a spec's calls go after the global overrides."""
+
+    model: str
+    api_base: str | None
+    api_key: str | None
+    endpoint: str
+    """Concurrency-limit key: the api_base, or the provider for hosted APIs."""
+    limit: int
+    missing_key: str | None = None
+    """Name of the unset key variable, if any (raised only when a request is due)."""
+    floor: int | None = None
+    """Floor of the endpoint's adaptive limit (the model's ``min_concurrency``)."""
+
+
+@dataclass(frozen=True)
+class CallEvent:
+    """One finished ``complete`` call, handed to listeners (e.g. MLflow tracing)."""
+
+    role: str
+    spec_name: str
+    model: str
+    api_base: str | None
+    messages: tuple[Mapping[str, str], ...]
+    params: Mapping[str, Any]
+    prompt_version: str
+    text: str
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    cached: bool
+    latency_s: float
+    error: str | None
+    """The CallError kind when the call failed for good."""
+    started_at: float
+    """``time.time()`` when the call started."""
+
+
+Listener = Callable[[CallEvent], None]
+
+
+def route_for(spec: ModelSpec, settings: LLMSettings) -> Route:
+    """Apply the global ``api_base``/``model`` overrides to ``spec``."""
+    if settings.api_base:
+        # One OpenAI-compatible endpoint serves every role: drop the provider prefix.
+        served = settings.model or spec.model.split("/", 1)[-1]
+        model = f"openai/{served}"
+        token = settings.api_key or _DUMMY_KEY
+        return Route(model, settings.api_base, token, settings.api_base, settings.concurrency_per_endpoint)
+    key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
+    missing = spec.api_key_env if spec.api_key_env and not key else None
+    if key is None and spec.api_base and not missing:
+        key = _DUMMY_KEY
+    limit = spec.max_concurrency or settings.concurrency_per_endpoint
+    return Route(spec.model, spec.api_base, key, spec.api_base or spec.provider, limit, missing,
+                 spec.min_concurrency)
+
+
+def cache_value(completion: Completion) -> dict[str, Any]:
+    """What the response cache stores of a completion (no latency, no cache flag)."""
+    return {
+        "text": completion.text,
+        "tokens_in": completion.tokens_in,
+        "tokens_out": completion.tokens_out,
+        "cost_usd": completion.cost_usd,
+        "reasoning": completion.reasoning,
+    }
+
+
+def completion_of(prices: Prices, response: Any) -> Completion:
+    """The :class:`Completion` of a provider ``response``, priced at ``prices``."""
+    message = response.choices[0].message if response.choices else None
+    text = (getattr(message, "content", None) or "") if message is not None else ""
+    reasoning = (getattr(message, "reasoning_content", None) or "") if message is not None else ""
+    usage = getattr(response, "usage", None)
+    tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
+    tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
+    cost = call_cost(prices, tokens_in, tokens_out)
+    return Completion(text, tokens_in, tokens_out, cost, False, 0.0, str(reasoning))
+
+
+def cached_completion(value: Mapping[str, Any]) -> Completion:
+    """A completion served from the cache (nothing billed to this call)."""
+    return Completion(value["text"], value["tokens_in"], value["tokens_out"], 0.0, True, 0.0, value.get("reasoning", ""))

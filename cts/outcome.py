@@ -1,0 +1,122 @@
+"""How a job ended, said in its last lines and its exit status.
+
+A job whose instances failed on infrastructure (see :data:`cts.types.ErrorKind`),
+or that a circuit breaker stopped, is incomplete: it ends with a few lines saying
+how many instances are missing, which endpoint failed and the command that resumes
+it, and exits non-zero (:class:`JobIncomplete`). A job whose every instance is
+unscored is complete but says so loudly.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.errors import CompactHydraException
+
+from cts.job_files import INFRA_FILE, RECORDS_FILE
+from cts.records import Record
+
+INCOMPLETE_STOPS = frozenset({"infra", "circuit_open"})
+
+
+class JobIncomplete(CompactHydraException):
+    """Some instances were not run or failed on infrastructure; a resume finishes them.
+
+    Hydra prints only the message of a ``CompactHydraException`` (no traceback) and exits 1.
+    """
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the end of one job has to say."""
+
+    stop: str
+    n_total: int
+    n_done: int
+    failures: tuple[Mapping[str, Any], ...]
+    """Lines of ``infra_failures.jsonl``: one per failed instance, plus the breaker's stop."""
+
+    @property
+    def incomplete(self) -> bool:
+        """Whether the job must exit non-zero."""
+        return self.stop in INCOMPLETE_STOPS or any(f.get("id") for f in self.failures)
+
+    @property
+    def n_infra(self) -> int:
+        """Instances of this invocation that failed on infrastructure."""
+        return sum(1 for f in self.failures if f.get("id"))
+
+
+def read_outcome(job_dir: Path, stop: str, n_total: int, n_done: int) -> Outcome:
+    """Collect the outcome of the job in ``job_dir`` (its ``infra_failures.jsonl``)."""
+    path = job_dir / INFRA_FILE
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return Outcome(stop, n_total, n_done, tuple(json.loads(x) for x in lines if x.strip()))
+
+
+def incomplete_message(outcome: Outcome, job_dir: Path) -> str:
+    """The last lines of an incomplete job but one: what is missing and where it failed."""
+    missing = outcome.n_total - outcome.n_done
+    lines = [f"cts: job INCOMPLETE: {outcome.n_done} of {outcome.n_total} instance(s) finished, {missing} missing."]
+    breaker = next((f for f in outcome.failures if f.get("kind") == "circuit_open"), None)
+    if breaker is not None:
+        lines.append(f"  circuit breaker stopped the job: {breaker.get('message')}")
+    if outcome.n_infra:
+        lines.append(f"  {outcome.n_infra} instance(s) failed on infrastructure (not recorded; a resume retries them):")
+        by_endpoint = Counter(str(f.get("endpoint") or "?") for f in outcome.failures if f.get("id"))
+        for endpoint, n in by_endpoint.most_common():
+            first = next(f for f in outcome.failures if f.get("id") and str(f.get("endpoint") or "?") == endpoint)
+            lines.append(f"    {endpoint}: {n} (e.g. {first.get('stage')}: {str(first.get('message'))[:300]})")
+    lines.append(f"  finished instances: {job_dir / RECORDS_FILE}; failures: {job_dir / INFRA_FILE}")
+    return "\n".join(lines)
+
+
+def all_unscored_warning(records: Sequence[Record]) -> str | None:
+    """A loud warning when every instance is unscored (None otherwise)."""
+    if not records or any(r.score is not None for r in records):
+        return None
+    errors = Counter(f"{e.stage}: {e.kind}" for r in records if (e := _first_error(r)) is not None)
+    top = ", ".join(f"{kind} ({n})" for kind, n in errors.most_common(3)) or "no error recorded"
+    bar = "!" * 78
+    return (f"{bar}\ncts: WARNING: ALL {len(records)} INSTANCES ARE UNSCORED (score null); no score was measured.\n"
+            f"  errors: {top}; see records.jsonl\n{bar}")
+
+
+def _first_error(r: Record) -> Any:
+    return r.error or (r.system.error if r.system else None) or (r.orig.error if r.orig else None)
+
+
+def resume_command(overrides: Sequence[str], job_dir: Path) -> str:
+    """The command that reruns this job into its own dir (finished instances are skipped)."""
+    kept = [o for o in overrides if not o.startswith(("hydra.run.dir=", "hydra.sweep.dir="))]
+    return shlex.join(["python", "run.py", *kept, f"hydra.run.dir={job_dir}"])
+
+
+def finish(outcome: Outcome, records: Sequence[Record], job_dir: Path, resume: str, *, multirun: bool) -> None:
+    """Say how the job ended; stop with exit status 1 when it is incomplete.
+
+    Args:
+        multirun: Raise :class:`JobIncomplete` (Hydra runs the other jobs, then exits 1)
+            instead of ``SystemExit`` (a single run ends at once, without a traceback).
+
+    Raises:
+        JobIncomplete: In a multirun, when instances failed on infrastructure or a breaker stopped the job.
+        SystemExit: The same in a single run.
+    """
+    warning = all_unscored_warning(records)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    if not outcome.incomplete:
+        return
+    # Printed here because a multirun re-raises only its first failed job's exception.
+    print(incomplete_message(outcome, job_dir), file=sys.stderr, flush=True)
+    missing = outcome.n_total - outcome.n_done
+    last = f"cts: job incomplete ({missing} instance(s) missing), exit status 1. Resume with: {resume}"
+    raise JobIncomplete(last) if multirun else SystemExit(last)

@@ -1,0 +1,45 @@
+"""``python -m cts.report``: build a sweep report from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from cts.report.build import build_sweep_report, log_sweep_report
+
+log = logging.getLogger(__name__)
+
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m cts.report <sweep dir | experiment> [--tracking-uri URI] [--out DIR] [--log]``."""
+    parser = argparse.ArgumentParser(prog="python -m cts.report", description=__doc__.split("\n")[0])
+    parser.add_argument("source", nargs="+", help="a sweep dir, job dirs, or an MLflow experiment name")
+    parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (for an experiment name)")
+    parser.add_argument("--out", type=Path, default=None, help="output dir (default: <sweep>/report)")
+    parser.add_argument("--n-resamples", type=int, default=10_000)
+    parser.add_argument("--confidence", type=float, default=0.95)
+    parser.add_argument("--log", metavar="EXPERIMENT", default=None,
+                        help="also log the report as an MLflow run in EXPERIMENT (needs --tracking-uri)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    source = args.source[0] if len(args.source) == 1 else args.source
+    uri = args.tracking_uri or _default_uri()
+    result = build_sweep_report(source, args.out, uri, n_resamples=args.n_resamples, confidence=args.confidence)
+    if not result.ok or result.out_dir is None:
+        print("\n".join(result.errors), file=sys.stderr)
+        return 1
+    if args.log:
+        log_sweep_report(result, uri, args.log)
+    print(f"{result.n_jobs} jobs -> {result.out_dir / 'report.md'}")
+    return 0
+
+
+def _default_uri() -> str:
+    import os
+
+    return os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///outputs/mlflow.db")
+

@@ -1,0 +1,126 @@
+"""Post-hoc ask-or-not gating over finished records (no search, no judge call).
+
+The gated system's score per instance is the clarified arm's where the gate
+asked and the orig arm's where it did not, so any gate is evaluated over a
+finished sweep by reading its records; only the gate's own calls are made (an
+LLM gate's prompts; none for the rule, always, never and oracle gates).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from cts.records import Record
+from cts.roles.gates import Decision, Gate, OutcomeGate, gate_kind
+from cts.stats import paired_bootstrap_ci
+
+NAN = float("nan")
+T = TypeVar("T")
+
+
+def gateable(records: Sequence[Record]) -> list[Record]:
+    """Records where both arms are scored and the blurred query is known (the orig arm's query)."""
+    return [r for r in records if r.score is not None and r.orig_score is not None and r.orig is not None]
+
+
+async def decide_all(
+    records: Sequence[Record], gate: Gate | OutcomeGate, concurrency: int = 8
+) -> dict[str, Decision]:
+    """The gate's decision for every record, by instance id.
+
+    A query gate sees ``r.orig.query`` (the blurred query ``q``) only; the oracle reads the record.
+    """
+    if gate_kind(gate) == "outcome":
+        assert isinstance(gate, OutcomeGate)
+        return {r.id: gate.decide_outcome(r) for r in records}
+    assert isinstance(gate, Gate)
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(r: Record) -> tuple[str, Decision]:
+        async with sem:
+            return r.id, await gate.decide(r.orig.query if r.orig else "")
+
+    return dict(await asyncio.gather(*(one(r) for r in records)))
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion, also from code already inside an event loop (Jupyter)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+@dataclass(frozen=True)
+class GateStats:
+    """How a gate does over one job's records."""
+
+    n: int
+    ask_rate: float
+    score_mean: float
+    """Mean gated restore score."""
+    orig_mean: float
+    always_mean: float
+    delta_vs_orig: float
+    delta_ci_low: float
+    delta_ci_high: float
+    delta_vs_always: float
+    precision: float
+    """Share of the gate's asks where the oracle asks too."""
+    recall: float
+    """Share of the oracle's asks the gate also makes."""
+    questions_per_instance: float
+
+
+def gated_scores(records: Sequence[Record], decisions: Mapping[str, Decision]) -> list[float]:
+    """Per record: the clarified arm's score where the gate asked, else the orig arm's."""
+    return [float(r.score if decisions[r.id].ask else r.orig_score) for r in records]  # type: ignore[arg-type]
+
+
+def _precision_recall(asks: Sequence[bool], oracle: Sequence[bool]) -> tuple[float, float]:
+    both = sum(a and o for a, o in zip(asks, oracle))
+    precision = both / sum(asks) if any(asks) else NAN
+    recall = both / sum(oracle) if any(oracle) else NAN
+    return precision, recall
+
+
+def gate_stats(
+    records: Sequence[Record], decisions: Mapping[str, Decision], *, n_resamples: int = 10_000,
+    confidence: float = 0.95, seed: int = 0,
+) -> GateStats:
+    """Gated score, deltas (paired CI vs orig), precision/recall vs the oracle, questions asked."""
+    rs = gateable(records)
+    if not rs:
+        return GateStats(0, *([NAN] * 11))
+    gated = gated_scores(rs, decisions)
+    orig = [float(r.orig_score) for r in rs]  # type: ignore[arg-type]
+    always = [float(r.score) for r in rs]  # type: ignore[arg-type]
+    asks = [decisions[r.id].ask for r in rs]
+    oracle = [s > o for s, o in zip(always, orig)]
+    delta, low, high = paired_bootstrap_ci(gated, orig, n_resamples=n_resamples, confidence=confidence, seed=seed)
+    precision, recall = _precision_recall(asks, oracle)
+    asked_q = [len(r.questions) if a else 0 for r, a in zip(rs, asks)]
+    return GateStats(
+        n=len(rs), ask_rate=float(np.mean(asks)), score_mean=float(np.mean(gated)),
+        orig_mean=float(np.mean(orig)), always_mean=float(np.mean(always)), delta_vs_orig=delta,
+        delta_ci_low=low, delta_ci_high=high, delta_vs_always=float(np.mean(gated) - np.mean(always)),
+        precision=precision, recall=recall, questions_per_instance=float(np.mean(asked_q)),
+    )
+
+
+def evaluate_gate(
+    records: Sequence[Record], gate: Gate | OutcomeGate, *, n_resamples: int = 10_000,
+    confidence: float = 0.95, seed: int = 0,
+) -> tuple[GateStats, dict[str, Decision]]:
+    """Decide for every gateable record, then score the gated system (synchronous wrapper)."""
+    rs = gateable(records)
+    decisions = run_sync(decide_all(rs, gate))
+    return gate_stats(rs, decisions, n_resamples=n_resamples, confidence=confidence, seed=seed), decisions

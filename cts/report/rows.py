@@ -1,0 +1,105 @@
+"""Rows of numbers per system and k, recomputed from the records (scores, diagnostics)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from cts.diagnostics import diagnostics
+from cts.report.jobs import ORIG, Job
+from cts.stats import mean_ci, paired_bootstrap_ci
+
+log = logging.getLogger(__name__)
+
+NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Bootstrap settings of a report."""
+
+    n_resamples: int = 10_000
+    confidence: float = 0.95
+    seed: int = 0
+
+
+def _finite(values: Iterable[float | None]) -> list[float]:
+    return [float(v) for v in values if v is not None and math.isfinite(v)]
+
+
+def _dist(scores: Sequence[float]) -> dict[str, float]:
+    a = np.asarray(scores, dtype=float)
+    if a.size == 0:
+        return {"n": 0.0, "mean": NAN, "p50": NAN, "p90": NAN}
+    return {"n": float(a.size), "mean": float(a.mean()), "p50": float(np.median(a)),
+            "p90": float(np.percentile(a, 90))}
+
+
+def orig_scores(jobs: Sequence[Job]) -> dict[str, float]:
+    """Per-instance orig score pooled over ``jobs`` (mean when jobs disagree)."""
+    pooled: dict[str, list[float]] = {}
+    for j in jobs:
+        for r in j.records:
+            if r.orig_score is not None:
+                pooled.setdefault(r.id, []).append(r.orig_score)
+    return {i: float(np.mean(v)) for i, v in pooled.items()}
+
+
+def _settings(jobs: Sequence[Job]) -> list[tuple[int, str, list[Job]]]:
+    """Jobs grouped by k and by every factor except the clarifier, with a label for the group.
+
+    The label names the factors that vary across groups (empty when a sweep varies only
+    the clarifier and k, as the paper's tables do).
+    """
+    groups: dict[tuple[int, tuple[tuple[str, str], ...]], list[Job]] = {}
+    for j in jobs:
+        groups.setdefault((j.k, tuple(sorted(j.factors.items()))), []).append(j)
+    keys = sorted({key for _, f in groups for key, _ in f})
+    varying = [key for key in keys if len({dict(f).get(key) for _, f in groups}) > 1]
+    return [(k, ",".join(f"{key}={dict(f).get(key)}" for key in varying), js)
+            for (k, f), js in sorted(groups.items(), key=lambda g: (g[0][0], str(g[0][1])))]
+
+
+def paired(job: Job) -> tuple[list[float], list[float]]:
+    """System and orig scores of the instances where both arms are scored."""
+    pairs = [(r.score, r.orig_score) for r in job.records if r.score is not None and r.orig_score is not None]
+    return [p[0] for p in pairs], [p[1] for p in pairs]  # type: ignore[misc]
+
+
+def score_rows(jobs: Sequence[Job], stats: Stats) -> pd.DataFrame:
+    """Tables 2/3/6 numbers: one orig row per k, then one row per system job."""
+    rows = []
+    for k, setting, at_k in _settings(jobs):
+        origs = orig_scores(at_k)  # pooled only over jobs of one setting (search, judge, dataset ...)
+        _, low, high = mean_ci(list(origs.values()), **vars(stats))
+        rows.append({"k": k, "system": f"{ORIG}[{setting}]" if setting else ORIG, **_dist(list(origs.values())),
+                     "mean_ci_low": low, "mean_ci_high": high, "n_paired": NAN, "delta": NAN,
+                     "delta_ci_low": NAN, "delta_ci_high": NAN})
+        for j in at_k:
+            if j.is_orig:
+                continue
+            scores = _finite(r.score for r in j.records)
+            _, low, high = mean_ci(scores, **vars(stats))
+            sys_s, orig_s = paired(j)
+            delta, d_low, d_high = paired_bootstrap_ci(sys_s, orig_s, **vars(stats))
+            rows.append({"k": k, "system": j.label, **_dist(scores), "mean_ci_low": low,
+                         "mean_ci_high": high, "n_paired": float(len(sys_s)), "delta": delta,
+                         "delta_ci_low": d_low, "delta_ci_high": d_high})
+    return pd.DataFrame(rows)
+
+
+def diagnostic_rows(jobs: Sequence[Job]) -> pd.DataFrame:
+    """Per system job: interaction metrics (unknown rates, known counts) and diagnostics."""
+    from cts.metrics import interaction_metrics
+
+    rows = [
+        {"k": j.k, "system": j.label, **interaction_metrics(list(j.records), j.k), **diagnostics(j.records)}
+        for j in jobs
+        if not j.is_orig
+    ]
+    return pd.DataFrame(rows)

@@ -1,0 +1,202 @@
+"""Ask-or-not gates: decide per instance whether to clarify or to search ``q`` directly.
+
+A gate sees the blurred query ``q`` only (like the Clarifier), never ``q*`` or
+any outcome; the one exception is :class:`OracleGate`, the upper bound, which
+reads finished records (it asks exactly where the clarified arm beat orig).
+Gates are evaluated after the fact over finished sweeps (:mod:`cts.report.gating`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from cts.llm import ModelSpec
+from cts.records import Record
+from cts.roles.llm import _LLMRole
+from cts.roles.parse import _load_json
+from cts.roles.reask import InvalidOutput
+from cts.roles.rules import head_term
+from cts.services import Services
+from cts.text import STOPWORDS_ZH, content_tokens, is_cjk, normalize
+
+__all__ = ["AlwaysGate", "Decision", "Gate", "LLMGate", "NeverGate", "OracleGate", "OutcomeGate", "RuleGate",
+           "parse_decision"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether to ask, with the gate's confidence in that choice (0..1)."""
+
+    ask: bool
+    confidence: float = 1.0
+
+
+@runtime_checkable
+class Gate(Protocol):
+    """Decides from the blurred query alone."""
+
+    async def decide(self, blurred_query: str) -> Decision: ...
+
+
+@runtime_checkable
+class OutcomeGate(Protocol):
+    """Decides from a finished record (only the oracle: an upper bound, not a system)."""
+
+    def decide_outcome(self, record: Record) -> Decision: ...
+
+
+class AlwaysGate:
+    """The paper: always clarify."""
+
+    async def decide(self, blurred_query: str) -> Decision:
+        """Ask, whatever the query."""
+        return Decision(True)
+
+
+class NeverGate:
+    """Never clarify: the gated system is the orig arm."""
+
+    async def decide(self, blurred_query: str) -> Decision:
+        """Do not ask, whatever the query."""
+        return Decision(False)
+
+
+class OracleGate:
+    """Upper bound: ask exactly where the clarified arm scored higher than orig."""
+
+    def decide_outcome(self, record: Record) -> Decision:
+        """Ask iff both arms are scored and the system arm beat the orig arm."""
+        s, o = record.score, record.orig_score
+        return Decision(s is not None and o is not None and s > o)
+
+
+class RuleGate:
+    """Offline heuristic: ask when ``q`` is short or its head term is shared by several titles.
+
+    Both signals are generic: a query of few content words leaves more unsaid, and a
+    head term that many corpus titles contain (``Mercury`` in ``Mercury (planet)``,
+    ``Mercury (element)`` ...) is ambiguous in that corpus. No knowledge of how any
+    dataset was built is used. Length is counted in content words (see :func:`word_count`).
+    """
+
+    def __init__(
+        self,
+        services: Services | None = None,
+        max_tokens: int = 3,
+        min_titles: int = 2,
+        titles: Iterable[str] | None = None,
+    ) -> None:
+        """Args:
+        services: Supplies the corpus titles when ``titles`` is not given.
+        max_tokens: Ask when ``q`` has at most this many content tokens.
+        min_titles: Ask when at least this many titles contain the head term.
+        titles: Title list to use instead of the corpus (tests, other corpora).
+        """
+        self.services = services
+        self.max_tokens, self.min_titles = max_tokens, min_titles
+        self._titles = tuple(normalize(t) for t in titles) if titles is not None else None
+
+    def titles(self) -> tuple[str, ...]:
+        """Normalised titles of the corpus (built once per job)."""
+        if self._titles is None:
+            if self.services is None:
+                raise ValueError("RuleGate needs services (for the corpus) or titles")
+            docs = self.services.corpus.docs
+            self._titles = self.services.memo("gate_titles", lambda: tuple(normalize(d.title) for d in docs))
+        return self._titles
+
+    def title_matches(self, blurred_query: str) -> int:
+        """How many titles contain the query's head term (as a word; as a substring for CJK)."""
+        head = normalize(head_term(blurred_query))
+        if not head:
+            return 0
+        if is_cjk(head):
+            return sum(head in t for t in self.titles())
+        pattern = re.compile(rf"(?<!\w){re.escape(head)}(?!\w)")
+        return sum(bool(pattern.search(t)) for t in self.titles())
+
+    async def decide(self, blurred_query: str) -> Decision:
+        """Ask when the query is short or its head term is ambiguous among titles."""
+        n_tokens = word_count(blurred_query)
+        matches = self.title_matches(blurred_query)
+        short, shared = n_tokens <= self.max_tokens, matches >= self.min_titles
+        votes = int(short) + int(shared)
+        return Decision(votes > 0, confidence=0.5 + 0.25 * votes if votes else 0.75)
+
+
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
+
+
+def word_count(text: str) -> int:
+    """Content words of ``text``: Latin words without stopwords, plus about one word per two CJK characters.
+
+    Chinese has no spaces; a two-character word is the common case, so a run of n
+    characters (function words removed) counts as ceil(n / 2) words.
+    """
+    latin = [t for t in content_tokens(_CJK.sub(" ", text))]
+    runs = _CJK.findall(text)
+    cjk_chars = 0
+    for run in runs:
+        for w in sorted(STOPWORDS_ZH, key=len, reverse=True):
+            run = run.replace(w, "")
+        cjk_chars += len(run)
+    return len(latin) + math.ceil(cjk_chars / 2)
+
+
+_BOOL = {"true": True, "yes": True, "ask": True, "false": False, "no": False, "dont_ask": False}
+
+
+def parse_decision(text: str) -> Decision:
+    """``{"ask": true|false, "confidence": 0..1}`` from a model reply."""
+    data = _load_json(text)
+    if not isinstance(data, Mapping) or "ask" not in data:
+        raise InvalidOutput('expected a JSON object {"ask": true or false, "confidence": number}')
+    ask: Any = data["ask"]
+    if isinstance(ask, str):
+        ask = _BOOL.get(ask.strip().lower())
+    if not isinstance(ask, bool):
+        raise InvalidOutput('"ask" must be true or false')
+    try:
+        confidence = float(data.get("confidence", 1.0))
+    except (TypeError, ValueError) as e:
+        raise InvalidOutput('"confidence" must be a number between 0 and 1') from e
+    if not 0.0 <= confidence <= 1.0:
+        raise InvalidOutput('"confidence" must be between 0 and 1')
+    return Decision(ask, confidence)
+
+
+class LLMGate(_LLMRole):
+    """A model sees ``q`` only and says whether clarifying questions would help (prompt ``gate``).
+
+    ``min_confidence`` turns a low-confidence "ask" into "don't ask".
+    """
+
+    default_role = "gate"
+
+    def __init__(self, model: ModelSpec | Mapping[str, Any], prompt: str, services: Services,
+                 min_confidence: float = 0.0, role: str | None = None, max_reasks: int | None = None,
+                 prompts_dir: str | None = None, params: Mapping[str, Any] | None = None) -> None:
+        # Explicit parameters: the builder passes ``services`` only to a signature naming it,
+        # and the pre-flight names a misspelt key by the signature.
+        super().__init__(model, prompt, services, role=role, max_reasks=max_reasks, prompts_dir=prompts_dir,
+                         params=params)
+        self.min_confidence = min_confidence
+
+    async def decide(self, blurred_query: str) -> Decision:
+        """Ask the model; a low-confidence ask becomes don't-ask."""
+        d = await self._ask(parse_decision, blurred_query=blurred_query)
+        return Decision(d.ask and d.confidence >= self.min_confidence, d.confidence)
+
+
+def gate_kind(gate: object) -> str:
+    """``outcome`` for the oracle, ``query`` for gates that read ``q`` only."""
+    if isinstance(gate, OutcomeGate):
+        return "outcome"
+    if isinstance(gate, Gate):
+        return "query"
+    raise TypeError(f"{type(gate).__name__} is not a gate (needs decide or decide_outcome)")
+

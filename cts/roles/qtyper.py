@@ -1,0 +1,108 @@
+"""Question typer roles: the lexicon typer (default) and a model-based typer.
+
+Both return labels from :data:`cts.qtypes.QTYPES`; see :mod:`cts.qtypes` for the rules.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any, Protocol
+
+from cts.qtypes import QTYPES, classify_question, normalize_types
+from cts.roles.reask import InvalidOutput, ask_until_valid
+
+log = logging.getLogger(__name__)
+
+
+class QuestionTyper(Protocol):
+    """Types one clarification question (multi-label, see :data:`QTYPES`)."""
+
+    async def classify(self, question: str) -> tuple[str, ...]: ...
+
+
+class LexiconQuestionTyper:
+    """The default typer: English + Chinese cue lexicons (:func:`classify_question`)."""
+
+    async def classify(self, question: str) -> tuple[str, ...]:
+        """Return the question's types in :data:`QTYPES` order."""
+        return classify_question(question)
+
+
+_REASK = f"That was not a JSON array of labels from {list(QTYPES)}. Reply with the JSON array only."
+
+
+class LLMQuestionTyper:
+    """Types questions with a model; falls back to the lexicon on invalid output.
+
+    The model must answer with a JSON array of labels from :data:`QTYPES`. Invalid
+    output is re-asked ``max_reasks`` times; after that the lexicon typer answers
+    (and a warning is logged), because a diagnostic label is not worth losing an
+    otherwise scored instance for.
+    """
+
+    def __init__(
+        self,
+        services: Any,
+        model: Any,
+        prompt: str = "qtyper",
+        max_reasks: int | None = None,
+        prompts_dir: str | None = None,
+    ) -> None:
+        """Args:
+        services: Job services; ``services.llm.client(model, role="qtyper")`` makes the client.
+        model: The model spec (a ``conf/model`` entry, instantiated or as a mapping).
+        prompt: Name of the prompt file in ``prompts/`` (placeholder ``question``).
+        max_reasks: Re-asks after invalid output (None = ``services.llm.settings.max_reasks``).
+        prompts_dir: Directory of prompt files (None = the repository's ``prompts/``).
+        """
+        from cts.prompts import PromptError, load_prompt
+
+        self.prompt = load_prompt(prompt, prompts_dir)
+        if self.prompt.placeholders != {"question"}:
+            raise PromptError(f"prompt {prompt!r} must have exactly the placeholder question")
+        self.client = services.llm.client(model, role="qtyper")
+        self.max_reasks = services.llm.settings.max_reasks if max_reasks is None else int(max_reasks)
+
+    async def classify(self, question: str) -> tuple[str, ...]:
+        """Return the model's labels for ``question`` (lexicon labels after invalid output)."""
+        try:
+            return await ask_until_valid(self.client, self.prompt.messages(question=question), _checked_types,
+                                         max_reasks=self.max_reasks, prompt_version=self.prompt.version,
+                                         reask=lambda _reason: _REASK)
+        except InvalidOutput:
+            log.warning("qtyper: invalid output after %d re-ask(s); lexicon fallback", self.max_reasks)
+            return classify_question(question)
+
+
+def _checked_types(text: str) -> tuple[str, ...]:
+    labels = parse_question_types(text)
+    if labels is None:
+        raise InvalidOutput("not a JSON array of question types")
+    return labels
+
+
+def parse_question_types(text: str) -> tuple[str, ...] | None:
+    """Parse a model reply into canonical types, or None when it is not a valid label list.
+
+    Accepts a JSON array (possibly inside a code fence or surrounded by prose), or
+    a JSON object with a ``types`` / ``labels`` array.
+    """
+    from json_repair import repair_json
+
+    match = re.search(r"\[.*?\]|\{.*\}", text, re.DOTALL)
+    if not match:
+        return None
+    try:
+        value = json.loads(repair_json(match.group(0)))
+    except (ValueError, TypeError):
+        return None
+    if isinstance(value, dict):
+        value = value.get("types", value.get("labels"))
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        return None
+    try:
+        return normalize_types(value)
+    except ValueError:
+        return None

@@ -1,0 +1,50 @@
+"""Pipeline stages: a role's failure becomes a :class:`StageError` naming its stage and kind.
+
+Invalid model output stays a result (``invalid_output``); failures of the
+infrastructure (connection, auth, missing model, cache or disk errors) become
+``infra``, which a resume retries; ``BudgetExceeded`` and ``CircuitOpen`` stop the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+
+from cts.records import INFRA_EXCEPTION_NAMES, ErrorInfo
+from cts.types import INFRA_CALL_KINDS, BudgetExceeded, CallError, CircuitOpen, UnscoredError
+
+
+class StageError(Exception):
+    """Wraps a failure with the pipeline stage it happened in."""
+
+    def __init__(self, info: ErrorInfo) -> None:
+        super().__init__(f"{info.stage}: {info.kind}: {info.message}")
+        self.info = info
+
+
+@contextlib.contextmanager
+def stage(name: str) -> Iterator[None]:
+    """Turn a role failure into a :class:`StageError` naming the stage.
+
+    ``BudgetExceeded`` and ``CircuitOpen`` pass through untouched: they stop the job,
+    not the instance. Call failures of the infrastructure (connection, auth, missing
+    model, cache or disk errors) become kind ``infra``; invalid output stays a result.
+    """
+    try:
+        yield
+    except (BudgetExceeded, CircuitOpen, StageError, asyncio.CancelledError):
+        raise
+    except UnscoredError as e:
+        raise StageError(ErrorInfo(name, "invalid_output", e.reason)) from e
+    except CallError as e:
+        infra = e.kind in INFRA_CALL_KINDS
+        raise StageError(ErrorInfo(name, "infra" if infra else "api_error", str(e), e.endpoint)) from e
+    except Exception as e:
+        kind = "infra" if infra_exception(e) else "exception"
+        raise StageError(ErrorInfo(name, kind, f"{type(e).__name__}: {e}")) from e
+
+
+def infra_exception(exc: BaseException) -> bool:
+    """Whether an unexpected exception is the machine's fault (e.g. ``sqlite3.DatabaseError``, a full disk)."""
+    return any(cls.__name__ in INFRA_EXCEPTION_NAMES for cls in type(exc).__mro__)

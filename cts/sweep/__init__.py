@@ -1,0 +1,25 @@
+"""One schedule for a whole multirun: jobs share one event loop, one LLM runtime, one orig arm.
+
+The ``cts`` Hydra launcher (``hydra/launcher=cts``, in ``hydra_plugins/cts_scheduler``)
+opens a :class:`SweepSession` and runs every job of the sweep in it at once. The
+hooks below are what the rest of cts calls; outside a session they do what a
+single job always did.
+"""
+
+from cts.sweep._session import (
+    SweepSession,
+    current_session,
+    orig_share_for,
+    run_async,
+    shared_llm_runtime,
+    sweep_progress,
+)
+
+__all__ = [
+    "SweepSession",
+    "current_session",
+    "orig_share_for",
+    "run_async",
+    "shared_llm_runtime",
+    "sweep_progress",
+]

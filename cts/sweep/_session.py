@@ -1,0 +1,236 @@
+"""The sweep session: one event loop in one thread, shared by every job of a multirun.
+
+Jobs run in their own threads (Hydra's ``run_job`` and the job's tracking run
+there) but hand their async part to the session's loop with :func:`run_async`,
+so all instances of all jobs share one schedule: one LLM runtime per distinct
+``services.llm`` (one cache, one budget), one adaptive limiter per endpoint and
+one in-flight table across them, and one orig arm per setting and instance.
+
+Hydra keeps the current job's config in process globals (``HydraConfig``), so
+the synchronous parts of jobs (set-up, then summary and tracking) take turns
+under :attr:`SweepSession.turn`; a job gives the turn up while its instances run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import hashlib
+import json
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from tqdm.auto import tqdm
+
+from cts.llm._singleflight import SingleFlight
+
+if TYPE_CHECKING:
+    from cts.llm import LLMRuntime
+    from cts.records import ArmResult, Record
+
+T = TypeVar("T")
+ArmOutcome = tuple["ArmResult", dict[str, Any]]
+OrigShare = Callable[[str, Callable[[], Awaitable[ArmOutcome]]], Awaitable[ArmOutcome]]
+
+_CURRENT: SweepSession | None = None
+_DRAIN_TIMEOUT_S = 30.0
+
+
+class SweepProgress:
+    """One bar for the sweep: instances done / total, requests sent, USD spent."""
+
+    def __init__(self, session: SweepSession, enabled: bool = True) -> None:
+        self.session = session
+        self.bar = tqdm(total=0, desc="sweep", unit="q", disable=not enabled, dynamic_ncols=True)
+        self._lock = threading.Lock()
+
+    def add(self, total: int, done: int) -> None:
+        """A job joined the sweep with ``total`` instances, ``done`` of them already finished."""
+        with self._lock:
+            self.bar.total = (self.bar.total or 0) + total
+            self.bar.update(done)
+
+    def advance(self, record: Record) -> None:
+        """One instance of some job finished."""
+        with self._lock:
+            self.bar.update(1)
+            requests, cost = self.session.totals()
+            self.bar.set_postfix(requests=int(requests), usd=f"{cost:.4f}", refresh=False)
+
+    def close(self) -> None:
+        """Close the bar."""
+        self.bar.close()
+
+
+class SweepSession:
+    """Shared loop, runtimes, limiters and orig arms of one multirun (see the module docstring).
+
+    Args:
+        progress: Show the sweep's progress bar.
+    """
+
+    def __init__(self, progress: bool = True) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.turn = threading.Lock()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="cts-sweep-loop", daemon=True)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._runtimes: dict[str, LLMRuntime] = {}
+        self._limits: dict[str, Any] = {}
+        self._inflight: SingleFlight[Any] = SingleFlight()
+        self._orig: dict[str, SingleFlight[ArmOutcome]] = {}
+        self._jobs: set[concurrent.futures.Future[Any]] = set()
+        self.stopped = False
+        self.progress = SweepProgress(self, progress)
+
+    def __enter__(self) -> SweepSession:
+        global _CURRENT
+        if _CURRENT is not None:
+            raise RuntimeError("a sweep session is already open in this process")
+        self._thread.start()
+        _CURRENT = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _CURRENT
+        _CURRENT = None
+        with contextlib.suppress(concurrent.futures.TimeoutError):
+            asyncio.run_coroutine_threadsafe(_drain(), self.loop).result(_DRAIN_TIMEOUT_S)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(_DRAIN_TIMEOUT_S)
+        self.loop.close()
+        self.progress.close()
+
+    @contextlib.contextmanager
+    def job_turn(self) -> Iterator[None]:
+        """Hold the turn for one job's synchronous parts (released inside :meth:`run`)."""
+        self.turn.acquire()
+        self._local.holding = True
+        try:
+            yield
+        finally:
+            if getattr(self._local, "holding", False):
+                self._local.holding = False
+                self.turn.release()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a job's coroutine on the shared loop, giving up the turn while it runs.
+
+        Raises:
+            KeyboardInterrupt: The sweep was stopped (:meth:`cancel`).
+        """
+        with self._lock:
+            if self.stopped:  # Ctrl-C came while this job was still setting up
+                coro.close()
+                raise KeyboardInterrupt("the sweep was stopped")
+            fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+            self._jobs.add(fut)
+        holding = getattr(self._local, "holding", False)
+        if holding:
+            self._local.holding = False
+            self.turn.release()
+        try:
+            return fut.result()
+        except concurrent.futures.CancelledError as e:
+            raise KeyboardInterrupt("the sweep was stopped") from e
+        finally:
+            self._jobs.discard(fut)
+            if holding:
+                self.turn.acquire()
+                self._local.holding = True
+
+    def cancel(self) -> None:
+        """Stop every running job (Ctrl-C): their instance tasks are cancelled, records kept."""
+        with self._lock:
+            self.stopped = True
+            jobs = list(self._jobs)
+        for fut in jobs:
+            fut.cancel()
+
+    def llm_runtime(self, settings: Mapping[str, Any], cache_dir: Path) -> LLMRuntime:
+        """The runtime for these ``services.llm`` settings, shared by every job that has them.
+
+        Runtimes of different settings still share the endpoint limiters and the in-flight table.
+        """
+        from cts.llm import LLMRuntime
+
+        key = json.dumps([settings, str(cache_dir)], sort_keys=True, default=str)
+        with self._lock:
+            if key not in self._runtimes:
+                runtime = LLMRuntime.from_settings(settings, cache_dir)
+                runtime.share_endpoints(self.loop, self._limits, self._inflight)
+                self._runtimes[key] = runtime
+            return self._runtimes[key]
+
+    def totals(self) -> tuple[float, float]:
+        """Requests sent and USD billed so far, over every runtime of the sweep."""
+        requests = cost = 0.0
+        for runtime in list(self._runtimes.values()):
+            for row in runtime.usage().values():
+                requests += row.get("requests", 0.0)
+                cost += row.get("cost_usd", 0.0)
+        return requests, cost
+
+    def orig_share(self, setting: str) -> OrigShare:
+        """Share the orig arm between jobs with the same ``setting`` (see :func:`orig_setting`)."""
+        with self._lock:
+            flights = self._orig.setdefault(setting, SingleFlight(keep=True))
+
+        async def share(instance_id: str, work: Callable[[], Awaitable[ArmOutcome]]) -> ArmOutcome:
+            return (await flights.run(instance_id, work))[0]
+
+        return share
+
+    def orig_counts(self) -> dict[str, int]:
+        """Orig arms computed and reused, over every setting."""
+        flights = list(self._orig.values())
+        return {"orig_computed": sum(f.started for f in flights), "orig_shared": sum(f.joined for f in flights)}
+
+
+async def _drain() -> None:
+    """Let cancelled jobs finish their clean-up (close record files) before the loop stops."""
+    me = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not me]
+    if tasks:
+        await asyncio.wait(tasks, timeout=_DRAIN_TIMEOUT_S)
+
+
+def current_session() -> SweepSession | None:
+    """The open sweep session of this process, if any."""
+    return _CURRENT
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a job's coroutine: on the sweep's shared loop if a session is open, else in its own."""
+    session = current_session()
+    return session.run(coro) if session is not None else asyncio.run(coro)
+
+
+def shared_llm_runtime(settings: Mapping[str, Any], cache_dir: Path) -> LLMRuntime:
+    """The job's LLM runtime: the sweep's shared one in a session, else a fresh one."""
+    from cts.llm import LLMRuntime
+
+    session = current_session()
+    if session is None:
+        return LLMRuntime.from_settings(settings, cache_dir)
+    return session.llm_runtime(settings, cache_dir)
+
+
+def orig_setting(parts: Mapping[str, Any]) -> str:
+    """Digest of what the orig arm depends on (dataset and gold, search backend, judge, routing)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def orig_share_for(parts: Mapping[str, Any]) -> OrigShare | None:
+    """The sweep's orig-arm share for this setting, or None outside a session."""
+    session = current_session()
+    return session.orig_share(orig_setting(parts)) if session is not None else None
+
+
+def sweep_progress() -> SweepProgress | None:
+    """The sweep's progress bar, or None outside a session (each job shows its own)."""
+    session = current_session()
+    return session.progress if session is not None else None

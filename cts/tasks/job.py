@@ -1,0 +1,208 @@
+"""Where a job sits and what it leaves behind: Hydra context, tags, summary, fingerprint, tracking.
+
+Shared by every task; the composition layer (:mod:`cts.app`) hands tasks a
+:data:`Build` callable instead of letting them import it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from cts import tracking
+from cts.job_files import RECORDS_FILE
+from cts.secrets import scrub_tree
+
+Build = Callable[[Any], Any]
+"""Builds one component from its config node (given by the composition layer)."""
+# Keys that change where things go or how fast, not what is measured.
+_NON_PROTOCOL_KEYS = ("paths", "tracking", "concurrency", "limit", "hydra", "task", "sweep_report", "debug",
+                      "gate")  # the gate is applied after the fact, over finished records
+_LLM_OPERATIONAL = ("concurrency_per_endpoint", "adaptive", "timeout_s", "max_attempts", "backoff", "cache", "budget",
+                    "tracing", "transport", "breaker_failures", "preflight_probe", "preflight_timeout_s",
+                    "api_base_price")
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """Where a job sits in Hydra: choices, run name, dirs (fallbacks outside Hydra)."""
+
+    choices: Mapping[str, str]
+    run_name: str
+    job_dir: Path
+    sweep_dir: str
+
+
+def job_context(cfg: DictConfig) -> JobContext:
+    """Read the Hydra runtime (or fall back to config values when run without it)."""
+    out = Path(cfg.paths.output_dir)
+    if not HydraConfig.initialized():
+        return JobContext({}, f"k{cfg.k}", out, "")
+    hc = HydraConfig.get()
+    choices = {g: str(v) for g, v in hc.runtime.choices.items() if not g.startswith("hydra") and v}
+    sweep = str(hc.sweep.dir) if hc.mode and hc.mode.name == "MULTIRUN" else ""
+    name = job_run_name(list(hc.overrides.task), bool(sweep), f"clarifier={choices.get('clarifier', 'run')},k={cfg.k}")
+    return JobContext(choices, name, out, sweep)
+
+
+def job_run_name(overrides: list[str], multirun: bool, fallback: str) -> str:
+    """The MLflow run name: the swept factors in a multirun (as the job dir), else ``fallback``."""
+    from cts.naming import current_swept, job_name
+
+    swept = current_swept() if multirun else ()
+    return job_name(overrides, swept, fallback) if swept != () else fallback
+
+
+def in_multirun() -> bool:
+    """Whether this process runs a job of a Hydra multirun."""
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def task_overrides() -> list[str]:
+    """The job's command-line overrides (empty outside Hydra)."""
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def protocol_config(cfg: DictConfig) -> dict[str, Any]:
+    """Everything that changes what a job measures (not where it writes), resolved."""
+    keys = [k for k in cfg if k not in _NON_PROTOCOL_KEYS]
+    try:  # resolved, so that a dataset path or an endpoint read from the environment counts too
+        data = OmegaConf.to_container(OmegaConf.masked_copy(cfg, keys), resolve=True)
+    except Exception:  # noqa: BLE001 - e.g. ${hydra:...} outside a Hydra run: the written config
+        data = OmegaConf.to_container(OmegaConf.masked_copy(cfg, keys), resolve=False)
+    assert isinstance(data, dict)
+    kept = dict(data)
+    llm = dict(kept.get("services", {}).get("llm") or {})
+    kept["services"] = {**kept.get("services", {}), "llm": {k: v for k, v in llm.items() if k not in _LLM_OPERATIONAL}}
+    # Secrets masked: fingerprint.json stores this, and a rotated key measures the same thing.
+    return scrub_tree(kept)  # type: ignore[return-value]
+
+
+def protocol_fingerprint(cfg: DictConfig) -> str:
+    """Hash of :func:`protocol_config`."""
+    return hashlib.sha256(json.dumps(protocol_config(cfg), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def check_resume(out_dir: Path, fingerprint: str, config: Mapping[str, Any] | None = None) -> None:
+    """Refuse to resume into a dir whose records came from a different protocol config.
+
+    The protocol config is stored beside the fingerprint, so a refusal names the keys that differ.
+    """
+    path = out_dir / "fingerprint.json"
+    records = out_dir / RECORDS_FILE
+    if path.exists() and records.exists() and records.stat().st_size > 0:  # no records: nothing to protect
+        stored = json.loads(path.read_text())
+        if stored["fingerprint"] != fingerprint:
+            raise SystemExit(resume_refusal(out_dir, stored, fingerprint, config))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"fingerprint": fingerprint, "config": config}, default=str, ensure_ascii=False))
+
+
+def resume_refusal(out_dir: Path, stored: Mapping[str, Any], fingerprint: str,
+                   config: Mapping[str, Any] | None) -> str:
+    """The message of a refused resume: the fingerprints and every key that differs."""
+    from cts.confdiff import config_diff
+
+    head = (f"{out_dir} holds records of another configuration (fingerprint {stored['fingerprint']} != "
+            f"{fingerprint}); use a fresh output dir.")
+    if not isinstance(stored.get("config"), Mapping) or config is None:
+        return head + " (the dir predates stored configs: the differing keys are unknown)"
+    lines = "\n".join(f"  {line}" for line in config_diff(stored["config"], config))
+    return f"{head}\nKeys that differ (stored -> now):\n{lines}"
+
+
+def log_task_run(cfg: DictConfig, task: str, metrics: Mapping[str, float], artifacts: list[Path]) -> str:
+    """Track a non-evaluate task (gold, robustness analyses) as one MLflow run.
+
+    Args:
+        artifacts: The files the task wrote (not whole directories, which may hold the store).
+    """
+    ctx = job_context(cfg)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(resolved, dict)
+    tags = {**job_tags(cfg, ctx), "cts.kind": task}
+    with tracking.job_run(cfg.tracking.uri, cfg.tracking.experiment, f"{task}:{ctx.run_name}",
+                          tracking.flatten(resolved), tags) as run_id:
+        tracking.log_metrics(metrics)
+        tracking.log_artifacts(artifacts)
+    return run_id
+
+
+def job_tags(cfg: DictConfig, ctx: JobContext) -> dict[str, str]:
+    """Tags the report and notebooks select runs by."""
+    tags = {
+        "cts.kind": "job",
+        "cts.job_dir": str(ctx.job_dir),
+        "cts.sweep_dir": ctx.sweep_dir,
+        "cts.system": ctx.choices.get("clarifier", ""),
+        "cts.k": str(cfg.k),
+    }
+    tags.update({f"cts.choice.{g}": v for g, v in ctx.choices.items()})
+    return tags
+
+
+def write_summary(
+    cfg: DictConfig, ctx: JobContext, resolved: dict[str, Any], metrics: Mapping[str, float],
+    run_id: str, stop: str,
+) -> Path:
+    """Write ``summary.json`` and the resolved ``config.yaml`` into the job dir."""
+    (ctx.job_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(scrub_tree(resolved))))
+    summary = {
+        "metrics": {k: (v if math.isfinite(v) else None) for k, v in metrics.items()},
+        "choices": dict(ctx.choices),
+        "k": cfg.k,
+        "stop_reason": stop,
+        "run_name": ctx.run_name,
+        "job_dir": str(ctx.job_dir),
+        "sweep_dir": ctx.sweep_dir,
+        "run_id": run_id,
+        "experiment": cfg.tracking.experiment,
+        "tracking_uri": cfg.tracking.uri,
+    }
+    path = ctx.job_dir / "summary.json"
+    path.write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+    return path
+
+
+_TABLE_KEYS = (
+    "n_instances", "n_unscored", "n_errors", "score_mean", "score_p50", "score_p90", "score_min",
+    "score_max", "orig_score_mean", "delta_mean", "delta_ci_low", "delta_ci_high",
+    "ua_unknown_rate", "all_unknown_rate", "cq_region_rate", "llm_calls", "cache_hits", "cost_usd",
+    "cost_total_usd", "n_missing", "n_infra_failures",
+)
+
+
+def print_metrics(name: str, metrics: Mapping[str, float]) -> None:
+    """Print a short table of the job's main metrics."""
+    width = max(len(k) for k in _TABLE_KEYS)
+    lines = [f"== {name} =="]
+    for key in _TABLE_KEYS:
+        if key in metrics:
+            v = metrics[key]
+            lines.append(f"{key:<{width}}  {v:,.0f}" if key.startswith("n_") else f"{key:<{width}}  {v:.3f}")
+    print("\n".join(lines), flush=True)
+
+
+def robustness_source(cfg: Any) -> Any:
+    """``robustness.source`` as a plain value (a list of job dirs, or one dir or experiment)."""
+    source = cfg.robustness.source
+    return list(source) if type(source).__name__ == "ListConfig" else source
+
+
+def orig_parts(cfg: DictConfig) -> dict[str, Any]:
+    """What the orig arm of an instance depends on: dataset (and gold), search, judge, routing."""
+    llm = cfg.services.get("llm") or {}
+    routing = {key: llm.get(key) for key in ("api_base", "model", "max_reasks")}
+    parts = OmegaConf.masked_copy(cfg, ["dataset", "search", "judge"])
+    resolved = OmegaConf.to_container(parts, resolve=True)
+    assert isinstance(resolved, dict)
+    return {**resolved, "llm": routing, "corpus_lang": cfg.services.get("corpus_lang")}

@@ -1,0 +1,278 @@
+"""The only package that touches MLflow (store set-up in ``_store``, traces in ``_traces``).
+
+One Hydra job = one MLflow run (params = the flattened resolved config, metrics =
+pure functions over records, artifacts = records, summary, config, prompts).
+A sweep report is logged as one more run tagged ``cts.kind=sweep_report``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from cts.secrets import scrub
+from cts.tracking._store import TrackingStoreError, _mlflow, broken_store_message, prepare_store, store_lock_path
+from cts.tracking._traces import log_instance_trace, log_records_table, search_turns, trace_llm_calls
+from cts.versions import package_versions
+
+__all__ = [
+    "TrackingStoreError", "broken_store_message", "download_artifact", "experiment_id", "flatten", "job_run",
+    "job_runs", "log_artifacts", "log_instance_trace", "log_metrics", "log_records_table", "log_report_run",
+    "one_run_per_job_dir", "prepare_store", "search_runs", "search_traces", "search_turns", "set_tags",
+    "store_lock_path", "trace_llm_calls",
+]
+
+_PARAM_VALUE_MAX = 6000  # MLflow's limit on a param value
+
+
+def flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Flatten a nested mapping into ``a.b.c -> str(value)`` params (secrets masked)."""
+    out: dict[str, str] = {}
+    for key, value in cfg.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = scrub(name, str(value))[:_PARAM_VALUE_MAX]  # keys come from the env, never logged
+    return out
+
+
+RUN_FILE = "mlflow_run.json"
+"""Written into a job dir: the id of the job's MLflow run, so a resume continues it."""
+
+
+@contextlib.contextmanager
+def job_run(
+    uri: str,
+    experiment: str,
+    run_name: str,
+    params: Mapping[str, str],
+    tags: Mapping[str, str] | None = None,
+    job_dir: Path | None = None,
+) -> Iterator[str]:
+    """Start (or, for a resumed job dir, continue) the MLflow run of one job, and always end it.
+
+    Besides ``params``, the run logs the resolved versions of the key packages
+    (params ``version.<package>`` and the artifact ``versions.json``).
+
+    With ``job_dir``, the run id is stored there (:data:`RUN_FILE`) before the body
+    runs, so a job resumed after any kill (SIGKILL included) continues the same run:
+    its status, metrics and artifacts are updated; params are immutable in MLflow, so
+    a changed one is kept as the tag ``cts.resume.<param>``. When the stored run is
+    gone (another store or experiment, deleted), a new run starts tagged ``cts.previous_run_id``.
+
+    Yields:
+        The run id. The run ends ``KILLED`` on KeyboardInterrupt (SIGINT, or SIGTERM
+        via :mod:`cts.interrupt`), ``FAILED`` when the body raises anything else, else
+        ``FINISHED``.
+    """
+    mlflow = _mlflow()
+    prepare_store(uri)
+    mlflow.set_tracking_uri(uri)
+    _ensure_experiment(uri, experiment)
+    previous = _stored_run_id(job_dir, uri)
+    resumed = previous is not None and _run_exists(uri, previous, experiment)
+    run = mlflow.start_run(run_id=previous) if resumed else mlflow.start_run(run_name=run_name, tags=dict(tags or {}))
+    status = "FAILED"
+    try:
+        _store_run_id(job_dir, uri, run.info.run_id)
+        versions = package_versions()
+        all_params = {**dict(params), **{f"version.{k}": v for k, v in versions.items()}}
+        _log_params(run, all_params, previous, resumed)  # tags were set when the run started (same job dir)
+        mlflow.log_dict(versions, "versions.json")
+        yield run.info.run_id
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        mlflow.flush_trace_async_logging()  # LLM-call spans (services.llm.tracing) reach the store
+        mlflow.end_run(status=status)
+
+
+def _stored_run_id(job_dir: Path | None, uri: str) -> str | None:
+    """The run id a job dir holds for this store, if any."""
+    path = job_dir / RUN_FILE if job_dir else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+    return str(data["run_id"]) if data.get("tracking_uri") == uri and data.get("run_id") else None
+
+
+def _store_run_id(job_dir: Path | None, uri: str, run_id: str) -> None:
+    if job_dir is not None:
+        job_dir.mkdir(parents=True, exist_ok=True)
+        tmp = job_dir / f".{RUN_FILE}.tmp"
+        tmp.write_text(json.dumps({"tracking_uri": uri, "run_id": run_id}), encoding="utf-8")
+        tmp.replace(job_dir / RUN_FILE)
+
+
+def _run_exists(uri: str, run_id: str, experiment: str) -> bool:
+    """Whether the run is still active in ``experiment`` (else a resume starts a new, linked run)."""
+    mlflow = _mlflow()
+    try:
+        run = mlflow.MlflowClient(tracking_uri=uri).get_run(run_id)
+    except Exception:  # noqa: BLE001 - deleted or from another store: start a new run
+        return False
+    exp = mlflow.get_experiment_by_name(experiment)
+    return run.info.lifecycle_stage == "active" and exp is not None and run.info.experiment_id == exp.experiment_id
+
+
+def _log_params(run: Any, params: Mapping[str, str], previous: str | None, resumed: bool) -> None:
+    """Log params; on a resumed run only new ones, and changed values as ``cts.resume.<param>`` tags."""
+    mlflow = _mlflow()
+    if not resumed:
+        mlflow.log_params(dict(params))
+        if previous:
+            mlflow.set_tag("cts.previous_run_id", previous)
+        return
+    old = run.data.params
+    mlflow.log_params({k: v for k, v in params.items() if k not in old})
+    changed = {f"cts.resume.{k}": v for k, v in params.items() if k in old and old[k] != v}
+    n = int(run.data.tags.get("cts.resumes", "0")) + 1
+    mlflow.set_tags({**changed, "cts.resumes": str(n)})
+
+
+def _ensure_experiment(uri: str, name: str) -> None:
+    """Select the experiment, creating it with artifacts beside a SQLite store.
+
+    MLflow's default artifact root is ``./mlruns`` relative to the working
+    directory, which scatters artifacts wherever a job happens to start.
+    """
+    mlflow = _mlflow()
+    if mlflow.get_experiment_by_name(name) is None and uri.startswith("sqlite:///"):
+        root = Path(uri.removeprefix("sqlite:///")).resolve().parent / "artifacts"
+        try:
+            mlflow.create_experiment(name, artifact_location=root.as_uri())
+        except Exception:  # noqa: BLE001 - a parallel job created it first
+            pass
+    mlflow.set_experiment(name)
+
+
+def log_metrics(metrics: Mapping[str, float]) -> None:
+    """Log numeric metrics to the active run.
+
+    NaN is logged as NaN (an undefined rate, e.g. the orig arm's UA unknown rate,
+    stays visibly undefined instead of silently missing); None and inf are skipped.
+    """
+    clean = {
+        k: float(v)
+        for k, v in metrics.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and not math.isinf(v)
+    }
+    if clean:
+        _mlflow().log_metrics(clean)
+
+
+def log_artifacts(paths: list[Path], artifact_path: str | None = None) -> None:
+    """Log files (and directories) as artifacts of the active run."""
+    mlflow = _mlflow()
+    for p in paths:
+        if p.is_dir():
+            mlflow.log_artifacts(str(p), artifact_path=artifact_path)
+        elif p.exists():
+            mlflow.log_artifact(str(p), artifact_path=artifact_path)
+
+
+def set_tags(tags: Mapping[str, str]) -> None:
+    """Set tags on the active run."""
+    _mlflow().set_tags(dict(tags))
+
+
+def search_runs(uri: str, experiment: str | None = None) -> Any:
+    """Runs as a pandas DataFrame (``params.*``, ``metrics.*``, ``tags.*`` columns).
+
+    Args:
+        uri: Tracking URI.
+        experiment: An experiment name, or None for all experiments.
+    """
+    mlflow = _mlflow()
+    prepare_store(uri)
+    mlflow.set_tracking_uri(uri)
+    if experiment is None:
+        return mlflow.search_runs(search_all_experiments=True)
+    return mlflow.search_runs(experiment_names=[experiment])
+
+
+def job_runs(uri: str, experiment: str | None = None, status: str | None = None) -> Any:
+    """The job runs (tag ``cts.kind=job``) as a DataFrame, one per job dir, with an ``experiment`` column.
+
+    A job dir is one result: of several runs recorded for it (cts before runs were
+    continued on resume started one per rerun), the one that ended last is kept.
+
+    Args:
+        uri: Tracking URI.
+        experiment: An experiment name, or None for all experiments.
+        status: Keep only runs with this status (e.g. ``FINISHED``) before choosing.
+    """
+    runs = search_runs(uri, experiment)
+    if runs.empty or "tags.cts.kind" not in runs:
+        return runs.iloc[0:0].assign(experiment=[])
+    runs = runs[runs["tags.cts.kind"] == "job"]
+    if status is not None:
+        runs = runs[runs["status"] == status]
+    runs = one_run_per_job_dir(runs)
+    names = {e.experiment_id: e.name for e in _mlflow().search_experiments()}
+    return runs.assign(experiment=runs["experiment_id"].map(names))
+
+
+def one_run_per_job_dir(runs: Any) -> Any:
+    """Keep, per ``tags.cts.job_dir``, the run that ended last (runs without the tag are all kept)."""
+    if runs.empty or "tags.cts.job_dir" not in runs:
+        return runs
+    import pandas as pd
+
+    runs = runs.sort_values(["end_time", "start_time"], na_position="last")
+    has_dir = runs["tags.cts.job_dir"].fillna("") != ""
+    kept = pd.concat([runs[has_dir].drop_duplicates("tags.cts.job_dir", keep="last"), runs[~has_dir]])
+    return kept.sort_values("start_time")
+
+
+def search_traces(uri: str, experiment: str) -> Any:
+    """The MLflow traces (e.g. LLM-call spans) of one experiment, as a DataFrame."""
+    mlflow = _mlflow()
+    prepare_store(uri)
+    mlflow.set_tracking_uri(uri)
+    exp = mlflow.get_experiment_by_name(experiment)
+    return mlflow.search_traces(locations=[exp.experiment_id]) if exp else None
+
+
+def download_artifact(uri: str, run_id: str, artifact_path: str, dst: Path) -> Path:
+    """Download one artifact of a run into ``dst`` and return its local path."""
+    mlflow = _mlflow()
+    prepare_store(uri)
+    mlflow.set_tracking_uri(uri)
+    dst.mkdir(parents=True, exist_ok=True)
+    local = mlflow.artifacts.download_artifacts(
+        run_id=run_id, artifact_path=artifact_path, dst_path=str(dst)
+    )
+    return Path(local)
+
+
+def log_report_run(
+    uri: str,
+    experiment: str,
+    run_name: str,
+    metrics: Mapping[str, float],
+    artifacts: list[Path],
+    tags: Mapping[str, str] | None = None,
+) -> str:
+    """Log a sweep-level report as its own run; returns the run id."""
+    all_tags = {"cts.kind": "sweep_report", **(tags or {})}
+    with job_run(uri, experiment, run_name, params={}, tags=all_tags) as run_id:
+        log_metrics(metrics)
+        log_artifacts(artifacts)
+    return run_id
+
+
+def experiment_id(uri: str, name: str) -> str | None:
+    """The id of experiment ``name`` in the store at ``uri`` (None when it does not exist)."""
+    exp = _mlflow().MlflowClient(tracking_uri=uri).get_experiment_by_name(name)
+    return str(exp.experiment_id) if exp else None

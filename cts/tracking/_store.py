@@ -1,0 +1,101 @@
+"""The MLflow store: opened (created, upgraded) under an inter-process lock; a broken one explained."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+from filelock import FileLock
+
+
+def _mlflow() -> Any:
+    import mlflow  # imported lazily: it costs ~1 s and most helpers here need it only in jobs
+
+    return mlflow
+
+
+class TrackingStoreError(SystemExit):
+    """The tracking store cannot be opened; the message says how to recover (exit 1)."""
+
+
+_PREPARED: set[str] = set()
+_STORE_LOCK_TIMEOUT_S = 600.0  # a first migration of a fresh store takes seconds; a wedged one is an error
+
+
+def store_lock_path(uri: str) -> Path | None:
+    """The inter-process lock guarding creation/upgrade of the store at ``uri``.
+
+    Beside the file for ``sqlite:///``; in the temp dir (keyed by the URI) for other
+    databases on this machine; None for a tracking server, which migrates its own store.
+    """
+    if uri.startswith("sqlite:///"):
+        db = Path(uri.removeprefix("sqlite:///"))
+        return db.with_name(db.name + ".lock")
+    if "://" not in uri or uri.startswith(("http://", "https://", "file:", "databricks")):
+        return None
+    key = hashlib.sha256(uri.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"cts-mlflow-{key}.lock"
+
+
+def prepare_store(uri: str) -> None:
+    """Open (creating or checking the schema of) the tracking store, under an inter-process lock.
+
+    MLflow builds a fresh SQL store with a chain of alembic migrations; processes that
+    open it at the same moment (single jobs, a multirun, the report, a notebook) race in
+    them and can leave it unusable. Every cts entry point that touches the store comes
+    through here first, once per process.
+
+    Raises:
+        TrackingStoreError: The store exists but is broken (e.g. a migration cut short).
+    """
+    if uri in _PREPARED:
+        return
+    if uri.startswith("sqlite:///"):
+        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    lock = store_lock_path(uri)
+    if lock:  # imported before taking the lock, which then covers only the store's own work (~0.2 s)
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+    with FileLock(lock, timeout=_STORE_LOCK_TIMEOUT_S) if lock else contextlib.nullcontext():
+        try:
+            _mlflow().MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+        except Exception as e:  # noqa: BLE001 - any failure here means the store is unusable
+            raise TrackingStoreError(broken_store_message(uri, e)) from None
+    _PREPARED.add(uri)
+
+
+def broken_store_message(uri: str, error: BaseException) -> str:
+    """One message saying what is wrong with a store and how to recover."""
+    first = (str(error).strip().splitlines() or [""])[0][:300]
+    head = f"cts: the MLflow store {uri} cannot be opened ({type(error).__name__}: {first})."
+    if not uri.startswith("sqlite:///"):
+        return (f"{head} Check that the store is reachable; if its schema is old, back it up and run "
+                f"`mlflow db upgrade {uri}`.")
+    db = Path(uri.removeprefix("sqlite:///"))
+    n_runs, leftovers = _sqlite_state(db)
+    other = f"or start a new store with tracking.uri=sqlite:///{db.with_name('mlflow-new.db')}"
+    if not n_runs:
+        return (f"{head} It holds no readable runs (an earlier process probably died while creating it): "
+                f"delete {db} and rerun, {other}.")
+    drop = "; ".join(f"DROP TABLE {t}" for t in leftovers)
+    fix = f"sqlite3 {db} '{drop}' && " if leftovers else ""
+    return (f"{head} It holds {n_runs} runs; a schema migration was probably cut short. Back it up "
+            f"(cp {db} {db}.bak), then repair it: {fix}mlflow db upgrade {uri}; {other}.")
+
+
+def _sqlite_state(db: Path) -> tuple[int, list[str]]:
+    """Number of runs in a SQLite store and alembic's leftover temp tables (0, [] if unreadable)."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+            tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            n_runs = con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] if "runs" in tables else 0
+    except sqlite3.Error:
+        return 0, []
+    return int(n_runs), [t for t in tables if t.startswith("_alembic_tmp_")]

@@ -1,0 +1,119 @@
+"""The package's shape: layer order of imports (no cycles, nothing upward) and module size.
+
+The layer order is the one the README states; a module may import only from its own
+layer or the layers before it, and the import graph has no cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "cts"
+MAX_LINES = 400
+
+# Ordered layers; a module's layer is that of its longest matching prefix.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("contracts", ("cts", "cts.types", "cts.records")),
+    ("leaf", ("cts.aio", "cts.text", "cts.io", "cts.stats", "cts.corpus", "cts.index", "cts.lexicon", "cts.prompts",
+              "cts.scoring", "cts.versions", "cts.qtypes", "cts.tracking", "cts.interrupt", "cts.naming", "cts.confdiff",
+              "cts.secrets")),
+    ("components", ("cts.llm", "cts.roles", "cts.search", "cts.services", "cts.gold", "cts.goldfile", "cts.data", "cts.demo",
+                    "cts.sweep")),
+    ("pipeline", ("cts.stages", "cts.pipeline", "cts.job_files", "cts.metrics", "cts.diagnostics", "cts.outcome", "cts.budget")),
+    ("report", ("cts.report",)),
+    ("analysis", ("cts.analysis",)),
+    ("tasks", ("cts.tasks",)),
+    ("composition", ("cts.app", "cts.errors")),
+    ("entry", ("cts.callbacks", "cts.cluster", "cts.bench_memory", "cts.gate", "cts.report.cli", "cts.report.__main__", "cts.demo.cli",
+               "cts.demo.__main__")),
+)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> int:
+    best, rank = -1, -1
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > best:
+                best, rank = len(p), i
+    assert rank >= 0, f"{module} is in no layer: add it to LAYERS (and the README)"
+    return rank
+
+
+def imports_of(path: Path, modules: set[str]) -> set[str]:
+    """The cts modules ``path`` imports (any depth: lazy imports count too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for n in names:
+            while n and n not in modules:
+                n = n.rpartition(".")[0]
+            if n:
+                found.add(n)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in PKG.rglob("*.py")}
+    return {m: imports_of(p, set(files)) - {m} for m, p in files.items()}
+
+
+def test_no_upward_import() -> None:
+    bad = [f"{m} ({LAYERS[layer_of(m)][0]}) imports {d} ({LAYERS[layer_of(d)][0]})"
+           for m, deps in graph().items() for d in deps
+           if layer_of(d) > layer_of(m) and not m.startswith(d + ".") and d != "cts"]
+    assert not bad, "\n".join(sorted(bad))
+
+
+def test_no_import_cycle() -> None:
+    g = graph()
+    # A package's __init__ re-exporting its own submodules is not a cycle between modules.
+    edges = {m: {d for d in deps if not d.startswith(m + ".")} for m, deps in g.items()}
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for d in sorted(edges[m]):
+            if state.get(d) == 1:
+                cycles.append(path[path.index(d):] + [d] if d in path else [m, d])
+            elif d not in state:
+                visit(d, [*path, d])
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, cycles
+
+
+@pytest.mark.parametrize("path", sorted(PKG.rglob("*.py")), ids=lambda p: str(p.relative_to(PKG)))
+def test_module_size(path: Path) -> None:
+    n = len(path.read_text(encoding="utf-8").splitlines())
+    assert n <= MAX_LINES, f"{path.name}: {n} lines (max {MAX_LINES}); split it by concern"
+
+
+def test_error_kinds_produced_are_declared() -> None:
+    """Every ``ErrorInfo(stage, kind, ...)`` literal names a kind of :data:`cts.types.ErrorKind`."""
+    from typing import get_args
+
+    from cts.types import ErrorKind
+
+    produced = set()
+    for path in PKG.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "ErrorInfo" and len(node.args) >= 2:
+                if isinstance(node.args[1], ast.Constant):
+                    produced.add(node.args[1].value)
+    assert produced and produced <= set(get_args(ErrorKind)), produced - set(get_args(ErrorKind))

@@ -1,0 +1,216 @@
+"""Cluster runs on real services: Slurm via submitit, the cache on PostgreSQL, `mlflow server`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from llm_fakes import protocol_reply
+from test_multirun import METRICS, REPO, run_py
+
+from cts import tracking
+from cts.cluster import literal_secrets
+
+CANARY = "sk-canary-7f3e9b1d2c"
+SLURM = ("hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launcher.cpus_per_task=1",
+         "hydra.launcher.mem_gb=1", "hydra.launcher.timeout_min=20")
+
+
+def test_resolved_secrets_are_masked_in_params_and_written_configs():
+    from cts.secrets import scrub_tree
+    from cts.tracking import flatten
+
+    cfg = {"services": {"llm": {"api_key": CANARY, "cache": {"url": "postgresql://u:pw@h/db"}}},
+           "model": {"input_cost_per_token": 1e-6, "api_key_env": "OPENAI_API_KEY"}}
+    assert CANARY not in json.dumps(flatten(cfg)) and CANARY not in json.dumps(scrub_tree(cfg))
+    assert flatten(cfg)["services.llm.cache.url"] == "postgresql://u:***@h/db"
+    assert flatten(cfg)["model.api_key_env"] == "OPENAI_API_KEY" and scrub_tree(cfg)["model"] == cfg["model"]
+
+
+def test_literal_secrets_are_refused_interpolations_pass():
+    assert literal_secrets(["services.llm.api_key=sk-1", "services.llm.cache.url=postgresql://u:pw@h/db"]) == [
+        "services.llm.api_key", "services.llm.cache.url"]
+    assert literal_secrets(["services.llm.api_key=${oc.env:KEY}", r"services.llm.api_key=$\{oc.env\:KEY\}",
+                            "services.llm.cache.url=postgresql://u@h/db",
+                            "k=1,2", "services.llm.api_key=null"]) == []
+
+
+# --------------------------------------------------------------------------- cache on PostgreSQL
+
+_WRITER = """
+import asyncio, json, sys
+from cts.llm.cache import ResponseCache
+url, me, n, log = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+cache = ResponseCache(url)
+async def compute(i):
+    with open(log, "a") as f:
+        f.write(f"{i}\\n")
+    await asyncio.sleep(0.05)
+    return {"i": i, "text": "答案"}
+async def main():
+    errors = 0
+    async def one(i):
+        nonlocal errors
+        try:
+            value, _ = await cache.get_or_compute(f"k{i}", lambda: compute(i))
+            assert value["i"] == i
+            cache.put(f"k{i}", value)  # a second writer of the same key
+        except Exception as exc:
+            errors += 1
+            print(repr(exc), file=sys.stderr)
+    await asyncio.gather(*(one(i) for i in range(n)))
+    print(json.dumps({"errors": errors}))
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+def test_four_processes_write_overlapping_keys_to_postgres(pg, tmp_path):
+    url, log = pg.create_db("cache4"), tmp_path / "computed.log"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, url, str(i), "60", str(log)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [e for _, e in outs]
+    assert [json.loads(o)["errors"] for o, _ in outs] == [0] * 4
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT key, COUNT(*) FROM responses GROUP BY key").fetchall()
+        claims = conn.execute("SELECT COUNT(*) FROM responses_claims").fetchone()[0]
+    assert len(rows) == 60 and {n for _, n in rows} == {1} and claims == 0
+    computed = log.read_text().split()
+    assert sorted(computed, key=int) == [str(i) for i in range(60)]  # each key computed by one process only
+
+
+@pytest.mark.slow
+def test_three_concurrent_jobs_sharing_the_orig_arm_send_each_request_once(pg, tmp_path, llm_server, cache_dir):
+    llm_server.handler = protocol_reply
+    llm_server.latency_s = 0.05  # keep the three jobs' identical orig-arm calls overlapping
+    url = pg.create_db("cache3")
+    run_py("-m", "clarifier=gpt,ernie,claude", "k=1", "limit=3", "hydra/launcher=joblib", "hydra.launcher.n_jobs=3",
+           f"services.llm.api_base={llm_server.base_url}", f"services.llm.cache.url={url}",
+           f"hydra.sweep.dir={tmp_path / 'sweep'}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+           f"paths.cache_dir={cache_dir}", "sweep_report=false", cwd=tmp_path)
+    bodies = [json.dumps(body, sort_keys=True) for body in llm_server.bodies()]
+    assert bodies and len(bodies) == len(set(bodies)), f"{len(bodies) - len(set(bodies))} requests sent twice"
+    records = [r for rows in _job_records(tmp_path / "sweep").values() for r in rows]
+    assert len(records) == 9 and not [r["error"] for r in records if r["error"]]
+
+
+# --------------------------------------------------------------------------- Slurm
+
+
+def _job_records(sweep: Path) -> dict[str, list[dict]]:
+    return {str(f.parent.relative_to(sweep)): [json.loads(x) for x in f.read_text().splitlines()]
+            for f in sweep.rglob("records.jsonl")}
+
+
+def _stable(record: dict) -> str:
+    # Wall-clock fields differ between any two runs; everything else must match.
+    def strip(obj):
+        if isinstance(obj, dict):
+            return {k: strip(v) for k, v in obj.items()
+                    if "latency" not in k and not k.endswith(("_s", "trace_id", "request_id"))}
+        if isinstance(obj, list):
+            return [strip(v) for v in obj]
+        return obj
+
+    return json.dumps(strip(record), sort_keys=True, ensure_ascii=False)
+
+
+def _grep(root: Path, needle: str) -> list[str]:
+    hits = []
+    for path in root.rglob("*"):
+        if path.is_file() and needle.encode() in path.read_bytes():
+            hits.append(str(path))
+    return hits
+
+
+@pytest.mark.slow
+def test_offline_sweep_on_slurm_with_mlflow_server_and_postgres_cache(
+    tmp_path, slurm_cluster, mlflow_server, pg, cache_dir, monkeypatch
+):
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY)  # jobs inherit it; it must be written nowhere
+    monkeypatch.setenv("CTS_TEST_KEY", CANARY)  # also read by the config, resolved inside the jobs
+    cache_url = pg.create_db("sweepcache")
+    sweep = tmp_path / "slurm"
+    common = ("-m", "experiment=offline", "clarifier=rules_scope,rules_region,none", "k=1,2,3",
+              f"paths.cache_dir={cache_dir}", f"services.llm.cache.url={cache_url}",
+              "services.llm.api_key=${oc.env:CTS_TEST_KEY}")
+    run_py(*common, *SLURM, f"hydra.sweep.dir={sweep}", f"tracking.uri={mlflow_server.uri}", cwd=tmp_path)
+
+    runs = tracking.search_runs(mlflow_server.uri)
+    jobs = runs[(runs["tags.cts.kind"] == "job") & runs["tags.cts.sweep_dir"].str.endswith("slurm")]
+    assert len(jobs) == 9 and set(jobs["status"]) == {"FINISHED"}
+    for name in METRICS:  # ua_unknown_rate is NaN where nothing was asked (clarifier=none)
+        assert f"metrics.{name}" in jobs, name
+    assert jobs["metrics.score_mean"].notna().all() and (jobs["metrics.n_instances"] >= 150).all()
+    assert (runs["tags.cts.kind"] == "sweep_report").sum() == 1 and (sweep / "report" / "report.md").is_file()
+    assert len(list((sweep / ".submitit").glob("*/*_result.pkl"))) == 9  # all nine ran as Slurm jobs
+
+    local = tmp_path / "local"
+    run_py(*common, f"hydra.sweep.dir={local}", f"tracking.uri=sqlite:///{tmp_path}/local.db",
+           "sweep_report=false", cwd=tmp_path)
+    on_slurm = _job_records(sweep)
+    on_one = {job.replace(",sweep_report=False", ""): rows for job, rows in _job_records(local).items()}
+    assert sorted(on_slurm) == sorted(on_one) and len(on_slurm) == 9
+    for job, records in on_slurm.items():
+        # Records stream in completion order, which concurrency varies: compare them by id.
+        assert sorted(map(_stable, records)) == sorted(map(_stable, on_one[job])), job
+
+    leaks = _grep(sweep, CANARY) + _grep(mlflow_server.artifact_root, CANARY)
+    assert not leaks, leaks
+    dump = subprocess.run(["pg_dumpall", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres"],
+                          capture_output=True, text=True, check=True).stdout
+    assert "experiment" in dump and CANARY not in dump  # the MLflow store (and the cache)
+
+
+@pytest.mark.slow
+def test_scancel_one_slurm_job_then_rerun_gives_every_instance_once(
+    tmp_path, slurm_cluster, llm_server, pg, cache_dir
+):
+    llm_server.handler = protocol_reply
+    llm_server.latency_s = 0.5
+    sweep = tmp_path / "sweep"
+    args = [sys.executable, str(REPO / "run.py"), "-m", "clarifier=gpt,ernie,claude", "k=1", "limit=6",
+            "concurrency=1", f"services.llm.api_base={llm_server.base_url}",
+            f"services.llm.cache.url={pg.create_db('scancel')}", *SLURM, f"hydra.sweep.dir={sweep}",
+            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"paths.cache_dir={cache_dir}", "sweep_report=false"]
+    env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    first = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    subprocess.run(["scancel", _wait_for_a_started_job(sweep, first)], check=True)
+    out, _ = first.communicate(timeout=300)
+    assert first.returncode != 0 and "ended" in out, out[-3000:]  # the sweep reports the cancelled job
+
+    rerun = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    records = _job_records(sweep)
+    assert len(records) == 3
+    for job, rows in records.items():
+        ids = [r["id"] for r in rows]
+        assert len(ids) == 6 and len(set(ids)) == 6, (job, ids)
+
+
+def _wait_for_a_started_job(sweep: Path, proc: subprocess.Popen, timeout_s: float = 240) -> str:
+    """The Slurm id (``<array>_<task>``) of a running job that has written some of its records."""
+    from omegaconf import OmegaConf
+
+    deadline, seen = time.monotonic() + timeout_s, {}
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"sweep ended first; records seen: {seen}\n" + (proc.stdout.read()[-3000:] if proc.stdout else "")
+        running = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"], capture_output=True, text=True).stdout.split()
+        for records in sweep.rglob("records.jsonl"):
+            lines = records.read_text().count("\n")
+            seen[records.parent.name[:40]] = lines
+            num = OmegaConf.load(records.parent / ".hydra" / "hydra.yaml").hydra.job.num
+            match = [job for job in running if job.endswith(f"_{num}")]
+            if 1 <= lines < 6 and match:
+                return match[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no job started writing records: {seen}")

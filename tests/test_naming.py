@@ -1,0 +1,40 @@
+"""Jobs are named by the swept factors only: no routing, no paths, one directory level."""
+
+from __future__ import annotations
+
+import pytest
+
+from cts import naming
+from cts.naming import job_name, swept_keys
+
+
+def test_swept_keys_are_the_sweep_overrides_only() -> None:
+    overrides = ["clarifier=gpt,ernie", "k=range(1,4)", "services.llm.api_base=http://127.0.0.1:8080/v1",
+                 "dataset.gold_path=/data/gold/gold.jsonl", "seed=choice(0,1)", "limit=5"]
+    assert swept_keys(overrides) == ("clarifier", "k", "seed")
+
+
+def test_job_name_keeps_the_swept_factors_and_is_one_path_segment() -> None:
+    job = ["clarifier=gpt", "k=2", "services.llm.api_base=http://127.0.0.1:8080/v1",
+           "dataset.gold_path=/data/gold/gold.jsonl"]
+    assert job_name(job, ("clarifier", "k")) == "clarifier=gpt,k=2"
+    assert job_name(job, (), fallback="job0") == "job0"
+    unknown = job_name(job, None)  # sweep not recorded: every override, made path-safe
+    assert "/" not in unknown and ":" not in unknown and len(unknown) <= 120
+    assert job_name(["model@clarifier.model=claude", "k=1"], ("model@clarifier.model",)) == "model@clarifier.model=claude"
+
+
+def test_a_swept_path_value_does_not_nest_directories() -> None:
+    name = job_name(["dataset.gold_path=/a/b/gold.jsonl"], ("dataset.gold_path",))
+    assert name == "dataset.gold_path=_a_b_gold.jsonl"
+
+
+def test_the_resolver_reads_the_sweep_recorded_by_the_launching_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(naming.SWEPT_ENV, raising=False)
+    naming.remember_swept(["clarifier=gpt,ernie", "k=1", "services.llm.api_base=http://h:1/v1"])
+    assert naming.current_swept() == ("clarifier",)
+    assert naming._resolve_job_name(["clarifier=ernie", "k=1", "services.llm.api_base=http://h:1/v1"], 3) == "clarifier=ernie"
+    naming.remember_swept(["k=1"])
+    assert naming._resolve_job_name(["k=1"], 3) == "job3"
+    naming.forget_swept()
+    assert naming.current_swept() is None
