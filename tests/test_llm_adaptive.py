@@ -136,7 +136,8 @@ def test_adaptive_concurrency_converges_under_a_server_cap(tmp_path: Path) -> No
     assert 0.75 * cap <= stats.limit <= 1.25 * cap, stats  # settled at the server's cap, not the ceiling 64
     assert wall <= best / 0.7, (wall, best)  # at least 0.7 of the throughput of a limit fixed at the cap
     busy = [n for n in samples if n > 0]
-    assert sum(n >= 0.75 * cap for n in busy) >= 0.6 * len(busy)  # the endpoint is kept (nearly) full
+    settled = busy[len(busy) // 2:]  # after the additive ramp from 2, however slow the machine makes it
+    assert sum(n >= 0.75 * cap for n in settled) >= 0.6 * len(settled)  # the endpoint is kept (nearly) full
 
 
 def _two_jobs_same_question(server: ScriptedServer, tmp_path: Path, settings: list[dict[str, Any]]) -> list[Any]:
