@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cts.roles.llm import LLMClarifier, LLMJudge, LLMRewriter, LLMUserAnswerer
-from cts.services import Services
+from cts.services import Services, component_arguments
 from cts.types import QA, Nugget
 
 FAKES = Path(__file__).resolve().parents[1] / "tests" / "llm_fakes.py"
@@ -69,10 +69,15 @@ def _services(base_url: str, concurrency: int, cache_dir: Path, transport: str =
     return Services(cache_dir=cache_dir, settings={"llm": llm})
 
 
+def built(target: type, services: Services, **config: object) -> object:
+    """``target`` as the composition layer builds it (a chat client for ``model``)."""
+    return target(**component_arguments(target, config, services))
+
+
 async def _run(n: int, concurrency: int, services: Services) -> int:
-    clarifier = LLMClarifier(SPEC, "clarifier", services)
-    ua, rewriter = LLMUserAnswerer(SPEC, "ua", services), LLMRewriter(SPEC, "rewriter", services)
-    judge = LLMJudge(SPEC, "judge", services)
+    clarifier = built(LLMClarifier, services, model=SPEC, prompt="clarifier")
+    ua, rewriter = built(LLMUserAnswerer, services, model=SPEC, prompt="ua"), built(LLMRewriter, services, model=SPEC, prompt="rewriter")
+    judge = built(LLMJudge, services, model=SPEC, prompt="judge")
 
     async def instance(i: int) -> None:
         blurred, fused = f"best universities for AI #{i}", f"best universities for AI in Europe #{i}"

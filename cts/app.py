@@ -1,7 +1,8 @@
 """Composition: config -> services and components -> task -> tracking.
 
 This is the one place that builds components from config options (:func:`build_node`); a
-component receives the job's services only when its signature asks for them.
+component receives exactly what its signature asks for (a chat client, the index, the
+corpus ...: :func:`cts.services.component_arguments`), never the job's services.
 """
 
 from __future__ import annotations
@@ -9,15 +10,20 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hydra.utils import get_object, instantiate
+from hydra.utils import get_object
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from cts.services import Services
+from cts.services import Services, component_arguments, resource_parameters
 from cts.tasks.job import in_multirun
+
+if TYPE_CHECKING:
+    from cts.budget import Budget
+    from cts.pipeline import Roles
+    from cts.tasks.job import RunInfo
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +81,146 @@ _PROBED: set[tuple[str, str | None]] = set()
 
 
 def run_task(cfg: DictConfig, services: Services) -> float | None:
-    """Instantiate the configured task function and call it with a builder bound to ``services``."""
-    node = OmegaConf.masked_copy(cfg.task, [k for k in cfg.task if k != "preflight"])
-    task = instantiate(node)
-    return task(cfg=cfg, services=services, build=lambda n: build_node(n, services))  # type: ignore[no-any-return]
+    """Turn the config into the configured task's typed arguments (building its components), then run it."""
+    target = str(cfg.task._target_)
+    compose = TASKS.get(target)
+    if compose is None:
+        raise ValueError(f"task._target_={target} is not a cts task (known: {', '.join(sorted(TASKS))})")
+    return compose(cfg, services)
+
+
+def build_roles(cfg: DictConfig, services: Services) -> Roles:
+    """Build the clarifier, UA, rewriter, search backend, judge and question typer."""
+    from cts.pipeline import Roles
+
+    return Roles(**{g: build_node(cfg[g], services) for g in ROLE_GROUPS})
+
+
+def role_models(cfg: DictConfig) -> dict[str, str]:
+    """Per role: the model id it calls (``<group>.model.model``), or the baseline's class."""
+    out = {}
+    for group in ROLE_GROUPS:
+        model = OmegaConf.select(cfg, f"{group}.model.model", default=None)
+        out[group] = str(model or cfg[group]._target_.rsplit(".", 1)[-1])
+    return out
+
+
+def run_info(cfg: DictConfig) -> RunInfo:
+    """Where the job sits, its tracking settings, resolved config and tags."""
+    from cts.tasks.job import RunInfo, Tracking, job_context, job_tags
+
+    ctx, t = job_context(cfg), cfg.tracking
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(resolved, dict)
+    settings = Tracking(t.uri, t.experiment, bool(t.get("records_table", True)), bool(t.get("instance_traces", False)))
+    return RunInfo(ctx, settings, resolved, job_tags(cfg, ctx))
+
+
+def llm_budget(services: Services) -> Budget:
+    """The job's LLM budget (``services.llm.budget.max_usd``, ``timeout_s``); the runtime is built only if capped."""
+    from cts.budget import Budget
+
+    llm = services.settings.get("llm") or {}
+    cap = (llm.get("budget") or {}).get("max_usd")
+    return Budget(None if cap is None else float(cap), float(llm.get("timeout_s") or 120.0),
+                  lambda usd: services.llm.count_prior_spend(usd))
+
+
+def evaluate(cfg: DictConfig, services: Services) -> float | None:
+    """Task ``evaluate``: check the job dir, build the dataset and roles, run the protocol."""
+    from cts import tracking
+    from cts.outcome import resume_command
+    from cts.tasks.evaluate import EvalProtocol, Resume, check_job, evaluate_task
+    from cts.tasks.job import (
+        job_context,
+        orig_parts,
+        protocol_config,
+        protocol_fingerprint,
+        task_overrides,
+    )
+
+    job_dir = job_context(cfg).job_dir
+    resume = Resume(protocol_fingerprint(cfg), protocol_config(cfg), resume_command(task_overrides(), job_dir),
+                    in_multirun())
+    check_job(cfg.k, job_dir, resume)
+    dataset = build_node(cfg.dataset, services)
+    roles = build_roles(cfg, services)
+    if cfg.services.llm.get("tracing"):
+        tracking.trace_llm_calls(services.llm)
+    stats = OmegaConf.to_container(cfg.stats, resolve=True)
+    assert isinstance(stats, dict)
+    return evaluate_task(
+        dataset=dataset, roles=roles, protocol=EvalProtocol(cfg.k, cfg.seed, stats), run=run_info(cfg),
+        resume=resume, budget=llm_budget(services), models=role_models(cfg), orig_parts=orig_parts(cfg),
+        limit=cfg.limit, concurrency=cfg.concurrency, resource_stats=services.stats,
+    )
+
+
+def gold(cfg: DictConfig, services: Services) -> float:
+    """Task ``gold``: read the instances, build search and extractor, archive their gold."""
+    from cts.data import MAX_FIELD_CHARS, read_instances_jsonl
+    from cts.llm.preflight import find_model_specs
+    from cts.tasks.gold import gold_task
+    from cts.tasks.job import protocol_fingerprint
+
+    ds = cfg.dataset
+    instances = read_instances_jsonl(ds.path, ds.get("fields"), ds.get("max_field_chars", MAX_FIELD_CHARS))
+    instances = instances[: cfg.limit] if cfg.limit else instances
+    search, extractor = build_node(cfg.search, services), build_node(cfg.extractor, services)
+    models = OmegaConf.masked_copy(cfg, ["search", "extractor"])
+    provenance = {
+        "backend": cfg.search._target_,
+        "extractor": cfg.extractor._target_,
+        "models": {path: str(node.get("model")) for path, node in find_model_specs(models)},
+        "config_fingerprint": protocol_fingerprint(cfg),
+        "cts_version": __import__("cts").__version__,
+    }
+    return gold_task(instances=instances, search=search, extractor=extractor, out_dir=Path(cfg.gold.out_dir),
+                     provenance=provenance, run=run_info(cfg), concurrency=cfg.concurrency,
+                     overwrite=bool(cfg.gold.overwrite), allow_partial=bool(cfg.gold.get("allow_partial", False)))
+
+
+def _robustness(cfg: DictConfig) -> dict[str, Any]:
+    """The settings both robustness analyses share (``robustness.source``, ``budgets``)."""
+    from cts.tasks.job import robustness_source
+
+    budgets = cfg.robustness.get("budgets")
+    return {"source": robustness_source(cfg), "budgets": None if budgets is None else list(budgets),
+            "run": run_info(cfg), "out_dir": Path(cfg.paths.output_dir), "concurrency": cfg.get("concurrency", 8)}
+
+
+def judge_robustness(cfg: DictConfig, services: Services) -> None:
+    """Task ``judge_robustness``: build the dataset's gold and the judges, re-judge the source runs."""
+    from cts.tasks.judge_robustness import judge_robustness_task
+
+    rcfg = cfg.robustness
+    gold = build_node(cfg.dataset, services).gold
+    judges = {str(name): build_node(node, services) for name, node in rcfg.judges.items()}
+    judge_robustness_task(gold=gold, judges=judges, reference=rcfg.get("reference"),
+                          include_recorded=bool(rcfg.get("include_recorded", True)), **_robustness(cfg))
+
+
+def backbone_stability(cfg: DictConfig, services: Services) -> None:
+    """Task ``backbone_stability``: build the dataset and the backbones, replay the source runs' questions."""
+    from cts.analysis.backbone_stability import Backbone
+    from cts.services import concretiser_places
+    from cts.tasks.backbone_stability import backbone_stability_task
+
+    instances = build_node(cfg.dataset, services).instances
+    backbones = {str(name): Backbone(build_node(node.ua, services), build_node(node.rewriter, services))
+                 for name, node in cfg.robustness.backbones.items()}
+    backbone_stability_task(instances=instances, backbones=backbones, places=concretiser_places(services),
+                            **_robustness(cfg))
+
+
+TASKS: dict[str, Callable[[DictConfig, Services], Any]] = {
+    "cts.tasks.evaluate.evaluate_task": evaluate,
+    "cts.tasks.gold.gold_task": gold,
+    "cts.tasks.judge_robustness.judge_robustness_task": judge_robustness,
+    "cts.tasks.backbone_stability.backbone_stability_task": backbone_stability,
+}
+"""``task._target_`` -> its composition: config -> the task's typed arguments, then the call."""
+ROLE_GROUPS = ("clarifier", "ua", "rewriter", "search", "judge", "qtyper")
 
 
 def task_groups(cfg: DictConfig) -> tuple[str, ...]:
@@ -97,15 +239,14 @@ def build_node(node: Any, services: Services) -> Any:
 
     Nested component nodes (a model spec, a search provider, a fetcher and its routes)
     are built first, inside out; plain values arrive as plain Python containers. A
-    component gets the job's ``services`` only when its signature asks for them.
+    parameter typed ``Chat`` gets a client for the model spec under its key, and one
+    typed as a job resource (``Corpus``, ``CorpusIndex`` ...) gets that resource.
     """
     if not (isinstance(node, DictConfig) and "_target_" in node):
         return _plain_value(node, services)
     target = get_object(str(node._target_))
     kwargs = {str(k): _plain_value(node[k], services) for k in node if not str(k).startswith("_")}
-    if "services" in inspect.signature(target).parameters:
-        kwargs["services"] = services
-    obj = target(**kwargs)
+    obj = target(**component_arguments(target, kwargs, services))
     log.info("built %s", node._target_)
     return obj
 
@@ -162,13 +303,15 @@ def unknown_key_problems(node: Any, path: str = "") -> list[str]:
 def _unknown_keys(node: DictConfig, keys: list[str], path: str) -> list[str]:
     target = str(node._get_node("_target_")._value())
     try:
-        params = inspect.signature(get_object(target)).parameters
+        obj = get_object(target)
+        params = inspect.signature(obj).parameters
     except (ImportError, AttributeError, ValueError, TypeError) as e:
         return [f"{path}._target_: cannot load {target} ({e})"]
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return []
-    known = set(params) | _INSTANTIATE_KEYS
-    return [f"{path}.{k}: {target}{_KEY_PROBLEM}{k!r} (it takes: {', '.join(sorted(set(params) - {'self'}))})"
+    configurable = set(params) - resource_parameters(obj) - {"self"}  # resources are never config keys
+    known = configurable | _INSTANTIATE_KEYS
+    return [f"{path}.{k}: {target}{_KEY_PROBLEM}{k!r} (it takes: {', '.join(sorted(configurable))})"
             for k in keys if k not in known]
 
 

@@ -27,9 +27,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cts.data import write_instances_jsonl
-from cts.io import write_jsonl
+from cts.data import Dataset, write_instances_jsonl
+from cts.demo import load_demo
 from cts.gold import gold_to_dict
+from cts.io import write_jsonl
+from cts.types import CacheDir
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -44,23 +46,19 @@ class MemoryResult:
     exit_code: int
 
 
-def synthesise(services: object, n: int, out: Path, demo_n: int = 200) -> tuple[Path, Path]:
+def synthesise(demo: Dataset, n: int, out: Path) -> tuple[Path, Path]:
     """Write ``n`` instances (demo instances reused under new ids) and their gold.
 
     Args:
-        services: A :class:`cts.services.Services` (corpus, index, cache dir).
+        demo: The demo set the instances are taken from.
         n: Number of instances wanted.
         out: Directory for ``instances.jsonl`` and ``gold.jsonl``.
-        demo_n: Size of the demo set the instances are taken from.
 
     Returns:
         The instance and gold file paths.
     """
     from dataclasses import replace
 
-    from cts.demo import load_demo
-
-    demo = load_demo(services, n=demo_n)  # type: ignore[arg-type]
     base = list(demo.instances)
     instances = [replace(base[j % len(base)], id=f"mem-{j + 1:06d}") for j in range(n)]
     out.mkdir(parents=True, exist_ok=True)
@@ -101,10 +99,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work dir (printed)")
     args = parser.parse_args(argv)
     services = Services(cache_dir=args.cache_dir, settings={"corpus_lang": "en-us"})
+    demo = load_demo(services.corpus, services.index, CacheDir(services.cache_dir))
     work = Path(tempfile.mkdtemp(prefix="cts-bench-memory-"))
     results = []
     for n in args.sizes:
-        inst, gold = synthesise(services, n, work / f"data-{n}")
+        inst, gold = synthesise(demo, n, work / f"data-{n}")
         result = run_job(n, inst, gold, work, [f"paths.cache_dir={args.cache_dir}"])
         results.append(result)
         print(f"n={n:>7,}  max_rss={result.max_rss_mb:8.1f} MB  wall={result.wall_s:7.1f} s  exit={result.exit_code}",

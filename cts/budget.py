@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,33 +52,41 @@ def spent_so_far(job_dir: Path) -> float:
     return recorded_spend(read_records(Path(job_dir) / RECORDS_FILE)) + unrecorded_spend(job_dir)
 
 
-def _max_usd(services: Any) -> float | None:
-    budget = (services.settings.get("llm") or {}).get("budget") or {}
-    cap = budget.get("max_usd")
-    return None if cap is None else float(cap)
+@dataclass(frozen=True)
+class Budget:
+    """The job's LLM budget settings (``services.llm``), given by the composition layer.
+
+    Attributes:
+        max_usd: The cap over every run into the job dir (``budget.max_usd``; None = no cap).
+        timeout_s: How long in-flight requests may settle at the end (``timeout_s``).
+        count_prior_spend: Tells the LLM runtime what earlier runs into the dir spent.
+    """
+
+    max_usd: float | None
+    timeout_s: float
+    count_prior_spend: Callable[[float], None]
 
 
-def run_within_budget(job: Callable[[], Coroutine[Any, Any, JobResult]], job_dir: Path, services: Any) -> JobResult:
+def run_within_budget(job: Callable[[], Coroutine[Any, Any, JobResult]], job_dir: Path, budget: Budget) -> JobResult:
     """Run one job's coroutine under the job dir's budget and book what no record holds.
 
     Args:
         job: Builds the job's coroutine (``cts.pipeline.run_job(...)``).
         job_dir: The job dir (records and ledger).
-        services: The job's services (LLM runtime, usage scopes).
+        budget: The cap and the runtime's prior-spend hook.
 
     Returns:
         What the job returned: all records and the stop reason.
     """
-    from cts.llm import settled
+    from cts.llm import settled, usage_scope
     from cts.sweep import run_async
 
     job_dir = Path(job_dir)
     before = recorded_spend(read_records(job_dir / RECORDS_FILE))
-    if _max_usd(services) is not None:
-        services.llm.count_prior_spend(before + unrecorded_spend(job_dir))
-    timeout = float((services.settings.get("llm") or {}).get("timeout_s") or 120.0)
-    with services.usage_scope() as usage:
-        records, stop = run_async(settled(job(), timeout))  # on the sweep's shared loop under hydra/launcher=cts
+    if budget.max_usd is not None:
+        budget.count_prior_spend(before + unrecorded_spend(job_dir))
+    with usage_scope() as usage:
+        records, stop = run_async(settled(job(), budget.timeout_s))  # on the sweep's shared loop under hydra/launcher=cts
     paid = sum(float(u.get("cost_usd", 0.0)) for u in usage.values())
     orphan = paid - (recorded_spend(read_records(job_dir / RECORDS_FILE)) - before)
     if orphan > _EPS:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from cts.corpus import Corpus, place_names
 from cts.text import is_cjk
@@ -68,3 +69,15 @@ def corpus_places(corpus: Corpus) -> tuple[str, ...]:
     Callers cache it per job (it scans every document).
     """
     return tuple(sorted(n for n in place_names(corpus) if len(n) > 2))
+
+
+@dataclass(frozen=True)
+class PlaceLexicon:
+    """The place names a rule role reads region answers from (built once per job by the composition layer)."""
+
+    names: tuple[str, ...]
+
+    @classmethod
+    def of_corpus(cls, corpus: Corpus) -> PlaceLexicon:
+        """The places of ``corpus`` (see :func:`corpus_places`)."""
+        return cls(corpus_places(corpus))

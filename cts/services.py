@@ -1,23 +1,37 @@
-"""Shared, lazily built resources of one job: the offline corpus, the BM25 index, the LLM runtime.
+"""Composition-side resources of one job and the factories that hand them to components.
 
-The builder (:func:`cts.app.build_node`) hands them to a component only when its
-signature has a ``services`` parameter (the LLM roles, the rule UA, extractive
-search, WebDancer, the local-corpus provider and fetcher, the demo set); each
-resource is built at most once per job and only when some component asks for it.
+:class:`Services` holds the job's shared resources (the offline corpus, the BM25 index,
+the LLM runtime, the tool cache), each built at most once per job and only when some
+component needs it. Components never see it: the builder (:func:`cts.app.build_node`)
+calls :func:`component_arguments`, which gives each component exactly what its
+signature asks for, by parameter type:
+
+- ``Chat``: a chat client for the model spec the config gives under that key
+  (``clarifier.model`` -> the clarifier's client), from :func:`chat_client`;
+- ``Corpus``, ``CorpusIndex``, ``PlaceLexicon``, ``ToolCache``, ``CacheDir``: the job's one;
+- ``max_reasks`` left unset in the config: ``services.llm.max_reasks``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
+import logging
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cts.types import CacheDir
+
 if TYPE_CHECKING:
     from cts.corpus import Corpus
     from cts.index import CorpusIndex
-    from cts.llm import LLMRuntime
+    from cts.lexicon import PlaceLexicon
+    from cts.llm import Chat, LLMRuntime, ModelSpec
+    from cts.search.toolcache import ToolCache
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -60,28 +74,19 @@ class Services:
     @property
     def llm(self) -> LLMRuntime:
         """The job's LLM runtime: response cache, per-endpoint limits, accounting."""
-        from cts.sweep import shared_llm_runtime  # a sweep session shares one across its jobs
+        from cts.sweep import (
+            shared_llm_runtime,  # a sweep session shares one across its jobs
+        )
 
         return self.memo("llm", lambda: shared_llm_runtime(self.settings.get("llm", {}), self.cache_dir))
 
     def usage_scope(self) -> contextlib.AbstractContextManager[Mapping[str, Mapping[str, float]]]:
         """Per-instance usage accounting of every LLM call made inside the block."""
-        from cts.llm import usage_scope  # light: litellm is imported on the first call only
+        from cts.llm import (
+            usage_scope,  # light: litellm is imported on the first call only
+        )
 
         return usage_scope()
-
-    def prompt_files(self) -> list[Path]:
-        """Prompt files the job's components loaded (logged with every run)."""
-        from cts.prompts import used_prompts
-
-        return [p.path for p in used_prompts().values() if p.path is not None]
-
-    def prompt_versions(self) -> dict[str, str]:
-        """Name -> content hash of every prompt loaded, plus ``_all``: one hash over them."""
-        from cts.prompts import prompts_version, used_prompts
-
-        used = used_prompts()
-        return {**{n: p.version for n, p in sorted(used.items())}, "_all": prompts_version()} if used else {}
 
     def stats(self) -> dict[str, float]:
         """Counters of every built resource that keeps some (e.g. tool-cache hits)."""
@@ -91,3 +96,87 @@ class Services:
             if callable(stats):
                 out.update({k: float(v) for k, v in stats().items()})
         return out
+
+
+def chat_client(services: Services, model: ModelSpec | Mapping[str, Any], role: str) -> Chat:
+    """A client of ``model`` on the job's LLM runtime, its usage booked under ``role``."""
+    from cts.llm import ModelSpec
+
+    return services.llm.client(ModelSpec.coerce(model), role=role)
+
+
+def tool_cache(services: Services) -> ToolCache:
+    """The job's shared tool cache: the LLM cache's URL if set, else ``<cache_dir>/tool_cache.sqlite``."""
+    from cts.search.toolcache import TOOL_CACHE_FILE, TOOL_TABLE, ToolCache
+
+    cache = (services.settings.get("llm") or {}).get("cache") or {}
+    mode = cache.get("mode", "read_write")
+    url = cache.get("url")
+    if url:
+        return services.memo("tool_cache", lambda: ToolCache(url, mode, TOOL_TABLE))
+    return services.memo("tool_cache", lambda: ToolCache(Path(services.cache_dir) / TOOL_CACHE_FILE, mode))
+
+
+def place_lexicon(services: Services) -> PlaceLexicon:
+    """Place names of the offline corpus, once per job (see :func:`cts.lexicon.corpus_places`)."""
+    from cts.lexicon import PlaceLexicon
+
+    return services.memo("place_lexicon", lambda: PlaceLexicon.of_corpus(services.corpus))
+
+
+def concretiser_places(services: Services) -> tuple[str, ...]:
+    """Built-in places plus the offline corpus's places when a corpus is available (backbone stability)."""
+    from cts.lexicon import BUILTIN_PLACES_EN, BUILTIN_PLACES_ZH, corpus_places
+
+    places = set(BUILTIN_PLACES_EN) | set(BUILTIN_PLACES_ZH)
+    try:
+        places |= set(corpus_places(services.corpus))
+    except Exception as e:  # noqa: BLE001 - no corpus (package missing): the built-in list serves
+        log.info("no corpus place lexicon (%s); using the built-in list", e)
+    return tuple(sorted(p for p in places if len(p) >= 2))
+
+
+RESOURCES: dict[str, Callable[[Services], Any]] = {
+    "Corpus": lambda s: s.corpus,
+    "CorpusIndex": lambda s: s.index,
+    "PlaceLexicon": place_lexicon,
+    "ToolCache": tool_cache,
+    "CacheDir": lambda s: CacheDir(s.cache_dir),
+}
+"""Parameter type name -> the job's resource of that type (never a config key)."""
+CHAT = "Chat"
+_NAME = re.compile(r"[A-Za-z_][\w.]*")
+
+
+def type_name(annotation: Any) -> str:
+    """The one type an annotation names, optional or not (``"Chat | None"`` -> ``Chat``), else ``""``."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    names = [n.rsplit(".", 1)[-1] for n in _NAME.findall(text) if n not in ("None", "Optional", "typing.Optional")]
+    return names[0] if len(names) == 1 else ""
+
+
+def resource_parameters(target: Callable[..., Any]) -> set[str]:
+    """Parameters of ``target`` the builder fills from the job's resources (not config keys)."""
+    params = inspect.signature(target).parameters
+    return {name for name, p in params.items() if type_name(p.annotation) in RESOURCES}
+
+
+def component_arguments(target: Callable[..., Any], config: Mapping[str, Any], services: Services) -> dict[str, Any]:
+    """The arguments of ``target``: its config values, with chat clients and resources filled in.
+
+    Args:
+        target: The component's class or factory.
+        config: Its config values, nested components already built.
+        services: The job's resources.
+    """
+    params = inspect.signature(target).parameters
+    out = dict(config)
+    for name, p in params.items():
+        kind = type_name(p.annotation)
+        if kind == CHAT and out.get(name) is not None:
+            out[name] = chat_client(services, out[name], role=name)  # the component names its role
+        elif kind in RESOURCES:
+            out[name] = RESOURCES[kind](services)
+    if "max_reasks" in params and out.get("max_reasks") is None:
+        out["max_reasks"] = services.llm.settings.max_reasks
+    return out

@@ -13,7 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, Literal, NewType, Protocol, runtime_checkable
+
+CacheDir = NewType("CacheDir", Path)
+"""Directory outside git for indexes, datasets and caches (``paths.cache_dir``), given by the composition layer."""
 
 Label = Literal["full", "partial", "none"]
 LABELS: tuple[Label, ...] = ("full", "partial", "none")

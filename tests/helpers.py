@@ -72,3 +72,10 @@ def mercury() -> tuple[Instance, Gold, dict[str, str]]:
         "Tell me about Mercury, planet": "Mercury is the first planet from the Sun. Mercury has no moons.",
     }
     return inst, gold, table
+
+
+def built(target: Any, services: Any, **config: Any) -> Any:
+    """``target`` built as the composition layer builds it: ``config`` plus chat clients and job resources."""
+    from cts.services import component_arguments
+
+    return target(**component_arguments(target, config, services))

@@ -48,7 +48,7 @@ def clean_failure(proc: subprocess.CompletedProcess[str], *expected: str) -> lis
 def rows(services, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     """Three demo instances as JSONL rows (the offline stack builds gold for them)."""
     path = tmp_path_factory.mktemp("rows") / "demo3.jsonl"
-    write_instances_jsonl(load_demo(services, n=200, seed=0).instances[:3], path)
+    write_instances_jsonl(load_demo(services.corpus, services.index, services.cache_dir, n=200, seed=0).instances[:3], path)
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 

@@ -6,7 +6,7 @@ import inspect
 from pathlib import Path
 
 import pytest
-from helpers import Spy, TableSearch, Typer, gold_for
+from helpers import Spy, TableSearch, Typer, built, gold_for
 from omegaconf import OmegaConf
 
 from cts.roles.lexical import LexicalJudge
@@ -24,7 +24,7 @@ def test_fused_query_never_reaches_clarifier_or_rewriter(services, tmp_path):
         Instance("c2", "Eastern Front", f"({CANARY}) Eastern Front during World War I"),
     ]
     clarifier = Spy(RuleClarifier(order=["scope", "time", "region"]))
-    ua = Spy(RuleUserAnswerer(services))
+    ua = Spy(built(RuleUserAnswerer, services))
     rewriter = Spy(RuleRewriter())
     search = Spy(TableSearch({}))
     roles = Roles(clarifier=clarifier, ua=ua, rewriter=rewriter, search=search, judge=LexicalJudge(), qtyper=Typer())

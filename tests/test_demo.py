@@ -103,8 +103,8 @@ def test_load_demo_builds_once_then_reuses_the_cache(
 ) -> None:
     local = Services(cache_dir=tmp_path, settings={"corpus_lang": "en-us"})
     local.memo("index", lambda: services.index)  # share the session index: only the demo is new
-    data = load_demo(local, n=200, seed=0)
-    path = demo_dir(local, 200, 0)
+    data = load_demo(local.corpus, local.index, local.cache_dir, n=200, seed=0)
+    path = demo_dir(local.corpus, local.cache_dir, 200, 0)
     assert path.parent.parent == tmp_path and (path / "instances.jsonl").is_file()
     assert list(data.instances) == instances
     assert set(data.gold) == {i.id for i in instances}
@@ -116,7 +116,7 @@ def test_load_demo_builds_once_then_reuses_the_cache(
         raise AssertionError("the cached demo set was rebuilt")
 
     monkeypatch.setattr(cts.demo.loading, "_build_demo", no_rebuild)
-    again = load_demo(local, n=200, seed=0)
+    again = load_demo(local.corpus, local.index, local.cache_dir, n=200, seed=0)
     assert again.instances == data.instances and again.gold == data.gold
 
 
@@ -135,8 +135,8 @@ def test_demo_gold_is_an_archive_whose_nuggets_cite_traced_evidence(services: Se
 
     from cts.gold import load_gold
 
-    data = load_demo(services, n=200, seed=0)
-    path = demo_dir(services, 200, 0)
+    data = load_demo(services.corpus, services.index, services.cache_dir, n=200, seed=0)
+    path = demo_dir(services.corpus, services.cache_dir, 200, 0)
     runs = {}
     for line in (path / "gold_runs.jsonl").read_text(encoding="utf-8").splitlines():
         run = json.loads(line)

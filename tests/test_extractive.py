@@ -26,15 +26,15 @@ def _services_over(docs: list[Doc], tmp_path: Path) -> Services:
 
 
 def test_is_a_search_backend(services: Services) -> None:
-    assert isinstance(ExtractiveSearch(services=services), SearchBackend)
+    assert isinstance(ExtractiveSearch(services.index), SearchBackend)
     with pytest.raises(ValueError):
-        ExtractiveSearch(services=services, top_k=0)
+        ExtractiveSearch(services.index, top_k=0)
 
 
 @pytest.mark.parametrize("max_chars", [120, 600, 1500])
 def test_answer_is_bounded_and_cites_every_hit(services: Services, max_chars: int) -> None:
     result = _search(
-        ExtractiveSearch(services, top_k=3, max_chars=max_chars), "Mercury, the planet"
+        ExtractiveSearch(services.index, top_k=3, max_chars=max_chars), "Mercury, the planet"
     )
     assert 0 < len(result.answer) <= max_chars
     assert result.answer.startswith("Mercury (planet): ")
@@ -54,7 +54,7 @@ def test_answer_concatenates_top_passages_when_they_fit(tmp_path: Path) -> None:
         Doc(doc_id("Alpha"), "Alpha", "Alpha is a zebra word. It has two sentences.", "", "T"),
         Doc(doc_id("Beta"), "Beta", "Beta mentions a zebra once.", "", "T"),
     ]
-    backend = ExtractiveSearch(_services_over(docs, tmp_path), top_k=2, max_chars=1000)
+    backend = ExtractiveSearch(_services_over(docs, tmp_path).index, top_k=2, max_chars=1000)
     result = _search(backend, "zebra")
     by_id = {d.id: d for d in docs}
     ranked = [by_id[e.id] for e in result.evidence]
@@ -63,7 +63,7 @@ def test_answer_concatenates_top_passages_when_they_fit(tmp_path: Path) -> None:
 
 
 def test_no_hits_gives_an_empty_answer(services: Services) -> None:
-    result = _search(ExtractiveSearch(services), "qqqzzzxxv")
+    result = _search(ExtractiveSearch(services.index), "qqqzzzxxv")
     assert (result.answer, result.end_reason, result.evidence) == ("", "no_hits", ())
     assert result.summary["hits"] == 0
 

@@ -8,6 +8,7 @@ import math
 
 import pytest
 from handwritten import INSTANCES, TITLES
+from helpers import built
 from llm_server import ScriptedServer, llm_server_fixture, llm_settings  # noqa: F401
 
 from cts.report.gating import decide_all, evaluate_gate, gate_stats
@@ -88,7 +89,7 @@ def test_llm_gate_over_http_sees_q_only(llm_server: ScriptedServer, tmp_path):
 
     llm_server.handler = handler
     services = Services(cache_dir=tmp_path, settings={"llm": llm_settings(llm_server)})
-    gate = LLMGate({"name": "m", "model": "openai/m"}, "gate", services)
+    gate = built(LLMGate, services, model={"name": "m", "model": "openai/m"}, prompt="gate")
     with services.usage_scope() as usage:
         stats, decisions = evaluate_gate(RECORDS, gate, n_resamples=200)
     assert len(llm_server.requests) == 4 == usage["gate"]["calls"] and set(usage) == {"gate"}

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TableSearch, Typer, gold_for
+from helpers import TableSearch, Typer, built, gold_for
 from hydra import compose, initialize_config_dir
 from llm_server import Reply, ScriptedServer, llm_settings
 
@@ -58,7 +58,7 @@ def instances(n: int) -> list[Instance]:
 def llm_roles(server: ScriptedServer, tmp_path: Path, core: Services, **llm: Any) -> Roles:
     """An LLM clarifier on the scripted server; everything else offline."""
     services = Services(cache_dir=tmp_path / "cache", settings={"llm": llm_settings(server, **llm)})
-    return Roles(clarifier=LLMClarifier(SPEC, "clarifier", services), ua=RuleUserAnswerer(core),
+    return Roles(clarifier=built(LLMClarifier, services, model=SPEC, prompt="clarifier"), ua=built(RuleUserAnswerer, core),
                  rewriter=RuleRewriter(), search=TableSearch({}), judge=LexicalJudge(), qtyper=Typer())
 
 

@@ -6,7 +6,7 @@ import asyncio
 import json
 
 import mlflow
-from helpers import TableSearch, Typer, mercury
+from helpers import TableSearch, Typer, built, mercury
 
 from cts import tracking
 from cts.roles.lexical import LexicalJudge
@@ -18,7 +18,7 @@ def test_one_trace_per_instance_with_spans_and_labels(services, tmp_path):
     inst, gold, table = mercury()
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracking.prepare_store(uri)
-    roles = Roles(clarifier=RuleClarifier(order=["scope", "time"], mode="sequential"), ua=RuleUserAnswerer(services),
+    roles = Roles(clarifier=RuleClarifier(order=["scope", "time"], mode="sequential"), ua=built(RuleUserAnswerer, services),
                   rewriter=RuleRewriter(), search=TableSearch(table), judge=LexicalJudge(), qtyper=Typer())
     hook = lambda i, g, r, t: tracking.log_instance_trace(i, g, r, t, {"cts.system": "rules"})  # noqa: E731
     with tracking.job_run(uri, "traces", "job", {}) as run_id:
@@ -52,9 +52,11 @@ def test_one_trace_per_instance_with_spans_and_labels(services, tmp_path):
 
 
 def test_tracer_is_an_option(tmp_path):
-    from omegaconf import OmegaConf
-
     from cts.tasks.evaluate import instance_tracer
+    from cts.tasks.job import JobContext, RunInfo, Tracking
 
-    assert instance_tracer(OmegaConf.create({"tracking": {"instance_traces": False}}), {}) is None
-    assert instance_tracer(OmegaConf.create({"tracking": {"instance_traces": True}}), {}) is not None
+    def run(traces: bool) -> RunInfo:
+        return RunInfo(JobContext({}, "k1", tmp_path, ""), Tracking("sqlite://", "x", instance_traces=traces), {}, {})
+
+    assert instance_tracer(run(False)) is None
+    assert instance_tracer(run(True)) is not None

@@ -1,7 +1,7 @@
 import asyncio
 import json
 
-from helpers import TableSearch, Typer, gold_for, mercury
+from helpers import TableSearch, Typer, built, gold_for, mercury
 
 from cts.roles.lexical import LexicalJudge
 from cts.pipeline import Roles, run_job
@@ -12,7 +12,7 @@ from cts.types import BudgetExceeded, Instance, UnscoredError
 
 def roles(services, search, clarifier=None, judge=None):
     return Roles(clarifier=clarifier or RuleClarifier(order=["scope", "time", "region"]),
-                 ua=RuleUserAnswerer(services), rewriter=RuleRewriter(), search=search,
+                 ua=built(RuleUserAnswerer, services), rewriter=RuleRewriter(), search=search,
                  judge=judge or LexicalJudge(), qtyper=Typer())
 
 

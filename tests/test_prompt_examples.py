@@ -86,7 +86,7 @@ def test_overlap_rule_catches_a_term_and_two_readings_but_not_one_generic_word()
 
 
 def test_no_prompt_example_overlaps_a_demo_instance(services) -> None:
-    instances = load_demo(services, n=200, seed=0).instances
+    instances = load_demo(services.corpus, services.index, services.cache_dir, n=200, seed=0).instances
     titles = [d.title for d in services.corpus.docs]
     examples = {
         p.name: [u for ex in prompt_examples(p.read_text(encoding="utf-8")) for u in utterances(ex)]

@@ -7,6 +7,7 @@ import inspect
 from pathlib import Path
 
 import pytest
+from helpers import built
 from llm_server import (
     ScriptedServer,
     llm_server_fixture,  # noqa: F401  (registers the `llm_server` fixture)
@@ -54,11 +55,11 @@ def test_roles_render_their_prompts_over_http(llm_server: ScriptedServer, tmp_pa
     evidence = [Evidence("e1", "local://1", "T", "Some fact.")]
 
     async def all_roles() -> None:
-        await roles.LLMClarifier(spec, "clarifier", services).ask("q", 1)
-        await roles.LLMUserAnswerer(spec, "ua", services).answer("q*", "c?")
-        await roles.LLMRewriter(spec, "rewriter", services).rewrite("q", [QA("c?", "a")])
-        await roles.LLMExtractor(spec, "extractor", services).extract("q*", "answer", evidence)
-        await roles.LLMJudge(spec, "judge", services).judge("answer", [Nugget("n1", "fact", 1)])
+        await built(roles.LLMClarifier, services, model=spec, prompt="clarifier").ask("q", 1)
+        await built(roles.LLMUserAnswerer, services, model=spec, prompt="ua").answer("q*", "c?")
+        await built(roles.LLMRewriter, services, model=spec, prompt="rewriter").rewrite("q", [QA("c?", "a")])
+        await built(roles.LLMExtractor, services, model=spec, prompt="extractor").extract("q*", "answer", evidence)
+        await built(roles.LLMJudge, services, model=spec, prompt="judge").judge("answer", [Nugget("n1", "fact", 1)])
 
     asyncio.run(all_roles())
     assert len(llm_server.requests) == 5

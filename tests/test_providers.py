@@ -129,7 +129,7 @@ def run(coro: Any) -> Any:
 
 
 def test_local_wiki_ranks_the_corpus_with_local_links(services):
-    provider = LocalWikiProvider(services, snippet_chars=200)
+    provider = LocalWikiProvider(services.index, snippet_chars=200)
     assert isinstance(provider, SearchProvider)
     hits = run(provider.search("Mercury planet closest to the Sun", 5))
     assert 0 < len(hits) <= 5
@@ -142,7 +142,7 @@ def test_local_wiki_ranks_the_corpus_with_local_links(services):
 
 
 def test_local_wiki_returns_nothing_rather_than_zero_score_hits(services):
-    provider = LocalWikiProvider(services)
+    provider = LocalWikiProvider(services.index)
     assert run(provider.search("水星是离太阳最近的行星", 3)) == []  # CJK query, English corpus
     assert run(provider.search("zzqxv qqzzx", 3)) == []
 
@@ -156,10 +156,10 @@ def test_lead_snippet_keeps_whole_sentences_and_cuts_a_long_first_one():
 
 def test_local_fetcher_serves_local_urls(services):
     doc = services.corpus.docs[0]
-    page = run(LocalCorpusFetcher(services).fetch(doc.url))
+    page = run(LocalCorpusFetcher(services.corpus).fetch(doc.url))
     assert page == Page(doc.url, doc.title, doc.text)
     with pytest.raises(CallError) as err:
-        run(LocalCorpusFetcher(services).fetch("local://No_Such_Article_zz"))
+        run(LocalCorpusFetcher(services.corpus).fetch("local://No_Such_Article_zz"))
     assert err.value.kind == "fetch"
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
+from helpers import built
 from llm_fakes import protocol_reply
 from llm_server import (
     ScriptedServer,
@@ -57,7 +58,7 @@ def test_clarifier_parses_questions_and_sends_prompt_a(
     llm_server: ScriptedServer, services: Services
 ) -> None:
     llm_server.script('["Which year?", "Which country?"]')
-    clarifier = LLMClarifier(SPEC, "clarifier", services)
+    clarifier = built(LLMClarifier, services, model=SPEC, prompt="clarifier")
     assert run(clarifier.ask("best universities for AI", 2)) == ["Which year?", "Which country?"]
     (request,) = llm_server.requests
     roles = [m["role"] for m in request.body["messages"]]
@@ -78,13 +79,13 @@ def test_clarifier_repairs_malformed_json_without_reask(
     reply: str, llm_server: ScriptedServer, services: Services
 ) -> None:
     llm_server.script(reply)
-    assert run(LLMClarifier(SPEC, "clarifier", services).ask("q", 2)) == ["Which year?", "Which country?"]
+    assert run(built(LLMClarifier, services, model=SPEC, prompt="clarifier").ask("q", 2)) == ["Which year?", "Which country?"]
     assert len(llm_server.requests) == 1
 
 
 def test_clarifier_reasks_truncated_json(llm_server: ScriptedServer, services: Services) -> None:
     llm_server.script('["Which year?", "Which reg', '["Which year?", "Which region?"]')
-    assert run(LLMClarifier(SPEC, "clarifier", services).ask("q", 2)) == ["Which year?", "Which region?"]
+    assert run(built(LLMClarifier, services, model=SPEC, prompt="clarifier").ask("q", 2)) == ["Which year?", "Which region?"]
     first, second = (r.body["messages"] for r in llm_server.requests)
     assert second[: len(first)] == first
     assert second[len(first)] == {"role": "assistant", "content": '["Which year?", "Which reg'}
@@ -97,14 +98,14 @@ def test_clarifier_wrong_questions_reask_then_unscored(
 ) -> None:
     llm_server.default = bad
     with pytest.raises(UnscoredError) as err:
-        run(LLMClarifier(SPEC, "clarifier", services).ask("q", 2))
+        run(built(LLMClarifier, services, model=SPEC, prompt="clarifier").ask("q", 2))
     assert len(llm_server.requests) == 3  # first ask + max_reasks=2
     assert err.value.reason.startswith("clarifier:")
 
 
 def test_wrong_count_then_fixed(llm_server: ScriptedServer, services: Services) -> None:
     llm_server.script('["a?", "b?", "c?"]', '["a?", "b?"]')
-    assert run(LLMClarifier(SPEC, "clarifier", services).ask("q", 2)) == ["a?", "b?"]
+    assert run(built(LLMClarifier, services, model=SPEC, prompt="clarifier").ask("q", 2)) == ["a?", "b?"]
     assert "exactly 2" in llm_server.requests[1].body["messages"][-1]["content"]
 
 
@@ -133,13 +134,13 @@ def test_ua_answer_normalisation(reply: str, expected: str) -> None:
 
 def test_ua_empty_answer_is_reasked(llm_server: ScriptedServer, services: Services) -> None:
     llm_server.script("  ", "Europe")
-    ua = LLMUserAnswerer(SPEC, "ua", services)
+    ua = built(LLMUserAnswerer, services, model=SPEC, prompt="ua")
     assert run(ua.answer("best universities for AI in Europe", "Which region?")) == "Europe"
     assert len(llm_server.requests) == 2
 
 
 def test_rewriter_single_line_and_no_pairs(llm_server: ScriptedServer, services: Services) -> None:
-    rewriter = LLMRewriter(SPEC, "rewriter", services)
+    rewriter = built(LLMRewriter, services, model=SPEC, prompt="rewriter")
     assert run(rewriter.rewrite("best universities for AI", [])) == "best universities for AI"
     assert llm_server.requests == []
     llm_server.script("Line one\nLine two", '"best universities in Europe for AI"')
@@ -151,7 +152,7 @@ def test_rewriter_single_line_and_no_pairs(llm_server: ScriptedServer, services:
 
 def test_judge_labels_all_nuggets_in_one_call(llm_server: ScriptedServer, services: Services) -> None:
     llm_server.script("{'n1': 'FULL', 'n2': 'none', 'n3': 'partial',}")
-    labels = run(LLMJudge(SPEC, "judge", services).judge("Oxford is first.", NUGGETS))
+    labels = run(built(LLMJudge, services, model=SPEC, prompt="judge").judge("Oxford is first.", NUGGETS))
     assert labels == {"n1": "full", "n2": "none", "n3": "partial"}
     (request,) = llm_server.requests
     user = request.body["messages"][1]["content"]
@@ -160,7 +161,7 @@ def test_judge_labels_all_nuggets_in_one_call(llm_server: ScriptedServer, servic
 
 def test_judge_accepts_list_form(llm_server: ScriptedServer, services: Services) -> None:
     llm_server.script(json.dumps([{"id": n.id, "label": "none"} for n in NUGGETS]))
-    assert set(run(LLMJudge(SPEC, "judge", services).judge("x", NUGGETS)).values()) == {"none"}
+    assert set(run(built(LLMJudge, services, model=SPEC, prompt="judge").judge("x", NUGGETS)).values()) == {"none"}
 
 
 @pytest.mark.parametrize(
@@ -177,18 +178,18 @@ def test_judge_invalid_labels_reask_then_unscored(
 ) -> None:
     llm_server.default = bad
     with pytest.raises(UnscoredError):
-        run(LLMJudge(SPEC, "judge", services, max_reasks=1).judge("x", NUGGETS))
+        run(built(LLMJudge, services, model=SPEC, prompt="judge", max_reasks=1).judge("x", NUGGETS))
     assert len(llm_server.requests) == 2
 
 
 def test_judge_recovers_after_reask(llm_server: ScriptedServer, services: Services) -> None:
     llm_server.script('{"n1": "full"}', '{"n1": "full", "n2": "partial", "n3": "none"}')
-    assert run(LLMJudge(SPEC, "judge", services).judge("x", NUGGETS))["n2"] == "partial"
+    assert run(built(LLMJudge, services, model=SPEC, prompt="judge").judge("x", NUGGETS))["n2"] == "partial"
     assert "missing ids ['n2', 'n3']" in llm_server.requests[1].body["messages"][-1]["content"]
 
 
 def test_judge_no_nuggets_makes_no_call(llm_server: ScriptedServer, services: Services) -> None:
-    assert run(LLMJudge(SPEC, "judge", services).judge("x", ())) == {}
+    assert run(built(LLMJudge, services, model=SPEC, prompt="judge").judge("x", ())) == {}
     assert llm_server.requests == []
 
 
@@ -209,7 +210,7 @@ def test_extractor_builds_grounded_gold(llm_server: ScriptedServer, services: Se
         "unsupported_claims": "a claim",
     }
     llm_server.script(json.dumps(gold))
-    draft = run(LLMExtractor(SPEC, "extractor", services).extract("AI unis in Europe", "Oxford...", EVIDENCE))
+    draft = run(built(LLMExtractor, services, model=SPEC, prompt="extractor").extract("AI unis in Europe", "Oxford...", EVIDENCE))
     assert isinstance(draft, GoldDraft)
     assert [(n.id, n.weight, n.evidence_ids) for n in draft.nuggets] == [
         ("n1", 3, ("e1",)),
@@ -233,7 +234,7 @@ def test_extractor_rejects_invalid_nuggets(
 ) -> None:
     llm_server.default = json.dumps({"nuggets": [nugget]})
     with pytest.raises(UnscoredError):
-        run(LLMExtractor(SPEC, "extractor", services, max_reasks=0).extract("q", "a", EVIDENCE))
+        run(built(LLMExtractor, services, model=SPEC, prompt="extractor", max_reasks=0).extract("q", "a", EVIDENCE))
     assert len(llm_server.requests) == 1
 
 
@@ -251,8 +252,8 @@ def test_fused_query_never_reaches_clarifier_or_rewriter(
     llm_server.handler = lambda body: (
         "Europe" if "Intent query:" in json.dumps(body) else protocol_reply(body)
     )
-    clarifier, ua = LLMClarifier(SPEC, "clarifier", services), LLMUserAnswerer(SPEC, "ua", services)
-    rewriter = LLMRewriter(SPEC, "rewriter", services)
+    clarifier, ua = built(LLMClarifier, services, model=SPEC, prompt="clarifier"), built(LLMUserAnswerer, services, model=SPEC, prompt="ua")
+    rewriter = built(LLMRewriter, services, model=SPEC, prompt="rewriter")
 
     async def protocol() -> str:
         questions = await clarifier.ask(instance.blurred_query, 3)
@@ -301,9 +302,9 @@ def test_every_llm_option_composes_and_instantiates(services: Services, llm_serv
 
 def test_full_protocol_over_http_with_protocol_reply(llm_server: ScriptedServer, services: Services) -> None:
     llm_server.handler = protocol_reply
-    clarifier, ua = LLMClarifier(SPEC, "clarifier", services), LLMUserAnswerer(SPEC, "ua", services)
-    rewriter, judge = LLMRewriter(SPEC, "rewriter", services), LLMJudge(SPEC, "judge", services)
-    extractor = LLMExtractor(SPEC, "extractor", services)
+    clarifier, ua = built(LLMClarifier, services, model=SPEC, prompt="clarifier"), built(LLMUserAnswerer, services, model=SPEC, prompt="ua")
+    rewriter, judge = built(LLMRewriter, services, model=SPEC, prompt="rewriter"), built(LLMJudge, services, model=SPEC, prompt="judge")
+    extractor = built(LLMExtractor, services, model=SPEC, prompt="extractor")
 
     async def protocol() -> tuple:
         qs = await clarifier.ask("最好的人工智能大学", 2)

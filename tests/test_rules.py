@@ -4,6 +4,7 @@ import pytest
 
 from cts.qtypes import classify_question
 from cts.roles.rules import NoClarifier, RuleClarifier, RuleRewriter, RuleUserAnswerer, head_term
+from cts.services import place_lexicon
 from cts.types import QA, UNKNOWN
 
 
@@ -51,7 +52,7 @@ def test_no_clarifier_asks_nothing():
 
 @pytest.fixture(scope="module")
 def ua(services):
-    return RuleUserAnswerer(services)
+    return RuleUserAnswerer(place_lexicon(services))
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from handwritten import INSTANCES
-from helpers import TableSearch, Typer, gold_for, mercury
+from helpers import TableSearch, Typer, built, gold_for, mercury
 from llm_server import ScriptedServer, llm_server_fixture, llm_settings  # noqa: F401
 
 from cts.roles.lexical import LexicalJudge
@@ -35,7 +35,7 @@ class SpyClarifier:
 
 
 def roles(services, clarifier, table=None):
-    return Roles(clarifier=clarifier, ua=RuleUserAnswerer(services), rewriter=RuleRewriter(),
+    return Roles(clarifier=clarifier, ua=built(RuleUserAnswerer, services), rewriter=RuleRewriter(),
                  search=TableSearch(table or {}), judge=LexicalJudge(), qtyper=Typer())
 
 
@@ -107,11 +107,11 @@ def test_llm_sequential_clarifier_over_http(llm_server: ScriptedServer, tmp_path
     llm_server.handler = handler
     services = Services(cache_dir=tmp_path, settings={"llm": llm_settings(llm_server)})
     spec = {"name": "m", "model": "openai/m"}
-    clarifier = LLMClarifier(spec, "clarifier", services, mode="sequential", stop_early=True)
+    clarifier = built(LLMClarifier, services, model=spec, prompt="clarifier", mode="sequential", stop_early=True)
     from cts.roles.llm import LLMRewriter, LLMUserAnswerer
 
-    rs = Roles(clarifier=clarifier, ua=LLMUserAnswerer(spec, "ua", services),
-               rewriter=LLMRewriter(spec, "rewriter", services), search=TableSearch({}),
+    rs = Roles(clarifier=clarifier, ua=built(LLMUserAnswerer, services, model=spec, prompt="ua"),
+               rewriter=built(LLMRewriter, services, model=spec, prompt="rewriter"), search=TableSearch({}),
                judge=LexicalJudge(), qtyper=Typer())
     inter = asyncio.run(clarify(INSTANCES[3], 3, rs))
     assert inter.questions == ["哪一年？"] and [p.answer for p in inter.qa] == ["2023年"]

@@ -11,10 +11,9 @@ from cts.search.toolcache import (
     TOOL_CACHE_FILE,
     ToolCache,
     search_args,
-    tool_cache_for,
     visit_args,
 )
-from cts.services import Services
+from cts.services import Services, tool_cache
 
 
 def lookup(cache: ToolCache, args: dict, value: dict | None = None, **kwargs) -> tuple[dict, bool, int]:
@@ -87,7 +86,7 @@ def test_modes(tmp_path: Path, mode: str, stores: bool, serves: bool):
 
 def test_tool_cache_for_follows_the_llm_cache_mode_and_is_shared(tmp_path: Path):
     services = Services(cache_dir=tmp_path, settings={"llm": {"cache": {"mode": "read_only"}}})
-    cache = tool_cache_for(services)
-    assert cache.mode == "read_only" and cache is tool_cache_for(services)
+    cache = tool_cache(services)
+    assert cache.mode == "read_only" and cache is tool_cache(services)
     assert cache.store.path == tmp_path / TOOL_CACHE_FILE
-    assert tool_cache_for(Services(cache_dir=tmp_path)).mode == "read_write"
+    assert tool_cache(Services(cache_dir=tmp_path)).mode == "read_write"

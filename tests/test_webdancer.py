@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
+from helpers import built
 from llm_server import Reply, llm_server, llm_settings  # noqa: F401  (fixture)
 from test_providers import ARTICLE, FakeHTTP, fake_http  # noqa: F401  (fixture)
 
@@ -98,7 +99,7 @@ def make_services(tmp_path: Path, server: Any, cache: bool = False, memo: dict |
 
 def make_agent(services: Services, web: FakeHTTP, **kwargs: Any) -> WebDancerSearch:
     provider = SerperProvider(base_url=web.url + "/search", backoff_s=0)
-    return WebDancerSearch(services, MODEL, provider, HttpFetcher(timeout_s=5), **kwargs)
+    return built(WebDancerSearch, services, model=MODEL, provider=provider, fetcher=HttpFetcher(timeout_s=5), **kwargs)
 
 
 def search(agent: WebDancerSearch, query: str = QUESTION):
@@ -370,8 +371,8 @@ def test_offline_stack_searches_and_reads_the_local_corpus(tmp_path, llm_server,
     top = services.index.search("Mercury planet closest to the Sun", 1)[0].doc
     script(llm_server, [tool_call("search", query=["Mercury planet closest to the Sun"]),
                         tool_call("visit", url=[top.url], goal="orbit of Mercury"), ANSWER])
-    fetcher = RoutingFetcher({"local": LocalCorpusFetcher(local)})
-    agent = WebDancerSearch(local, MODEL, LocalWikiProvider(local), fetcher)
+    fetcher = RoutingFetcher({"local": LocalCorpusFetcher(local.corpus)})
+    agent = built(WebDancerSearch, local, model=MODEL, provider=LocalWikiProvider(local.index), fetcher=fetcher)
     result = search(agent, "Which planet is closest to the Sun?")
     hits = agent_bodies(llm_server)[1]["messages"][-1]["content"]
     assert f"1. [{top.title}]({top.url})" in hits
@@ -390,7 +391,8 @@ def test_config_builds_the_agent_with_released_defaults(tmp_path):
     agent = build_node(cfg.search, Services(cache_dir=tmp_path))
     assert isinstance(agent.provider, SearxngProvider)
     assert sorted(agent.fetcher.routes) == ["http", "https", "local"]
-    assert agent.model.model == "openai/WebDancer-32B" and agent.summary_model.name == "webdancer"
+    assert agent.agent.spec.model == "openai/WebDancer-32B" and agent.summariser.spec.name == "webdancer"
+    assert (agent.agent.role, agent.summariser.role) == ("search", "visit_summary")
     assert (agent.max_llm_calls, agent.max_context_tokens, agent.results_per_query,
             agent.max_queries_per_call, agent.max_page_chars) == (50, 31 * 1024 - 500, 10, 3, 150_000)
     assert agent.params == {"temperature": 0.6, "top_p": 0.95, "stop": list(DEFAULT_STOP)}

@@ -111,7 +111,7 @@ class Concretiser:
 
     @classmethod
     def from_places(cls, places: Iterable[str]) -> Concretiser:
-        """Build from a place lexicon (see :func:`place_lexicon`)."""
+        """Build from a place lexicon (see :func:`cts.services.concretiser_places`)."""
         return cls(place_pattern(tuple(places)))
 
     def added(self, rewrite: str, sources: Sequence[str]) -> dict[str, set[str]]:

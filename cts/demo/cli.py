@@ -8,16 +8,14 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
-
-if TYPE_CHECKING:
-    pass
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 from cts.demo.loading import demo_dir, load_demo
 from cts.demo.selection import kind_counts
+from cts.types import CacheDir
 
 
 def _default_cache_dir() -> Path:
@@ -41,8 +39,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     services = Services(cache_dir=args.cache_dir, settings={"corpus_lang": "en-us"})
     t0 = time.perf_counter()
-    data = load_demo(services, n=args.n, seed=args.seed)
-    print(f"demo set: {demo_dir(services, args.n, args.seed)}")
+    data = load_demo(services.corpus, services.index, CacheDir(services.cache_dir), n=args.n, seed=args.seed)
+    print(f"demo set: {demo_dir(services.corpus, services.cache_dir, args.n, args.seed)}")
     print(f"instances: {len(data.instances)} ({time.perf_counter() - t0:.2f}s)")
     for kind, count in kind_counts(data.instances).items():
         print(f"  {kind:<12} {count}")

@@ -14,8 +14,10 @@ from cts.index import tokenizer_version
 from cts.io import atomic_dir
 
 if TYPE_CHECKING:
+    from cts.corpus import Corpus
     from cts.data import Dataset
-    from cts.services import Services
+    from cts.index import CorpusIndex
+    from cts.types import CacheDir
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -29,13 +31,13 @@ GOLD_EXTRACTOR: dict[str, Any] = {"max_nuggets": 6, "max_docs": 1, "weights": (3
 """The fixed gold nugget extractor of the demo set."""
 
 
-def demo_dir(services: Services, n: int, seed: int) -> Path:
+def demo_dir(corpus: Corpus, cache_dir: Path, n: int, seed: int) -> Path:
     """Cache directory of the demo set for ``(n, seed)``, the installed corpus and the tokeniser.
 
     The tokeniser decides BM25 ranks, hence which instances qualify and their gold.
     """
-    name = f"{DEMO_VERSION}-n{n}-s{seed}-{services.corpus.fingerprint}-{tokenizer_version()}"
-    return Path(services.cache_dir) / "demo" / name
+    name = f"{DEMO_VERSION}-n{n}-s{seed}-{corpus.fingerprint}-{tokenizer_version()}"
+    return Path(cache_dir) / "demo" / name
 
 
 def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
@@ -48,8 +50,7 @@ def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
-def _gold_provenance(services: Services, n: int, seed: int) -> dict[str, Any]:
-    corpus = services.corpus
+def _gold_provenance(corpus: Corpus, n: int, seed: int) -> dict[str, Any]:
     return {
         "dataset": "demo",
         "demo_version": DEMO_VERSION,
@@ -63,7 +64,7 @@ def _gold_provenance(services: Services, n: int, seed: int) -> dict[str, Any]:
     }
 
 
-def _build_demo(services: Services, n: int, seed: int, path: Path) -> None:
+def _build_demo(corpus: Corpus, index: CorpusIndex, n: int, seed: int, path: Path) -> None:
     """Build instances and their static gold, then install them at ``path`` atomically."""
     from cts.data import write_instances_jsonl
     from cts.gold import build_gold_archive
@@ -72,12 +73,12 @@ def _build_demo(services: Services, n: int, seed: int, path: Path) -> None:
 
     t0 = time.perf_counter()
     log.info("building demo dataset (n=%d, seed=%d) at %s", n, seed, path)
-    instances = build_demo_instances(services.corpus, services.index, n=n, seed=seed)
+    instances = build_demo_instances(corpus, index, n=n, seed=seed)
     t1 = time.perf_counter()
     # Fixed gold components, not the job's configured ones: gold is static.
-    search = ExtractiveSearch(services=services, **GOLD_SEARCH)
+    search = ExtractiveSearch(index, **GOLD_SEARCH)
     extractor = RuleExtractor(**GOLD_EXTRACTOR)
-    provenance = _gold_provenance(services, n, seed)
+    provenance = _gold_provenance(corpus, n, seed)
     with atomic_dir(path, replace=False) as tmp:
         # The same archive code path as `experiment=gold`: gold.jsonl + every trace in gold_runs.jsonl.
         report = _run_sync(build_gold_archive(instances, search, extractor, tmp, provenance=provenance))
@@ -95,11 +96,13 @@ def _build_demo(services: Services, n: int, seed: int, path: Path) -> None:
     )
 
 
-def load_demo(services: Services, n: int = 200, seed: int = 0) -> Dataset:
+def load_demo(corpus: Corpus, index: CorpusIndex, cache_dir: CacheDir, n: int = 200, seed: int = 0) -> Dataset:
     """The demo dataset, built and cached on first use (``conf/dataset/demo.yaml``).
 
     Args:
-        services: Job services (corpus, index, cache dir).
+        corpus: The offline corpus the instances are mined from.
+        index: Its BM25 index (used only to build the set, on a cache miss).
+        cache_dir: Cache root; the set lives under ``<cache_dir>/demo/``.
         n: Number of instances.
         seed: Generation seed.
 
@@ -112,11 +115,11 @@ def load_demo(services: Services, n: int = 200, seed: int = 0) -> Dataset:
     from cts.data import Dataset, read_instances_jsonl
     from cts.gold import load_gold
 
-    if not services.corpus.lang.startswith("en"):
-        raise ValueError(f"the demo rules are English; corpus is {services.corpus.lang!r}")
-    path = demo_dir(services, n, seed)
+    if not corpus.lang.startswith("en"):
+        raise ValueError(f"the demo rules are English; corpus is {corpus.lang!r}")
+    path = demo_dir(corpus, cache_dir, n, seed)
     if not (path / "gold.jsonl").is_file():
-        _build_demo(services, n, seed, path)
+        _build_demo(corpus, index, n, seed, path)
     instances = tuple(read_instances_jsonl(path / "instances.jsonl"))
     gold = load_gold(path / "gold.jsonl")
     missing = [i.id for i in instances if i.id not in gold]

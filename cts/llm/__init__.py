@@ -6,7 +6,8 @@ so config checks such as :mod:`cts.llm.preflight` stay fast.
 
 from cts.llm._adaptive import Adaptive, AdaptiveLimiter, priority_scope
 from cts.llm._calls import CallEvent, Completion, route_for
-from cts.llm._runtime import ChatClient, LLMRuntime, settled
+from cts.llm._client import Chat, ChatClient
+from cts.llm._runtime import LLMRuntime, settled
 from cts.llm._settings import Backoff, LLMSettings
 from cts.llm._spec import ModelSpec
 from cts.llm._usage import USAGE_KEYS, usage_scope
@@ -19,6 +20,7 @@ __all__ = [
     "USAGE_KEYS",
     "Backoff",
     "CallEvent",
+    "Chat",
     "ChatClient",
     "Completion",
     "LLMRuntime",

@@ -22,7 +22,17 @@ from tenacity import (
 
 from cts.llm._adaptive import AdaptiveLimiter, LimiterStats
 from cts.llm._breaker import CircuitBreaker
-from cts.llm._calls import CallEvent, Completion, Listener, Route, cache_value, cached_completion, completion_of, route_for
+from cts.llm._calls import (
+    CallEvent,
+    Completion,
+    Listener,
+    Route,
+    cache_value,
+    cached_completion,
+    completion_of,
+    route_for,
+)
+from cts.llm._client import ChatClient
 from cts.llm._endpoints import EndpointState
 from cts.llm._lite import litellm_module
 from cts.llm._pricing import Prices, register_prices, route_prices
@@ -57,32 +67,6 @@ class PendingCall:
     error: str | None = None
     saved_usd: float = 0.0
     cache_key: str = ""
-
-
-class ChatClient:
-    """Calls one model for one role through the runtime (cache, retries, accounting)."""
-
-    def __init__(self, runtime: LLMRuntime, spec: ModelSpec, role: str) -> None:
-        self.runtime = runtime
-        self.spec = spec
-        self.role = role
-
-    async def complete(
-        self, messages: list[dict[str, str]], *, prompt_version: str = "", **params: Any
-    ) -> Completion:
-        """Return the model's reply to ``messages``.
-
-        Args:
-            messages: OpenAI-style chat messages.
-            prompt_version: Hash of the prompt template (part of the cache key).
-            **params: Decoding params overriding the spec's.
-
-        Raises:
-            CallError: The call failed for good (``kind``: rate_limit, timeout, ...).
-            BudgetExceeded: The job's ``budget.max_usd`` is spent (checked before sending).
-            CircuitOpen: The endpoint failed ``breaker_failures`` times in a row (the job stops).
-        """
-        return await self.runtime._complete(self, messages, prompt_version, params)
 
 
 def llm_cache_location(settings: LLMSettings, cache_dir: Path) -> Path | str:

@@ -8,8 +8,8 @@ control for the unsupported-concretisation metric).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from cts.lexicon import PlaceLexicon
 from cts.qtypes import classify_question
 from cts.types import QA, UNKNOWN
 
@@ -21,10 +21,10 @@ class TypeRestrictedUserAnswerer:
     named baseline, never a stand-in for a model.
     """
 
-    def __init__(self, services: Any, types: Sequence[str] = ("time", "region")) -> None:
+    def __init__(self, places: PlaceLexicon, types: Sequence[str] = ("time", "region")) -> None:
         from cts.roles.rules import RuleUserAnswerer
 
-        self.inner = RuleUserAnswerer(services)
+        self.inner = RuleUserAnswerer(places)
         self.types = frozenset(types)
 
     async def answer(self, fused_query: str, question: str) -> str:

@@ -14,13 +14,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from cts.llm import ModelSpec
+from cts.corpus import Corpus
+from cts.llm import Chat
 from cts.records import Record
 from cts.roles.llm import _LLMRole
 from cts.roles.parse import _load_json
-from cts.roles.reask import InvalidOutput
+from cts.roles.reask import DEFAULT_MAX_REASKS, InvalidOutput
 from cts.roles.rules import head_term
-from cts.services import Services
 from cts.text import STOPWORDS_ZH, content_tokens, is_cjk, normalize
 
 __all__ = ["AlwaysGate", "Decision", "Gate", "LLMGate", "NeverGate", "OracleGate", "OutcomeGate", "RuleGate",
@@ -85,28 +85,27 @@ class RuleGate:
 
     def __init__(
         self,
-        services: Services | None = None,
+        corpus: Corpus | None = None,
         max_tokens: int = 3,
         min_titles: int = 2,
         titles: Iterable[str] | None = None,
     ) -> None:
         """Args:
-        services: Supplies the corpus titles when ``titles`` is not given.
+        corpus: Supplies the titles when ``titles`` is not given (read on first use).
         max_tokens: Ask when ``q`` has at most this many content tokens.
         min_titles: Ask when at least this many titles contain the head term.
         titles: Title list to use instead of the corpus (tests, other corpora).
         """
-        self.services = services
+        self.corpus = corpus
         self.max_tokens, self.min_titles = max_tokens, min_titles
         self._titles = tuple(normalize(t) for t in titles) if titles is not None else None
 
     def titles(self) -> tuple[str, ...]:
         """Normalised titles of the corpus (built once per job)."""
         if self._titles is None:
-            if self.services is None:
-                raise ValueError("RuleGate needs services (for the corpus) or titles")
-            docs = self.services.corpus.docs
-            self._titles = self.services.memo("gate_titles", lambda: tuple(normalize(d.title) for d in docs))
+            if self.corpus is None:
+                raise ValueError("RuleGate needs a corpus or titles")
+            self._titles = tuple(normalize(d.title) for d in self.corpus.docs)
         return self._titles
 
     def title_matches(self, blurred_query: str) -> int:
@@ -177,12 +176,11 @@ class LLMGate(_LLMRole):
 
     default_role = "gate"
 
-    def __init__(self, model: ModelSpec | Mapping[str, Any], prompt: str, services: Services,
-                 min_confidence: float = 0.0, role: str | None = None, max_reasks: int | None = None,
-                 prompts_dir: str | None = None, params: Mapping[str, Any] | None = None) -> None:
-        # Explicit parameters: the builder passes ``services`` only to a signature naming it,
-        # and the pre-flight names a misspelt key by the signature.
-        super().__init__(model, prompt, services, role=role, max_reasks=max_reasks, prompts_dir=prompts_dir,
+    def __init__(self, model: Chat, prompt: str, min_confidence: float = 0.0, role: str | None = None,
+                 max_reasks: int = DEFAULT_MAX_REASKS, prompts_dir: str | None = None,
+                 params: Mapping[str, Any] | None = None) -> None:
+        # Explicit parameters: the pre-flight names a misspelt key by the signature.
+        super().__init__(model, prompt, role=role, max_reasks=max_reasks, prompts_dir=prompts_dir,
                          params=params)
         self.min_confidence = min_confidence
 

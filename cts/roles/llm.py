@@ -1,7 +1,8 @@
 """LLM roles of the closed-book protocol (prompts A-E of the paper).
 
 Each role renders its prompt from ``prompts/``, calls its model through the
-job's :class:`cts.llm.LLMRuntime` (cache, retries, accounting), then repairs and
+chat client (:class:`cts.llm.Chat`: cache, retries, accounting), built by
+the composition layer from the model registry, then repairs and
 validates the reply. An invalid reply is re-asked (the bad reply plus a short
 correction is appended to the conversation) at most ``max_reasks`` times; then
 the role raises :class:`cts.types.UnscoredError`, and the item is recorded as
@@ -21,8 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
-
-from cts.llm import ModelSpec
+from cts.llm import Chat
 from cts.prompts import Prompt, load_prompt
 from cts.roles.parse import (
     STOP_ALLOWED,
@@ -34,11 +34,11 @@ from cts.roles.parse import (
     parse_questions,
     parse_turn,
 )
-from cts.roles.reask import InvalidOutput, ask_until_valid
-from cts.services import Services
+from cts.roles.reask import DEFAULT_MAX_REASKS, InvalidOutput, ask_until_valid
 from cts.types import QA, ClarifyMode, Evidence, GoldDraft, Label, Nugget, UnscoredError
 
 T = TypeVar("T")
+
 
 class _LLMRole:
     """Shared plumbing: prompt, client, bounded re-asks."""
@@ -47,29 +47,28 @@ class _LLMRole:
 
     def __init__(
         self,
-        model: ModelSpec | Mapping[str, Any],
+        model: Chat,
         prompt: str,
-        services: Services,
         role: str | None = None,
-        max_reasks: int | None = None,
+        max_reasks: int = DEFAULT_MAX_REASKS,
         prompts_dir: str | None = None,
         params: Mapping[str, Any] | None = None,
     ) -> None:
         """Bind a prompt and a model.
 
         Args:
-            model: The model spec (or its config mapping) from ``conf/model/``.
+            model: Chat client of the model (the composition layer builds it from ``conf/model/``).
             prompt: Prompt file stem under ``prompts_dir``.
-            services: The job's services; the LLM runtime comes from ``services.llm``.
             role: Accounting name (defaults to the class's role).
-            max_reasks: Re-asks after invalid output (None = ``services.llm.max_reasks``).
+            max_reasks: Re-asks after invalid output (the composition layer passes
+                ``services.llm.max_reasks`` when the config leaves it unset).
             prompts_dir: Directory of prompt files (None = the repository's ``prompts/``).
             params: Decoding params overriding the model's for this role.
         """
         self.role = role or self.default_role
         self.prompt = load_prompt(prompt, prompts_dir)
-        self.client = services.llm.client(ModelSpec.coerce(model), role=self.role)
-        self.max_reasks = services.llm.settings.max_reasks if max_reasks is None else max_reasks
+        self.client = model.with_role(self.role)
+        self.max_reasks = max_reasks
         self.params = dict(params or {})
 
     async def _ask(self, parse: Callable[[str], T], prompt: Prompt | None = None, **values: Any) -> T:
@@ -94,19 +93,18 @@ class LLMClarifier(_LLMRole):
 
     def __init__(
         self,
-        model: ModelSpec | Mapping[str, Any],
+        model: Chat,
         prompt: str,
-        services: Services,
         mode: ClarifyMode = "batch",
         stop_early: bool = False,
         sequential_prompt: str = "clarifier_sequential",
         role: str | None = None,
-        max_reasks: int | None = None,
+        max_reasks: int = DEFAULT_MAX_REASKS,
         prompts_dir: str | None = None,
         params: Mapping[str, Any] | None = None,
     ) -> None:
         # Explicit parameters (no **kwargs): the pre-flight names a misspelt key by the signature.
-        super().__init__(model, prompt, services, role=role, max_reasks=max_reasks, prompts_dir=prompts_dir,
+        super().__init__(model, prompt, role=role, max_reasks=max_reasks, prompts_dir=prompts_dir,
                          params=params)
         if mode not in ("batch", "sequential"):
             raise ValueError(f"mode must be batch or sequential, got {mode!r}")

@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import Any, Protocol
+from typing import Protocol
 
+from cts.llm import Chat
 from cts.qtypes import QTYPES, classify_question, normalize_types
-from cts.roles.reask import InvalidOutput, ask_until_valid
+from cts.roles.reask import DEFAULT_MAX_REASKS, InvalidOutput, ask_until_valid
 
 log = logging.getLogger(__name__)
 
@@ -44,17 +45,15 @@ class LLMQuestionTyper:
 
     def __init__(
         self,
-        services: Any,
-        model: Any,
+        model: Chat,
         prompt: str = "qtyper",
-        max_reasks: int | None = None,
+        max_reasks: int = DEFAULT_MAX_REASKS,
         prompts_dir: str | None = None,
     ) -> None:
         """Args:
-        services: Job services; ``services.llm.client(model, role="qtyper")`` makes the client.
-        model: The model spec (a ``conf/model`` entry, instantiated or as a mapping).
+        model: Chat client of the model (built from a ``conf/model`` entry by the composition layer).
         prompt: Name of the prompt file in ``prompts/`` (placeholder ``question``).
-        max_reasks: Re-asks after invalid output (None = ``services.llm.settings.max_reasks``).
+        max_reasks: Re-asks after invalid output (unset in the config: ``services.llm.max_reasks``).
         prompts_dir: Directory of prompt files (None = the repository's ``prompts/``).
         """
         from cts.prompts import PromptError, load_prompt
@@ -62,8 +61,8 @@ class LLMQuestionTyper:
         self.prompt = load_prompt(prompt, prompts_dir)
         if self.prompt.placeholders != {"question"}:
             raise PromptError(f"prompt {prompt!r} must have exactly the placeholder question")
-        self.client = services.llm.client(model, role="qtyper")
-        self.max_reasks = services.llm.settings.max_reasks if max_reasks is None else int(max_reasks)
+        self.client = model.with_role("qtyper")
+        self.max_reasks = int(max_reasks)
 
     async def classify(self, question: str) -> tuple[str, ...]:
         """Return the model's labels for ``question`` (lexicon labels after invalid output)."""

@@ -7,6 +7,9 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+DEFAULT_MAX_REASKS = 2
+"""Re-asks of a role built without the runtime's setting (the composition layer passes ``services.llm.max_reasks``)."""
+
 REASK = (
     "Your previous reply could not be used: {reason}. "
     "Reply again, following the required output format exactly and adding nothing else."

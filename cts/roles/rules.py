@@ -11,9 +11,8 @@ import re
 from collections.abc import Sequence
 from functools import lru_cache
 
-from cts.lexicon import ZH_PLACES_RULES, corpus_places, place_pattern
+from cts.lexicon import ZH_PLACES_RULES, PlaceLexicon, place_pattern
 from cts.qtypes import classify_question
-from cts.services import Services
 from cts.text import STOPWORDS_EN, STOPWORDS_ZH, content_tokens, is_cjk, language
 from cts.types import QA, UNKNOWN, ClarifyMode
 
@@ -159,11 +158,6 @@ def _place_regex(places: tuple[str, ...]) -> re.Pattern[str]:
     return place_pattern(places)
 
 
-def place_lexicon(services: Services) -> tuple[str, ...]:
-    """Place names of the offline corpus, once per job (see :func:`cts.lexicon.corpus_places`)."""
-    return services.memo("place_lexicon", lambda: corpus_places(services.corpus))
-
-
 class RuleUserAnswerer:
     """Closed-book UA: the minimal span of ``q*`` that fills the asked dimension, else ``unknown``.
 
@@ -173,8 +167,11 @@ class RuleUserAnswerer:
     head term the question names.
     """
 
-    def __init__(self, services: Services) -> None:
-        self.services = services
+    def __init__(self, places: PlaceLexicon) -> None:
+        """Args:
+        places: The corpus's place names (the composition layer builds them once per job).
+        """
+        self.places = places
 
     async def answer(self, fused_query: str, question: str) -> str:
         """Answer one question from ``fused_query`` alone."""
@@ -195,7 +192,7 @@ class RuleUserAnswerer:
             m = _TIME.search(rest)
             return m.group(0).strip() if m else ""
         if dim == "region":
-            m = _place_regex(place_lexicon(self.services)).search(rest) or _ZH_PLACE.search(rest)
+            m = _place_regex(self.places.names).search(rest) or _ZH_PLACE.search(rest)
             return m.group(0) if m else ""
         if dim in ("scope", "definition"):
             return _qualifier(intent, head)

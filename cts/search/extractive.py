@@ -14,8 +14,7 @@ from cts.text import split_sentences
 from cts.types import Evidence, SearchResult
 
 if TYPE_CHECKING:
-    from cts.index import Hit
-    from cts.services import Services
+    from cts.index import CorpusIndex, Hit
 
 PASSAGE_SEP = "\n\n"
 
@@ -78,17 +77,17 @@ def _trace(query: str, top_k: int, hits: Sequence[Hit]) -> dict[str, Any]:
 class ExtractiveSearch:
     """Non-LLM search baseline: top BM25 passages of the offline corpus as the answer."""
 
-    def __init__(self, services: Services, top_k: int = 3, max_chars: int = 1500) -> None:
+    def __init__(self, index: CorpusIndex, top_k: int = 3, max_chars: int = 1500) -> None:
         """Create the backend.
 
         Args:
-            services: Job services; only ``services.index`` is used (built lazily).
+            index: BM25 index of the offline corpus (the composition layer builds it once per job).
             top_k: Number of documents retrieved and cited as evidence.
             max_chars: Upper bound on the answer length in characters.
         """
         if top_k < 1 or max_chars < 1:
             raise ValueError("top_k and max_chars must be positive")
-        self.services = services
+        self.index = index
         self.top_k = top_k
         self.max_chars = max_chars
 
@@ -102,7 +101,7 @@ class ExtractiveSearch:
             The bounded extractive answer with one evidence item per hit;
             ``end_reason`` is ``no_hits`` (and the answer empty) when nothing matched.
         """
-        hits = self.services.index.search(query, self.top_k)
+        hits = self.index.search(query, self.top_k)
         passages = [f"{h.doc.title}: {h.doc.text}" for h in hits]
         evidence = tuple(
             Evidence(id=h.doc.id, source=h.doc.url, title=h.doc.title, snippet=h.doc.text)

@@ -22,7 +22,7 @@ from cts.search.providers import NETWORK, RETRY_STATUS
 from cts.types import CallError
 
 if TYPE_CHECKING:
-    from cts.services import Services
+    from cts.corpus import Corpus
 
 _TEXT_TYPES = ("text/plain", "text/markdown")
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
@@ -53,23 +53,22 @@ class LocalCorpusFetcher:
     """Serves ``local://<id>`` from the offline corpus (title + full text).
 
     Args:
-        services: Job services (provides ``corpus``).
+        corpus: The offline corpus.
     """
 
-    def __init__(self, services: Services) -> None:
-        self.services = services
+    def __init__(self, corpus: Corpus) -> None:
+        self.corpus = corpus
 
     @property
     def cache_id(self) -> str:
         """``local:<corpus language>:<corpus fingerprint>``."""
-        corpus = self.services.corpus
-        return f"local:{corpus.lang}:{corpus.fingerprint}"
+        return f"local:{self.corpus.lang}:{self.corpus.fingerprint}"
 
     async def fetch(self, url: str) -> Page:
         """Look the document up by the id after ``local://``."""
         doc_id = url.split("://", 1)[-1].strip("/")
         try:
-            doc = self.services.corpus.get(doc_id)
+            doc = self.corpus.get(doc_id)
         except (KeyError, IndexError):
             doc = None
         if doc is None:

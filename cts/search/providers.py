@@ -26,7 +26,7 @@ from cts.text import split_sentences
 from cts.types import CallError
 
 if TYPE_CHECKING:
-    from cts.services import Services
+    from cts.index import CorpusIndex
 
 SERPER_URL = "https://google.serper.dev/search"
 NETWORK = "network"
@@ -70,12 +70,12 @@ class LocalWikiProvider:
     """BM25 over the embedded offline Wikipedia corpus (links ``local://<id>``).
 
     Args:
-        services: Job services (provides ``index`` and its corpus).
+        index: BM25 index of the offline corpus.
         snippet_chars: Longest snippet; whole leading sentences are kept.
     """
 
-    def __init__(self, services: Services, snippet_chars: int = 300) -> None:
-        self.services = services
+    def __init__(self, index: CorpusIndex, snippet_chars: int = 300) -> None:
+        self.index = index
         self.snippet_chars = snippet_chars
 
     @property
@@ -85,11 +85,11 @@ class LocalWikiProvider:
         The index dir names the corpus language and fingerprint and the tokeniser
         version, so cached hits never outlive a change of the ranking.
         """
-        return f"local_wiki:{self.services.index.path.name}:{self.snippet_chars}"
+        return f"local_wiki:{self.index.path.name}:{self.snippet_chars}"
 
     async def search(self, query: str, k: int) -> list[SearchHit]:
         """Rank the corpus for ``query`` (zero-score hits are already dropped)."""
-        hits = self.services.index.search(query, k)
+        hits = self.index.search(query, k)
         return [
             SearchHit(hit.doc.title, hit.doc.url, lead_snippet(hit.doc.text, self.snippet_chars))
             for hit in hits

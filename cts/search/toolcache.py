@@ -13,16 +13,12 @@ and its mode follows the LLM cache's (``services.llm.cache.mode``).
 
 from __future__ import annotations
 
-
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cts.llm.cache import CacheMode, ResponseCache
 from cts.text import normalize
-
-if TYPE_CHECKING:
-    from cts.services import Services
 
 TOOL_CACHE_FILE = "tool_cache.sqlite"
 TOOL_TABLE = "tool_results"  # in a database shared with the LLM cache
@@ -93,13 +89,3 @@ class ToolCache:
     def stats(self) -> dict[str, int]:
         """Hit and miss counts since this cache was opened (for the job log)."""
         return {"tool_cache_hits": self.hits, "tool_cache_misses": self.misses}
-
-
-def tool_cache_for(services: Services) -> ToolCache:
-    """The job's shared tool cache: the LLM cache's URL if set, else ``<cache_dir>/tool_cache.sqlite``."""
-    cache = (services.settings.get("llm") or {}).get("cache") or {}
-    mode = cache.get("mode", "read_write")
-    url = cache.get("url")
-    if url:
-        return services.memo("tool_cache", lambda: ToolCache(url, mode, TOOL_TABLE))
-    return services.memo("tool_cache", lambda: ToolCache(Path(services.cache_dir) / TOOL_CACHE_FILE, mode))

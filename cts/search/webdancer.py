@@ -22,26 +22,17 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-
-from cts.llm import ModelSpec, route_for
+from cts.llm import Chat
 from cts.prompts import load_prompt
 from cts.search.answer import extract_answer
 from cts.search.fetchers import Fetcher
 from cts.search.providers import NETWORK, SearchHit, SearchProvider
-from cts.search.toolcache import ToolCache, search_args, tool_cache_for, visit_args
-from cts.text import normalize
-from cts.types import CallError, Evidence, SearchResult
-
-if TYPE_CHECKING:
-    from cts.llm import ChatClient
-    from cts.services import Services
-
 from cts.search.react import (
-    Episode,
     DEFAULT_STOP,
     RESULT_SEP,
+    Episode,
     ToolCall,
     ToolOutput,
     _loads,
@@ -57,6 +48,10 @@ from cts.search.react import (
     tool_schemas,
     turn_text,
 )
+from cts.search.toolcache import ToolCache, search_args, visit_args
+from cts.text import normalize
+from cts.types import CallError, Evidence, SearchResult
+
 DEFAULT_PROMPTS = {"system": "webdancer_system", "user": "webdancer_user",
                    "final": "webdancer_final", "summary": "visit_summary"}
 RELEASED_SUMMARY_PARAMS = {"temperature": 0.7}
@@ -79,11 +74,12 @@ class WebDancerSearch:
     characters before the summariser reads them.
 
     Args:
-        services: Job services (LLM runtime, corpus, caches).
-        model: Registry entry (config mapping or :class:`ModelSpec`) driving the agent.
-        provider: Search provider, or a config node with ``_target_``.
-        fetcher: Page fetcher, or a config node with ``_target_``.
-        summary_model: Model extracting evidence from visited pages (None = ``model``).
+        model: Chat client of the model driving the agent (built from a registry entry by the
+            composition layer).
+        provider: Search provider.
+        fetcher: Page fetcher.
+        tool_cache: The job's shared cache of tool results (its counters are the job's).
+        summary_model: Chat client of the model extracting evidence from visited pages (None = ``model``).
         max_llm_calls: Agent turns before the call budget runs out.
         max_context_tokens: Approximate conversation size before the context budget runs out.
         temperature: Agent sampling temperature (None = the model's default).
@@ -103,11 +99,11 @@ class WebDancerSearch:
 
     def __init__(
         self,
-        services: Services,
-        model: ModelSpec | Mapping[str, Any],
+        model: Chat,
         provider: SearchProvider,
         fetcher: Fetcher,
-        summary_model: ModelSpec | Mapping[str, Any] | None = None,
+        tool_cache: ToolCache,
+        summary_model: Chat | None = None,
         max_llm_calls: int = 50,
         max_context_tokens: int = 31 * 1024 - 500,
         temperature: float | None = 0.6,
@@ -126,9 +122,9 @@ class WebDancerSearch:
     ) -> None:
         if max_llm_calls < 1 or results_per_query < 1 or max_queries_per_call < 1:
             raise ValueError("max_llm_calls, results_per_query and max_queries_per_call must be positive")
-        self.services = services
-        self.model = ModelSpec.coerce(model)
-        self.summary_model = ModelSpec.coerce(summary_model) if summary_model else self.model
+        self.agent = model.with_role("search")
+        self.summariser = (summary_model or model).with_role("visit_summary")
+        self.tool_cache = tool_cache
         self.provider = provider
         self.fetcher = fetcher
         self.max_llm_calls = max_llm_calls
@@ -149,17 +145,6 @@ class WebDancerSearch:
         schemas = tool_schemas(results_per_query, max_queries_per_call)
         self.tools_text = ",\n".join(json.dumps(s, ensure_ascii=False, indent=2) for s in schemas)
         self.prompt_version = "+".join(self.prompts[r].version for r in ("system", "user", "final"))
-        self._clients: dict[str, ChatClient] = {}
-
-    def _client(self, role: str, spec: ModelSpec) -> ChatClient:
-        if role not in self._clients:
-            self._clients[role] = self.services.llm.client(spec, role=role)
-        return self._clients[role]
-
-    @property
-    def tool_cache(self) -> ToolCache:
-        """The job's shared tool cache (its counters are the job's)."""
-        return tool_cache_for(self.services)
 
     async def search(self, query: str) -> SearchResult:
         """Run the agent on ``query`` until it answers or a budget runs out.
@@ -177,7 +162,7 @@ class WebDancerSearch:
         """
         run = Episode(self.initial_messages(query))
         run.trace.append({"type": "prompt", "messages": [dict(m) for m in run.messages],
-                          "prompt_version": self.prompt_version, "model": self.model.name})
+                          "prompt_version": self.prompt_version, "model": self.agent.spec.name})
         try:
             end_reason = await self._loop(run)
         except CallError as exc:
@@ -217,7 +202,7 @@ class WebDancerSearch:
                 return await self._force_final(run, "context_budget")
 
     async def _agent_turn(self, run: Episode) -> str:
-        completion = await self._client("search", self.model).complete(
+        completion = await self.agent.complete(
             list(run.messages), prompt_version=self.prompt_version, **self.params)
         run.book(completion, "llm_calls")
         # Servers that ignore stop sequences run on into an imagined tool response.
@@ -336,7 +321,7 @@ class WebDancerSearch:
                         "transient": exc.kind == NETWORK}
             return await self._read_page(url, page.title, page.text[: self.max_page_chars], goal)
 
-        route = route_for(self.summary_model, self.services.llm.settings)  # the model actually called
+        route = self.summariser.route  # the model actually called
         source = "|".join((self.fetcher.cache_id, route.model, str(route.api_base),
                            self.prompts["summary"].version, json.dumps(self.summary_params, sort_keys=True)))
         key_args = {**visit_args(url, goal, self.max_page_chars), "fallback_chars": self.fallback_page_chars}
@@ -360,7 +345,7 @@ class WebDancerSearch:
         prompt = self.prompts["summary"]
         messages = [{"role": "user", "content": render(prompt, webpage_content=text, goal=goal)}]
         try:
-            completion = await self._client("visit_summary", self.summary_model).complete(
+            completion = await self.summariser.complete(
                 messages, prompt_version=prompt.version, **self.summary_params)
         except CallError as exc:
             if exc.kind in FATAL_KINDS:

@@ -4,103 +4,124 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from cts import tracking
-from cts.budget import budget_metrics, run_within_budget, stop_note
-from cts.data import dataset_metrics, select_instances
+from cts.budget import Budget, budget_metrics, run_within_budget, stop_note
+from cts.data import Dataset, dataset_metrics, select_instances
 from cts.interrupt import interruptible_job
 from cts.job_files import RECORDS_FILE, TRACES_FILE
+from cts.llm import usage_scope
 from cts.metrics import metric_view, summarize
-from cts.outcome import finish, read_outcome, resume_command
+from cts.outcome import finish, read_outcome
 from cts.pipeline import Roles, run_job
 from cts.records import Record, read_records
-from cts.services import Services
 from cts.sweep import orig_share_for, sweep_progress
 from cts.tasks.job import (
-    Build,
+    RunInfo,
     check_resume,
-    in_multirun,
-    job_context,
-    job_tags,
-    orig_parts,
     print_metrics,
-    protocol_config,
-    protocol_fingerprint,
-    task_overrides,
+    prompt_files,
+    prompt_versions,
     write_summary,
 )
 
 log = logging.getLogger(__name__)
 
-ROLE_GROUPS = ("clarifier", "ua", "rewriter", "search", "judge", "qtyper")
+@dataclass(frozen=True)
+class EvalProtocol:
+    """What a job measures: the budget ``k`` and how scores are summarised (``seed``, ``stats``)."""
+
+    k: int
+    seed: int = 0
+    stats: Mapping[str, Any] = field(default_factory=dict)
 
 
-def role_models(cfg: DictConfig) -> dict[str, str]:
-    """Per role: the model id it calls (``<group>.model.model``), or the baseline's class."""
-    out = {}
-    for group in ROLE_GROUPS:
-        model = OmegaConf.select(cfg, f"{group}.model.model", default=None)
-        out[group] = str(model or cfg[group]._target_.rsplit(".", 1)[-1])
-    return out
+@dataclass(frozen=True)
+class Resume:
+    """How a job resumes: the protocol fingerprint its dir must match, and the rerun command.
+
+    Attributes:
+        fingerprint: Hash of the protocol config (:func:`cts.tasks.job.protocol_fingerprint`).
+        config: The protocol config (stored beside it, so a refusal names the keys that differ).
+        command: The command that resumes the job (printed when it ends incomplete).
+        multirun: Whether the job runs inside a Hydra multirun.
+    """
+
+    fingerprint: str
+    config: Mapping[str, Any]
+    command: str
+    multirun: bool
 
 
-def build_roles(cfg: DictConfig, build: Build) -> Roles:
-    """Instantiate the clarifier, UA, rewriter, search backend, judge and question typer."""
-    return Roles(**{g: build(cfg[g]) for g in ROLE_GROUPS})
+def check_job(k: Any, job_dir: Path, resume: Resume) -> None:
+    """Refuse a bad budget or a job dir of another protocol (before anything is built)."""
+    if not isinstance(k, int) or k < 1:
+        raise SystemExit(f"k must be a positive integer (the paper uses 1, 2, 3), got {k!r}")
+    check_resume(job_dir, resume.fingerprint, resume.config)
 
 
-def evaluate_task(cfg: DictConfig, services: Services, build: Build) -> float | None:
+def evaluate_task(
+    *, dataset: Dataset, roles: Roles, protocol: EvalProtocol, run: RunInfo, resume: Resume, budget: Budget,
+    models: Mapping[str, str], orig_parts: Mapping[str, Any], limit: int | None = None, concurrency: int = 8,
+    resource_stats: Callable[[], Mapping[str, float]] = dict,
+) -> float | None:
     """Run the protocol (system + orig arms) over the dataset and track the job.
+
+    Args:
+        dataset: The instances and their static gold.
+        roles: The built clarifier, UA, rewriter, search backend, judge and question typer.
+        protocol: The budget ``k`` and the summary settings.
+        run: Where the job sits and how it is tracked.
+        resume: The job dir's fingerprint and the resume command (see :func:`check_job`).
+        budget: The LLM budget of the job dir.
+        models: Per role, the model id it calls (recorded with every instance).
+        orig_parts: What the orig arm depends on (shared across a sweep's jobs with the same).
+        limit: Evaluate only the first ``limit`` instances (None = all).
+        concurrency: Instances in flight at once.
+        resource_stats: Counters of the job's resources (tool-cache hits ...), read at the end.
 
     Returns:
         The job's mean restore_score_100 (Hydra's sweep metric).
     """
-    if not isinstance(cfg.k, int) or cfg.k < 1:
-        raise SystemExit(f"k must be a positive integer (the paper uses 1, 2, 3), got {cfg.k!r}")
-    ctx = job_context(cfg)
-    check_resume(ctx.job_dir, protocol_fingerprint(cfg), protocol_config(cfg))
-    dataset = build(cfg.dataset)
-    instances = select_instances(dataset, cfg.limit)
-    roles = build_roles(cfg, build)
-    if cfg.services.llm.get("tracing"):
-        tracking.trace_llm_calls(services.llm)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(resolved, dict)
-    tags = job_tags(cfg, ctx)
+    ctx, k = run.context, protocol.k
+    instances = select_instances(dataset, limit)
     with interruptible_job(ctx.job_dir, len(instances), lambda: count_done(ctx.job_dir, instances), ctx.sweep_dir), \
-            tracking.job_run(cfg.tracking.uri, cfg.tracking.experiment, ctx.run_name,
-                             tracking.flatten(resolved), tags, job_dir=ctx.job_dir) as run_id:
+            tracking.job_run(run.tracking.uri, run.tracking.experiment, ctx.run_name,
+                             tracking.flatten(dict(run.config)), dict(run.tags), job_dir=ctx.job_dir) as run_id:
         records, stop = run_within_budget(
-            lambda: run_job(instances, dataset.gold, roles, k=cfg.k, out_dir=ctx.job_dir,
-                            concurrency=cfg.concurrency, usage_scope=services.usage_scope, models=role_models(cfg),
-                            keep=metric_view, on_instance=instance_tracer(cfg, tags),
-                            progress=sweep_progress() or True, orig_share=orig_share_for(orig_parts(cfg))),
-            ctx.job_dir, services,
+            lambda: run_job(instances, dataset.gold, roles, k=k, out_dir=ctx.job_dir, concurrency=concurrency,
+                            usage_scope=usage_scope, models=models, keep=metric_view,
+                            on_instance=instance_tracer(run), progress=sweep_progress() or True,
+                            orig_share=orig_share_for(orig_parts)),
+            ctx.job_dir, budget,
         )
-        if cfg.tracking.get("records_table", True):
+        if run.tracking.records_table:
             tracking.log_records_table(read_records(ctx.job_dir / RECORDS_FILE))  # the full records, streamed
         ended = read_outcome(ctx.job_dir, stop, len(instances), len(records))
         planned = budget_metrics(ctx.job_dir, records, len(instances))  # over this run's instances
         records = job_dir_records(ctx.job_dir, records, [i.id for i in dataset.instances], keep=metric_view)
-        metrics = {**summarize(records, k=cfg.k, seed=cfg.seed, **cfg.stats), **services.stats(),
+        metrics = {**summarize(records, k=k, seed=protocol.seed, **protocol.stats), **resource_stats(),
                    **dataset_metrics(dataset), "n_infra_failures": float(ended.n_infra), **planned}
-        summary = write_summary(cfg, ctx, resolved, metrics, run_id, stop)
-        tracking.log_metrics(metrics)
-        tracking.set_tags({"stop_reason": stop})
-        tracking.set_tags({f"cts.prompt.{n}": v for n, v in services.prompt_versions().items()})
-        tracking.log_artifacts([ctx.job_dir / RECORDS_FILE, ctx.job_dir / TRACES_FILE, summary,
-                                ctx.job_dir / "config.yaml"])
-        tracking.log_artifacts(services.prompt_files(), artifact_path="prompts")
+        log_job_run(run, k, metrics, run_id, stop)
         print_metrics(ctx.run_name, metrics)
         if note := stop_note(stop, metrics):
             print(note, flush=True)
-        finish(ended, records, ctx.job_dir, resume_command(task_overrides(), ctx.job_dir),
-               multirun=in_multirun())  # an incomplete job's run ends FAILED
+        finish(ended, records, ctx.job_dir, resume.command, multirun=resume.multirun)  # incomplete: run FAILED
     return metrics["score_mean"]
+
+
+def log_job_run(run: RunInfo, k: int, metrics: Mapping[str, float], run_id: str, stop: str) -> None:
+    """Write the summary and log metrics, tags, records, traces, config and prompts to the job's run."""
+    job_dir = run.context.job_dir
+    summary = write_summary(run, k, metrics, run_id, stop)
+    tracking.log_metrics(metrics)
+    tracking.set_tags({"stop_reason": stop})
+    tracking.set_tags({f"cts.prompt.{n}": v for n, v in prompt_versions().items()})
+    tracking.log_artifacts([job_dir / RECORDS_FILE, job_dir / TRACES_FILE, summary, job_dir / "config.yaml"])
+    tracking.log_artifacts(prompt_files(), artifact_path="prompts")
 
 
 def count_done(job_dir: Path, instances: Sequence[Any]) -> int:
@@ -131,9 +152,9 @@ def job_dir_records(
     return sorted([*records, *extra.values()], key=lambda r: rank.get(r.id, len(rank)))
 
 
-def instance_tracer(cfg: DictConfig, tags: Mapping[str, str]) -> Any:
+def instance_tracer(run: RunInfo) -> Any:
     """The per-instance MLflow trace hook (``tracking.instance_traces``; off by default, see the README), or None."""
-    if not cfg.tracking.get("instance_traces", False):
+    if not run.tracking.instance_traces:
         return None
-    keep = {k: v for k, v in tags.items() if k in ("cts.system", "cts.sweep_dir")}
+    keep = {k: v for k, v in run.tags.items() if k in ("cts.system", "cts.sweep_dir")}
     return lambda inst, gold, record, traces: tracking.log_instance_trace(inst, gold, record, traces, keep)

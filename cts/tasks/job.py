@@ -1,7 +1,9 @@
 """Where a job sits and what it leaves behind: Hydra context, tags, summary, fingerprint, tracking.
 
-Shared by every task; the composition layer (:mod:`cts.app`) hands tasks a
-:data:`Build` callable instead of letting them import it.
+Shared by every task. The composition layer (:mod:`cts.app`) reads the config with the
+``cfg`` helpers here (:func:`job_context`, :func:`job_tags`, :func:`protocol_config` ...)
+and hands each task plain, typed arguments (a :class:`RunInfo`, built components);
+a task itself never reads the config.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +24,6 @@ from cts import tracking
 from cts.job_files import RECORDS_FILE
 from cts.secrets import scrub_tree
 
-Build = Callable[[Any], Any]
-"""Builds one component from its config node (given by the composition layer)."""
 # Keys that change where things go or how fast, not what is measured.
 _NON_PROTOCOL_KEYS = ("paths", "tracking", "concurrency", "limit", "hydra", "task", "sweep_report", "debug",
                       "gate")  # the gate is applied after the fact, over finished records
@@ -40,6 +40,33 @@ class JobContext:
     run_name: str
     job_dir: Path
     sweep_dir: str
+
+
+@dataclass(frozen=True)
+class Tracking:
+    """Where a job's MLflow run goes and what it logs besides metrics (``conf/tracking``)."""
+
+    uri: str
+    experiment: str
+    records_table: bool = True
+    instance_traces: bool = False
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What every task needs to track its run (built by the composition layer).
+
+    Attributes:
+        context: Where the job sits in Hydra.
+        tracking: The MLflow settings.
+        config: The resolved config: logged as params, written as ``config.yaml`` (never read by a task).
+        tags: The job's tags (:func:`job_tags`).
+    """
+
+    context: JobContext
+    tracking: Tracking
+    config: Mapping[str, Any]
+    tags: Mapping[str, str]
 
 
 def job_context(cfg: DictConfig) -> JobContext:
@@ -120,18 +147,15 @@ def resume_refusal(out_dir: Path, stored: Mapping[str, Any], fingerprint: str,
     return f"{head}\nKeys that differ (stored -> now):\n{lines}"
 
 
-def log_task_run(cfg: DictConfig, task: str, metrics: Mapping[str, float], artifacts: list[Path]) -> str:
+def log_task_run(run: RunInfo, task: str, metrics: Mapping[str, float], artifacts: list[Path]) -> str:
     """Track a non-evaluate task (gold, robustness analyses) as one MLflow run.
 
     Args:
         artifacts: The files the task wrote (not whole directories, which may hold the store).
     """
-    ctx = job_context(cfg)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(resolved, dict)
-    tags = {**job_tags(cfg, ctx), "cts.kind": task}
-    with tracking.job_run(cfg.tracking.uri, cfg.tracking.experiment, f"{task}:{ctx.run_name}",
-                          tracking.flatten(resolved), tags) as run_id:
+    tags = {**run.tags, "cts.kind": task}
+    with tracking.job_run(run.tracking.uri, run.tracking.experiment, f"{task}:{run.context.run_name}",
+                          tracking.flatten(dict(run.config)), tags) as run_id:
         tracking.log_metrics(metrics)
         tracking.log_artifacts(artifacts)
     return run_id
@@ -150,23 +174,21 @@ def job_tags(cfg: DictConfig, ctx: JobContext) -> dict[str, str]:
     return tags
 
 
-def write_summary(
-    cfg: DictConfig, ctx: JobContext, resolved: dict[str, Any], metrics: Mapping[str, float],
-    run_id: str, stop: str,
-) -> Path:
+def write_summary(run: RunInfo, k: int, metrics: Mapping[str, float], run_id: str, stop: str) -> Path:
     """Write ``summary.json`` and the resolved ``config.yaml`` into the job dir."""
-    (ctx.job_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(scrub_tree(resolved))))
+    ctx = run.context
+    (ctx.job_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(scrub_tree(dict(run.config)))))
     summary = {
         "metrics": {k: (v if math.isfinite(v) else None) for k, v in metrics.items()},
         "choices": dict(ctx.choices),
-        "k": cfg.k,
+        "k": k,
         "stop_reason": stop,
         "run_name": ctx.run_name,
         "job_dir": str(ctx.job_dir),
         "sweep_dir": ctx.sweep_dir,
         "run_id": run_id,
-        "experiment": cfg.tracking.experiment,
-        "tracking_uri": cfg.tracking.uri,
+        "experiment": run.tracking.experiment,
+        "tracking_uri": run.tracking.uri,
     }
     path = ctx.job_dir / "summary.json"
     path.write_text(json.dumps(summary, indent=2, ensure_ascii=False))
@@ -190,6 +212,21 @@ def print_metrics(name: str, metrics: Mapping[str, float]) -> None:
             v = metrics[key]
             lines.append(f"{key:<{width}}  {v:,.0f}" if key.startswith("n_") else f"{key:<{width}}  {v:.3f}")
     print("\n".join(lines), flush=True)
+
+
+def prompt_files() -> list[Path]:
+    """Prompt files the job's components loaded (logged with every run)."""
+    from cts.prompts import used_prompts
+
+    return [p.path for p in used_prompts().values() if p.path is not None]
+
+
+def prompt_versions() -> dict[str, str]:
+    """Name -> content hash of every prompt loaded, plus ``_all``: one hash over them."""
+    from cts.prompts import prompts_version, used_prompts
+
+    used = used_prompts()
+    return {**{n: p.version for n, p in sorted(used.items())}, "_all": prompts_version()} if used else {}
 
 
 def robustness_source(cfg: Any) -> Any:

@@ -2,43 +2,45 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
 from cts.analysis.common import select_budgets, write_metrics, write_tables
 from cts.analysis.judge_robustness import judge_metrics, judge_report, rejudge
-from cts.tasks.job import Build, log_task_run, robustness_source
-
-import asyncio
-from pathlib import Path
-from typing import Any
-
-
 from cts.report.jobs import load_jobs
-
-
 from cts.report.tables import markdown
+from cts.tasks.job import RunInfo, log_task_run
+from cts.types import Gold, Judge
 
 
+def judge_robustness_task(
+    *, source: str | Sequence[str], gold: Mapping[str, Gold], judges: Mapping[str, Judge], run: RunInfo,
+    out_dir: Path, budgets: Sequence[int] | None = None, reference: str | None = None,
+    include_recorded: bool = True, concurrency: int = 8,
+) -> None:
+    """Task ``judge_robustness``: re-judge the frozen answers of finished runs with ``judges``.
 
-def judge_robustness_task(cfg: Any, services: Any, build: Build) -> None:
-    """Task ``judge_robustness``: re-judge frozen answers with ``robustness.judges``.
-
-    Reads ``robustness.source`` (sweep dir, job dirs or MLflow experiment),
-    ``robustness.budgets`` (the k values to keep; None = all), ``robustness.judges``
-    (name -> judge config), ``robustness.reference`` (default: the first judge) and
-    ``robustness.include_recorded``; gold comes from ``cfg.dataset``. Writes tables
-    to ``cfg.paths.output_dir``.
+    Args:
+        source: A sweep dir, job dirs, or an MLflow experiment name (``robustness.source``).
+        gold: The static gold of the source runs' dataset.
+        judges: Name -> built judge (``robustness.judges``).
+        run: How the task's run is tracked (its tracking URI also finds an experiment source).
+        out_dir: Where the tables go.
+        budgets: The k values of the source jobs to keep (None = all).
+        reference: The judge the others are compared with (None = the first).
+        include_recorded: Also compare with the labels stored in the records.
+        concurrency: Judge calls in flight at once.
     """
-    rcfg = cfg.robustness
-    jobs = select_budgets(load_jobs(robustness_source(cfg), cfg.tracking.uri), rcfg.get("budgets"))
-    gold = build(cfg.dataset).gold
-    judges = {name: build(node) for name, node in rcfg.judges.items()}
-    reference = rcfg.get("reference") or next(iter(judges))
-    scores, labels = asyncio.run(rejudge(jobs, gold, judges, include_recorded=rcfg.get("include_recorded", True),
-                                         concurrency=cfg.get("concurrency", 8)))
-    out = Path(cfg.paths.output_dir)
+    jobs = select_budgets(load_jobs(source, run.tracking.uri), budgets)
+    reference = reference or next(iter(judges))
+    scores, labels = asyncio.run(rejudge(jobs, gold, judges, include_recorded=include_recorded,
+                                         concurrency=concurrency))
+    out = Path(out_dir)
     tables = judge_report(scores, labels, reference)
     scores.to_csv(out / "judge_scores.csv", index=False)
     files = write_tables(tables, out, "judge_robustness")
     metrics = judge_metrics(tables)
     files += [write_metrics(metrics, out), out / "judge_scores.csv"]
-    log_task_run(cfg, "judge_robustness", metrics, files)
+    log_task_run(run, "judge_robustness", metrics, files)
     print(markdown(tables[0].display), flush=True)
