@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from pathlib import Path
 from typing import Any
 
 from hydra.core.global_hydra import GlobalHydra
@@ -75,19 +76,32 @@ class PrepareTrackingStore(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Build the paper-style sweep report and log it as a sweep-level run."""
-        from cts.report.build import build_sweep_report, log_sweep_report
-
         forget_swept()
-        if not config.get("sweep_report", True):
-            return
-        result = build_sweep_report(
-            config.hydra.sweep.dir,
-            n_resamples=config.stats.n_resamples,
-            confidence=config.stats.confidence,
-            seed=config.seed,
-        )
-        for error in result.errors:
-            log.error("sweep report: %s", error)
-        if result.ok:
-            log_sweep_report(result, config.tracking.uri, config.tracking.experiment)
-            log.info("sweep report written to %s", result.out_dir)
+        if config.get("sweep_report", True):
+            report_sweep(config)
+
+
+def report_sweep(config: DictConfig) -> Path | None:
+    """Build the sweep report of ``config``'s sweep dir and log it to MLflow as a sweep-level run.
+
+    The multirun callback runs it in the submitting process; on Slurm a dependent job
+    runs it after the last job (:func:`cts.cluster.report_job`).
+
+    Returns:
+        The report's dir, or None when it could not be built (the errors are logged).
+    """
+    from cts.report.build import build_sweep_report, log_sweep_report
+
+    result = build_sweep_report(
+        config.hydra.sweep.dir,
+        n_resamples=config.stats.n_resamples,
+        confidence=config.stats.confidence,
+        seed=config.seed,
+    )
+    for error in result.errors:
+        log.error("sweep report: %s", error)
+    if not result.ok:
+        return None
+    log_sweep_report(result, config.tracking.uri, config.tracking.experiment)
+    log.info("sweep report written to %s", result.out_dir)
+    return result.out_dir

@@ -1,8 +1,9 @@
 """Real services for the cluster tests, started on 127.0.0.1 with their data in temp dirs.
 
 PostgreSQL (``initdb``/``pg_ctl`` as the ``postgres`` user: they refuse root), munge
-(``munged`` as the ``munge`` user, socket in ``/run/munge``), a one-node Slurm
-cluster (``slurmctld`` + ``slurmd``, proctrack/linuxproc, task/none) and an
+(``munged`` as the ``munge`` user, with its own socket and key), a one-node Slurm
+cluster (``slurmctld`` + ``slurmd``, proctrack/linuxproc, task/none; its own ports,
+state and spool dirs, ``AuthInfo=socket=`` the private munged) and an
 ``mlflow server`` on PostgreSQL. Each ``start_*`` returns a handle or raises
 :class:`Unavailable` with the reason; fixtures turn that into a skip.
 """
@@ -139,49 +140,61 @@ def postgres() -> Iterator[Postgres]:
 
 # --------------------------------------------------------------------------- munge + Slurm
 
-MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
+@dataclass(frozen=True)
+class Munge:
+    """A private munged: its own socket and key, so concurrent test runs never share one."""
+
+    socket: Path
+
+    def works(self) -> bool:
+        """Whether a credential made on this socket decodes on it."""
+        return _munge_works(self.socket)
 
 
-def _munge_works() -> bool:
-    if not shutil.which("munge") or not shutil.which("unmunge"):
-        return False
-    cred = subprocess.run(["munge", "-n"], capture_output=True)
+def _munge_works(sock: Path) -> bool:
+    cred = subprocess.run(["munge", f"--socket={sock}", "-n"], capture_output=True)
     if cred.returncode:
         return False
-    return subprocess.run(["unmunge"], input=cred.stdout, capture_output=True).returncode == 0
+    return subprocess.run(["unmunge", f"--socket={sock}"], input=cred.stdout, capture_output=True).returncode == 0
 
 
 @contextmanager
-def munge() -> Iterator[None]:
-    """Ensure munged answers on its standard socket (start it as ``munge`` if needed)."""
-    if _munge_works():
-        yield
-        return
-    for tool in ("munged", "munge"):
+def munge() -> Iterator[Munge]:
+    """Start munged (as ``munge`` when root) on a socket and key in a fresh temp dir; stop it after.
+
+    Never the system socket: two test runs on one machine (two checkouts, CI beside a
+    dev run) each get their own munged, and stopping one cannot break the other.
+    """
+    for tool in ("munged", "munge", "unmunge"):
         if not shutil.which(tool) and not Path(f"/usr/sbin/{tool}").exists():
             raise Unavailable(f"{tool} is not installed (apt-get install munge)")
-    if os.geteuid() != 0:
-        raise Unavailable("munged is not running and only root can start it as the munge user")
-    MUNGE_SOCKET.parent.mkdir(parents=True, exist_ok=True)
-    shutil.chown(MUNGE_SOCKET.parent, "munge", "munge")
-    MUNGE_SOCKET.parent.chmod(0o755)
-    base = _service_dir("cts-munge-", "munge")
-    pid_file = base / "munged.pid"
-    cmd = ["munged", "--force", f"--pid-file={pid_file}", f"--log-file={base / 'munged.log'}",
-           f"--seed-file={base / 'munged.seed'}", f"--socket={MUNGE_SOCKET}"]
-    started = subprocess.run(_as_user("munge", cmd), capture_output=True, text=True)
-    if started.returncode:
-        raise Unavailable(f"munged failed to start: {started.stderr.strip()}")
+    owner = "munge" if os.geteuid() == 0 and _user_exists("munge") else None
+    if os.geteuid() == 0 and owner is None:
+        raise Unavailable("running as root and there is no 'munge' user to run munged as")
+    base = _service_dir("cts-munge-", owner)
+    key, pid_file, log = base / "munge.key", base / "munged.pid", base / "munged.log"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    if owner is not None:
+        shutil.chown(key, owner, owner)
+    sock = base / "munge.socket"
+    cmd = ["munged", f"--socket={sock}", f"--key-file={key}", f"--pid-file={pid_file}",
+           f"--log-file={log}", f"--seed-file={base / 'munged.seed'}", "--num-threads=2"]
+    started = subprocess.run(_as_user(owner, cmd) if owner else cmd, capture_output=True, text=True)
     try:
-        _wait(_munge_works, 10, "munged", base / "munged.log")
-        yield
+        if started.returncode:
+            raise Unavailable(f"munged failed to start: {started.stderr.strip()} {log.read_text()[-1000:] if log.exists() else ''}")
+        _wait(lambda: _munge_works(sock), 10, "munged", log)
+        yield Munge(sock)
     finally:
         if pid_file.exists():
-            _kill(int(pid_file.read_text().strip()))
+            _kill(int(pid_file.read_text().strip() or 0))
         shutil.rmtree(base, ignore_errors=True)
 
 
 def _kill(pid: int, timeout_s: float = 10) -> None:
+    if pid <= 0:  # an empty pid file; os.kill(0) would signal our own process group
+        return
     try:
         os.kill(pid, 15)
     except ProcessLookupError:
@@ -213,7 +226,11 @@ class Slurm:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
 
 
-def _slurm_conf(base: Path, node: str, cpus: int, mem_mb: int) -> str:
+def _slurm_conf(base: Path, node: str, cpus: int, mem_mb: int, munge_socket: Path) -> str:
+    # Everything this cluster touches is its own: ports, state/spool dirs, pid and log
+    # files, and (AuthInfo socket=, read by auth/munge and cred/munge in Slurm 22.05) munged.
+    # The timings are a test cluster's: schedule on every event and every 2 s (not 60 s),
+    # backfill every second, no batch-scheduling delay, short kill/complete waits.
     ctld, slurmd = free_port(), free_port()
     return f"""\
 ClusterName=ctstest
@@ -224,6 +241,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
+AuthInfo=socket={munge_socket}
 StateSaveLocation={base}/state
 SlurmdSpoolDir={base}/spool
 SlurmctldPidFile={base}/slurmctld.pid
@@ -235,6 +253,7 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0,sched_interval=2,bf_interval=1
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
@@ -242,6 +261,8 @@ MpiDefault=none
 ReturnToService=2
 MinJobAge=3600
 KillWait=5
+CompleteWait=0
+MessageTimeout=5
 SlurmctldTimeout=30
 SlurmdTimeout=30
 NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={mem_mb} State=UNKNOWN
@@ -257,14 +278,14 @@ def slurm() -> Iterator[Slurm]:
             raise Unavailable(f"{tool} is not installed (apt-get install slurm-wlm)")
     if os.geteuid() != 0:
         raise Unavailable("slurmd must run as root to launch jobs")
-    with munge():
+    with munge() as auth:
         base = _service_dir("cts-slurm-")
         for sub in ("state", "spool"):
             (base / sub).mkdir()
         node = socket.gethostname().split(".")[0]
         mem_mb = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.8)
         conf = base / "slurm.conf"
-        conf.write_text(_slurm_conf(base, node, os.cpu_count() or 1, mem_mb))
+        conf.write_text(_slurm_conf(base, node, os.cpu_count() or 1, mem_mb, auth.socket))
         cluster = Slurm(conf, base, "debug")
         env = cluster.env
         try:
@@ -309,8 +330,11 @@ def mlflow_server(pg: Postgres) -> Iterator[MLflowServer]:
     cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
            "--backend-store-uri", backend, "--artifacts-destination", str(artifacts),
            "--serve-artifacts", "--workers", "1"]
+    # No job execution: it forks a job runner and six huey consumers (each a full MLflow import,
+    # ~400 MB) for GenAI jobs no test uses; tracking and artifact serving do not need them.
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     try:
         _wait(lambda: _http_ok(port) or proc.poll() is not None, 120, "mlflow server", log)
         if proc.poll() is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -19,6 +20,8 @@ from cts.cluster import literal_secrets
 CANARY = "sk-canary-7f3e9b1d2c"
 SLURM = ("hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launcher.cpus_per_task=1",
          "hydra.launcher.mem_gb=1", "hydra.launcher.timeout_min=20")
+N_SCANCEL = 4  # instances a job in the scancel test
+LIMIT = 40  # instances a job: enough to compare Slurm with one process; the full set is test_multirun's
 
 
 def test_resolved_secrets_are_masked_in_params_and_written_configs():
@@ -38,6 +41,18 @@ def test_literal_secrets_are_refused_interpolations_pass():
     assert literal_secrets(["services.llm.api_key=${oc.env:KEY}", r"services.llm.api_key=$\{oc.env\:KEY\}",
                             "services.llm.cache.url=postgresql://u@h/db",
                             "k=1,2", "services.llm.api_key=null"]) == []
+
+
+@pytest.fixture(scope="module")
+def warm_cache(services):  # noqa: ANN001,ANN201 - cts.services.Services
+    """Build the demo set and its index once, before tests start concurrent jobs on this cache.
+
+    On a cold cache every concurrent job would build them at once (one wins, the rest is
+    wasted CPU); after earlier tests this only loads them.
+    """
+    from cts.demo.loading import load_demo
+
+    load_demo(services, n=200, seed=0)
 
 
 # --------------------------------------------------------------------------- cache on PostgreSQL
@@ -89,7 +104,9 @@ def test_four_processes_write_overlapping_keys_to_postgres(pg, tmp_path):
 
 
 @pytest.mark.slow
-def test_three_concurrent_jobs_sharing_the_orig_arm_send_each_request_once(pg, tmp_path, llm_server, cache_dir):
+def test_three_concurrent_jobs_sharing_the_orig_arm_send_each_request_once(
+    pg, tmp_path, llm_server, cache_dir, warm_cache
+):
     llm_server.handler = protocol_reply
     llm_server.latency_s = 0.05  # keep the three jobs' identical orig-arm calls overlapping
     url = pg.create_db("cache3")
@@ -134,37 +151,40 @@ def _grep(root: Path, needle: str) -> list[str]:
 
 @pytest.mark.slow
 def test_offline_sweep_on_slurm_with_mlflow_server_and_postgres_cache(
-    tmp_path, slurm_cluster, mlflow_server, pg, cache_dir, monkeypatch
+    tmp_path, slurm_cluster, mlflow_server, pg, cache_dir, warm_cache, monkeypatch
 ):
     monkeypatch.setenv("OPENAI_API_KEY", CANARY)  # jobs inherit it; it must be written nowhere
     monkeypatch.setenv("CTS_TEST_KEY", CANARY)  # also read by the config, resolved inside the jobs
     cache_url = pg.create_db("sweepcache")
-    sweep = tmp_path / "slurm"
-    common = ("-m", "experiment=offline", "clarifier=rules_scope,rules_region,none", "k=1,2,3",
+    sweep, local = tmp_path / "slurm", tmp_path / "local"
+    common = ("-m", "experiment=offline", "clarifier=rules_scope,none", "k=1,2", f"limit={LIMIT}",
               f"paths.cache_dir={cache_dir}", f"services.llm.cache.url={cache_url}",
               "services.llm.api_key=${oc.env:CTS_TEST_KEY}")
-    run_py(*common, *SLURM, f"hydra.sweep.dir={sweep}", f"tracking.uri={mlflow_server.uri}", cwd=tmp_path)
+    # The same sweep in one process: the reference the Slurm jobs' records must match.
+    run_py(*common, f"hydra.sweep.dir={local}", f"tracking.uri=sqlite:///{tmp_path}/local.db",
+           "sweep_report=false", cwd=tmp_path)
+    out = run_py(*common, *SLURM, f"hydra.sweep.dir={sweep}", f"tracking.uri={mlflow_server.uri}", cwd=tmp_path)
 
     runs = tracking.search_runs(mlflow_server.uri)
     jobs = runs[(runs["tags.cts.kind"] == "job") & runs["tags.cts.sweep_dir"].str.endswith("slurm")]
-    assert len(jobs) == 9 and set(jobs["status"]) == {"FINISHED"}
+    assert len(jobs) == 4 and set(jobs["status"]) == {"FINISHED"}
     for name in METRICS:  # ua_unknown_rate is NaN where nothing was asked (clarifier=none)
         assert f"metrics.{name}" in jobs, name
-    assert jobs["metrics.score_mean"].notna().all() and (jobs["metrics.n_instances"] >= 150).all()
+    assert jobs["metrics.score_mean"].notna().all() and (jobs["metrics.n_instances"] == LIMIT).all()
+    assert len(_array_results(sweep)) == 4  # all four ran as Slurm jobs
+    # The report: built once (not also by the waiting submitter), by the dependent job, after the last job.
     assert (runs["tags.cts.kind"] == "sweep_report").sum() == 1 and (sweep / "report" / "report.md").is_file()
-    assert len(list((sweep / ".submitit").glob("*/*_result.pkl"))) == 9  # all nine ran as Slurm jobs
+    assert "sweep report written to" in _job_log(sweep, _report_job(sweep, out.stdout + out.stderr))
+    assert _mtime(sweep / "report" / "report.md") >= max(map(_mtime, _array_results(sweep)))
 
-    local = tmp_path / "local"
-    run_py(*common, f"hydra.sweep.dir={local}", f"tracking.uri=sqlite:///{tmp_path}/local.db",
-           "sweep_report=false", cwd=tmp_path)
     on_slurm = _job_records(sweep)
     on_one = {job.replace(",sweep_report=False", ""): rows for job, rows in _job_records(local).items()}
-    assert sorted(on_slurm) == sorted(on_one) and len(on_slurm) == 9
+    assert sorted(on_slurm) == sorted(on_one) and len(on_slurm) == 4
     for job, records in on_slurm.items():
         # Records stream in completion order, which concurrency varies: compare them by id.
         assert sorted(map(_stable, records)) == sorted(map(_stable, on_one[job])), job
 
-    leaks = _grep(sweep, CANARY) + _grep(mlflow_server.artifact_root, CANARY)
+    leaks = _grep(sweep, CANARY) + _grep(mlflow_server.artifact_root, CANARY)  # the report job's files too
     assert not leaks, leaks
     dump = subprocess.run(["pg_dumpall", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres"],
                           capture_output=True, text=True, check=True).stdout
@@ -172,13 +192,59 @@ def test_offline_sweep_on_slurm_with_mlflow_server_and_postgres_cache(
 
 
 @pytest.mark.slow
-def test_scancel_one_slurm_job_then_rerun_gives_every_instance_once(
-    tmp_path, slurm_cluster, llm_server, pg, cache_dir
+def test_wait_false_returns_once_queued_and_a_dependent_job_builds_the_report(
+    tmp_path, slurm_cluster, cache_dir, warm_cache
 ):
+    sweep, db = tmp_path / "sweep", tmp_path / "mlflow.db"
+    proc = run_py("-m", "experiment=offline", "clarifier=rules_scope,none", "k=1", "limit=5", *SLURM,
+                  "hydra.launcher.wait=false", f"hydra.sweep.dir={sweep}", f"tracking.uri=sqlite:///{db}",
+                  f"paths.cache_dir={cache_dir}", cwd=tmp_path)
+    out, report = proc.stdout + proc.stderr, sweep / "report" / "report.md"
+    queued = re.search(r"follow with: squeue -j (\S+)", out)
+    assert queued and "not waiting" in out, out[-3000:]
+    assert not report.exists()  # the submitter returned before the jobs (each takes seconds to start) ended
+    ids = queued.group(1).split(",")
+    assert f"sweep report: Slurm job {ids[-1]} (after array {ids[0]})" in out and str(report) in out
+
+    deadline = time.monotonic() + 300
+    while subprocess.run(["squeue", "-h", "-j", ",".join(ids)], capture_output=True, text=True).stdout.strip():
+        assert time.monotonic() < deadline, "jobs still queued"
+        time.sleep(1)
+    assert report.is_file() and len(_array_results(sweep)) == 2
+    assert _mtime(report) >= max(map(_mtime, _array_results(sweep)))  # built after the last job ended
+    assert "sweep report written to" in _job_log(sweep, ids[-1])
+    runs = tracking.search_runs(f"sqlite:///{db}")
+    assert sorted(runs["tags.cts.kind"]) == ["job", "job", "sweep_report"]
+
+
+def _array_results(sweep: Path) -> list[Path]:
+    return list((sweep / ".submitit").glob("*_*/*_*_0_result.pkl"))  # <array>_<task>: not the report job
+
+
+def _report_job(sweep: Path, out: str) -> str:
+    found = re.search(r"sweep report written to \S+ by Slurm job (\d+)", out)
+    assert found, out[-3000:]
+    return found.group(1)
+
+
+def _job_log(sweep: Path, job_id: str) -> str:
+    return "".join(p.read_text() for p in (sweep / ".submitit" / job_id).glob(f"{job_id}_0_log.*"))
+
+
+def _mtime(path: Path) -> float:
+    return path.stat().st_mtime
+
+
+@pytest.mark.slow
+def test_scancel_one_slurm_job_then_rerun_gives_every_instance_once(
+    tmp_path, slurm_cluster, llm_server, pg, cache_dir, warm_cache
+):
+    # Two jobs (one cancelled, one that must go on), N instances one at a time, each LLM call
+    # slow enough that the cancelled job is caught with some records written and some not.
     llm_server.handler = protocol_reply
-    llm_server.latency_s = 0.5
+    llm_server.latency_s = 0.2
     sweep = tmp_path / "sweep"
-    args = [sys.executable, str(REPO / "run.py"), "-m", "clarifier=gpt,ernie,claude", "k=1", "limit=6",
+    args = [sys.executable, str(REPO / "run.py"), "-m", "clarifier=gpt,claude", "k=1", f"limit={N_SCANCEL}",
             "concurrency=1", f"services.llm.api_base={llm_server.base_url}",
             f"services.llm.cache.url={pg.create_db('scancel')}", *SLURM, f"hydra.sweep.dir={sweep}",
             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"paths.cache_dir={cache_dir}", "sweep_report=false"]
@@ -191,10 +257,10 @@ def test_scancel_one_slurm_job_then_rerun_gives_every_instance_once(
     rerun = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     records = _job_records(sweep)
-    assert len(records) == 3
+    assert len(records) == 2
     for job, rows in records.items():
         ids = [r["id"] for r in rows]
-        assert len(ids) == 6 and len(set(ids)) == 6, (job, ids)
+        assert len(ids) == N_SCANCEL and len(set(ids)) == N_SCANCEL, (job, ids)
 
 
 def _wait_for_a_started_job(sweep: Path, proc: subprocess.Popen, timeout_s: float = 240) -> str:
@@ -210,7 +276,7 @@ def _wait_for_a_started_job(sweep: Path, proc: subprocess.Popen, timeout_s: floa
             seen[records.parent.name[:40]] = lines
             num = OmegaConf.load(records.parent / ".hydra" / "hydra.yaml").hydra.job.num
             match = [job for job in running if job.endswith(f"_{num}")]
-            if 1 <= lines < 6 and match:
+            if 1 <= lines < N_SCANCEL and match:
                 return match[0]
         time.sleep(0.1)
     raise AssertionError(f"no job started writing records: {seen}")
