@@ -52,7 +52,7 @@ def warm_cache(services):  # noqa: ANN001,ANN201 - cts.services.Services
     """
     from cts.demo.loading import load_demo
 
-    load_demo(services, n=200, seed=0)
+    load_demo(services.corpus, services.index, services.cache_dir, n=200, seed=0)
 
 
 # --------------------------------------------------------------------------- cache on PostgreSQL
