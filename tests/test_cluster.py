@@ -174,7 +174,7 @@ def test_offline_sweep_on_slurm_with_mlflow_server_and_postgres_cache(
     assert len(_array_results(sweep)) == 4  # all four ran as Slurm jobs
     # The report: built once (not also by the waiting submitter), by the dependent job, after the last job.
     assert (runs["tags.cts.kind"] == "sweep_report").sum() == 1 and (sweep / "report" / "report.md").is_file()
-    assert "sweep report written to" in _job_log(sweep, _report_job(sweep, out.stdout + out.stderr))
+    assert "sweep report written to" in _job_log(sweep, _report_job(out.stdout + out.stderr))
     assert _mtime(sweep / "report" / "report.md") >= max(map(_mtime, _array_results(sweep)))
 
     on_slurm = _job_records(sweep)
@@ -202,8 +202,9 @@ def test_wait_false_returns_once_queued_and_a_dependent_job_builds_the_report(
     out, report = proc.stdout + proc.stderr, sweep / "report" / "report.md"
     queued = re.search(r"follow with: squeue -j (\S+)", out)
     assert queued and "not waiting" in out, out[-3000:]
-    assert not report.exists()  # the submitter returned before the jobs (each takes seconds to start) ended
     ids = queued.group(1).split(",")
+    pending = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ids[-1]], capture_output=True, text=True).stdout
+    assert ids[-1] in pending and not report.exists()  # the submitter returned with the report still to come
     assert f"sweep report: Slurm job {ids[-1]} (after array {ids[0]})" in out and str(report) in out
 
     deadline = time.monotonic() + 300
@@ -221,7 +222,7 @@ def _array_results(sweep: Path) -> list[Path]:
     return list((sweep / ".submitit").glob("*_*/*_*_0_result.pkl"))  # <array>_<task>: not the report job
 
 
-def _report_job(sweep: Path, out: str) -> str:
+def _report_job(out: str) -> str:
     found = re.search(r"sweep report written to \S+ by Slurm job (\d+)", out)
     assert found, out[-3000:]
     return found.group(1)
