@@ -123,7 +123,7 @@ def llm_budget(services: Services) -> Budget:
     llm = services.settings.get("llm") or {}
     cap = (llm.get("budget") or {}).get("max_usd")
     return Budget(None if cap is None else float(cap), float(llm.get("timeout_s") or 120.0),
-                  lambda usd: services.llm.count_prior_spend(usd))
+                  lambda usd, job_dir: services.llm.count_prior_spend(usd, job_dir))
 
 
 def evaluate(cfg: DictConfig, services: Services) -> float | None:

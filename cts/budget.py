@@ -59,12 +59,13 @@ class Budget:
     Attributes:
         max_usd: The cap over every run into the job dir (``budget.max_usd``; None = no cap).
         timeout_s: How long in-flight requests may settle at the end (``timeout_s``).
-        count_prior_spend: Tells the LLM runtime what earlier runs into the dir spent.
+        count_prior_spend: Tells the LLM runtime what earlier runs into the dir (the second
+            argument) spent; the jobs of a sweep share one runtime, whose cap covers their sum.
     """
 
     max_usd: float | None
     timeout_s: float
-    count_prior_spend: Callable[[float], None]
+    count_prior_spend: Callable[[float, str], None]
 
 
 def run_within_budget(job: Callable[[], Coroutine[Any, Any, JobResult]], job_dir: Path, budget: Budget) -> JobResult:
@@ -84,7 +85,7 @@ def run_within_budget(job: Callable[[], Coroutine[Any, Any, JobResult]], job_dir
     job_dir = Path(job_dir)
     before = recorded_spend(read_records(job_dir / RECORDS_FILE))
     if budget.max_usd is not None:
-        budget.count_prior_spend(before + unrecorded_spend(job_dir))
+        budget.count_prior_spend(before + unrecorded_spend(job_dir), str(job_dir.resolve()))
     with usage_scope() as usage:
         records, stop = run_async(settled(job(), budget.timeout_s))  # on the sweep's shared loop under hydra/launcher=cts
     paid = sum(float(u.get("cost_usd", 0.0)) for u in usage.values())

@@ -29,9 +29,11 @@ def sweep_job_configs(config: DictConfig) -> list[DictConfig]:
     composes each job's config with Hydra's own loader, so the pre-flight sees e.g.
     ``clarifier=gpt`` as well as ``clarifier=claude`` before the first job starts.
     """
+    from cts.sweep._compose import compose_job  # kept: the sweeper and the cts launcher do not compose again
+
     parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
     loader = GlobalHydra.instance().config_loader()
-    return [loader.load_sweep_config(config, job) for job in sweep_jobs(parsed)]
+    return [compose_job(loader, config, job) for job in sweep_jobs(parsed)]
 
 
 def sweep_jobs(overrides: list[Override]) -> list[list[str]]:
@@ -76,7 +78,10 @@ class PrepareTrackingStore(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Build the paper-style sweep report and log it as a sweep-level run."""
+        from cts.sweep._compose import forget_composed
+
         forget_swept()
+        forget_composed()
         if config.get("sweep_report", True):
             report_sweep(config)
 

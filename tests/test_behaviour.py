@@ -93,5 +93,8 @@ def test_card_sweep_over_the_local_server_reproduces_the_fixture(tmp_path, llm_s
 
     llm_server.handler = protocol_reply
     run_py(*CARD, *common(tmp_path, cache_dir), f"services.llm.api_base={llm_server.base_url}",
-           f"services.llm.cache.path={tmp_path}/llm_cache.sqlite", "concurrency=1", cwd=tmp_path)
+           f"services.llm.cache.path={tmp_path}/llm_cache.sqlite", "concurrency=1",
+           # The fixture's per-job counters (search calls, cache hits) are those of jobs run one after
+           # another; the cts launcher shares the orig arm across jobs (same records: test_sweep_launcher).
+           "hydra/launcher=basic", cwd=tmp_path)
     check("card", sweep_view(tmp_path / "sweep"))

@@ -11,7 +11,7 @@ as the calls admitted above the endpoint's capacity come back rejected, the
 calls in flight fall to what it takes and the limit follows, so a slow-start
 overshoot settles within one round trip instead of churning 429s. A
 Retry-After pauses new admissions to the endpoint for that long. Near the level
-where the last congestion happened the limit creeps up four times slower, so
+where the last congestion happened the limit creeps up eight times slower, so
 it probes the endpoint's capacity rarely (few 429s) while staying close to it.
 
 Waiting calls are admitted oldest instance first (:func:`priority_scope`): a
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from cts.llm._retry import classify
 
 CONGESTION_KINDS = frozenset({"rate_limit", "timeout", "server_error"})
-_PLATEAU_SLOWDOWN = 4.0
+_PLATEAU_SLOWDOWN = 8.0
 _PRIORITY: contextvars.ContextVar[float] = contextvars.ContextVar("cts_llm_priority", default=float("inf"))
 _ORDER = itertools.count()
 

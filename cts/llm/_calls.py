@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -19,7 +19,6 @@ _DUMMY_KEY = "sk-no-key-needed"  # OpenAI-compatible servers without auth still 
 T = TypeVar("T")
 # Requests sent and not yet answered, per event loop (see settled()).
 _IN_FLIGHT: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Future[Any]]] = weakref.WeakKeyDictionary()
-
 
 
 @dataclass(frozen=True)
@@ -122,3 +121,22 @@ def completion_of(prices: Prices, response: Any) -> Completion:
 def cached_completion(value: Mapping[str, Any]) -> Completion:
     """A completion served from the cache (nothing billed to this call)."""
     return Completion(value["text"], value["tokens_in"], value["tokens_out"], 0.0, True, 0.0, value.get("reasoning", ""))
+
+
+async def settled(job: Awaitable[T], timeout_s: float = 120.0) -> T:
+    """Await ``job``, then the requests it left in flight, so their cost is booked.
+
+    Requests whose caller was cancelled (see ``LLMRuntime._paid``) would otherwise
+    be cancelled when the event loop closes, paid but never counted. Only a job
+    that returned is settled: an exception (Ctrl-C included) propagates at once.
+
+    Args:
+        job: The job's coroutine.
+        timeout_s: Longest wait for the stragglers (one request timeout).
+    """
+    result = await job
+    pending = _IN_FLIGHT.get(asyncio.get_running_loop())
+    if pending:
+        await asyncio.wait(set(pending), timeout=timeout_s)
+        await asyncio.sleep(0)  # let the done callbacks book them
+    return result

@@ -11,7 +11,10 @@ import email.utils
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tenacity import AsyncRetrying
 
 RETRYABLE_KINDS = frozenset({"rate_limit", "timeout", "connection", "server_error"})
 _CONNECTION_NAMES = frozenset(
@@ -124,3 +127,27 @@ def _headers(exc: BaseException) -> Mapping[str, str] | None:
     if headers is None:
         headers = getattr(getattr(exc, "response", None), "headers", None)
     return headers if isinstance(headers, Mapping) or hasattr(headers, "items") else None
+
+
+def retrying(settings: Any) -> AsyncRetrying:
+    """The retry policy of one call: retryable kinds only, Retry-After honoured, else jittered backoff.
+
+    Args:
+        settings: The runtime's :class:`cts.llm.LLMSettings` (``backoff``, ``max_attempts``).
+    """
+    from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+    backoff = settings.backoff
+    exponential = wait_exponential_jitter(initial=backoff.initial, max=backoff.max, jitter=backoff.jitter)
+
+    def wait(state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        after = classify(exc).retry_after_s if exc is not None else None
+        return min(after, backoff.max_retry_after) if after is not None else exponential(state)
+
+    return AsyncRetrying(
+        stop=stop_after_attempt(max(1, settings.max_attempts)),
+        wait=wait,
+        retry=retry_if_exception(lambda exc: classify(exc).retryable),
+        reraise=True,
+    )

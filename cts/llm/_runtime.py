@@ -7,22 +7,14 @@ import copy
 import dataclasses
 import logging
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
-
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential_jitter,
-)
+from typing import Any
 
 from cts.llm._adaptive import AdaptiveLimiter, LimiterStats
 from cts.llm._breaker import CircuitBreaker
 from cts.llm._calls import (
+    _IN_FLIGHT,
     CallEvent,
     Completion,
     Listener,
@@ -31,25 +23,22 @@ from cts.llm._calls import (
     cached_completion,
     completion_of,
     route_for,
+    settled,  # noqa: F401 - re-exported by cts.llm
 )
 from cts.llm._client import ChatClient
 from cts.llm._endpoints import EndpointState
 from cts.llm._lite import litellm_module
 from cts.llm._pricing import Prices, register_prices, route_prices
-from cts.llm._retry import classify
+from cts.llm._retry import classify, retrying
 from cts.llm._settings import LLMSettings
 from cts.llm._singleflight import SingleFlight
 from cts.llm._spec import ModelSpec
-from cts.llm._transport import Sender
+from cts.llm._transport import Sender, openai_compatible
 from cts.llm._usage import CallUsage, Usage, add_call, add_to_scopes, check_budget
 from cts.llm.cache import ResponseCache
 from cts.types import BudgetExceeded, CallError, CircuitOpen
 
 log = logging.getLogger(__name__)
-_DUMMY_KEY = "sk-no-key-needed"  # OpenAI-compatible servers without auth still want a key field
-T = TypeVar("T")
-# Requests sent and not yet answered, per event loop (see settled()).
-_IN_FLIGHT: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Future[Any]]] = weakref.WeakKeyDictionary()
 
 
 @dataclasses.dataclass
@@ -82,7 +71,7 @@ class LLMRuntime:
         self.cache = cache
         self._usage: Usage = {}
         self._spent = 0.0
-        self._prior_usd = 0.0
+        self._prior: dict[str, float] = {}
         self._endpoints = EndpointState()
         self._registered: set[str] = set()
         self._listeners: list[Listener] = []
@@ -103,11 +92,14 @@ class LLMRuntime:
     def client(self, spec: ModelSpec | Mapping[str, Any], role: str) -> ChatClient:
         """A client that calls ``spec`` and books usage under ``role``."""
         spec = ModelSpec.coerce(spec)
-        model = route_for(spec, self.settings).model
-        if model not in self._registered:
-            self._registered.add(model)
-            register_prices(litellm_module(), route_prices(spec, self.settings), model)
+        route = route_for(spec, self.settings)
+        if route.model not in self._registered and self._via_litellm(route):
+            self._registered.add(route.model)  # importing litellm costs ~2 s: only when it sends
+            register_prices(litellm_module(), route_prices(spec, self.settings), route.model)
         return ChatClient(self, spec, role)
+
+    def _via_litellm(self, route: Route) -> bool:
+        return not (self.settings.transport == "openai" and openai_compatible(route.model, route.api_base))
 
     def usage(self) -> Usage:
         """Per-role totals for the whole job (see ``cts.llm._usage.USAGE_KEYS``)."""
@@ -118,13 +110,27 @@ class LLMRuntime:
         """USD billed so far by this runtime (calls in flight when a caller gave up included)."""
         return self._spent
 
-    def count_prior_spend(self, usd: float) -> None:
-        """Count ``usd`` already spent (earlier runs into the same job dir) against ``budget.max_usd``."""
-        self._prior_usd = float(usd)
+    def count_prior_spend(self, usd: float, job_dir: str = "") -> None:
+        """Count ``usd`` already spent by earlier runs into ``job_dir`` against ``budget.max_usd``.
+
+        A sweep's jobs share one runtime: each job dir's prior spend adds up (a job dir
+        counted again replaces its own figure), and the cap applies to the sum.
+        """
+        self._prior[job_dir] = float(usd)
+
+    @property
+    def prior_usd(self) -> float:
+        """USD spent by earlier runs into the job dirs this runtime serves."""
+        return sum(self._prior.values())
 
     def add_listener(self, listener: Listener) -> None:
-        """Call ``listener(event)`` after every call (used for optional tracing)."""
-        self._listeners.append(listener)
+        """Call ``listener(event)`` after every call (used for optional tracing); once per listener.
+
+        Jobs that share a runtime each register their listener: the same one registered
+        twice would see every call twice.
+        """
+        if listener not in self._listeners:
+            self._listeners.append(listener)
 
     async def _complete(
         self, client: ChatClient, messages: list[dict[str, str]], version: str, params: Mapping[str, Any]
@@ -212,7 +218,7 @@ class LLMRuntime:
             self.breaker.failure(route.endpoint, "auth", message)
             raise CallError("auth", message, route.endpoint)
         try:
-            response: Any = await self._retrying()(self._attempt, call)
+            response: Any = await retrying(self.settings)(self._attempt, call)
         except (BudgetExceeded, CallError, CircuitOpen):
             raise
         except Exception as exc:
@@ -256,12 +262,14 @@ class LLMRuntime:
         reply is cached, so a resume does not pay for it again.
         """
         task = asyncio.ensure_future(send)
-        pending = _IN_FLIGHT.setdefault(asyncio.get_running_loop(), set())
-        pending.add(task)
-        task.add_done_callback(pending.discard)
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
+            # Only orphans are settled: a sweep's jobs share the loop, and a job that ends
+            # normally must not wait for the other jobs' requests.
+            pending = _IN_FLIGHT.setdefault(asyncio.get_running_loop(), set())
+            pending.add(task)
+            task.add_done_callback(pending.discard)
             task.add_done_callback(lambda done: self._book_orphan(call, prices, done))
             raise
 
@@ -280,24 +288,8 @@ class LLMRuntime:
             except Exception as exc:  # noqa: BLE001 - a lost cache entry costs a request, not the job
                 log.warning("could not cache a late reply: %s", exc)
 
-    def _retrying(self) -> AsyncRetrying:
-        backoff = self.settings.backoff
-        exponential = wait_exponential_jitter(initial=backoff.initial, max=backoff.max, jitter=backoff.jitter)
-
-        def wait(state: RetryCallState) -> float:
-            exc = state.outcome.exception() if state.outcome else None
-            after = classify(exc).retry_after_s if exc is not None else None
-            return min(after, backoff.max_retry_after) if after is not None else exponential(state)
-
-        return AsyncRetrying(
-            stop=stop_after_attempt(max(1, self.settings.max_attempts)),
-            wait=wait,
-            retry=retry_if_exception(lambda exc: classify(exc).retryable),
-            reraise=True,
-        )
-
     def _check_budget(self) -> None:
-        check_budget(self.settings.max_usd, self._prior_usd, self._spent)
+        check_budget(self.settings.max_usd, self.prior_usd, self._spent)
 
     async def _cache_get(self, key: str) -> dict | None:
         if self.cache.mode == "off":
@@ -362,22 +354,3 @@ class LLMRuntime:
         )
         for listener in self._listeners:
             listener(event)
-
-
-async def settled(job: Awaitable[T], timeout_s: float = 120.0) -> T:
-    """Await ``job``, then the requests it left in flight, so their cost is booked.
-
-    Requests whose caller was cancelled (see ``LLMRuntime._paid``) would otherwise
-    be cancelled when the event loop closes, paid but never counted. Only a job
-    that returned is settled: an exception (Ctrl-C included) propagates at once.
-
-    Args:
-        job: The job's coroutine.
-        timeout_s: Longest wait for the stragglers (one request timeout).
-    """
-    result = await job
-    pending = _IN_FLIGHT.get(asyncio.get_running_loop())
-    if pending:
-        await asyncio.wait(set(pending), timeout=timeout_s)
-        await asyncio.sleep(0)  # let the done callbacks book them
-    return result

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import hashlib
 import json
 import threading
@@ -126,9 +127,11 @@ class SweepSession:
             if self.stopped:  # Ctrl-C came while this job was still setting up
                 coro.close()
                 raise KeyboardInterrupt("the sweep was stopped")
-            fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+            # The job's context (its log file, usage scopes, prompts) follows it onto the loop.
+            fut = asyncio.run_coroutine_threadsafe(_in_context(contextvars.copy_context(), coro), self.loop)
             self._jobs.add(fut)
         holding = getattr(self._local, "holding", False)
+        hydra_config = _hydra_config()  # the other jobs set it while this one runs
         if holding:
             self._local.holding = False
             self.turn.release()
@@ -141,6 +144,7 @@ class SweepSession:
             if holding:
                 self.turn.acquire()
                 self._local.holding = True
+                _set_hydra_config(hydra_config)
 
     def cancel(self) -> None:
         """Stop every running job (Ctrl-C): their instance tasks are cancelled, records kept."""
@@ -188,6 +192,27 @@ class SweepSession:
         """Orig arms computed and reused, over every setting."""
         flights = list(self._orig.values())
         return {"orig_computed": sum(f.started for f in flights), "orig_shared": sum(f.joined for f in flights)}
+
+
+def _hydra_config() -> Any:
+    """The job config Hydra's process-global ``HydraConfig`` holds (None when unset)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.instance().cfg
+
+
+def _set_hydra_config(cfg: Any) -> None:
+    """Give ``HydraConfig`` back to the job that holds the turn (its overrides, dirs, mode)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    HydraConfig.instance().cfg = cfg
+
+
+async def _in_context(ctx: contextvars.Context, coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro`` with the context variables of ``ctx`` (the calling job thread's) set."""
+    for var, value in ctx.items():
+        var.set(value)
+    return await coro
 
 
 async def _drain() -> None:

@@ -5,7 +5,9 @@ return value) and cts's task (records, resume, MLflow run, metrics); the
 :class:`cts.sweep.SweepSession` makes them share one event loop, one LLM
 runtime, one capacity per endpoint and one orig arm per instance. A failing job
 does not stop the others (Hydra reports it after the batch, so the sweep exits
-non-zero); Ctrl-C stops every job, keeping what each has written.
+non-zero); Ctrl-C or SIGTERM stops every job, keeping what each has written, and
+the sweep exits 130 / 143. Each job logs to ``<job dir>/<task name>.log`` as under
+the basic launcher (:mod:`cts.sweep._joblog`).
 """
 
 
@@ -21,7 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 log = logging.getLogger(__name__)
 _POLL_S = 0.2
@@ -54,12 +56,22 @@ class CtsLauncher(Launcher):
         self.hydra_context: HydraContext | None = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        """Keep what :meth:`launch` needs (called by Hydra)."""
+        """Keep what :meth:`launch` needs (called by Hydra).
+
+        The sweeper and this launcher share ``hydra_context``: its loader is wrapped so that
+        each job's config, composed by the pre-flight, is not composed again (``cts.sweep._compose``).
+        """
+        from cts.sweep._compose import MemoConfigLoader
+
+        if not isinstance(hydra_context.config_loader, MemoConfigLoader):
+            hydra_context.config_loader = MemoConfigLoader(hydra_context.config_loader)
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Run the jobs at once; return their results in order."""
+        from cts.interrupt import sigterm_as_sigint
         from cts.sweep import SweepSession
+        from cts.sweep._joblog import routed_job_logs
 
         assert self.config is not None and self.hydra_context is not None
         setup_globals()
@@ -68,21 +80,28 @@ class CtsLauncher(Launcher):
         log.info(f"Launching {len(job_overrides)} jobs on one cts schedule")
         configs = [self._job_config(initial_job_idx + i, o) for i, o in enumerate(job_overrides)]
         results: list[JobReturn | None] = [None] * len(configs)
-        with SweepSession(progress=self.progress) as session:
-            threads = [threading.Thread(target=self._run_one, args=(session, c, results, i), name=f"cts-job-{i}")
-                       for i, c in enumerate(configs)]
+        with routed_job_logs(_file_format(self.config)) as router, SweepSession(progress=self.progress) as session, \
+                sigterm_as_sigint():
+            threads = [threading.Thread(target=self._run_one, args=(session, router, c, results, i),
+                                        name=f"cts-job-{i}") for i, c in enumerate(configs)]
             for thread in threads:
                 thread.start()
-            _join_all(threads, session)
+            interrupted = _join_all(threads, session)
             counts = session.orig_counts()
-        log.info("orig arm: %(orig_computed)d computed, %(orig_shared)d reused by other jobs", counts)
         HydraConfig.instance().set_config(self.config)
-        return [r if r is not None else _failed(RuntimeError("job did not return")) for r in results]
+        returns = [r if r is not None else _failed(RuntimeError("job did not return")) for r in results]
+        if interrupted:
+            raise SystemExit(_signal_status(returns))
+        log.info("orig arm: %(orig_computed)d computed, %(orig_shared)d reused by other jobs", counts)
+        failed = [_job_name(r, i) for i, r in enumerate(returns) if r.status == JobStatus.FAILED]
+        if failed:
+            log.error("%d of %d jobs failed: %s", len(failed), len(returns), "; ".join(failed))
+        return returns
 
     def _job_config(self, idx: int, overrides: Sequence[str]) -> DictConfig:
         assert self.config is not None and self.hydra_context is not None
         log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
-        config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))  # a copy
         with open_dict(config):
             config.hydra.job.id = idx
             config.hydra.job.num = idx
@@ -90,12 +109,21 @@ class CtsLauncher(Launcher):
                 config.concurrency = self.job_concurrency
         return config
 
-    def _run_one(self, session: Any, config: DictConfig, results: list[JobReturn | None], i: int) -> None:
+    def _run_one(self, session: Any, router: Any, config: DictConfig, results: list[JobReturn | None],
+                 i: int) -> None:
         assert self.hydra_context is not None and self.task_function is not None
+        task_function = self.task_function
+
+        def logged_task(cfg: DictConfig) -> Any:
+            # run_job has made the job dir and set HydraConfig to this job (we hold the turn).
+            hc = HydraConfig.get()
+            with router.job(Path(str(hc.runtime.output_dir)), str(hc.job.name)):
+                return task_function(cfg)
+
         try:
             with session.job_turn():
                 # Hydra's logging set-up is process-global: configured once, by the launcher.
-                results[i] = run_job(hydra_context=self.hydra_context, task_function=self.task_function,
+                results[i] = run_job(hydra_context=self.hydra_context, task_function=logged_task,
                                      config=config, job_dir_key="hydra.sweep.dir",
                                      job_subdir_key="hydra.sweep.subdir", configure_logging=False)
         except BaseException as exc:  # noqa: BLE001 - SystemExit or Ctrl-C in one job: record, keep the others
@@ -105,18 +133,48 @@ class CtsLauncher(Launcher):
             log.error("job #%d (%s) failed: %r", i, " ".join(config.hydra.overrides.task), ret._return_value)
 
 
-def _join_all(threads: list[threading.Thread], session: Any) -> None:
-    """Wait for every job; on Ctrl-C stop them all, wait for their clean-up, then re-raise."""
+def _join_all(threads: list[threading.Thread], session: Any) -> bool:
+    """Wait for every job; on Ctrl-C (or SIGTERM) stop them all and wait for their clean-up.
+
+    Returns:
+        Whether the sweep was interrupted.
+    """
     try:
         for thread in threads:
             while thread.is_alive():
                 thread.join(_POLL_S)
+        return False
     except KeyboardInterrupt:
         log.warning("interrupted: stopping every job of the sweep (finished records are kept)")
         session.cancel()
         for thread in threads:
-            thread.join()
-        raise
+            while thread.is_alive():  # a second Ctrl-C while jobs clean up is ignored
+                try:
+                    thread.join(_POLL_S)
+                except KeyboardInterrupt:
+                    log.warning("still stopping: each job is ending its MLflow run")
+        return True
+
+
+def _job_name(ret: JobReturn, i: int) -> str:
+    """A job as its dir's name (the swept factors), else its overrides."""
+    out = OmegaConf.select(ret.hydra_cfg, "hydra.runtime.output_dir", default=None) if ret.hydra_cfg else None
+    return Path(str(out)).name if out else " ".join(ret.overrides or ()) or f"#{i}"
+
+
+def _signal_status(returns: Sequence[JobReturn]) -> int:
+    """The sweep's exit status after a stop: each job's own (130 SIGINT, 143 SIGTERM), else 130."""
+    codes = [r._return_value.code for r in returns
+             if isinstance(r._return_value, SystemExit) and isinstance(r._return_value.code, int)]
+    return max((c for c in codes if c > 128), default=130)
+
+
+def _file_format(config: DictConfig) -> str:
+    """The line format of Hydra's per-job log file (``hydra.job_logging``), or its default."""
+    from cts.sweep._joblog import DEFAULT_FORMAT
+
+    fmt = OmegaConf.select(config, "hydra.job_logging.formatters.simple.format", default=None)
+    return str(fmt) if fmt else DEFAULT_FORMAT
 
 
 def _failed(exc: BaseException, overrides: list[str] | None = None) -> JobReturn:
