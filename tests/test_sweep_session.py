@@ -165,3 +165,19 @@ def test_a_dead_endpoint_opens_only_its_own_breaker_in_a_shared_runtime(llm_serv
     assert [type(e) for e in on_dead] == [CallError, CallError, CircuitOpen, CircuitOpen]
     assert [c.text for c in on_live] == ["ok"] * 4
     assert rt.breaker.open_endpoints == (dead.api_base,)
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [(["k=1"], 32), (["k=1", "concurrency=4"], 4)])
+def test_job_concurrency_fills_jobs_unless_the_user_set_concurrency(overrides: list[str], expected: int) -> None:
+    from types import SimpleNamespace
+
+    from hydra_plugins.cts_scheduler.cts_scheduler_launcher import CtsLauncher
+
+    class Loader:
+        def load_sweep_config(self, master_config: Any, sweep_overrides: list[str]) -> Any:
+            return OmegaConf.merge(master_config, OmegaConf.from_dotlist(sweep_overrides))
+
+    launcher = CtsLauncher(job_concurrency=32)
+    launcher.config = OmegaConf.create({"k": 1, "concurrency": 8, "hydra": {"job": {"id": None, "num": None}}})
+    launcher.hydra_context = SimpleNamespace(config_loader=Loader())  # type: ignore[assignment]
+    assert launcher._job_config(0, overrides).concurrency == expected

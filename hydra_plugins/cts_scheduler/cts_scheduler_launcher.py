@@ -105,7 +105,7 @@ class CtsLauncher(Launcher):
         with open_dict(config):
             config.hydra.job.id = idx
             config.hydra.job.num = idx
-            if self.job_concurrency is not None and "concurrency" in config:
+            if self.job_concurrency is not None and "concurrency" in config and not _sets_concurrency(overrides):
                 config.concurrency = self.job_concurrency
         return config
 
@@ -181,3 +181,8 @@ def _failed(exc: BaseException, overrides: list[str] | None = None) -> JobReturn
     ret = JobReturn(overrides=overrides, status=JobStatus.FAILED)
     ret.return_value = exc
     return ret
+
+
+def _sets_concurrency(overrides: Sequence[str]) -> bool:
+    """Whether the user set ``concurrency`` on the command line (it then wins over ``job_concurrency``)."""
+    return any(o.split("=", 1)[0].lstrip("+~") == "concurrency" for o in overrides)
