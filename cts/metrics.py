@@ -22,7 +22,7 @@ def metric_view(record: Record) -> Record:
     answers, labels and trace summaries stay in ``records.jsonl``), so memory
     grows by a few hundred bytes per instance, not by the answers' text.
     """
-    return replace(record, system=_arm_view(record.system), orig=_arm_view(record.orig), rewritten_query=None)
+    return replace(record, clarified=_arm_view(record.clarified), orig=_arm_view(record.orig), rewritten_query=None)
 
 
 def _arm_view(arm: ArmResult | None) -> ArmResult | None:
@@ -48,16 +48,16 @@ def score_metrics(records: Sequence[Record], *, n_resamples: int, confidence: fl
     for name, fn in (("mean", np.mean), ("p50", np.median), ("p90", lambda a: np.percentile(a, 90)),
                      ("min", np.min), ("max", np.max)):
         out[f"score_{name}"] = float(fn(scores)) if scores.size else NAN
-    sys_scores, orig_scores = zip(*pairs) if pairs else ((), ())
+    clarified_scores, orig_scores = zip(*pairs) if pairs else ((), ())
     mean, low, high = paired_bootstrap_ci(
-        sys_scores, orig_scores, n_resamples=n_resamples, confidence=confidence, seed=seed
+        clarified_scores, orig_scores, n_resamples=n_resamples, confidence=confidence, seed=seed
     )
     out.update(delta_mean=mean, delta_ci_low=low, delta_ci_high=high)
     return out
 
 
 def _has_error(r: Record) -> bool:
-    arms = (r.system, r.orig)
+    arms = (r.clarified, r.orig)
     return r.error is not None or any(a is not None and a.error is not None for a in arms)
 
 

@@ -90,7 +90,7 @@ def all_unscored_warning(records: Sequence[Record]) -> str | None:
 
 
 def _first_error(r: Record) -> Any:
-    return r.error or (r.system.error if r.system else None) or (r.orig.error if r.orig else None)
+    return r.error or (r.clarified.error if r.clarified else None) or (r.orig.error if r.orig else None)
 
 
 def resume_command(overrides: Sequence[str], job_dir: Path) -> str:

@@ -210,7 +210,7 @@ class Progress(Protocol):
 async def run_instance(
     instance: Instance, gold: Gold, k: int, roles: Roles, orig_share: OrigShare | None = None
 ) -> tuple[Record, list[dict[str, Any]]]:
-    """Run both arms (clarified system and orig) for one instance.
+    """Run both arms (clarified and orig) for one instance.
 
     Args:
         orig_share: Computes the orig arm once for all jobs of a sweep that share it (None = here).
@@ -227,12 +227,12 @@ async def run_instance(
     finally:
         orig_task.cancel()  # a no-op once done; stops the spending when the budget ends the job
     traces = [{"id": instance.id, "arm": "orig", **orig_trace}]
-    system: ArmResult | None = None
+    clarified: ArmResult | None = None
     if inter.rewritten == instance.blurred_query:
-        system = orig  # the same query searched twice would give the same (cached) result
+        clarified = orig  # the same query searched twice would give the same (cached) result
     elif inter.rewritten is not None:
-        system, sys_trace = await run_arm(inter.rewritten, gold, roles)
-        traces.append({"id": instance.id, "arm": "system", **sys_trace})
+        clarified, clarified_trace = await run_arm(inter.rewritten, gold, roles)
+        traces.append({"id": instance.id, "arm": "clarified", **clarified_trace})
     record = Record(
         id=instance.id,
         k=k,
@@ -240,9 +240,9 @@ async def run_instance(
         question_types=await type_questions(inter.questions, roles),
         answers=tuple(p.answer for p in inter.qa),
         rewritten_query=inter.rewritten,
-        system=system,
+        clarified=clarified,
         orig=orig,
-        error=inter.error or (system.error if system else None),
+        error=inter.error or (clarified.error if clarified else None),
         elapsed_s=round(time.perf_counter() - start, 4),
         mode=clarify_mode(roles.clarifier),
     )

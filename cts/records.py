@@ -49,7 +49,7 @@ class ErrorInfo:
 
 @dataclass(frozen=True)
 class ArmResult:
-    """Search + judgement of one query (the clarified system arm or the orig arm)."""
+    """Search + judgement of one query (the clarified arm or the orig arm)."""
 
     query: str
     answer: str = ""
@@ -72,8 +72,10 @@ class Record:
     question_types: tuple[tuple[str, ...], ...] = ()
     answers: tuple[str, ...] = ()
     rewritten_query: str | None = None
-    system: ArmResult | None = None
+    clarified: ArmResult | None = None
+    """The clarified arm: the rewritten query ``q^`` searched and judged (JSON key ``clarified``)."""
     orig: ArmResult | None = None
+    """The orig arm: the underspecified query ``q`` searched and judged."""
     error: ErrorInfo | None = None
     usage: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     """Per role: calls, cache_hits, tokens_in, tokens_out, cost_usd, latency_s."""
@@ -86,13 +88,13 @@ class Record:
     @property
     def infra_error(self) -> ErrorInfo | None:
         """The first infrastructure failure of the instance or its arms (None for a result)."""
-        found = (e for e in (self.error, _arm_error(self.system), _arm_error(self.orig)) if e is not None)
+        found = (e for e in (self.error, _arm_error(self.clarified), _arm_error(self.orig)) if e is not None)
         return next((e for e in found if e.infra), None)
 
     @property
     def score(self) -> float | None:
-        """The system arm's restore_score_100 (None if unscored)."""
-        return self.system.score if self.system else None
+        """The clarified arm's restore_score_100 (None if unscored)."""
+        return self.clarified.score if self.clarified else None
 
     @property
     def orig_score(self) -> float | None:
@@ -105,7 +107,11 @@ class Record:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Record:
-        """Inverse of :meth:`to_json` after ``json.loads``."""
+        """Inverse of :meth:`to_json` after ``json.loads``.
+
+        Records written before the clarified arm was renamed store it under the key
+        ``system``; they load (and resume) the same.
+        """
         return cls(
             id=d["id"],
             k=int(d["k"]),
@@ -113,7 +119,7 @@ class Record:
             question_types=tuple(tuple(t) for t in d.get("question_types") or ()),
             answers=tuple(d.get("answers") or ()),
             rewritten_query=d.get("rewritten_query"),
-            system=_arm(d.get("system")),
+            clarified=_arm(d["clarified"] if "clarified" in d else d.get("system")),
             orig=_arm(d.get("orig")),
             error=_err(d.get("error")),
             usage=d.get("usage") or {},

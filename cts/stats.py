@@ -17,7 +17,7 @@ def bootstrap_batch(n: int, n_resamples: int, max_values: int = MAX_BATCH_VALUES
 
 
 def paired_bootstrap_ci(
-    system: Sequence[float],
+    scores: Sequence[float],
     baseline: Sequence[float],
     *,
     n_resamples: int = 10_000,
@@ -28,7 +28,7 @@ def paired_bootstrap_ci(
     """Mean paired difference with a percentile bootstrap confidence interval.
 
     Instances are resampled with replacement and the mean of the per-instance
-    differences ``system - baseline`` is recomputed each time (scipy.stats.bootstrap
+    differences ``scores - baseline`` is recomputed each time (scipy.stats.bootstrap
     over the difference vector, which keeps the pairing).
 
     Memory stays flat in ``n``: resamples are drawn in batches of at most
@@ -38,7 +38,7 @@ def paired_bootstrap_ci(
     equals scipy's unbatched result for the same seed (a test checks both).
 
     Args:
-        system: Per-instance scores of the system, aligned with ``baseline``.
+        scores: Per-instance scores (e.g. the clarified arm's), aligned with ``baseline``.
         baseline: Per-instance scores of the baseline (e.g. orig).
         n_resamples: Bootstrap resamples.
         confidence: Two-sided confidence level.
@@ -49,7 +49,7 @@ def paired_bootstrap_ci(
         ``(mean_delta, ci_low, ci_high)``; NaNs when there is no pair, and a
         zero-width interval when every difference is identical.
     """
-    diffs = np.asarray(system, dtype=float) - np.asarray(baseline, dtype=float)
+    diffs = np.asarray(scores, dtype=float) - np.asarray(baseline, dtype=float)
     if diffs.size == 0:
         return (float("nan"),) * 3
     mean = float(diffs.mean())

@@ -106,7 +106,7 @@ def test_trace_of_an_instance_in_the_mlflow_ui(mlflow_ui: tuple[str, str], tmp_p
 
     base, uri = mlflow_ui
     record = json.loads((tmp_path / "job" / "records.jsonl").read_text().splitlines()[0])
-    question, (nugget, label) = record["questions"][0], next(iter(record["system"]["labels"].items()))
+    question, (nugget, label) = record["questions"][0], next(iter(record["clarified"]["labels"].items()))
     experiment = tracking.experiment_id(uri, "cts")
     driver = _driver(tmp_path / "chromium-profile", paths)
     try:

@@ -26,9 +26,9 @@ from cts.roles.llm import InvalidOutput
 from cts.services import Services
 
 
-def rec(i: str, query: str, system: float | None, orig: float | None, n_q: int = 2) -> Record:
+def rec(i: str, query: str, clarified: float | None, orig: float | None, n_q: int = 2) -> Record:
     return Record(id=i, k=n_q, questions=tuple(f"q{j}" for j in range(n_q)), answers=("a",) * n_q,
-                  system=ArmResult(query=f"{query} +", score=system), orig=ArmResult(query=query, score=orig))
+                  clarified=ArmResult(query=f"{query} +", score=clarified), orig=ArmResult(query=query, score=orig))
 
 
 RECORDS = [rec("a", "Jaguar", 80, 20), rec("b", "苹果发布会", 10, 50), rec("c", "长城的历史", 60, 60),

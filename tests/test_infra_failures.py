@@ -299,7 +299,7 @@ def test_all_unscored_job_is_loud_but_complete(tmp_path, capsys) -> None:
     bad = [Record(f"i{j}", 1, error=ErrorInfo("clarify", "invalid_output", "x")) for j in range(3)]
     finish(Outcome("done", 3, 3, ()), bad, tmp_path, "cmd", multirun=False)
     assert "ALL 3 INSTANCES ARE UNSCORED" in capsys.readouterr().err
-    assert all_unscored_warning([Record("a", 1, system=ArmResult("q", score=50.0))]) is None
+    assert all_unscored_warning([Record("a", 1, clarified=ArmResult("q", score=50.0))]) is None
 
 
 @pytest.mark.slow

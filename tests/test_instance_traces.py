@@ -35,10 +35,10 @@ def test_one_trace_per_instance_with_spans_and_labels(services, tmp_path):
     assert tags["cts.model.clarifier"] == "RuleClarifier" and tags["cts.system"] == "rules"
     names = [s.name for s in trace.data.spans]
     assert names[:5] == ["instance m1", "clarify turn 1", "clarify turn 2", "ua answer 1", "ua answer 2"]
-    assert {"rewrite", "system arm", "orig arm", "search turn 1", "tool: search", "judge"} <= set(names)
+    assert {"rewrite", "clarified arm", "orig arm", "search turn 1", "tool: search", "judge"} <= set(names)
     judges = [s for s in trace.data.spans if s.name == "judge"]
     labels = [s.outputs["labels"] for s in judges]
-    assert {n: v["label"] for n, v in labels[0].items()} == dict(records[0].system.labels)
+    assert {n: v["label"] for n, v in labels[0].items()} == dict(records[0].clarified.labels)
     assert labels[0]["n1"]["text"] == gold.nuggets[0].text
     for span in trace.data.spans:  # the hidden intent only reaches the UA spans' inputs
         ours = {k: v for k, v in span.attributes.items() if not k.startswith("mlflow.")}  # mlflow.* mirror inputs
@@ -48,6 +48,7 @@ def test_one_trace_per_instance_with_spans_and_labels(services, tmp_path):
     mlflow.set_experiment("traces")
     table = mlflow.load_table("records_table.json", run_ids=[run_id], extra_columns=["run_id"])
     assert table["instance_id"].tolist() == ["m1"] and table["run_id"].tolist() == [run_id]
+    assert json.loads(table["clarified_labels"][0]) == dict(records[0].clarified.labels)
     assert table["score"].tolist() == [records[0].score]
 
 

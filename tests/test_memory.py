@@ -76,5 +76,5 @@ def test_metrics_of_the_kept_view_equal_those_of_the_full_records(services, tmp_
     full = [on_disk[i.id] for i in instances]  # the job's order (the file has completion order)
     assert stop == "done" and len(kept) == len(full) == 40
     assert _same(summarize(kept, k=2, n_resamples=500), summarize(full, k=2, n_resamples=500))
-    assert all(r.system is None or r.system.answer == "" for r in kept)  # the text stays on disk only
-    assert any(r.system is not None and r.system.answer for r in full)
+    assert all(r.clarified is None or r.clarified.answer == "" for r in kept)  # the text stays on disk only
+    assert any(r.clarified is not None and r.clarified.answer for r in full)

@@ -8,7 +8,7 @@ from cts.records import ArmResult, ErrorInfo, Record
 
 def rec(i, score, orig, answers=(), error=None, usage=None):
     return Record(id=str(i), k=len(answers) or 1, questions=tuple(f"q{j}" for j in range(len(answers))),
-                  answers=tuple(answers), system=ArmResult("q", score=score), orig=ArmResult("q", score=orig),
+                  answers=tuple(answers), clarified=ArmResult("q", score=score), orig=ArmResult("q", score=orig),
                   error=error, usage=usage or {})
 
 

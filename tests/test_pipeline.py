@@ -29,9 +29,9 @@ def test_one_instance_end_to_end(services, tmp_path):
     assert r.score == 100.0 and r.orig_score == 12.5  # "Mercury has no moons": half its tokens -> partial (1 of 4 weight)
     assert r.question_types[0] == ("scope",)
     lines = (tmp_path / "records.jsonl").read_text().splitlines()
-    assert json.loads(lines[0])["system"]["labels"] == {"n1": "full", "n2": "full"}
+    assert json.loads(lines[0])["clarified"]["labels"] == {"n1": "full", "n2": "full"}
     traces = [json.loads(x) for x in (tmp_path / "traces.jsonl").read_text().splitlines()]
-    assert {t["arm"] for t in traces} == {"orig", "system"}
+    assert {t["arm"] for t in traces} == {"orig", "clarified"}
 
 
 def test_orig_arm_reuses_the_search_when_the_query_is_unchanged(services, tmp_path):
@@ -39,7 +39,7 @@ def test_orig_arm_reuses_the_search_when_the_query_is_unchanged(services, tmp_pa
     search = TableSearch(table)
     (r,), _ = job(tmp_path, [inst], {"m1": gold}, roles(services, search, clarifier=NoClarifier()))
     assert search.calls == ["Tell me about Mercury"]
-    assert r.system == r.orig and r.questions == () and r.rewritten_query == inst.blurred_query
+    assert r.clarified == r.orig and r.questions == () and r.rewritten_query == inst.blurred_query
 
 
 def test_rerun_skips_finished_instances(services, tmp_path):
@@ -50,6 +50,25 @@ def test_rerun_skips_finished_instances(services, tmp_path):
     records, _ = job(tmp_path, [inst], {"m1": gold}, roles(services, search))
     assert len(search.calls) == n_calls and len(records) == 1
     assert len((tmp_path / "records.jsonl").read_text().splitlines()) == 1
+
+
+def test_records_of_earlier_versions_with_the_arm_key_system_load_and_resume(services, tmp_path):
+    inst, gold, table = mercury()
+    search = TableSearch(table)
+    (new,), _ = job(tmp_path, [inst], {"m1": gold}, roles(services, search))
+    path = tmp_path / "records.jsonl"
+    line = json.loads(path.read_text())
+    old = {("system" if key == "clarified" else key): value for key, value in line.items()}
+    assert "clarified" not in old and old["system"]["score"] == 100.0
+    path.write_text(json.dumps(old) + "\n")  # as written before the clarified arm was renamed
+
+    (loaded,) = read_records(path)
+    assert loaded == new and loaded.clarified is not None and loaded.score == 100.0
+    assert "clarified" in json.loads(loaded.to_json()) and "system" not in json.loads(loaded.to_json())
+    n_calls = len(search.calls)
+    records, stop = job(tmp_path, [inst], {"m1": gold}, roles(services, search))
+    assert stop == "done" and len(search.calls) == n_calls  # the old record counts as finished
+    assert records == [new] and path.read_text().splitlines() == [json.dumps(old)]
 
 
 def test_a_failing_instance_is_recorded_and_the_job_goes_on(services, tmp_path):
@@ -81,7 +100,7 @@ def test_a_failed_judge_keeps_the_answer_and_end_reason_in_records(services, tmp
     inst, gold, table = mercury()
     job(tmp_path, [inst], {"m1": gold}, roles(services, TableSearch(table), judge=InvalidJudge()))
     (r,) = read_records(tmp_path / "records.jsonl")
-    for arm in (r.system, r.orig):
+    for arm in (r.clarified, r.orig):
         assert arm.score is None and arm.error.stage == "judge"
         assert arm.answer == table[arm.query] and arm.answer and arm.end_reason == "answer"
 

@@ -70,3 +70,73 @@ def test_a_misspelt_key_fails_at_start_naming_it(group: str) -> None:
     for c in filter(None, (cfg, offline)):
         problems = preflight_problems_of(c, task_groups(c))
         assert any(p.startswith(f"{group}.treshold:") for p in problems), problems
+
+
+def print_job_config(*args: str, cwd: Path, pythonpath: Path | None = None) -> str:
+    """``python run.py <args> --cfg job``: the composed config, as the command line composes it."""
+    import os
+    import subprocess
+    import sys
+
+    repo = CONF.parent
+    extra = [str(pythonpath)] if pythonpath else []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*extra, str(repo), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, str(repo / "run.py"), *args, "--cfg", "job"], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def roles_of(printed: str) -> dict[str, tuple[str, str]]:
+    """Per LLM role: (``_target_``, model id) of the printed config."""
+    import yaml
+
+    cfg = yaml.safe_load(printed)
+    return {g: (cfg[g]["_target_"], cfg[g]["model"]["model"]) for g in ("clarifier", "ua", "judge")}
+
+
+def model_dir(root: Path, name: str) -> Path:
+    (root / "model").mkdir(parents=True)
+    (root / "model" / f"{name}.yaml").write_text(NEW_MODEL.replace("newmodel", name))
+    return root
+
+
+WANT = {"clarifier": ("cts.roles.llm.LLMClarifier", "openai/new-model-7b"),
+        "ua": ("cts.roles.llm.LLMUserAnswerer", "openai/new-model-7b"),
+        "judge": ("cts.roles.llm.LLMJudge", "openai/new-model-7b")}
+
+
+def test_a_model_file_on_hydra_searchpath_makes_every_role_option(tmp_path: Path) -> None:
+    extra = model_dir(tmp_path / "my models", "searchmodel")
+    # A hand-written role file of the same dir wins over the generated option, as in conf/.
+    (extra / "ua").mkdir()
+    (extra / "ua" / "searchmodel.yaml").write_text(
+        "defaults:\n  - /model@model: searchmodel\n  - _self_\n_target_: cts.roles.llm.LLMUserAnswerer\nprompt: ua\n"
+        "note: hand-written\n")
+    printed = print_job_config(f"hydra.searchpath=[file://{extra}]", "clarifier=searchmodel", "ua=searchmodel",
+                               "judge=searchmodel", cwd=tmp_path)
+    assert roles_of(printed) == WANT
+    assert "note: hand-written" in printed
+
+
+def test_a_model_file_in_a_package_on_hydra_searchpath_and_in_config_dir(tmp_path: Path) -> None:
+    pkg = model_dir(tmp_path / "site" / "extra_cts_models", "pkgmodel")
+    (pkg / "__init__.py").write_text("")
+    printed = print_job_config("hydra.searchpath=[pkg://extra_cts_models]", "clarifier=pkgmodel", "ua=pkgmodel",
+                               "judge=pkgmodel", cwd=tmp_path, pythonpath=tmp_path / "site")
+    assert roles_of(printed) == WANT
+    model_dir(tmp_path / "cd", "cdmodel")
+    printed = print_job_config("--config-dir", "cd", "clarifier=cdmodel", "ua=cdmodel", "judge=cdmodel", cwd=tmp_path)
+    assert roles_of(printed) == WANT
+
+
+def test_command_line_dirs_reads_config_dir_and_hydra_searchpath(tmp_path: Path) -> None:
+    from hydra_plugins.cts_model_roles.cts_model_roles import command_line_dirs
+
+    a, b, c = (tmp_path / n for n in "abc")
+    for d in (a, b, c):
+        d.mkdir()
+    argv = ["run.py", "-cd", str(a), f"--config-dir={b}", f"hydra.searchpath=[file://{c},pkg://no_such_pkg_x]",
+            "clarifier=gpt", f"+hydra.searchpath=[{tmp_path / 'missing'}]"]
+    assert command_line_dirs(argv) == [a, b, c]
+    assert command_line_dirs(["run.py", "hydra.searchpath=[unclosed"]) == []

@@ -36,7 +36,7 @@ def make_records(
             id=rid, k=k, questions=qs, question_types=tuple(types),
             answers=tuple(answers[i]) if answers else (),
             rewritten_query=f"rewrite {rid}",
-            system=ArmResult(query=f"q {rid}", answer="x", score=score),
+            clarified=ArmResult(query=f"q {rid}", answer="x", score=score),
             orig=ArmResult(query=f"q {rid}", answer="y", score=ORIG_SCORES[i]),
         ))
     return out
@@ -230,7 +230,7 @@ def test_a_rebound_clarifier_model_names_the_system_and_orig_is_one_row():
 
     def job(clarifier_model: str, overrides: list[str]):
         arm = ArmResult(query="q", score=50.0)
-        recs = [Record(id=f"i{n}", k=1, questions=("Which?",), system=arm, orig=ArmResult(query="q", score=40.0),
+        recs = [Record(id=f"i{n}", k=1, questions=("Which?",), clarified=arm, orig=ArmResult(query="q", score=40.0),
                        models={"clarifier": clarifier_model}) for n in range(3)]
         return job_from_summary({"choices": {"clarifier": "gpt"}, "k": 1, "overrides": overrides}, recs)
 

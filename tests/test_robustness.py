@@ -64,8 +64,8 @@ class CountingJudge(LexicalJudge):
         return await super().judge(answer, nuggets)
 
 
-def job_records(k: int, n_tokens: dict[str, int], system: bool = True) -> list[Record]:
-    """Records whose orig arm holds 2 nugget tokens and system arm ``n_tokens[id]``."""
+def job_records(k: int, n_tokens: dict[str, int], clarified: bool = True) -> list[Record]:
+    """Records whose orig arm holds 2 nugget tokens and clarified arm ``n_tokens[id]``."""
     judge = LexicalJudge()
     out = []
     for i in TOKENS:
@@ -73,13 +73,13 @@ def job_records(k: int, n_tokens: dict[str, int], system: bool = True) -> list[R
         labels = asyncio.run(judge.judge(orig_answer, GOLD[i].nuggets))
         orig = ArmResult(query=f"tell me about {i}", answer=orig_answer, labels=labels, score=50.0)
         arm = orig
-        if system:
-            sys_answer = answer_with(i, n_tokens[i])
-            arm = ArmResult(query="rewritten", answer=sys_answer,
-                            labels=asyncio.run(judge.judge(sys_answer, GOLD[i].nuggets)), score=1.0)
-        out.append(Record(id=i, k=k, questions=("Which year?",) if system else (),
-                          question_types=(("time",),) if system else (), answers=("1999",) if system else (),
-                          system=arm, orig=orig))
+        if clarified:
+            answer = answer_with(i, n_tokens[i])
+            arm = ArmResult(query="rewritten", answer=answer,
+                            labels=asyncio.run(judge.judge(answer, GOLD[i].nuggets)), score=1.0)
+        out.append(Record(id=i, k=k, questions=("Which year?",) if clarified else (),
+                          question_types=(("time",),) if clarified else (), answers=("1999",) if clarified else (),
+                          clarified=arm, orig=orig))
     return out
 
 
@@ -93,7 +93,7 @@ def write_job(root: Path, clarifier: str, records: Sequence[Record]) -> None:
 @pytest.fixture
 def frozen_sweep(tmp_path: Path) -> Path:
     sweep = tmp_path / "sweep"
-    write_job(sweep, "none", job_records(1, {}, system=False))
+    write_job(sweep, "none", job_records(1, {}, clarified=False))
     write_job(sweep, "sys_a", job_records(1, {"a": 4, "b": 4, "c": 3}))
     write_job(sweep, "sys_b", job_records(1, {"a": 5, "b": 3, "c": 2}))
     return sweep

@@ -26,7 +26,7 @@ def _records(sweep: Path) -> dict[tuple[str, str], tuple[Any, ...]]:
     for path in sweep.glob("*/records.jsonl"):
         for line in path.read_text().splitlines():
             r = json.loads(line)
-            arms = tuple((a or {}).get(f) for a in (r["system"], r["orig"])
+            arms = tuple((a or {}).get(f) for a in (r["clarified"], r["orig"])
                          for f in ("query", "answer", "labels", "score"))
             out[(path.parent.name, r["id"])] = (r["questions"], r["answers"], r["rewritten_query"], arms)
     return out
@@ -70,7 +70,7 @@ def test_orig_arm_is_searched_and_judged_once_per_instance_per_sweep(tmp_path, l
     records = [json.loads(x) for p in sweep.glob("*/records.jsonl") for x in p.read_text().splitlines()]
     assert len(records) == 9 * n and not [r["error"] for r in records if r["error"]]
     blurred = {r["orig"]["query"] for r in records}
-    assert len(blurred) == n and all(r["system"]["query"] not in blurred for r in records)
+    assert len(blurred) == n and all(r["clarified"]["query"] not in blurred for r in records)
     users = [_user(r.body) for r in llm_server.requests]
     first_turns = [u.rsplit("User:", 1)[-1].strip() for u, m in users if "<tools>" in u and m == 1]
     assert sorted(q for q in first_turns if q in blurred) == sorted(blurred)  # one orig search per instance

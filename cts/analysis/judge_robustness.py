@@ -75,8 +75,8 @@ def frozen_arms(jobs: Sequence[Job]) -> list[FrozenArm]:
         for r in job.records:
             if _judgeable(r.orig):
                 arms.append(FrozenArm(ORIG, r.id, r.orig.answer, dict(r.orig.labels)))  # type: ignore[union-attr]
-            if not job.is_orig and _judgeable(r.system):
-                arms.append(FrozenArm(system_name(job), r.id, r.system.answer, dict(r.system.labels)))  # type: ignore[union-attr]
+            if not job.is_orig and _judgeable(r.clarified):
+                arms.append(FrozenArm(system_name(job), r.id, r.clarified.answer, dict(r.clarified.labels)))  # type: ignore[union-attr]
     return arms
 
 

@@ -68,8 +68,8 @@ def sequential_rows(jobs: Sequence[Any], stats: Any) -> pd.DataFrame:
     for j in jobs:
         if j.is_orig:
             continue
-        sys_s, orig_s = _paired(j.records)
-        delta, low, high = paired_bootstrap_ci(sys_s, orig_s, **vars(stats))
+        clarified_s, orig_s = _paired(j.records)
+        delta, low, high = paired_bootstrap_ci(clarified_s, orig_s, **vars(stats))
         scores = [r.score for r in j.records if r.score is not None]
         rows.append({"k": j.k, "system": base_label(j.label), "mode": mode_of(j.records),
                      "n": float(len(scores)), "score": float(np.mean(scores)) if scores else NAN,

@@ -38,7 +38,7 @@ class Job:
 
     @property
     def is_orig(self) -> bool:
-        """Whether this job's system arm is the orig arm: no instance was asked a question.
+        """Whether this job's clarified arm is the orig arm: no instance was asked a question.
 
         Read from the records, not from the clarifier's option name.
         """

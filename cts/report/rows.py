@@ -66,7 +66,7 @@ def _settings(jobs: Sequence[Job]) -> list[tuple[int, str, list[Job]]]:
 
 
 def paired(job: Job) -> tuple[list[float], list[float]]:
-    """System and orig scores of the instances where both arms are scored."""
+    """Clarified-arm and orig scores of the instances where both arms are scored."""
     pairs = [(r.score, r.orig_score) for r in job.records if r.score is not None and r.orig_score is not None]
     return [p[0] for p in pairs], [p[1] for p in pairs]  # type: ignore[misc]
 
@@ -85,10 +85,10 @@ def score_rows(jobs: Sequence[Job], stats: Stats) -> pd.DataFrame:
                 continue
             scores = _finite(r.score for r in j.records)
             _, low, high = mean_ci(scores, **vars(stats))
-            sys_s, orig_s = paired(j)
-            delta, d_low, d_high = paired_bootstrap_ci(sys_s, orig_s, **vars(stats))
+            clarified_s, orig_s = paired(j)
+            delta, d_low, d_high = paired_bootstrap_ci(clarified_s, orig_s, **vars(stats))
             rows.append({"k": k, "system": j.label, **_dist(scores), "mean_ci_low": low,
-                         "mean_ci_high": high, "n_paired": float(len(sys_s)), "delta": delta,
+                         "mean_ci_high": high, "n_paired": float(len(clarified_s)), "delta": delta,
                          "delta_ci_low": d_low, "delta_ci_high": d_high})
     return pd.DataFrame(rows)
 

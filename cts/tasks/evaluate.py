@@ -1,4 +1,4 @@
-"""Task ``evaluate``: the clarify-then-search protocol (system + orig arms) over a dataset."""
+"""Task ``evaluate``: the clarify-then-search protocol (clarified + orig arms) over a dataset."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def evaluate_task(
     models: Mapping[str, str], orig_parts: Mapping[str, Any], limit: int | None = None, concurrency: int = 8,
     resource_stats: Callable[[], Mapping[str, float]] = dict,
 ) -> float | None:
-    """Run the protocol (system + orig arms) over the dataset and track the job.
+    """Run the protocol (clarified + orig arms) over the dataset and track the job.
 
     Args:
         dataset: The instances and their static gold.

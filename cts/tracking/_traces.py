@@ -131,7 +131,7 @@ def log_instance_trace(instance: Any, gold: Any, record: Any, traces: list[Mappi
     """Log one instance's interaction as one MLflow trace (linked to the active run).
 
     Spans: clarify (per turn when sequential), each UA answer, rewrite, then for the
-    system and orig arms their search (one span per turn, one per tool call) and
+    clarified and orig arms their search (one span per turn, one per tool call) and
     judge (every nugget's label). ``fused_query`` appears only in the UA spans'
     inputs. Tagged with the instance id, k, mode and the role models.
 
@@ -140,7 +140,7 @@ def log_instance_trace(instance: Any, gold: Any, record: Any, traces: list[Mappi
     """
     mlflow = _mlflow()
     nuggets = {n.id: {"text": n.text, "weight": n.weight} for n in gold.nuggets}
-    arms = [("system", record.system), ("orig", record.orig)]
+    arms = [("clarified", record.clarified), ("orig", record.orig)]
     by_arm = {str(t.get("arm")): list(t.get("trace") or []) for t in traces}
     all_tags = {"cts.instance_id": record.id, "cts.k": str(record.k), "cts.mode": record.mode,
                 **{f"cts.model.{role}": str(m) for role, m in record.models.items()}, **dict(tags or {})}
@@ -153,7 +153,7 @@ def log_instance_trace(instance: Any, gold: Any, record: Any, traces: list[Mappi
     )
     _interaction_spans(root, instance, record)
     for arm, result in arms:
-        if result is not None:  # a system arm without its own trace reused the orig search (same query)
+        if result is not None:  # a clarified arm without its own trace reused the orig search (same query)
             _arm_span(root, arm, result, by_arm.get(arm) or by_arm.get("orig", []), nuggets)
     root.end(outputs={"questions": list(record.questions), "answers": list(record.answers),
                       "rewritten_query": record.rewritten_query, **summary,
@@ -173,7 +173,7 @@ def log_records_table(records: Iterable[Any], artifact_file: str = "records_tabl
         "answers": "\n".join(r.answers), "rewritten_query": r.rewritten_query or "",
         "score": r.score, "orig_score": r.orig_score,
         "delta": None if r.score is None or r.orig_score is None else r.score - r.orig_score,
-        "system_labels": json.dumps(dict(r.system.labels) if r.system else {}, ensure_ascii=False),
+        "clarified_labels": json.dumps(dict(r.clarified.labels) if r.clarified else {}, ensure_ascii=False),
         "orig_labels": json.dumps(dict(r.orig.labels) if r.orig else {}, ensure_ascii=False),
         "error": f"{r.error.stage}: {r.error.kind}" if r.error else "",
     } for r in records]
