@@ -129,7 +129,7 @@ def llm_budget(services: Services) -> Budget:
 def evaluate(cfg: DictConfig, services: Services) -> float | None:
     """Task ``evaluate``: check the job dir, build the dataset and roles, run the protocol."""
     from cts import tracking
-    from cts.outcome import resume_command
+    from cts.interrupt import resume_command
     from cts.tasks.evaluate import EvalProtocol, Resume, check_job, evaluate_task
     from cts.tasks.job import (
         job_context,
@@ -140,7 +140,7 @@ def evaluate(cfg: DictConfig, services: Services) -> float | None:
     )
 
     job_dir = job_context(cfg).job_dir
-    resume = Resume(protocol_fingerprint(cfg), protocol_config(cfg), resume_command(task_overrides(), job_dir),
+    resume = Resume(protocol_fingerprint(cfg), protocol_config(cfg), resume_command(job_dir, argv=["run.py", *task_overrides()]),
                     in_multirun())
     check_job(cfg.k, job_dir, resume)
     dataset = build_node(cfg.dataset, services)

@@ -54,12 +54,16 @@ def sigterm_as_sigint() -> Iterator[None]:
 
 
 def resume_command(job_dir: Path, sweep_dir: str = "", argv: list[str] | None = None) -> str:
-    """The command line that resumes this job (or its sweep) into the same dir.
+    """The command line that resumes this job (or its sweep) into the same dir; finished instances are skipped.
+
+    The one resume command of cts: a job stopped by a signal and a job that ended
+    incomplete (:mod:`cts.outcome`) both print it.
 
     Args:
         job_dir: The job's output dir.
-        sweep_dir: The multirun's sweep dir ("" for a single run).
-        argv: The command line that started the job (default ``sys.argv``).
+        sweep_dir: The multirun's sweep dir ("" for a single run): the command reruns the sweep.
+        argv: The script and overrides that started the job (default ``sys.argv``);
+            ``hydra.run.dir``/``hydra.sweep.dir`` are replaced.
     """
     argv = list(sys.argv if argv is None else argv)
     args = [a for a in argv[1:] if not a.startswith(("hydra.run.dir=", "hydra.sweep.dir="))]

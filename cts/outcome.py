@@ -3,14 +3,13 @@
 A job whose instances failed on infrastructure (see :data:`cts.types.ErrorKind`),
 or that a circuit breaker stopped, is incomplete: it ends with a few lines saying
 how many instances are missing, which endpoint failed and the command that resumes
-it, and exits non-zero (:class:`JobIncomplete`). A job whose every instance is
+it (:func:`cts.interrupt.resume_command`), and exits non-zero (:class:`JobIncomplete`). A job whose every instance is
 unscored is complete but says so loudly.
 """
 
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -91,12 +90,6 @@ def all_unscored_warning(records: Sequence[Record]) -> str | None:
 
 def _first_error(r: Record) -> Any:
     return r.error or (r.clarified.error if r.clarified else None) or (r.orig.error if r.orig else None)
-
-
-def resume_command(overrides: Sequence[str], job_dir: Path) -> str:
-    """The command that reruns this job into its own dir (finished instances are skipped)."""
-    kept = [o for o in overrides if not o.startswith(("hydra.run.dir=", "hydra.sweep.dir="))]
-    return shlex.join(["python", "run.py", *kept, f"hydra.run.dir={job_dir}"])
 
 
 def finish(outcome: Outcome, records: Sequence[Record], job_dir: Path, resume: str, *, multirun: bool) -> None:

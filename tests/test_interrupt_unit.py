@@ -20,6 +20,8 @@ def test_resume_command_replaces_the_dir_and_quotes(tmp_path: Path) -> None:
         f"python run.py clarifier=gpt 'dataset.path=a b.jsonl' hydra.run.dir={tmp_path / 'j'}")
     sweep = ["run.py", "-m", "k=1,2", "hydra.sweep.dir=/old"]
     assert resume_command(tmp_path / "j", str(tmp_path), argv=sweep) == f"python run.py -m k=1,2 hydra.sweep.dir={tmp_path}"
+    # An incomplete job (cts.outcome) prints the same helper's command, built from Hydra's task overrides.
+    assert resume_command(Path("x"), argv=["run.py", "k=1", "hydra.run.dir=/old"]) == "python run.py k=1 hydra.run.dir=x"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
