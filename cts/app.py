@@ -140,7 +140,7 @@ def evaluate(cfg: DictConfig, services: Services) -> float | None:
     )
 
     job_dir = job_context(cfg).job_dir
-    resume = Resume(protocol_fingerprint(cfg), protocol_config(cfg), resume_command(job_dir, argv=["run.py", *task_overrides()]),
+    resume = Resume(protocol_fingerprint(cfg), protocol_config(cfg), resume_command(task_overrides(), job_dir),
                     in_multirun())
     check_job(cfg.k, job_dir, resume)
     dataset = build_node(cfg.dataset, services)

@@ -21,7 +21,7 @@ import contextlib
 import shlex
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -53,22 +53,21 @@ def sigterm_as_sigint() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def resume_command(job_dir: Path, sweep_dir: str = "", argv: list[str] | None = None) -> str:
+def resume_command(overrides: Sequence[str], job_dir: Path, sweep_dir: str = "", script: str = "run.py") -> str:
     """The command line that resumes this job (or its sweep) into the same dir; finished instances are skipped.
 
-    The one resume command of cts: a job stopped by a signal and a job that ended
-    incomplete (:mod:`cts.outcome`) both print it.
+    The one resume command of cts: a job stopped by a signal (``sys.argv``) and a job
+    that ended incomplete (:mod:`cts.outcome`, from Hydra's task overrides) both print it.
 
     Args:
+        overrides: The arguments after the script (``hydra.run.dir``/``hydra.sweep.dir`` are replaced).
         job_dir: The job's output dir.
         sweep_dir: The multirun's sweep dir ("" for a single run): the command reruns the sweep.
-        argv: The script and overrides that started the job (default ``sys.argv``);
-            ``hydra.run.dir``/``hydra.sweep.dir`` are replaced.
+        script: The script that started the job.
     """
-    argv = list(sys.argv if argv is None else argv)
-    args = [a for a in argv[1:] if not a.startswith(("hydra.run.dir=", "hydra.sweep.dir="))]
+    args = [a for a in overrides if not a.startswith(("hydra.run.dir=", "hydra.sweep.dir="))]
     where = f"hydra.sweep.dir={sweep_dir}" if sweep_dir else f"hydra.run.dir={job_dir}"
-    return shlex.join(["python", argv[0], *args, where])
+    return shlex.join(["python", script, *args, where])
 
 
 @contextlib.contextmanager
@@ -112,7 +111,7 @@ def interruptible_job(
             name = signal.Signals(signum).name
             print(
                 f"cts: stopped by {name}: {count_done()}/{n_total} instances done in {job_dir}; "
-                f"resume with: {resume_command(job_dir, sweep_dir)}",
+                f"resume with: {resume_command(sys.argv[1:], job_dir, sweep_dir, script=sys.argv[0])}",
                 file=sys.stderr, flush=True,
             )
             raise SystemExit(128 + signum) from None

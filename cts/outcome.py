@@ -4,7 +4,9 @@ A job whose instances failed on infrastructure (see :data:`cts.types.ErrorKind`)
 or that a circuit breaker stopped, is incomplete: it ends with a few lines saying
 how many instances are missing, which endpoint failed and the command that resumes
 it (:func:`cts.interrupt.resume_command`), and exits non-zero (:class:`JobIncomplete`). A job whose every instance is
-unscored is complete but says so loudly.
+unscored is complete but says so loudly. A task that works on a whole set at once
+(gold, the robustness analyses) stops at the first infrastructure failure instead,
+with one line (:func:`stop_task`).
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from hydra.errors import CompactHydraException
 
 from cts.job_files import INFRA_FILE, RECORDS_FILE
 from cts.records import Record
+from cts.types import BudgetExceeded, CallError, CircuitOpen
 
 INCOMPLETE_STOPS = frozenset({"infra", "circuit_open"})
 
@@ -113,3 +116,34 @@ def finish(outcome: Outcome, records: Sequence[Record], job_dir: Path, resume: s
     missing = outcome.n_total - outcome.n_done
     last = f"cts: job incomplete ({missing} instance(s) missing), exit status 1. Resume with: {resume}"
     raise JobIncomplete(last) if multirun else SystemExit(last)
+
+
+def stop_reason(error: BaseException) -> str:
+    """The ``stop_reason`` of a task stopped by an infrastructure failure: budget, circuit_open or infra."""
+    return "budget" if isinstance(error, BudgetExceeded) else "circuit_open" if isinstance(error, CircuitOpen) else "infra"
+
+
+def stop_message(task: str, error: BaseException) -> str:
+    """One line: which task an infrastructure failure stopped, where, and what to do."""
+    if isinstance(error, CircuitOpen):
+        what = f"circuit breaker open for {error}"
+    elif isinstance(error, BudgetExceeded):
+        what = f"budget reached ({error}; services.llm.budget.max_usd)"
+    elif isinstance(error, CallError):
+        what = f"{error.kind} at {error.endpoint or 'an endpoint'}: {error.message}"
+    else:
+        what = f"{type(error).__name__}: {error}"
+    what = " ".join(what.split())[:400].rstrip(".")
+    return (f"cts: {task} stopped by an infrastructure failure, its results were not written: {what}. "
+            "Fix it and rerun the same command (answers already received are cached).")
+
+
+def stop_task(task: str, error: BaseException, *, multirun: bool) -> NoReturn:
+    """End a task that an infrastructure failure stopped: one line, exit status 1.
+
+    Args:
+        multirun: Raise :class:`JobIncomplete` (Hydra runs the other jobs, then exits 1)
+            instead of ``SystemExit`` (a single run ends at once, without a traceback).
+    """
+    line = stop_message(task, error)
+    raise JobIncomplete(line) if multirun else SystemExit(line)

@@ -25,12 +25,11 @@ from cts.aio import bounded
 from cts.job_files import JobSink, read_results
 from cts.llm import priority_scope
 from cts.qtypes import classify_question
-from cts.records import ArmResult, ErrorInfo, Record
+from cts.records import ArmResult, ErrorInfo, Record, search_call_error
 from cts.roles.qtyper import QuestionTyper
 from cts.scoring import restore_score
 from cts.stages import StageError, stage
 from cts.types import (
-    INFRA_CALL_KINDS,
     QA,
     BudgetExceeded,
     CircuitOpen,
@@ -95,11 +94,8 @@ async def run_arm(query: str, gold: Gold, roles: Roles) -> tuple[ArmResult, dict
 
 def _search_error(result: SearchResult) -> ErrorInfo:
     """The failure that ended a search run, from the last error event of its trace."""
-    event = next((e for e in reversed(result.trace) if e.get("type") == "error"), {})
-    kind = str(event.get("kind") or "error")
-    message = f"{kind}: {event.get('message') or 'search ended in error'}"
-    infra = kind in INFRA_CALL_KINDS
-    return ErrorInfo("search", "infra" if infra else "api_error", message, event.get("endpoint"))
+    failure = search_call_error(result)
+    return ErrorInfo("search", "infra" if failure.infra else "api_error", str(failure), failure.endpoint)
 
 
 def _arm(

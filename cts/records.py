@@ -8,13 +8,44 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cts.types import INFRA_CALL_KINDS, ErrorKind, Label
+from cts.types import INFRA_CALL_KINDS, BudgetExceeded, CallError, CircuitOpen, ErrorKind, Label, SearchResult
 
 # Exception classes whose failure is the machine's, not the instance's (cache or disk errors).
 INFRA_EXCEPTION_NAMES = frozenset(
     {"DatabaseError", "OperationalError", "InterfaceError", "InternalError", "OSError", "PermissionError",
      "ConnectionError", "BrokenPipeError", "ConnectionRefusedError", "ConnectionResetError", "TimeoutError"}
 )
+
+
+def infra_exception(exc: BaseException) -> bool:
+    """Whether an unexpected exception is the machine's fault (e.g. ``sqlite3.DatabaseError``, a full disk)."""
+    return any(cls.__name__ in INFRA_EXCEPTION_NAMES for cls in type(exc).__mro__)
+
+
+def infra_stop(exc: BaseException) -> bool:
+    """Whether a failure on one item must stop a whole task rather than exclude the item.
+
+    True for what cts treats as infrastructure, never as a result: the spending cap
+    (:class:`~cts.types.BudgetExceeded`), an open circuit breaker
+    (:class:`~cts.types.CircuitOpen`), a call failure of an infrastructure kind
+    (:data:`~cts.types.INFRA_CALL_KINDS`: connection, timeout, 5xx or 429 after the
+    retries, auth, model not found, cache) and cache or disk errors. Not a missing or
+    existing file the user named (``FileNotFoundError``, ``FileExistsError``): that is bad
+    input, reported as such (:mod:`cts.errors`).
+    """
+    if isinstance(exc, (BudgetExceeded, CircuitOpen)):
+        return True
+    if isinstance(exc, CallError):
+        return exc.infra
+    return not isinstance(exc, (FileNotFoundError, FileExistsError)) and infra_exception(exc)
+
+
+def search_call_error(result: SearchResult) -> CallError:
+    """The call failure that ended a search run (``end_reason == "error"``), from the last error event of its trace."""
+    event = next((e for e in reversed(result.trace) if e.get("type") == "error"), {})
+    return CallError(str(event.get("kind") or "error"), str(event.get("message") or "search ended in error"),
+                     event.get("endpoint"))
+
 
 # What older versions wrote when a deep-search run ended on a failed call mid-episode.
 _OLD_SEARCH_ERROR = "search ended in error"

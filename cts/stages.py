@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterator
 
-from cts.records import INFRA_EXCEPTION_NAMES, ErrorInfo
+from cts.records import ErrorInfo, infra_exception
 from cts.types import INFRA_CALL_KINDS, BudgetExceeded, CallError, CircuitOpen, UnscoredError
 
 
@@ -43,8 +43,3 @@ def stage(name: str) -> Iterator[None]:
     except Exception as e:
         kind = "infra" if infra_exception(e) else "exception"
         raise StageError(ErrorInfo(name, kind, f"{type(e).__name__}: {e}")) from e
-
-
-def infra_exception(exc: BaseException) -> bool:
-    """Whether an unexpected exception is the machine's fault (e.g. ``sqlite3.DatabaseError``, a full disk)."""
-    return any(cls.__name__ in INFRA_EXCEPTION_NAMES for cls in type(exc).__mro__)

@@ -73,14 +73,14 @@ def test_a_signalled_job_resumes_into_the_same_run_and_counts_once(tmp_path, llm
     err = (tmp_path / "first.err").read_text()
     if sig == signal.SIGKILL:
         assert rc == -signal.SIGKILL and run.status == "RUNNING"  # nothing can run on SIGKILL...
-        command = resume_command(job_dir, argv=argv[1:])
+        command = resume_command(argv[2:], job_dir, script=argv[1])
     else:  # ...the others end the run KILLED with one line and the exact resume command, no traceback
         assert rc == 128 + sig and run.status == "KILLED", err[-3000:]
         assert not [w for w in ("Traceback", "KeyboardInterrupt", "CancelledError") if w in err], err[-3000:]
         (line,) = [ln for ln in err.splitlines() if ln.startswith("cts: stopped")]
         assert line.startswith(f"cts: stopped by {sig.name}: {done}/{LIMIT} instances done in {job_dir}; ")
         command = line.split("resume with: ", 1)[1]
-        assert command == resume_command(job_dir, argv=argv[1:])
+        assert command == resume_command(argv[2:], job_dir, script=argv[1])
 
     resume = start([sys.executable, *shlex.split(command)[1:]], tmp_path / "resume")
     assert resume.wait(timeout=300) == 0, (tmp_path / "resume.err").read_text()[-3000:]

@@ -15,13 +15,12 @@ from cts.interrupt import interruptible_job, job_dir_lock, resume_command
 
 
 def test_resume_command_replaces_the_dir_and_quotes(tmp_path: Path) -> None:
-    argv = ["run.py", "clarifier=gpt", "hydra.run.dir=/old", "dataset.path=a b.jsonl"]
-    assert resume_command(tmp_path / "j", argv=argv) == (
+    args = ["clarifier=gpt", "hydra.run.dir=/old", "dataset.path=a b.jsonl"]
+    assert resume_command(args, tmp_path / "j") == (
         f"python run.py clarifier=gpt 'dataset.path=a b.jsonl' hydra.run.dir={tmp_path / 'j'}")
-    sweep = ["run.py", "-m", "k=1,2", "hydra.sweep.dir=/old"]
-    assert resume_command(tmp_path / "j", str(tmp_path), argv=sweep) == f"python run.py -m k=1,2 hydra.sweep.dir={tmp_path}"
-    # An incomplete job (cts.outcome) prints the same helper's command, built from Hydra's task overrides.
-    assert resume_command(Path("x"), argv=["run.py", "k=1", "hydra.run.dir=/old"]) == "python run.py k=1 hydra.run.dir=x"
+    sweep = ["-m", "k=1,2", "hydra.sweep.dir=/old"]
+    assert resume_command(sweep, tmp_path / "j", str(tmp_path), script="my run.py") == (
+        f"python 'my run.py' -m k=1,2 hydra.sweep.dir={tmp_path}")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)

@@ -30,7 +30,7 @@ import pandas as pd
 from cts.lexicon import place_pattern
 
 from cts.qtypes import classify_question
-from cts.records import Record
+from cts.records import Record, infra_stop
 from cts.report.jobs import Job
 from cts.report.tables import Table
 from cts.text import STOPWORDS_EN, tokenize
@@ -248,7 +248,9 @@ async def replay_all(
 async def _replay_or_none(item: FrozenItem, backbone: Backbone) -> Replay | None:
     try:
         return await replay(item, backbone)
-    except (CallError, UnscoredError) as e:  # one failed item is excluded, not the analysis
+    except (CallError, UnscoredError) as e:  # one failed item is excluded, not the analysis...
+        if infra_stop(e):
+            raise  # ...unless the infrastructure failed (budget and open circuit are no CallError: they pass)
         log.warning("replay of %s failed: %s", item.instance.id, e)
         return None
 

@@ -23,12 +23,12 @@ import pandas as pd
 
 from cts.report.jobs import ORIG, Job
 
+from cts.records import infra_stop
 from cts.report.tables import Table
 from cts.scoring import restore_score
 from cts.stats import cohen_kappa, kendall_tau
 from cts.types import (
     LABELS,
-    BudgetExceeded,
     Gold,
     Judge,
     Label,
@@ -90,9 +90,9 @@ async def judge_all(
         async def run() -> Mapping[str, Label] | None:
             try:
                 return await judge.judge(key[1], gold[key[0]].nuggets)
-            except BudgetExceeded:
-                raise  # the spending cap stops the analysis, it does not unscore items
-            except Exception as e:  # noqa: BLE001 - an unscored item is excluded, never 0
+            except Exception as e:  # noqa: BLE001 - an unscored item is excluded, never 0...
+                if infra_stop(e):
+                    raise  # ...but the budget, an open circuit or a dead endpoint stops the analysis
                 log.warning("judge failed on %s: %s", key[0], e)
                 return None
 

@@ -1,4 +1,10 @@
-"""Building the static gold: the search backend on each intent, then the nugget extractor."""
+"""Building the static gold: the search backend on each intent, then the nugget extractor.
+
+An instance whose search or extraction fails (or whose gold does not validate) is
+reported as a failure; a failure of the infrastructure (:func:`cts.records.infra_stop`:
+budget, open circuit, connection, 5xx after the retries, cache) stops the whole build
+before anything is archived, since it says nothing about the instance.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +20,8 @@ from typing import Any
 
 
 from cts.io import atomic_write_text, write_jsonl
+from cts.records import infra_stop, search_call_error
 from cts.types import (
-    BudgetExceeded,
     Extractor,
     Gold,
     GoldDraft,
@@ -88,18 +94,20 @@ async def _build_one(
     """Stage 1 + 2 for one intent query: ``(search result, gold or failure reason)``."""
     try:
         result = await search.search(fused_query)
-    except BudgetExceeded:
-        raise
-    except Exception as e:  # noqa: BLE001  one failed instance must not stop the build
+    except Exception as e:  # noqa: BLE001  one failed instance must not stop the build...
+        if infra_stop(e):
+            raise  # ...but a failed infrastructure stops it
         return None, f"search failed: {type(e).__name__}: {e}"
     if result.end_reason == "error":
+        if (failure := search_call_error(result)).infra:
+            raise failure
         return result, "search ended with end_reason=error"
     try:
         draft = await extractor.extract(fused_query, result.answer, result.evidence)
         return result, _assemble(fused_query, result, draft, provenance)
-    except BudgetExceeded:
-        raise
     except Exception as e:  # noqa: BLE001
+        if infra_stop(e):
+            raise
         return result, f"extraction failed: {type(e).__name__}: {e}"
 
 

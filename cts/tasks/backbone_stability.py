@@ -19,7 +19,7 @@ from cts.analysis.backbone_stability import (
 from cts.analysis.common import select_budgets, write_metrics, write_tables
 from cts.report.jobs import load_jobs
 from cts.report.tables import markdown
-from cts.tasks.job import RunInfo, log_task_run
+from cts.tasks.job import RunInfo, log_task_outputs, task_run
 from cts.types import Instance
 
 
@@ -44,14 +44,15 @@ def backbone_stability_task(
     items = frozen_items(jobs, instances)
     if not items:
         raise ValueError("the source runs have no clarification questions to replay")
-    replays = asyncio.run(replay_all(items, backbones, concurrency))
-    items, outputs = replayed_by_all(items, replays)
-    n_failed = len(next(iter(replays.values()), [])) - len(items)
-    tables = stability_report(items, outputs, Concretiser.from_places(places))
-    out = Path(out_dir)
-    files = write_tables(tables, out, "backbone_stability")
-    write_replays(items, outputs, out / "backbone_replays.jsonl")
-    metrics = {**stability_metrics(tables), "n_items": float(len(items)), "n_failed_items": float(n_failed)}
-    files += [write_metrics(metrics, out), out / "backbone_replays.jsonl"]
-    log_task_run(run, "backbone_stability", metrics, files)
+    with task_run(run, "backbone_stability"):  # an infrastructure failure stops the analysis: exit 1
+        replays = asyncio.run(replay_all(items, backbones, concurrency))
+        items, outputs = replayed_by_all(items, replays)
+        n_failed = len(next(iter(replays.values()), [])) - len(items)
+        tables = stability_report(items, outputs, Concretiser.from_places(places))
+        out = Path(out_dir)
+        files = write_tables(tables, out, "backbone_stability")
+        write_replays(items, outputs, out / "backbone_replays.jsonl")
+        metrics = {**stability_metrics(tables), "n_items": float(len(items)), "n_failed_items": float(n_failed)}
+        files += [write_metrics(metrics, out), out / "backbone_replays.jsonl"]
+        log_task_outputs(metrics, files)
     print(markdown(tables[0].display), flush=True)

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cts.tasks.job import RunInfo, log_task_run, prompt_versions
+from cts.tasks.job import RunInfo, log_task_outputs, prompt_versions, task_run
 from cts.types import Extractor, Instance, SearchBackend
 
 log = logging.getLogger(__name__)
@@ -42,13 +42,14 @@ def gold_task(
     """
     from cts.gold import build_gold_archive
 
-    report = asyncio.run(build_gold_archive(
-        instances, search, extractor, out_dir, provenance={**provenance, "prompts": prompt_versions()},
-        concurrency=concurrency, overwrite=overwrite,
-    ))
-    counts = {"n_instances": report.n_instances, "n_gold": report.n_gold, "n_failures": len(report.failures)}
-    archive = sorted(p for p in Path(report.out_dir).iterdir() if p.is_file())
-    log_task_run(run, "gold", {k: float(v) for k, v in counts.items()}, archive)
+    with task_run(run, "gold"):  # an infrastructure failure stops the build: nothing archived, exit 1
+        report = asyncio.run(build_gold_archive(
+            instances, search, extractor, out_dir, provenance={**provenance, "prompts": prompt_versions()},
+            concurrency=concurrency, overwrite=overwrite,
+        ))
+        counts = {"n_instances": report.n_instances, "n_gold": report.n_gold, "n_failures": len(report.failures)}
+        archive = sorted(p for p in Path(report.out_dir).iterdir() if p.is_file())
+        log_task_outputs({k: float(v) for k, v in counts.items()}, archive)
     print(f"gold archive {report.out_dir}: {counts}, sha256 {report.gold_sha256[:12]}", flush=True)
     for instance_id, reason in report.failures:
         print(f"  no gold for {instance_id}: {reason}", flush=True)

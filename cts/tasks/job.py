@@ -8,10 +8,11 @@ a task itself never reads the config.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from cts import tracking
 from cts.job_files import RECORDS_FILE
+from cts.outcome import stop_reason, stop_task
+from cts.records import infra_stop
 from cts.secrets import scrub_tree
 
 # Keys that change where things go or how fast, not what is measured.
@@ -147,18 +150,42 @@ def resume_refusal(out_dir: Path, stored: Mapping[str, Any], fingerprint: str,
     return f"{head}\nKeys that differ (stored -> now):\n{lines}"
 
 
-def log_task_run(run: RunInfo, task: str, metrics: Mapping[str, float], artifacts: list[Path]) -> str:
-    """Track a non-evaluate task (gold, robustness analyses) as one MLflow run.
+@contextlib.contextmanager
+def task_run(run: RunInfo, task: str) -> Iterator[str]:
+    """Track a non-evaluate task (gold, robustness analyses) as one MLflow run, open while the task works.
+
+    The run ends ``FINISHED``, ``KILLED`` on SIGINT, else ``FAILED``. An infrastructure
+    failure (:func:`cts.records.infra_stop`: the budget, an open circuit breaker, a dead
+    or failing endpoint, a broken cache) ends the run ``FAILED`` with the tag
+    ``stop_reason``, and the task with one line and exit status 1 instead of a traceback.
+
+    Yields:
+        The run id; log into it with :func:`log_task_outputs`.
+    """
+    tags = {**run.tags, "cts.kind": task}
+    try:
+        with tracking.job_run(run.tracking.uri, run.tracking.experiment, f"{task}:{run.context.run_name}",
+                              tracking.flatten(dict(run.config)), tags) as run_id:
+            try:
+                yield run_id
+            except Exception as e:
+                if infra_stop(e):
+                    tracking.set_tags({"stop_reason": stop_reason(e)})
+                raise
+    except Exception as e:
+        if not infra_stop(e):
+            raise
+        stop_task(task, e, multirun=in_multirun())
+
+
+def log_task_outputs(metrics: Mapping[str, float], artifacts: list[Path]) -> None:
+    """Log a task's metrics and files into its run (inside :func:`task_run`).
 
     Args:
         artifacts: The files the task wrote (not whole directories, which may hold the store).
     """
-    tags = {**run.tags, "cts.kind": task}
-    with tracking.job_run(run.tracking.uri, run.tracking.experiment, f"{task}:{run.context.run_name}",
-                          tracking.flatten(dict(run.config)), tags) as run_id:
-        tracking.log_metrics(metrics)
-        tracking.log_artifacts(artifacts)
-    return run_id
+    tracking.log_metrics(metrics)
+    tracking.log_artifacts(artifacts)
 
 
 def job_tags(cfg: DictConfig, ctx: JobContext) -> dict[str, str]:

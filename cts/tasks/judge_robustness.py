@@ -10,7 +10,7 @@ from cts.analysis.common import select_budgets, write_metrics, write_tables
 from cts.analysis.judge_robustness import judge_metrics, judge_report, rejudge
 from cts.report.jobs import load_jobs
 from cts.report.tables import markdown
-from cts.tasks.job import RunInfo, log_task_run
+from cts.tasks.job import RunInfo, log_task_outputs, task_run
 from cts.types import Gold, Judge
 
 
@@ -34,13 +34,14 @@ def judge_robustness_task(
     """
     jobs = select_budgets(load_jobs(source, run.tracking.uri), budgets)
     reference = reference or next(iter(judges))
-    scores, labels = asyncio.run(rejudge(jobs, gold, judges, include_recorded=include_recorded,
-                                         concurrency=concurrency))
-    out = Path(out_dir)
-    tables = judge_report(scores, labels, reference)
-    scores.to_csv(out / "judge_scores.csv", index=False)
-    files = write_tables(tables, out, "judge_robustness")
-    metrics = judge_metrics(tables)
-    files += [write_metrics(metrics, out), out / "judge_scores.csv"]
-    log_task_run(run, "judge_robustness", metrics, files)
+    with task_run(run, "judge_robustness"):  # an infrastructure failure stops the analysis: exit 1
+        scores, labels = asyncio.run(rejudge(jobs, gold, judges, include_recorded=include_recorded,
+                                             concurrency=concurrency))
+        out = Path(out_dir)
+        tables = judge_report(scores, labels, reference)
+        scores.to_csv(out / "judge_scores.csv", index=False)
+        files = write_tables(tables, out, "judge_robustness")
+        metrics = judge_metrics(tables)
+        files += [write_metrics(metrics, out), out / "judge_scores.csv"]
+        log_task_outputs(metrics, files)
     print(markdown(tables[0].display), flush=True)
