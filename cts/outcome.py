@@ -3,10 +3,10 @@
 A job whose instances failed on infrastructure (see :data:`cts.types.ErrorKind`),
 or that a circuit breaker stopped, is incomplete: it ends with a few lines saying
 how many instances are missing, which endpoint failed and the command that resumes
-it (:func:`cts.interrupt.resume_command`), and exits non-zero (:class:`JobIncomplete`). A job whose every instance is
-unscored is complete but says so loudly. A task that works on a whole set at once
-(gold, the robustness analyses) stops at the first infrastructure failure instead,
-with one line (:func:`stop_task`).
+it (:func:`cts.interrupt.resume_command`), and exits non-zero (:class:`JobIncomplete`).
+A job whose every instance is unscored is complete but says so loudly. A task that
+works on a whole set at once (gold, the robustness analyses) stops at the first
+infrastructure failure instead, with one line (:func:`stop_task`).
 """
 
 from __future__ import annotations
@@ -120,7 +120,9 @@ def finish(outcome: Outcome, records: Sequence[Record], job_dir: Path, resume: s
 
 def stop_reason(error: BaseException) -> str:
     """The ``stop_reason`` of a task stopped by an infrastructure failure: budget, circuit_open or infra."""
-    return "budget" if isinstance(error, BudgetExceeded) else "circuit_open" if isinstance(error, CircuitOpen) else "infra"
+    if isinstance(error, BudgetExceeded):
+        return "budget"
+    return "circuit_open" if isinstance(error, CircuitOpen) else "infra"
 
 
 def stop_message(task: str, error: BaseException) -> str:

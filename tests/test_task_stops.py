@@ -112,7 +112,7 @@ def test_gold_build_stops_on_the_infrastructure_and_reports_item_failures() -> N
 @pytest.fixture(scope="module")
 def instances_file(services, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("instances") / "demo3.jsonl"
-    write_instances_jsonl(load_demo(services, n=200, seed=0).instances[:3], path)
+    write_instances_jsonl(load_demo(services.corpus, services.index, services.cache_dir, n=200, seed=0).instances[:3], path)
     return path
 
 
@@ -188,7 +188,8 @@ def test_gold_command_exits_1_with_one_line_and_no_traceback(tmp_path, cache_dir
             f"gold.out_dir={tmp_path}/gold", f"services.llm.api_base={llm_server.base_url}",
             f"paths.cache_dir={cache_dir}", f"hydra.run.dir={tmp_path}/run", f"tracking.uri=sqlite:///{tmp_path}/m.db",
             f"services.llm.cache.path={tmp_path}/llm_cache.sqlite", *FAST_RETRIES]
-    env = {**{k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     proc = subprocess.run([sys.executable, str(REPO / "run.py"), *args], cwd=tmp_path, capture_output=True, text=True,
                           timeout=300, check=False, env=env)
     assert proc.returncode == 1, proc.stderr[-3000:]
