@@ -59,7 +59,7 @@ class FrozenArm:
 
 
 def system_name(job: Job) -> str:
-    """Display name of a job's system arm in Table 9 (``rules_scope-k1``)."""
+    """Display name of a job's system (its configuration) in Table 9 (``rules_scope-k1``)."""
     return ORIG if job.is_orig else f"{job.label}-k{job.k}"
 
 

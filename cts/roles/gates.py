@@ -69,7 +69,7 @@ class OracleGate:
     """Upper bound: ask exactly where the clarified arm scored higher than orig."""
 
     def decide_outcome(self, record: Record) -> Decision:
-        """Ask iff both arms are scored and the system arm beat the orig arm."""
+        """Ask iff both arms are scored and the clarified arm beat the orig arm."""
         s, o = record.score, record.orig_score
         return Decision(s is not None and o is not None and s > o)
 
