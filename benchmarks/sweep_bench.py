@@ -66,6 +66,10 @@ class SweepFigures:
     exit_code: int
     timeline: tuple[float, ...] = ()
     """Mean calls in flight at the server per 2-s step of the request phase."""
+    lead_s: float = 0.0
+    """Command start to first request (start-up: imports, composition, set-up)."""
+    tail_s: float = 0.0
+    """Last reply to the command's exit (logging, MLflow, shut-down)."""
 
 
 def _digest(body: Any) -> str:
@@ -83,7 +87,10 @@ def _fresh_cache(template: Path, into: Path) -> Path:
 
 def run_sweep(server: ScriptedServer, launcher: tuple[str, ...], overrides: tuple[str, ...], work: Path,
               template: Path) -> tuple[float, float, int, list[Any]]:
-    """Run one sweep command; return wall time, request span, exit code and the served bodies."""
+    """Run one sweep command; return wall time, request span, exit code and the served bodies.
+
+    Also sets ``_LAST_TIMELINE`` and ``_LAST_EDGES`` (lead and tail seconds).
+    """
     server.reset()
     server.handler = sweep_reply
     server.rejected = server.served = server.peak_in_flight = 0
@@ -97,16 +104,19 @@ def run_sweep(server: ScriptedServer, launcher: tuple[str, ...], overrides: tupl
     start = time.monotonic()
     with _Sampler(server) as sampler:
         proc = subprocess.run(args, cwd=work, env=env, capture_output=True, text=True)
-    wall = time.monotonic() - start
+    end = time.monotonic()
+    wall = end - start
     _LAST_TIMELINE[:] = sampler.timeline()
     if proc.returncode != 0:
         print(proc.stdout[-2000:], proc.stderr[-4000:], file=sys.stderr)
     times = [r.time for r in server.requests]
     span = (max(times) - min(times) + server.latency_s) if times else 0.0
+    _LAST_EDGES[:] = [min(times) - start, end - max(times) - server.latency_s] if times else [0.0, 0.0]
     return wall, span, proc.returncode, [r.body for r in server.requests]
 
 
 _LAST_TIMELINE: list[float] = []
+_LAST_EDGES: list[float] = [0.0, 0.0]
 _STORE: Path | None = None
 """An empty, migrated MLflow store copied into each sweep's dir (None: each sweep creates its own)."""
 
@@ -174,7 +184,7 @@ def measure(name: str, server: ScriptedServer, n: int, work: Path, template: Pat
     wall, span, code, bodies = run_sweep(server, launcher, ("-m", *CARD, f"limit={n}"), work, template)
     return SweepFigures(name, wall, span, len(bodies) + server.rejected, len(bodies),
                         len({_digest(b) for b in bodies}), server.rejected, server.peak_in_flight, code,
-                        tuple(_LAST_TIMELINE))
+                        tuple(_LAST_TIMELINE), *_LAST_EDGES)
 
 
 def warm_template(server: ScriptedServer, work: Path) -> Path:
@@ -197,7 +207,8 @@ def report(rows: list[SweepFigures], ideal_latency: float, critical: float, late
               f"{ideal / max(r.request_s, 1e-9):7.3f} {r.served:6d} {r.distinct:8d} {r.served - r.distinct:5d} "
               f"{r.rejected:5d} {100 * r.rejected / max(1, r.received):6.2f} {r.peak_in_flight:5d} {r.exit_code:4d}")
     for r in rows:
-        print(f"  {r.launcher} in flight per 2 s: " + " ".join(f"{x:.0f}" for x in r.timeline))
+        print(f"  {r.launcher}: first request after {r.lead_s:.1f} s, exit {r.tail_s:.1f} s after the last reply; "
+              "in flight per 2 s: " + " ".join(f"{x:.0f}" for x in r.timeline))
 
 
 def main() -> None:
