@@ -10,6 +10,10 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+# MLflow 3 sends usage telemetry to its servers unless told not to: cts contacts no host the
+# user did not configure (and on an offline machine the attempt only costs a DNS lookup per process).
+# Set MLFLOW_DISABLE_TELEMETRY=false to allow it.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 from filelock import FileLock
 
