@@ -72,14 +72,16 @@ def test_the_html_cleaner_that_trafilatura_needs_is_installed() -> None:
     import lxml.html.clean  # noqa: F401 - split out of lxml; the visit path fails without it
 
 
-def test_mlflow_telemetry_is_off_in_a_run_py_process(tmp_path: Path) -> None:
+def test_mlflow_telemetry_is_off_once_cts_tracking_is_imported() -> None:
     """MLflow 3 reports usage to its servers by default; cts turns that off (contacts no unasked host)."""
+    import os
     import subprocess
     import sys
 
-    code = ("import os; os.environ.pop('MLFLOW_DISABLE_TELEMETRY', None); import cts.tracking, mlflow; "
-            "from mlflow.telemetry.utils import is_telemetry_disabled; from mlflow.environment_variables import "
-            "MLFLOW_DISABLE_TELEMETRY as V; print(V.get(), is_telemetry_disabled())")
-    env = {k: v for k, v in __import__("os").environ.items() if k not in ("MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK", "PYTEST_CURRENT_TEST", "CI")}
+    code = ("import cts.tracking, mlflow; from mlflow.telemetry.utils import is_telemetry_disabled; "
+            "from mlflow.environment_variables import MLFLOW_DISABLE_TELEMETRY as V; "
+            "print(V.get(), is_telemetry_disabled())")
+    unset = ("MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK", "PYTEST_CURRENT_TEST", "CI")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "True"]
