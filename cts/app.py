@@ -42,7 +42,11 @@ def run(cfg: DictConfig) -> float | None:
     """
     from cts.errors import InputError, input_errors, missing_values
     from cts.prompts import prompt_scope
+    from cts.startup import end_startup_gc
+    from cts.sweep import current_session
 
+    if current_session() is None:  # a sweep's session does it once all its jobs are set up
+        end_startup_gc()
     with input_errors(cfg), prompt_scope():
         if missing := missing_values(cfg):
             raise InputError(missing)

@@ -9,10 +9,11 @@ the dir, so a resume with the same cap does not spend it again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,22 +80,74 @@ def run_within_budget(job: Callable[[], Coroutine[Any, Any, JobResult]], job_dir
     Returns:
         What the job returned: all records and the stop reason.
     """
-    from cts.llm import settled, usage_scope
-    from cts.sweep import run_async
+    with within_budget(job, job_dir, budget) as pending:
+        return pending.result()
 
-    job_dir = Path(job_dir)
-    before = recorded_spend(read_records(job_dir / RECORDS_FILE))
-    if budget.max_usd is not None:
-        budget.count_prior_spend(before + unrecorded_spend(job_dir), str(job_dir.resolve()))
-    with usage_scope() as usage:
-        records, stop = run_async(settled(job(), budget.timeout_s))  # on the sweep's shared loop under hydra/launcher=cts
-    paid = sum(float(u.get("cost_usd", 0.0)) for u in usage.values())
-    orphan = paid - (recorded_spend(read_records(job_dir / RECORDS_FILE)) - before)
-    if orphan > _EPS:
-        log.warning("%.6f USD paid for instances without a record (in flight at the stop); booked in %s",
-                    orphan, SPEND_FILE)
-        _append(job_dir / SPEND_FILE, {"unrecorded_usd": orphan, "stop_reason": stop, "time": time.time()})
-    return records, stop
+
+class BudgetedJob:
+    """A job's coroutine started under its budget (see :func:`within_budget`)."""
+
+    def __init__(self, job: Callable[[], Coroutine[Any, Any, JobResult]], job_dir: Path, budget: Budget) -> None:
+        from cts.llm import settled, usage_scope
+        from cts.sweep import start_async
+
+        self.job_dir = Path(job_dir)
+        self._before = recorded_spend(read_records(self.job_dir / RECORDS_FILE))
+        if budget.max_usd is not None:
+            budget.count_prior_spend(self._before + unrecorded_spend(self.job_dir), str(self.job_dir.resolve()))
+        with usage_scope() as usage:  # the started coroutine keeps counting into ``usage`` after the block
+            self._started = start_async(settled(job(), budget.timeout_s))  # the sweep's loop under hydra/launcher=cts
+        self._usage = usage
+        self._done = False
+
+    def result(self) -> JobResult:
+        """Wait for the job; book what it paid for instances without a record; return records and stop reason."""
+        try:
+            records, stop = self._started.result()
+        finally:
+            self._done = True  # a stopped sweep (KeyboardInterrupt) is not cancelled or booked again
+        self._book(stop)
+        return records, stop
+
+    def cancel(self, reason: str) -> None:
+        """Stop a job that has not been waited for (its set-up failed) and book what it paid."""
+        if self._done:
+            return
+        self._done = True
+        self._started.cancel()
+        self._book(reason)
+
+    def _book(self, stop: str) -> None:
+        paid = sum(float(u.get("cost_usd", 0.0)) for u in self._usage.values())
+        orphan = paid - (recorded_spend(read_records(self.job_dir / RECORDS_FILE)) - self._before)
+        if orphan > _EPS:
+            log.warning("%.6f USD paid for instances without a record (in flight at the stop); booked in %s",
+                        orphan, SPEND_FILE)
+            _append(self.job_dir / SPEND_FILE, {"unrecorded_usd": orphan, "stop_reason": stop, "time": time.time()})
+
+
+@contextlib.contextmanager
+def within_budget(
+    job: Callable[[], Coroutine[Any, Any, JobResult]], job_dir: Path, budget: Budget
+) -> Iterator[BudgetedJob]:
+    """Start one job's coroutine under the job dir's budget; the block sets up the rest, then waits.
+
+    In a sweep session the coroutine runs on the shared loop from here on, so the
+    job's first requests go out while the block still sets up (its MLflow run);
+    elsewhere it runs when the block calls ``result()``. A block that raises
+    before ``result()`` stops the job, and what it paid is booked in the ledger.
+
+    Yields:
+        The started job: ``result()`` waits for it and returns records and stop reason.
+    """
+    pending = BudgetedJob(job, job_dir, budget)
+    try:
+        yield pending
+    except BaseException:
+        pending.cancel("setup_failed")
+        raise
+    else:
+        pending.cancel("not_awaited")  # a block that forgot result(): nothing runs on unseen
 
 
 def _append(path: Path, row: Mapping[str, Any]) -> None:

@@ -11,7 +11,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from cts import tracking
 from cts.naming import forget_swept, register_resolver, remember_swept
@@ -29,7 +29,9 @@ def sweep_job_configs(config: DictConfig) -> list[DictConfig]:
     composes each job's config with Hydra's own loader, so the pre-flight sees e.g.
     ``clarifier=gpt`` as well as ``clarifier=claude`` before the first job starts.
     """
-    from cts.sweep._compose import compose_job  # kept: the sweeper and the cts launcher do not compose again
+    from cts.sweep._compose import (
+        compose_job,  # kept: the sweeper and the cts launcher do not compose again
+    )
 
     parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
     loader = GlobalHydra.instance().config_loader()
@@ -44,6 +46,22 @@ def sweep_jobs(overrides: list[Override]) -> list[list[str]]:
         values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
         choices.append([f"{key}={v}" for v in values])
     return [list(job) for job in itertools.product(*choices)]
+
+
+def jobs_open_store_here(config: DictConfig) -> bool:
+    """Whether the sweep's launcher runs every job in this process, one after another at the store.
+
+    Such a launcher (its class sets ``opens_store_in_jobs = True``, as ``hydra/launcher=cts`` does)
+    needs no preparation before the launch: the first job opens the store, under the same lock,
+    while its first requests are already in flight, and a broken store fails it and the jobs after it.
+    """
+    from hydra.utils import get_class
+
+    target = OmegaConf.select(config, "hydra.launcher._target_", default=None)
+    try:
+        return bool(target) and bool(getattr(get_class(str(target)), "opens_store_in_jobs", False))
+    except (ImportError, ValueError):
+        return False
 
 
 class PrepareTrackingStore(Callback):
@@ -66,7 +84,8 @@ class PrepareTrackingStore(Callback):
         jobs = sweep_job_configs(config)
         stop_on_problems([p for job in jobs for p in preflight_problems_of(job, task_groups(job))])
         probe_endpoints(jobs)  # every distinct endpoint of the sweep, once
-        tracking.prepare_store(config.tracking.uri)
+        if not jobs_open_store_here(config):
+            tracking.prepare_store(config.tracking.uri)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Single runs: the pre-flight (keys, endpoint probes) first, then the store (harmless when it exists)."""
@@ -78,8 +97,10 @@ class PrepareTrackingStore(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Build the paper-style sweep report and log it as a sweep-level run."""
+        from cts.startup import end_startup_gc
         from cts.sweep._compose import forget_composed
 
+        end_startup_gc()  # a launcher whose jobs ran elsewhere (joblib, Slurm) left it off here
         forget_swept()
         forget_composed()
         if config.get("sweep_report", True):

@@ -26,6 +26,7 @@ _CONNECTION_NAMES = frozenset(
         "ServerDisconnectedError",
         "RemoteProtocolError",
         "ReadError",
+        "NetworkError",  # httpx: connect, read, write and close errors
     }
 )
 _CLIENT_KINDS = {
@@ -57,7 +58,7 @@ def classify(exc: BaseException) -> Failure:
     names = _chain_names(exc)
     status = _status(exc)
     retry_after = parse_retry_after(_headers(exc))
-    if names & {"Timeout", "APITimeoutError", "TimeoutError"} or status == 408:
+    if names & {"Timeout", "APITimeoutError", "TimeoutError", "TimeoutException"} or status == 408:
         kind = "timeout"
     elif status == 429 or "RateLimitError" in names:
         kind = "rate_limit"

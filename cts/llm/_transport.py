@@ -1,11 +1,17 @@
-"""How one request is sent: litellm (default) or, opt-in, the openai SDK directly.
+"""How one request is sent: litellm (default) or, opt-in, plain HTTP to an OpenAI-compatible server.
 
 litellm costs about 6-8 ms of CPU per call on this stack (logging objects,
 pydantic validation, cost lookups), which caps one process near 150 calls/s.
 For OpenAI-compatible endpoints (``openai/`` ids with an ``api_base``: vLLM,
-sglang, the test server) ``transport: openai`` sends through the openai SDK
-that litellm itself wraps, at about half the CPU. Hosted APIs always go
-through litellm, which translates their request formats.
+sglang, the test server) ``transport: openai`` posts the chat-completions JSON
+with one pooled ``httpx`` client per endpoint and event loop: a fraction of the
+CPU, and no SDK import (the openai package takes over a second to import,
+which would stall a sweep's shared event loop before its first request).
+Hosted APIs always go through litellm, which translates their request formats.
+
+Failures keep the shapes :func:`cts.llm._retry.classify` reads: httpx's own
+timeout and connection errors, and :class:`HTTPStatusError` (``status_code``,
+``response.headers`` for Retry-After) for a non-2xx answer.
 """
 
 from __future__ import annotations
@@ -54,18 +60,14 @@ class Sender:
     ) -> Any:
         """One request without retries; returns an OpenAI-style response object."""
         if self.transport == "openai" and openai_compatible(model, api_base):
-            import httpx
-
             client = await self._client(api_base or "", api_key or "")
-            # client.post, not chat.completions.create: the SDK's typed-dict transform of the
-            # request body and its pydantic response model cost ~2.7 ms of CPU per call and
-            # change nothing for plain JSON. The SDK still raises its typed errors on non-2xx.
             raw = await client.post(
-                "/chat/completions",
-                body={"model": model.split("/", 1)[1], "messages": messages, **params},
-                cast_to=httpx.Response,
-                options={"timeout": timeout},
+                "chat/completions",
+                json={"model": model.split("/", 1)[1], "messages": messages, **params},
+                timeout=timeout,
             )
+            if raw.status_code >= 400:
+                raise HTTPStatusError(raw.status_code, raw.headers, raw.text)
             return _split_think(_response(raw))
         return await litellm_module().acompletion(
             model=model,
@@ -82,7 +84,7 @@ class Sender:
         )
 
     async def _client(self, api_base: str, api_key: str) -> Any:
-        import openai
+        import httpx
 
         loop = asyncio.get_running_loop()
         if loop not in self._clients:
@@ -93,10 +95,27 @@ class Sender:
             self._closers[loop] = closer
         per_loop = self._clients[loop]
         if (api_base, api_key) not in per_loop:
-            per_loop[api_base, api_key] = openai.AsyncOpenAI(
-                base_url=api_base, api_key=api_key, max_retries=0
+            headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+            # No pool cap: the endpoint limiters (cts.llm._adaptive) bound the calls in flight.
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+            per_loop[api_base, api_key] = httpx.AsyncClient(
+                base_url=api_base.rstrip("/") + "/", headers=headers, limits=limits
             )
         return per_loop[api_base, api_key]
+
+
+class HTTPStatusError(Exception):
+    """A non-2xx answer of an OpenAI-compatible endpoint (its status, headers and body).
+
+    Attributes:
+        status_code: The HTTP status.
+        response: Has ``headers`` (``Retry-After`` is read from them).
+    """
+
+    def __init__(self, status_code: int, headers: Any, body: str) -> None:
+        super().__init__(f"HTTP {status_code}: {body[:300]}")
+        self.status_code = status_code
+        self.response = SimpleNamespace(headers=headers, status_code=status_code)
 
 
 async def _close_at_loop_end(clients: dict[tuple, Any]) -> AsyncIterator[None]:
@@ -106,7 +125,7 @@ async def _close_at_loop_end(clients: dict[tuple, Any]) -> AsyncIterator[None]:
         yield
     finally:
         for client in clients.values():
-            await client.close()
+            await client.aclose()
 
 
 def _response(raw: Any) -> Any:

@@ -7,19 +7,23 @@ single job always did.
 """
 
 from cts.sweep._session import (
+    Started,
     SweepSession,
     current_session,
     orig_share_for,
     run_async,
     shared_llm_runtime,
+    start_async,
     sweep_progress,
 )
 
 __all__ = [
+    "Started",
     "SweepSession",
     "current_session",
     "orig_share_for",
     "run_async",
     "shared_llm_runtime",
+    "start_async",
     "sweep_progress",
 ]

@@ -19,14 +19,16 @@ import contextlib
 import contextvars
 import hashlib
 import json
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tqdm.auto import tqdm
 
 from cts.llm._singleflight import SingleFlight
+from cts.startup import end_startup_gc
 
 if TYPE_CHECKING:
     from cts.llm import LLMRuntime
@@ -38,6 +40,7 @@ OrigShare = Callable[[str, Callable[[], Awaitable[ArmOutcome]]], Awaitable[ArmOu
 
 _CURRENT: SweepSession | None = None
 _DRAIN_TIMEOUT_S = 30.0
+_SWITCH_INTERVAL_S = 0.0005
 
 
 class SweepProgress:
@@ -86,11 +89,36 @@ class SweepSession:
         self._jobs: set[concurrent.futures.Future[Any]] = set()
         self.stopped = False
         self.progress = SweepProgress(self, progress)
+        self._setting_up = 0
+
+    def expect_jobs(self, n: int) -> None:
+        """``n`` jobs will take turns; once each has set up (or ended), start-up is over (:mod:`cts.startup`)."""
+        with self._lock:
+            self._setting_up = n
+        if n <= 0:
+            end_startup_gc()
+
+    def _set_up(self) -> None:
+        """This job thread's set-up is over (it waits for its instances, or has ended)."""
+        if getattr(self._local, "set_up", False):
+            return
+        self._local.set_up = True
+        with self._lock:
+            self._setting_up -= 1
+            last = self._setting_up == 0
+        if last:
+            end_startup_gc()
 
     def __enter__(self) -> SweepSession:
         global _CURRENT
         if _CURRENT is not None:
             raise RuntimeError("a sweep session is already open in this process")
+        # Job threads set up (MLflow, building roles) while the loop serves requests. Each socket
+        # call of the loop gives up the GIL, and getting it back from a busy thread takes up to one
+        # switch interval (5 ms by default): with hundreds of socket calls a second the loop would
+        # spend most of its time waiting. A short interval bounds that wait.
+        self._switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch_interval, _SWITCH_INTERVAL_S))
         self._thread.start()
         _CURRENT = self
         return self
@@ -104,6 +132,8 @@ class SweepSession:
         self._thread.join(_DRAIN_TIMEOUT_S)
         self.loop.close()
         self.progress.close()
+        sys.setswitchinterval(self._switch_interval)
+        end_startup_gc()
 
     @contextlib.contextmanager
     def job_turn(self) -> Iterator[None]:
@@ -113,15 +143,16 @@ class SweepSession:
         try:
             yield
         finally:
+            self._set_up()
             if getattr(self._local, "holding", False):
                 self._local.holding = False
                 self.turn.release()
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run a job's coroutine on the shared loop, giving up the turn while it runs.
+    def start(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start a job's coroutine on the shared loop now; the job thread goes on (and keeps its turn).
 
         Raises:
-            KeyboardInterrupt: The sweep was stopped (:meth:`cancel`).
+            KeyboardInterrupt: The sweep was stopped (:meth:`cancel`) before the job started.
         """
         with self._lock:
             if self.stopped:  # Ctrl-C came while this job was still setting up
@@ -130,8 +161,17 @@ class SweepSession:
             # The job's context (its log file, usage scopes, prompts) follows it onto the loop.
             fut = asyncio.run_coroutine_threadsafe(_in_context(contextvars.copy_context(), coro), self.loop)
             self._jobs.add(fut)
+        return fut
+
+    def wait(self, fut: concurrent.futures.Future[T]) -> T:
+        """Wait for a started job's coroutine, giving up the turn meanwhile.
+
+        Raises:
+            KeyboardInterrupt: The sweep was stopped (:meth:`cancel`).
+        """
         holding = getattr(self._local, "holding", False)
         hydra_config = _hydra_config()  # the other jobs set it while this one runs
+        self._set_up()
         if holding:
             self._local.holding = False
             self.turn.release()
@@ -145,6 +185,10 @@ class SweepSession:
                 self.turn.acquire()
                 self._local.holding = True
                 _set_hydra_config(hydra_config)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a job's coroutine on the shared loop, giving up the turn while it runs (:meth:`start`, :meth:`wait`)."""
+        return self.wait(self.start(coro))
 
     def cancel(self) -> None:
         """Stop every running job (Ctrl-C): their instance tasks are cancelled, records kept."""
@@ -232,6 +276,56 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run a job's coroutine: on the sweep's shared loop if a session is open, else in its own."""
     session = current_session()
     return session.run(coro) if session is not None else asyncio.run(coro)
+
+
+class Started(Generic[T]):
+    """A job's coroutine handed over by :func:`start_async`: wait with :meth:`result`, or :meth:`cancel` it."""
+
+    def __init__(self, coro: Coroutine[Any, Any, T]) -> None:
+        self._coro: Coroutine[Any, Any, T] | None = coro
+        self._context = contextvars.copy_context()  # e.g. the caller's usage scope, still open now
+        self._session = current_session()
+        self._fut = self._session.start(coro) if self._session is not None else None
+
+    @property
+    def running(self) -> bool:
+        """Whether the coroutine already runs (on a sweep's loop) before :meth:`result` is called."""
+        return self._fut is not None
+
+    def result(self) -> T:
+        """The coroutine's result: waited for on the sweep's loop, else run now in a loop of its own.
+
+        Raises:
+            KeyboardInterrupt: The sweep was stopped.
+        """
+        if self._fut is not None:
+            assert self._session is not None
+            return self._session.wait(self._fut)
+        coro, self._coro = self._coro, None
+        if coro is None:
+            raise RuntimeError("the job's coroutine was already run or cancelled")
+        return self._context.run(asyncio.run, coro)  # as if it had started when it was handed over
+
+    def cancel(self) -> None:
+        """Stop the coroutine (its instance tasks are cancelled) and wait until it has ended."""
+        if self._fut is None:
+            if self._coro is not None:
+                self._coro.close()
+                self._coro = None
+            return
+        self._fut.cancel()
+        with contextlib.suppress(BaseException):
+            self._fut.result(_DRAIN_TIMEOUT_S)
+        if self._session is not None:
+            self._session._jobs.discard(self._fut)
+
+
+def start_async(coro: Coroutine[Any, Any, T]) -> Started[T]:
+    """Start a job's coroutine at once on the sweep's shared loop (in a session); else run it on ``result()``.
+
+    In a sweep, a job's first requests then go out while its thread still sets up tracking.
+    """
+    return Started(coro)
 
 
 def shared_llm_runtime(settings: Mapping[str, Any], cache_dir: Path) -> LLMRuntime:

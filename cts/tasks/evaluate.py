@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -9,7 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from cts import tracking
-from cts.budget import Budget, budget_metrics, run_within_budget, stop_note
+from cts.budget import (
+    Budget,
+    budget_metrics,
+    run_within_budget,
+    stop_note,
+    within_budget,
+)
 from cts.data import Dataset, dataset_metrics, select_instances
 from cts.interrupt import interruptible_job
 from cts.job_files import RECORDS_FILE, TRACES_FILE
@@ -88,16 +95,21 @@ def evaluate_task(
     """
     ctx, k = run.context, protocol.k
     instances = select_instances(dataset, limit)
+
+    def job() -> Any:
+        return run_job(instances, dataset.gold, roles, k=k, out_dir=ctx.job_dir, concurrency=concurrency,
+                       usage_scope=usage_scope, models=models, keep=metric_view, on_instance=instance_tracer(run),
+                       progress=sweep_progress() or True, orig_share=orig_share_for(orig_parts))
+
+    # In a sweep the instances start before the job's MLflow run is set up (they need nothing of it),
+    # except when each instance logs a trace into that run, or the store already failed another job.
+    late = run.tracking.instance_traces or tracking.store_failed(run.tracking.uri)
+    early = contextlib.nullcontext() if late else within_budget(job, ctx.job_dir, budget)
     with interruptible_job(ctx.job_dir, len(instances), lambda: count_done(ctx.job_dir, instances), ctx.sweep_dir), \
+            early as started, \
             tracking.job_run(run.tracking.uri, run.tracking.experiment, ctx.run_name,
                              tracking.flatten(dict(run.config)), dict(run.tags), job_dir=ctx.job_dir) as run_id:
-        records, stop = run_within_budget(
-            lambda: run_job(instances, dataset.gold, roles, k=k, out_dir=ctx.job_dir, concurrency=concurrency,
-                            usage_scope=usage_scope, models=models, keep=metric_view,
-                            on_instance=instance_tracer(run), progress=sweep_progress() or True,
-                            orig_share=orig_share_for(orig_parts)),
-            ctx.job_dir, budget,
-        )
+        records, stop = started.result() if started else run_within_budget(job, ctx.job_dir, budget)
         if run.tracking.records_table:
             tracking.log_records_table(read_records(ctx.job_dir / RECORDS_FILE))  # the full records, streamed
         ended = read_outcome(ctx.job_dir, stop, len(instances), len(records))

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from cts.secrets import scrub
-from cts.tracking._store import TrackingStoreError, _mlflow, broken_store_message, prepare_store, store_lock_path
+from cts.tracking._store import (
+    TrackingStoreError,
+    _mlflow,
+    broken_store_message,
+    prepare_store,
+    store_failed,
+    store_lock_path,
+)
 from cts.tracking._traces import log_instance_trace, log_records_table, search_turns, trace_llm_calls
 from cts.versions import package_versions
 
@@ -23,7 +30,7 @@ __all__ = [
     "TrackingStoreError", "broken_store_message", "download_artifact", "experiment_id", "flatten", "job_run",
     "job_runs", "log_artifacts", "log_instance_trace", "log_metrics", "log_records_table", "log_report_run",
     "one_run_per_job_dir", "prepare_store", "search_runs", "search_traces", "search_turns", "set_tags",
-    "store_lock_path", "trace_llm_calls",
+    "store_failed", "store_lock_path", "trace_llm_calls",
 ]
 
 _PARAM_VALUE_MAX = 6000  # MLflow's limit on a param value

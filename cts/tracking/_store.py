@@ -29,6 +29,7 @@ class TrackingStoreError(SystemExit):
 
 
 _PREPARED: set[str] = set()
+_FAILED: dict[str, str] = {}  # uri -> why it cannot be opened (later callers fail at once)
 _STORE_LOCK_TIMEOUT_S = 600.0  # a first migration of a fresh store takes seconds; a wedged one is an error
 
 
@@ -60,6 +61,8 @@ def prepare_store(uri: str) -> None:
     """
     if uri in _PREPARED:
         return
+    if uri in _FAILED:
+        raise TrackingStoreError(_FAILED[uri])
     if uri.startswith("sqlite:///"):
         Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     lock = store_lock_path(uri)
@@ -69,8 +72,14 @@ def prepare_store(uri: str) -> None:
         try:
             _mlflow().MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
         except Exception as e:  # noqa: BLE001 - any failure here means the store is unusable
-            raise TrackingStoreError(broken_store_message(uri, e)) from None
+            _FAILED[uri] = broken_store_message(uri, e)
+            raise TrackingStoreError(_FAILED[uri]) from None
     _PREPARED.add(uri)
+
+
+def store_failed(uri: str) -> bool:
+    """Whether this process already found the store at ``uri`` unusable (:func:`prepare_store` raised)."""
+    return uri in _FAILED
 
 
 def broken_store_message(uri: str, error: BaseException) -> str:

@@ -48,6 +48,9 @@ ConfigStore.instance().store(group="hydra/launcher", name="cts", node=CtsLaunche
 class CtsLauncher(Launcher):
     """Launch every job of a batch concurrently in this process (see the module docstring)."""
 
+    opens_store_in_jobs = True
+    """Jobs open the MLflow store here, in turn (``cts.callbacks.jobs_open_store_here``)."""
+
     def __init__(self, progress: bool = True, job_concurrency: Optional[int] = 32) -> None:
         self.progress = progress
         self.job_concurrency = job_concurrency
@@ -82,6 +85,7 @@ class CtsLauncher(Launcher):
         results: list[JobReturn | None] = [None] * len(configs)
         with routed_job_logs(_file_format(self.config)) as router, SweepSession(progress=self.progress) as session, \
                 sigterm_as_sigint():
+            session.expect_jobs(len(configs))
             threads = [threading.Thread(target=self._run_one, args=(session, router, c, results, i),
                                         name=f"cts-job-{i}") for i, c in enumerate(configs)]
             for thread in threads:

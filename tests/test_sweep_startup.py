@@ -1,0 +1,206 @@
+"""A sweep's start-up: jobs send requests while they set up tracking; the cyclic GC waits for set-up."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llm_fakes import protocol_reply
+from llm_server import Reply, ScriptedServer, llm_settings
+from omegaconf import OmegaConf
+from test_budget import compose_job
+
+from cts import tracking
+from cts.budget import SPEND_FILE, Budget, within_budget
+from cts.callbacks import jobs_open_store_here
+from cts.llm import LLMRuntime, ModelSpec
+from cts.startup import end_startup_gc
+from cts.sweep import SweepSession, start_async
+
+PRICE = {"input_cost_per_token": 1e-3, "output_cost_per_token": 0.0}
+
+
+def test_a_started_job_runs_on_the_sweep_loop_before_anyone_waits_for_it() -> None:
+    began = threading.Event()
+
+    async def job() -> str:
+        began.set()
+        return "done"
+
+    with SweepSession(progress=False):
+        started = start_async(job())
+        assert started.running and began.wait(5.0)  # it ran while this thread did something else
+        assert started.result() == "done"
+
+
+def test_outside_a_sweep_a_started_job_runs_only_when_its_result_is_asked() -> None:
+    began = threading.Event()
+
+    async def job() -> str:
+        began.set()
+        return "done"
+
+    started = start_async(job())
+    time.sleep(0.05)
+    assert not started.running and not began.is_set()
+    assert started.result() == "done" and began.is_set()
+
+
+def test_a_failed_setup_stops_the_started_job_and_books_what_it_paid(tmp_path: Path) -> None:
+    cancelled = threading.Event()
+    with ScriptedServer() as server:
+        server.default = Reply("ok", tokens_in=10, tokens_out=0)  # 0.01 USD per call
+        rt = LLMRuntime.from_settings(llm_settings(server, api_base_price=PRICE), tmp_path)
+        spec = ModelSpec(name="gpt", model="openai/gpt", api_base=None, params={})
+
+        async def job() -> tuple[list[Any], str]:
+            await rt.client(spec, "clarifier").complete([{"role": "user", "content": "Which year?"}])
+            try:
+                await asyncio.Event().wait()  # an instance still running when the set-up fails
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+            return [], "done"
+
+        budget = Budget(max_usd=None, timeout_s=5.0, count_prior_spend=rt.count_prior_spend)
+        with SweepSession(progress=False), pytest.raises(RuntimeError, match="store is broken"), \
+                within_budget(job, tmp_path, budget):
+            _wait_for(lambda: len(server.requests) == 1)
+            time.sleep(0.1)  # the reply is booked
+            raise RuntimeError("the store is broken")
+        assert len(server.requests) == 1
+    assert cancelled.is_set()
+    booked = [json.loads(line) for line in (tmp_path / SPEND_FILE).read_text().splitlines()]
+    assert booked == [{"unrecorded_usd": pytest.approx(0.01), "stop_reason": "setup_failed",
+                       "time": booked[0]["time"]}]
+
+
+def test_in_a_sweep_a_job_sends_requests_while_its_mlflow_run_is_set_up(
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job's MLflow run starts only once the job's first request has reached the server."""
+    from cts.app import build_services, run_task
+
+    real_job_run = tracking.job_run
+    seen: list[int] = []
+    with ScriptedServer() as server:
+        server.handler = protocol_reply
+
+        @contextlib.contextmanager
+        def job_run(*args: Any, **kwargs: Any) -> Iterator[str]:
+            _wait_for(lambda: len(server.requests) > 0, timeout=10.0)
+            seen.append(len(server.requests))
+            with real_job_run(*args, **kwargs) as run_id:
+                yield run_id
+
+        monkeypatch.setattr(tracking, "job_run", job_run)
+        cfg = compose_job(tmp_path, cache_dir, server, max_usd=1000.0)
+        with SweepSession(progress=False) as session:
+            session.expect_jobs(1)
+            with session.job_turn():
+                run_task(cfg, build_services(cfg))
+    assert seen and seen[0] > 0
+    summary = json.loads((tmp_path / "job" / "summary.json").read_text())
+    assert summary["metrics"]["n_instances"] == 8 and summary["stop_reason"] == "done"
+
+
+def test_instance_traces_keep_the_mlflow_run_first(tmp_path: Path, cache_dir: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one trace per instance logged into the job's run, nothing is sent before the run exists."""
+    from cts.app import build_services, run_task
+
+    real_job_run = tracking.job_run
+    seen: list[int] = []
+    with ScriptedServer() as server:
+        server.handler = protocol_reply
+
+        @contextlib.contextmanager
+        def job_run(*args: Any, **kwargs: Any) -> Iterator[str]:
+            seen.append(len(server.requests))
+            with real_job_run(*args, **kwargs) as run_id:
+                yield run_id
+
+        monkeypatch.setattr(tracking, "job_run", job_run)
+        cfg = compose_job(tmp_path, cache_dir, server, max_usd=1000.0)
+        cfg.tracking.instance_traces = True
+        cfg.limit = 1
+        with SweepSession(progress=False) as session:
+            session.expect_jobs(1)
+            with session.job_turn():
+                run_task(cfg, build_services(cfg))
+    assert seen == [0]
+
+
+@pytest.fixture
+def gc_off() -> Iterator[None]:
+    """The GC as ``run.py`` leaves it (off); restored afterwards."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if was:
+            gc.enable()
+
+
+def test_end_startup_gc_freezes_start_up_objects_and_turns_the_gc_on(gc_off: None) -> None:
+    end_startup_gc()
+    assert gc.isenabled() and gc.get_freeze_count() > 0
+
+
+def test_end_startup_gc_leaves_a_gc_that_is_on_alone() -> None:
+    if not gc.isenabled():
+        pytest.skip("the GC is off in this process")
+    before = gc.get_freeze_count()
+    end_startup_gc()
+    assert gc.get_freeze_count() == before
+
+
+def test_a_sweep_turns_the_gc_on_once_every_job_is_set_up(gc_off: None) -> None:
+    async def job() -> None:
+        return None
+
+    with SweepSession(progress=False) as session:
+        session.expect_jobs(2)
+
+        def one_job(fail: bool) -> None:
+            with contextlib.suppress(RuntimeError), session.job_turn():
+                if fail:
+                    raise RuntimeError("a job whose set-up failed counts as set up")
+                session.run(job())
+
+        first = threading.Thread(target=one_job, args=(False,))
+        first.start()
+        first.join()
+        assert not gc.isenabled()  # one job still sets up
+        second = threading.Thread(target=one_job, args=(True,))
+        second.start()
+        second.join()
+        assert gc.isenabled()
+
+
+def test_only_a_launcher_running_jobs_in_this_process_skips_the_parents_store_preparation() -> None:
+    def cfg(target: str) -> Any:
+        return OmegaConf.create({"hydra": {"launcher": {"_target_": target}}})
+
+    assert jobs_open_store_here(cfg("hydra_plugins.cts_scheduler.cts_scheduler_launcher.CtsLauncher"))
+    assert not jobs_open_store_here(cfg("hydra._internal.core_plugins.basic_launcher.BasicLauncher"))
+    assert not jobs_open_store_here(cfg("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"))
+    assert not jobs_open_store_here(cfg("no.such.Launcher"))
+
+
+def _wait_for(condition: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.01)
