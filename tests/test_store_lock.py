@@ -129,3 +129,23 @@ def test_the_store_lock_sits_beside_a_sqlite_file(tmp_path: Path) -> None:
     assert tracking.store_lock_path("http://127.0.0.1:5000") is None
     other = tracking.store_lock_path("postgresql://u@127.0.0.1/mlflow")
     assert other is not None and other.name.startswith("cts-mlflow-")
+
+
+@pytest.mark.slow
+def test_a_sweep_on_the_cts_launcher_with_a_broken_store_fails_every_job_with_the_message(
+    tmp_path: Path, cache_dir: Path
+) -> None:
+    """The launcher's jobs open the store themselves (no parent preparation): the first fails with
+    the message, the others at once, and the sweep exits 1."""
+    db = tmp_path / "garbage.db"
+    db.write_bytes(b"not a database" * 100)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "run.py"), "-m", "experiment=offline", "clarifier=rules_region,none", "limit=1",
+         "sweep_report=false", f"tracking.uri=sqlite:///{db}", f"paths.cache_dir={cache_dir}",
+         f"hydra.sweep.dir={tmp_path / 'sweep'}", "hydra/launcher=cts", "hydra.launcher.progress=false"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-4000:]
+    assert "2 of 2 jobs failed" in out and "holds no readable runs" in out, out[-4000:]
+    assert db.read_bytes() == b"not a database" * 100  # nothing was written into it
