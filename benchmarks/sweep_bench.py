@@ -9,7 +9,7 @@ of the command and of its request phase (first request to last reply) against
 the ideal ``max(critical path of one instance, distinct requests x L / C)``,
 the requests the server served against the distinct ones, and the 429 count::
 
-    python benchmarks/sweep_bench.py --n 50 --latency 0.5 --cap 32 --launcher basic,joblib,cts
+    python benchmarks/sweep_bench.py --n 50 --latency 0.5 --cap 32 --launcher basic,joblib,cts [--repeat 3]
 
 The critical path is measured first: one instance of the longest job (k=3) alone,
 with no cap. Each sweep writes to an MLflow store that already exists (a copy of
@@ -221,6 +221,7 @@ def main() -> None:
     parser.add_argument("--launcher", default="basic,joblib,cts", help="comma-separated: basic, joblib, cts")
     parser.add_argument("--joblib-jobs", type=int, default=3, help="hydra.launcher.n_jobs for joblib")
     parser.add_argument("--fresh-store", action="store_true", help="each sweep creates its MLflow store (timed)")
+    parser.add_argument("--repeat", type=int, default=1, help="sweeps per launcher (the same command varies run to run)")
     args = parser.parse_args()
     global _STORE
     names = [x.strip() for x in args.launcher.split(",") if x.strip()]
@@ -230,8 +231,10 @@ def main() -> None:
         critical = critical_path(server, Path(tmp) / "probe", template)
         rows = []
         for name in names:
-            rows.append(measure(name, server, args.n, Path(tmp) / name, template, args.joblib_jobs))
-            report(rows[-1:], args.latency, critical, args.latency, args.cap)
+            for i in range(args.repeat):
+                row = measure(name, server, args.n, Path(tmp) / f"{name}-{i}", template, args.joblib_jobs)
+                rows.append(row)
+                report(rows[-1:], args.latency, critical, args.latency, args.cap)
         print()
         report(rows, args.latency, critical, args.latency, args.cap)
 

@@ -159,7 +159,9 @@ class SweepSession:
                 coro.close()
                 raise KeyboardInterrupt("the sweep was stopped")
             # The job's context (its log file, usage scopes, prompts) follows it onto the loop.
-            fut = asyncio.run_coroutine_threadsafe(_in_context(contextvars.copy_context(), coro), self.loop)
+            edges = _Edges()
+            fut = asyncio.run_coroutine_threadsafe(_in_context(contextvars.copy_context(), coro, edges), self.loop)
+            fut.edges = edges  # type: ignore[attr-defined]
             self._jobs.add(fut)
         return fut
 
@@ -189,6 +191,14 @@ class SweepSession:
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a job's coroutine on the shared loop, giving up the turn while it runs (:meth:`start`, :meth:`wait`)."""
         return self.wait(self.start(coro))
+
+    def stop_job(self, fut: concurrent.futures.Future[Any]) -> None:
+        """Stop one started job (its set-up failed) and wait until its coroutine has ended."""
+        fut.cancel()  # the concurrent future is cancelled at once; the task on the loop ends later
+        edges = getattr(fut, "edges", None)
+        if edges is not None and edges.began.is_set():  # a task cancelled before its first step never runs
+            edges.ended.wait(_DRAIN_TIMEOUT_S)
+        self._jobs.discard(fut)
 
     def cancel(self) -> None:
         """Stop every running job (Ctrl-C): their instance tasks are cancelled, records kept."""
@@ -252,11 +262,25 @@ def _set_hydra_config(cfg: Any) -> None:
     HydraConfig.instance().cfg = cfg
 
 
-async def _in_context(ctx: contextvars.Context, coro: Coroutine[Any, Any, T]) -> T:
+class _Edges:
+    """When a job's coroutine began and ended on the loop (seen from the job's thread)."""
+
+    def __init__(self) -> None:
+        self.began = threading.Event()
+        self.ended = threading.Event()
+
+
+async def _in_context(ctx: contextvars.Context, coro: Coroutine[Any, Any, T], edges: _Edges | None = None) -> T:
     """Await ``coro`` with the context variables of ``ctx`` (the calling job thread's) set."""
-    for var, value in ctx.items():
-        var.set(value)
-    return await coro
+    if edges is not None:
+        edges.began.set()
+    try:
+        for var, value in ctx.items():
+            var.set(value)
+        return await coro
+    finally:
+        if edges is not None:
+            edges.ended.set()
 
 
 async def _drain() -> None:
@@ -313,11 +337,8 @@ class Started(Generic[T]):
                 self._coro.close()
                 self._coro = None
             return
-        self._fut.cancel()
-        with contextlib.suppress(BaseException):
-            self._fut.result(_DRAIN_TIMEOUT_S)
-        if self._session is not None:
-            self._session._jobs.discard(self._fut)
+        assert self._session is not None
+        self._session.stop_job(self._fut)
 
 
 def start_async(coro: Coroutine[Any, Any, T]) -> Started[T]:
