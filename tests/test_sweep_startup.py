@@ -213,3 +213,16 @@ def test_a_session_shortens_the_switch_interval_and_restores_it() -> None:
     with SweepSession(progress=False):
         assert sys.getswitchinterval() <= 0.0005 < before
     assert sys.getswitchinterval() == before
+
+
+def test_a_single_job_turns_the_gc_back_on_as_it_starts(gc_off: None) -> None:
+    """``run.py`` turns the GC off; a single job (here one that stops at once on bad input) turns it on."""
+    from hydra import compose, initialize_config_dir
+
+    from cts.app import run
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(Path(__file__).resolve().parents[1] / "conf")):
+        cfg = compose("config", overrides=["dataset=jsonl"])  # its path and gold_path are missing
+    with pytest.raises(SystemExit):
+        run(cfg)
+    assert gc.isenabled()
