@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("contracts", ("cts", "cts.types", "cts.records")),
     ("leaf", ("cts.aio", "cts.text", "cts.io", "cts.stats", "cts.corpus", "cts.index", "cts.lexicon", "cts.prompts",
               "cts.scoring", "cts.versions", "cts.qtypes", "cts.tracking", "cts.interrupt", "cts.naming", "cts.confdiff",
-              "cts.secrets")),
+              "cts.secrets", "cts.startup")),
     ("components", ("cts.llm", "cts.roles", "cts.search", "cts.gold", "cts.goldfile", "cts.data", "cts.demo",
                     "cts.sweep")),
     ("pipeline", ("cts.stages", "cts.pipeline", "cts.job_files", "cts.metrics", "cts.diagnostics", "cts.outcome", "cts.budget")),
