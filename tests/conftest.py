@@ -75,3 +75,33 @@ def mlflow_server(pg):  # noqa: ANN001,ANN201 - services.MLflowServer
             yield server
     except services.Unavailable as exc:
         pytest.skip(f"mlflow server cannot start here: {exc}")
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook, which names the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Slow tests first (stable otherwise), so parallel workers do not end on one long test.
+
+    Under ``-n ... --dist loadgroup`` work is handed out in collection order; a slow test
+    collected last would leave the other workers idle while it runs.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+        _name_xdist_groups(items)
+
+
+def _name_xdist_groups(items: list[pytest.Item]) -> None:
+    """Suffix each ``xdist_group`` test's node id with ``@<group>``, as pytest-xdist itself does.
+
+    pytest-xdist 3.8 sets the suffix on ``Item._nodeid``, which pytest 9.2 no longer reads
+    (pytest-dev/pytest-xdist#1386): the groups would be silently ignored and, e.g., each
+    cluster test start its own PostgreSQL and Slurm on another worker. A no-op where the
+    suffix is already there (an xdist with the fix).
+    """
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        suffix = "@" + "_".join(names)
+        if names and not item.nodeid.endswith(suffix):
+            from _pytest.nodeid import NodeId  # pytest >= 9.2: structured node ids
+
+            item._id = NodeId.parse(item.nodeid + suffix)  # type: ignore[attr-defined]

@@ -51,6 +51,7 @@ def latest_run(tmp_path: Path) -> Any:
     return runs.sort_values("start_time").iloc[-1]
 
 
+@pytest.mark.serial  # the three slow calls must be on the wire before the first (instant) reply lands
 def test_budget_stop_is_marked_paid_calls_counted_and_cap_holds_across_resumes(
     tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

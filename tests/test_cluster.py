@@ -17,6 +17,9 @@ from test_multirun import METRICS, REPO, run_py
 from cts import tracking
 from cts.cluster import literal_secrets
 
+# One xdist worker runs the whole module: the session's PostgreSQL, munge and Slurm start once.
+pytestmark = pytest.mark.xdist_group("cluster")
+
 CANARY = "sk-canary-7f3e9b1d2c"
 SLURM = ("hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launcher.cpus_per_task=1",
          "hydra.launcher.mem_gb=1", "hydra.launcher.timeout_min=20")

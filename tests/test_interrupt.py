@@ -55,6 +55,7 @@ def the_run(tmp_path: Path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # signals a job ~1 s into a 10-instance run: under load it could finish first
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name)
 def test_a_signalled_job_resumes_into_the_same_run_and_counts_once(tmp_path, llm_server, cache_dir, sig) -> None:
     llm_server.handler, llm_server.latency_s = protocol_reply, 0.4  # ~1 s per instance at concurrency 2

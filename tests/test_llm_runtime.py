@@ -301,7 +301,8 @@ def test_calls_in_flight_when_their_caller_is_cancelled_are_booked(tmp_path: Pat
             with usage_scope() as usage:
                 calls = [asyncio.ensure_future(rt.client(SPEC, "judge").complete(MESSAGES, prompt_version=str(i)))
                          for i in range(3)]
-                await asyncio.sleep(0.1)  # all three on the wire
+                while len(server.requests) < 3:  # all three on the wire (polled: a loaded machine is slow)
+                    await asyncio.sleep(0.01)
                 for c in calls:
                     c.cancel()
                 await asyncio.gather(*calls, return_exceptions=True)

@@ -38,6 +38,7 @@ def _job_runs(tmp_path: Path):  # noqa: ANN202 - a pandas DataFrame
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # the signal must land while the sweep runs, between two record counts
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_stops_every_job_cleanly_and_the_printed_command_resumes_the_sweep(tmp_path, llm_server, cache_dir,
                                                                                    sig):
