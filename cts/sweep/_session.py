@@ -19,7 +19,6 @@ import contextlib
 import contextvars
 import hashlib
 import json
-import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from pathlib import Path
@@ -40,7 +39,6 @@ OrigShare = Callable[[str, Callable[[], Awaitable[ArmOutcome]]], Awaitable[ArmOu
 
 _CURRENT: SweepSession | None = None
 _DRAIN_TIMEOUT_S = 30.0
-_SWITCH_INTERVAL_S = 0.0005
 
 
 class SweepProgress:
@@ -113,12 +111,6 @@ class SweepSession:
         global _CURRENT
         if _CURRENT is not None:
             raise RuntimeError("a sweep session is already open in this process")
-        # Job threads set up (MLflow, building roles) while the loop serves requests. Each socket
-        # call of the loop gives up the GIL, and getting it back from a busy thread takes up to one
-        # switch interval (5 ms by default): with hundreds of socket calls a second the loop would
-        # spend most of its time waiting. A short interval bounds that wait.
-        self._switch_interval = sys.getswitchinterval()
-        sys.setswitchinterval(min(self._switch_interval, _SWITCH_INTERVAL_S))
         self._thread.start()
         _CURRENT = self
         return self
@@ -132,7 +124,6 @@ class SweepSession:
         self._thread.join(_DRAIN_TIMEOUT_S)
         self.loop.close()
         self.progress.close()
-        sys.setswitchinterval(self._switch_interval)
         end_startup_gc()
 
     @contextlib.contextmanager
