@@ -83,10 +83,12 @@ def test_a_failed_setup_stops_the_started_job_and_books_what_it_paid(tmp_path: P
                        "time": booked[0]["time"]}]
 
 
-def test_in_a_sweep_a_job_sends_requests_while_its_mlflow_run_is_set_up(
-    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The job's MLflow run starts only once the job's first request has reached the server."""
+def _one_job_in_a_sweep(tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, *,
+                        wait_for_a_request: bool, **changes: Any) -> list[int]:
+    """Run the evaluate job as a sweep's only job; return the requests served as its MLflow run opened.
+
+    With ``wait_for_a_request`` the run opens only once the server has had a request (at most 10 s).
+    """
     from cts.app import build_services, run_task
 
     real_job_run = tracking.job_run
@@ -96,17 +98,28 @@ def test_in_a_sweep_a_job_sends_requests_while_its_mlflow_run_is_set_up(
 
         @contextlib.contextmanager
         def job_run(*args: Any, **kwargs: Any) -> Iterator[str]:
-            _wait_for(lambda: len(server.requests) > 0, timeout=10.0)
+            if wait_for_a_request:
+                _wait_for(lambda: len(server.requests) > 0, timeout=10.0)
             seen.append(len(server.requests))
             with real_job_run(*args, **kwargs) as run_id:
                 yield run_id
 
         monkeypatch.setattr(tracking, "job_run", job_run)
         cfg = compose_job(tmp_path, cache_dir, server, max_usd=1000.0)
+        for key, value in changes.items():
+            OmegaConf.update(cfg, key, value)
         with SweepSession(progress=False) as session:
             session.expect_jobs(1)
             with session.job_turn():
                 run_task(cfg, build_services(cfg))
+    return seen
+
+
+def test_in_a_sweep_a_job_sends_requests_while_its_mlflow_run_is_set_up(
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job's MLflow run starts only once the job's first request has reached the server."""
+    seen = _one_job_in_a_sweep(tmp_path, cache_dir, monkeypatch, wait_for_a_request=True)
     assert seen and seen[0] > 0
     summary = json.loads((tmp_path / "job" / "summary.json").read_text())
     assert summary["metrics"]["n_instances"] == 8 and summary["stop_reason"] == "done"
@@ -115,27 +128,8 @@ def test_in_a_sweep_a_job_sends_requests_while_its_mlflow_run_is_set_up(
 def test_instance_traces_keep_the_mlflow_run_first(tmp_path: Path, cache_dir: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """With one trace per instance logged into the job's run, nothing is sent before the run exists."""
-    from cts.app import build_services, run_task
-
-    real_job_run = tracking.job_run
-    seen: list[int] = []
-    with ScriptedServer() as server:
-        server.handler = protocol_reply
-
-        @contextlib.contextmanager
-        def job_run(*args: Any, **kwargs: Any) -> Iterator[str]:
-            seen.append(len(server.requests))
-            with real_job_run(*args, **kwargs) as run_id:
-                yield run_id
-
-        monkeypatch.setattr(tracking, "job_run", job_run)
-        cfg = compose_job(tmp_path, cache_dir, server, max_usd=1000.0)
-        cfg.tracking.instance_traces = True
-        cfg.limit = 1
-        with SweepSession(progress=False) as session:
-            session.expect_jobs(1)
-            with session.job_turn():
-                run_task(cfg, build_services(cfg))
+    seen = _one_job_in_a_sweep(tmp_path, cache_dir, monkeypatch, wait_for_a_request=False,
+                               **{"tracking.instance_traces": True, "limit": 1})
     assert seen == [0]
 
 

@@ -1,7 +1,7 @@
 """The sweep session: one event loop in one thread, shared by every job of a multirun.
 
 Jobs run in their own threads (Hydra's ``run_job`` and the job's tracking run
-there) but hand their async part to the session's loop with :func:`run_async`,
+there) but hand their async part to the session's loop with :func:`start_async`,
 so all instances of all jobs share one schedule: one LLM runtime per distinct
 ``services.llm`` (one cache, one budget), one adaptive limiter per endpoint and
 one in-flight table across them, and one orig arm per setting and instance.
@@ -285,12 +285,6 @@ async def _drain() -> None:
 def current_session() -> SweepSession | None:
     """The open sweep session of this process, if any."""
     return _CURRENT
-
-
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a job's coroutine: on the sweep's shared loop if a session is open, else in its own."""
-    session = current_session()
-    return session.run(coro) if session is not None else asyncio.run(coro)
 
 
 class Started(Generic[T]):
