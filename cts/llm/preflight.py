@@ -62,8 +62,8 @@ def preflight_problems(cfg: DictConfig) -> list[str]:
     """One message per model that cannot be reached as configured.
 
     A model is reachable when ``services.llm.api_base`` routes every role to one
-    endpoint, or when its key variable (``api_key_env``) is set, or, for keyless
-    models, when it has an ``api_base``.
+    endpoint (or ``services.local_llm`` starts one), or when its key variable
+    (``api_key_env``) is set, or, for keyless models, when it has an ``api_base``.
 
     Args:
         cfg: The composed config.
