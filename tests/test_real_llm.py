@@ -272,6 +272,18 @@ def test_the_preset_needs_no_key_and_probes_no_endpoint(monkeypatch: pytest.Monk
     assert preflight_problems(cfg) == [] and endpoints_of([cfg]) == []
 
 
+def test_the_servers_port_and_timeouts_are_not_part_of_the_fingerprint() -> None:
+    from hydra import compose, initialize_config_dir
+
+    from cts.tasks.job import protocol_fingerprint
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
+        prints = {extra: protocol_fingerprint(compose("config", overrides=["experiment=local_llm", *extra]))
+                  for extra in [(), ("services.local_llm.port=4321", "services.local_llm.startup_timeout_s=5"),
+                                ("services.local_llm.n_ctx=4096",)]}
+    assert len(set(prints.values())) == 2 and prints[()] != prints[("services.local_llm.n_ctx=4096",)]
+
+
 def test_the_job_gets_the_servers_url_unless_one_is_set(tmp_path: Path) -> None:
     from cts.services import Services, local_llm_served
 

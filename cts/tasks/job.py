@@ -33,6 +33,7 @@ _NON_PROTOCOL_KEYS = ("paths", "tracking", "concurrency", "limit", "hydra", "tas
 _LLM_OPERATIONAL = ("concurrency_per_endpoint", "adaptive", "timeout_s", "max_attempts", "backoff", "cache", "budget",
                     "tracing", "transport", "breaker_failures", "preflight_probe", "preflight_timeout_s",
                     "api_base_price")
+_LOCAL_LLM_OPERATIONAL = ("port", "startup_timeout_s", "stop_timeout_s")  # services.local_llm: where, not what
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,8 @@ def protocol_config(cfg: DictConfig) -> dict[str, Any]:
     kept = dict(data)
     llm = dict(kept.get("services", {}).get("llm") or {})
     kept["services"] = {**kept.get("services", {}), "llm": {k: v for k, v in llm.items() if k not in _LLM_OPERATIONAL}}
+    if local := kept["services"].get("local_llm"):
+        kept["services"]["local_llm"] = {k: v for k, v in local.items() if k not in _LOCAL_LLM_OPERATIONAL}
     # Secrets masked: fingerprint.json stores this, and a rotated key measures the same thing.
     return scrub_tree(kept)  # type: ignore[return-value]
 
