@@ -53,6 +53,7 @@ def run(cfg: DictConfig) -> float | None:
         preflight(cfg, groups=task_groups(cfg))
         if not in_multirun():
             probe_endpoints([cfg])
+            probe_completions([cfg])
         return run_task(cfg, build_services(cfg))
 
 
@@ -82,6 +83,31 @@ def probe_endpoints(cfgs: Sequence[DictConfig]) -> None:
 
 
 _PROBED: set[tuple[str, str | None]] = set()
+_COMPLETED: set[str] = set()
+
+
+def probe_completions(cfgs: Sequence[DictConfig]) -> None:
+    """One minimal completion per distinct request of these jobs; exit 1 naming each failure.
+
+    Runs after :func:`probe_endpoints` (a dead server fails there, for free); see
+    :mod:`cts.llm.completion_probe`. Its cost is printed on stderr.
+    """
+    from cts.llm.completion_probe import check_completions
+
+    jobs = [OmegaConf.masked_copy(c, list(task_groups(c))) for c in cfgs]
+    if not jobs:
+        return
+    cache_dir = Path(str(OmegaConf.select(cfgs[0], "paths.cache_dir", default=".")))
+    problems, report = check_completions(jobs, cache_dir, _COMPLETED)
+    if report:
+        print(report, file=sys.stderr, flush=True)
+    if problems:
+        lines = "\n".join(f"  - {p}" for p in problems)
+        sys.exit(
+            f"cts pre-flight failed (a minimal completion per model); nothing was run:\n{lines}\n"
+            "Fix the model file (conf/model/<name>.yaml: params, request) or the role's params; "
+            "services.llm.preflight_completion=false skips this check."
+        )
 
 
 def run_task(cfg: DictConfig, services: Services) -> float | None:

@@ -81,6 +81,9 @@ async def run_arm(query: str, gold: Gold, roles: Roles) -> tuple[ArmResult, dict
     if result.end_reason == "error":
         # A backend that failed mid-run is not a bad answer: unscored, and not judged.
         return _arm(query, result, {}, None, _search_error(result)), trace_line
+    if result.end_reason == "truncated":  # the agent's turns kept stopping at their output cap
+        cut = ErrorInfo("search", "truncated", "agent turns stopped at the output cap")
+        return _arm(query, result, {}, None, cut), trace_line
     try:
         with stage("judge"):
             STAGE_CALLS["judge"] += 1
@@ -346,11 +349,10 @@ async def _drain(
     except BudgetExceeded as e:
         log.warning("budget reached, stopping cleanly (finished records kept): %s", e)
         return "budget"
-    except CircuitOpen as e:
-        log.error("circuit breaker open, stopping cleanly (finished records kept): %s", e)
-        sink.write_failure({"id": None, "stage": "", "kind": "circuit_open", "message": str(e),
-                            "endpoint": e.endpoint})
-        return "circuit_open"
+    except CircuitOpen as e:  # an open breaker, or a request the provider rejects (RequestRejected)
+        log.error("%s, stopping cleanly (finished records kept): %s", e.kind, e)
+        sink.write_failure({"id": None, "stage": "", "kind": e.kind, "message": str(e), "endpoint": e.endpoint})
+        return e.kind
     return "infra" if sink.n_infra else "done"
 
 

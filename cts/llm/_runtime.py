@@ -29,7 +29,9 @@ from cts.llm._client import ChatClient
 from cts.llm._endpoints import EndpointState
 from cts.llm._lite import litellm_module
 from cts.llm._pricing import Prices, register_prices, route_prices
+from cts.llm._rejections import REJECTED_KINDS, Rejections
 from cts.llm._retry import classify, retrying
+from cts.llm._rules import request_params
 from cts.llm._settings import LLMSettings
 from cts.llm._singleflight import SingleFlight
 from cts.llm._spec import ModelSpec
@@ -77,6 +79,7 @@ class LLMRuntime:
         self._listeners: list[Listener] = []
         self._sender = Sender(settings.transport)
         self.breaker = CircuitBreaker(settings.breaker_failures)
+        self._rejections = Rejections()
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], cache_dir: Path) -> LLMRuntime:
@@ -133,14 +136,16 @@ class LLMRuntime:
             self._listeners.append(listener)
 
     async def _complete(
-        self, client: ChatClient, messages: list[dict[str, str]], version: str, params: Mapping[str, Any]
+        self, client: ChatClient, messages: list[dict[str, str]], version: str, params: Mapping[str, Any],
+        max_output_tokens: int | None = None,
     ) -> Completion:
         start = time.perf_counter()
+        spec = client.spec
         call = PendingCall(
             client,
-            route_for(client.spec, self.settings),
+            route_for(spec, self.settings),
             messages,
-            {**client.spec.params, **params},
+            request_params(spec.request, {**spec.params, **params}, max_output_tokens),
             version,
             time.time(),
         )
@@ -168,8 +173,8 @@ class LLMRuntime:
         except BudgetExceeded:
             call.error = "budget"
             raise
-        except CircuitOpen:
-            call.error = "circuit_open"
+        except CircuitOpen as exc:
+            call.error = exc.kind
             raise
         finally:
             latency = time.perf_counter() - start
@@ -213,6 +218,7 @@ class LLMRuntime:
     async def _call(self, call: PendingCall) -> Completion:
         spec, route = call.client.spec, call.route
         self.breaker.check(route.endpoint)
+        self._rejections.check(route, spec, call.client.role)
         if route.missing_key:
             message = f"environment variable {route.missing_key} (model {spec.name}) is not set"
             self.breaker.failure(route.endpoint, "auth", message)
@@ -223,6 +229,8 @@ class LLMRuntime:
             raise
         except Exception as exc:
             kind = classify(exc).kind
+            if kind in REJECTED_KINDS:
+                raise self._rejections.reject(route, spec, call.client.role, exc) from exc
             message = f"{spec.name} at {route.endpoint} after {call.requests} attempt(s): {exc}"
             raise CallError(kind, message, route.endpoint) from exc
         return completion_of(route_prices(spec, self.settings), response)
@@ -278,7 +286,8 @@ class LLMRuntime:
             return  # no reply, nothing billed that we could know of
         reply = completion_of(prices, done.result())
         usage = CallUsage(cached=False, failed=False, requests=0, tokens_in=reply.tokens_in,
-                          tokens_out=reply.tokens_out, cost_usd=reply.cost_usd, latency_s=0.0, new_call=False)
+                          tokens_out=reply.tokens_out, cost_usd=reply.cost_usd, latency_s=0.0, new_call=False,
+                          tokens_reasoning=reply.tokens_reasoning)
         self._spent += usage.cost_usd
         add_call(self._usage, call.client.role, usage)
         add_to_scopes(call.client.role, usage)
@@ -326,6 +335,8 @@ class LLMRuntime:
             cost_usd=done.cost_usd if done is not None and fresh else 0.0,
             latency_s=latency,
             saved_usd=call.saved_usd,
+            tokens_reasoning=done.tokens_reasoning if done is not None and fresh else 0,
+            truncated=done is not None and done.truncated,
         )
         self._spent += usage.cost_usd
         add_call(self._usage, call.client.role, usage)
@@ -351,6 +362,8 @@ class LLMRuntime:
             latency_s=latency,
             error=call.error,
             started_at=call.started_at,
+            finish_reason=done.finish_reason,
+            tokens_reasoning=done.tokens_reasoning,
         )
         for listener in self._listeners:
             listener(event)

@@ -59,6 +59,8 @@ class LLMSettings:
     preflight_probe: bool = True
     """Probe every endpoint with an ``api_base`` (GET /models) before any job starts."""
     preflight_timeout_s: float = 5.0
+    preflight_completion: bool = True
+    """One minimal completion per distinct (model, endpoint, params) before any job starts."""
 
     @classmethod
     def from_mapping(cls, settings: Mapping[str, Any]) -> LLMSettings:
