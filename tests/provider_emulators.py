@@ -19,7 +19,8 @@ its documentation says it refuses (the rules and their sources are in ``conf/mod
   required ``max_tokens``, content blocks incl. ``thinking``, ``stop_reason``, ``usage``);
   Claude Sonnet 4.5 refuses ``temperature`` with ``top_p``.
 * :class:`GeminiEmulator`: ``POST /v1beta/models/{model}:generateContent`` (``x-goog-api-key``,
-  candidates/parts, ``finishReason``, ``usageMetadata.thoughtsTokenCount``); 2.5 Pro cannot
+  candidates/parts, thought-summary parts (``"thought": true``) when ``includeThoughts``,
+  ``finishReason``, ``usageMetadata.thoughtsTokenCount``); 2.5 Pro cannot
   turn thinking off (``thinkingBudget`` 128-32768); unknown ``generationConfig`` fields are 400.
 
 Replies come from ``handler(openai_style_body) -> text`` (default :func:`llm_fakes.protocol_reply`,
@@ -482,9 +483,12 @@ class GeminiEmulator(Emulator):
 
     def generated(self, model: str, body: Mapping[str, Any], text: str, thoughts: int,
                   truncated: bool) -> dict[str, Any]:
-        content: dict[str, Any] = {"role": "model"}
-        if text:
-            content["parts"] = [{"text": text}]
+        config = body.get("generationConfig") or body.get("generation_config") or {}
+        thinking = config.get("thinkingConfig") or config.get("thinking_config") or {}
+        parts = [{"text": "**Weighing the request**", "thought": True}] if thoughts and (
+            thinking.get("includeThoughts") or thinking.get("include_thoughts")) else []
+        parts += [{"text": text}] if text else []
+        content: dict[str, Any] = {"role": "model", **({"parts": parts} if parts else {})}
         prompt = tokens("".join(m["content"] for m in self.openai_messages(body)))
         usage = {"promptTokenCount": prompt, "candidatesTokenCount": tokens(text),
                  "totalTokenCount": prompt + tokens(text) + thoughts}
