@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 OFFLINE_COMMAND = "python run.py experiment=offline"
 _KEY_PROBLEM = " takes no argument "
+_RULE_PROBLEM = " does not accept `"
 _INSTANTIATE_KEYS = frozenset({"_target_", "_partial_", "_recursive_", "_convert_", "_args_"})
 
 
@@ -304,10 +305,11 @@ def preflight(cfg: DictConfig, groups: tuple[str, ...] | None = None) -> None:
 def preflight_problems_of(cfg: DictConfig, groups: tuple[str, ...] | None = None) -> list[str]:
     """The pre-flight problems of one composed config: unknown keys, unreachable models."""
     from cts.llm.preflight import preflight_problems
+    from cts.llm.rulecheck import rule_problems
 
     components = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in ("hydra", "task")])
     scoped = OmegaConf.masked_copy(cfg, list(groups)) if groups else cfg
-    return unknown_key_problems(components) + preflight_problems(scoped)
+    return unknown_key_problems(components) + preflight_problems(scoped) + rule_problems(scoped)
 
 
 def unknown_key_problems(node: Any, path: str = "") -> list[str]:
@@ -357,7 +359,9 @@ def stop_on_problems(problems: list[str]) -> None:
     hints = []
     if any(_is_key_problem(p) for p in problems):
         hints.append("Correct or remove the config keys above.")
-    if not all(_is_key_problem(p) for p in problems):
+    if any(_RULE_PROBLEM in p for p in problems):  # cts.llm.rulecheck
+        hints.append("Change or remove the parameters above; the model file's `request:` node cites each rule.")
+    if not all(_is_key_problem(p) or _RULE_PROBLEM in p for p in problems):
         hints.append("Set the variables above (or point every role at one OpenAI-compatible server with "
                      f"services.llm.api_base=URL), or run the offline stack: {OFFLINE_COMMAND}")
     sys.exit(f"cts pre-flight failed; nothing was run:\n{lines}\n" + "\n".join(hints))
