@@ -16,7 +16,8 @@ from llm_server import Reply, ScriptedServer
 from omegaconf import OmegaConf
 
 from cts.app import task_groups
-from cts.llm.completion_probe import PROBE_TOKENS, check_completions, completion_probes
+from cts.llm._rules import RequestRules
+from cts.llm.completion_probe import PROBE_MESSAGES, PROBE_TOKENS, check_completions, completion_probes
 
 REPO = Path(__file__).resolve().parents[1]
 UNSUPPORTED = ("Unsupported value: 'temperature' does not support 0 with this model. "
@@ -31,6 +32,11 @@ def openai_reasoning_rules(body: dict[str, Any]) -> Reply | str:
                  "code": "unsupported_value"}
         return Reply(status=400, raw=json.dumps({"error": error}))
     return "OK"
+
+
+def cap_of(body: dict[str, Any]) -> int:
+    """The output cap of a request, under whichever field the model's provider takes."""
+    return int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
 
 
 def jobs_of(*overrides: str) -> list[Any]:
@@ -51,7 +57,9 @@ def test_one_probe_per_distinct_request_with_a_tiny_cap(tmp_path: Path) -> None:
     assert [p.paths for p in probes] == [("clarifier.model", "ua.model", "rewriter.model", "judge.model"),
                                          ("search.model",), ("search.summary_model",)]
     assert problems == [] and len(bodies) == 3 and again == ([], "")
-    assert all(b["max_tokens"] == PROBE_TOKENS for b in bodies)
+    # 8 tokens, plus the model's reasoning allowance where reasoning counts against the cap (WebDancer's <think>)
+    assert sorted(cap_of(b) for b in bodies) == sorted(RequestRules.coerce(p.spec.get("request")).cap_for(PROBE_TOKENS)
+                                                       for p in probes)
     agent = next(b for b in bodies if "stop" in b)  # probes go out concurrently, in any order
     assert agent["temperature"] == 0.6 and agent["top_p"] == 0.95  # the agent's own sampling is probed
     assert report.startswith("cts pre-flight: 3 completion probe(s)")
@@ -95,6 +103,6 @@ def test_a_gpt5_model_file_with_temperature_0_fails_before_anything_is_spent(tmp
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "model mygpt (openai/gpt-5-mini), used by clarifier.model" in proc.stderr
     assert "parameter `temperature`" in proc.stderr and "does not support 0 with this model" in proc.stderr
-    assert all(b["max_tokens"] == PROBE_TOKENS for b in sent)  # only probes went out
+    assert sent and all(b["messages"] == list(PROBE_MESSAGES) for b in sent)  # only probes went out
     assert not list((tmp_path / "sweep").rglob("records.jsonl")) and not (tmp_path / "mlflow.db").exists()
     assert elapsed < 60, elapsed  # loose: the issue's bound is 10 s on an idle machine; see the note

@@ -36,6 +36,7 @@ from test_multirun import run_py
 
 from cts import tracking
 from cts.llm._rules import request_params, rule_violations
+from cts.llm.completion_probe import PROBE_TOKENS
 from cts.llm._spec import ModelSpec
 from cts.llm._transport import HTTPStatusError, Sender
 
@@ -278,7 +279,8 @@ def test_card_sweep_with_every_model_on_its_providers_emulator(tmp_path, cache_d
     gpt = emulators["gpt"].bodies("/chat/completions")
     assert gpt and all(b["reasoning_effort"] == "low" and "temperature" not in b for b in gpt)
     claude = emulators["claude"].bodies("/v1/messages")
-    assert claude and all(b["max_tokens"] == 4096 and b["temperature"] == 0 and "top_p" not in b for b in claude)
+    # the role's cap (clarifier 512, rewriter 256, ...) is below the model file's 4096 and wins
+    assert claude and all(0 < b["max_tokens"] <= 4096 and b["temperature"] == 0 and "top_p" not in b for b in claude)
     assert emulators["ernie"].bodies("/v2/chat/completions") and emulators["webdancer"].bodies("/v1/chat/completions")
     assert jobs["metrics.tokens_in_search"].sum() > 0  # the WebDancer agent ran on its (vLLM) server
 
@@ -288,11 +290,9 @@ def native_sweep(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> I
     """The card's sweep with Claude, Gemini and ERNIE as clarifiers, Gemini as UA, Claude as judge."""
     tmp_path = tmp_path_factory.mktemp("native")
     with pytest.MonkeyPatch.context() as monkeypatch, started_emulators(monkeypatch) as emulators:
-        # The endpoint probe is off: it sends `Authorization: Bearer` to Gemini's /models, which Google takes
-        # for OAuth and refuses (test_the_probe_authenticates_a_gemini_route_as_gemini_does, xfail).
+        # The endpoint probe authenticates each route as its provider does (x-goog-api-key for Gemini).
         jobs = run_card_sweep(tmp_path, cache_dir, routed_conf(tmp_path, emulators), "clarifier=claude,gemini,ernie",
-                              "k=1,2,3", "ua=gemini", "judge=claude", "search=extractive",
-                              "services.llm.preflight_probe=false")
+                              "k=1,2,3", "ua=gemini", "judge=claude", "search=extractive")
         yield jobs, emulators
 
 
@@ -306,13 +306,14 @@ def test_card_sweep_through_anthropic_gemini_and_qianfan_as_clarifier_ua_and_jud
     # Gemini's completion tokens include its thoughts (usageMetadata.thoughtsTokenCount), so the UA's
     # one-word answers cost more output tokens than their text
     answers = [a for a in emulators["gemini"].answers if a["usageMetadata"].get("thoughtsTokenCount")]
-    assert answers and jobs["metrics.tokens_out_ua"].sum() >= 200 * len(answers) * 0.5
-    claude = emulators["claude"].bodies("/v1/messages")
-    assert claude and all("system" in b and b["max_tokens"] == 4096 for b in claude)
+    assert answers and jobs["metrics.tokens_reasoning_ua"].sum() > 0
+    assert (jobs["metrics.tokens_out_ua"] >= jobs["metrics.tokens_reasoning_ua"] + 1).where(
+        jobs["metrics.tokens_reasoning_ua"] > 0, True).all()  # thoughts are a part of the output tokens
+    claude = [b for b in emulators["claude"].bodies("/v1/messages") if b["max_tokens"] > PROBE_TOKENS]  # not probes
+    assert claude and all("system" in b and b["max_tokens"] in (512, 1024) for b in claude)  # clarifier's, judge's
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="lead's reasoning-token accounting (tokens_reasoning_<role>) is not on this branch")
 def test_reasoning_tokens_per_role_are_recorded_from_each_providers_usage(native_sweep) -> None:
     jobs, _ = native_sweep
     for role, expected in (("ua", True), ("judge", False)):  # Gemini reports thoughts; Claude thinks not here
@@ -321,8 +322,6 @@ def test_reasoning_tokens_per_role_are_recorded_from_each_providers_usage(native
     assert (gemini["metrics.tokens_reasoning_clarifier"] > 0).all()
 
 
-@pytest.mark.xfail(strict=True, reason="cts.llm.preflight.probe sends every route's key as a Bearer token to "
-                                       "{api_base}/models; Gemini's API takes x-goog-api-key (lead's preflight.py)")
 def test_the_probe_authenticates_a_gemini_route_as_gemini_does() -> None:
     from cts.llm.preflight import Endpoint, probe
 

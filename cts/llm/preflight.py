@@ -174,7 +174,7 @@ def probe(endpoint: Endpoint, timeout_s: float) -> str | None:
     import httpx
 
     url = endpoint.api_base.rstrip("/") + "/models"
-    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    headers = auth_headers(endpoint.models, endpoint.api_key)
     try:
         response = httpx.get(url, headers=headers, timeout=timeout_s, follow_redirects=True)
     except httpx.TimeoutException:
@@ -185,6 +185,21 @@ def probe(endpoint: Endpoint, timeout_s: float) -> str | None:
         return f"endpoint {endpoint.describe()}: the key was rejected (HTTP {response.status_code})"
     _warn_unlisted(endpoint, response)
     return None
+
+
+_PROVIDER_AUTH = {
+    # provider prefix -> how its API takes the key (the OpenAI-compatible default: a Bearer token)
+    "gemini": lambda key: {"x-goog-api-key": key},
+    "anthropic": lambda key: {"x-api-key": key, "anthropic-version": "2023-06-01"},
+}
+
+
+def auth_headers(models: Sequence[str], api_key: str | None) -> dict[str, str]:
+    """The key as the endpoint's provider takes it (Gemini refuses a Bearer token as bad OAuth)."""
+    if not api_key:
+        return {}
+    provider = next((m.split("/", 1)[0] for m in models if "/" in m), "openai")
+    return _PROVIDER_AUTH.get(provider, lambda key: {"Authorization": f"Bearer {key}"})(api_key)
 
 
 def probe_problems(endpoints: Sequence[Endpoint], timeout_s: float) -> list[str]:
