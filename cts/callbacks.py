@@ -74,6 +74,7 @@ class PrepareTrackingStore(Callback):
         before it launches, and every distinct endpoint of the sweep is probed once.
         """
         from cts.app import (
+            check_start,
             preflight_problems_of,
             probe_completions,
             probe_endpoints,
@@ -83,6 +84,7 @@ class PrepareTrackingStore(Callback):
 
         remember_swept(list(config.hydra.overrides.task))
         jobs = sweep_job_configs(config)
+        check_start(config, jobs)  # values, output places, input files: before any dir or store exists
         stop_on_problems([p for job in jobs for p in preflight_problems_of(job, task_groups(job))])
         probe_endpoints(jobs)  # every distinct endpoint of the sweep, once
         probe_completions(jobs)  # one minimal completion per distinct request of the sweep
@@ -91,8 +93,15 @@ class PrepareTrackingStore(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Single runs: the pre-flight (keys, endpoint probes) first, then the store (harmless when it exists)."""
-        from cts.app import preflight, probe_completions, probe_endpoints, task_groups
+        from cts.app import (
+            check_start,
+            preflight,
+            probe_completions,
+            probe_endpoints,
+            task_groups,
+        )
 
+        check_start(config, [config])  # values, output places, input files: before the run dir or store exists
         preflight(config, groups=task_groups(config))
         probe_endpoints([config])  # before the store: a dead endpoint fails fast and creates nothing
         probe_completions([config])
