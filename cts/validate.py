@@ -5,11 +5,14 @@ what the value must be, why), so ``k=7``, ``concurrency=0`` or ``limit=-1`` end 
 ``error:`` line each and exit 1 before the MLflow store, a run dir or a sweep dir exists,
 instead of hanging, running unscored or slicing the dataset (the Hydra callback calls
 :func:`cts.app.check_start`). The places a run writes are checked by :mod:`cts.checks`.
+The default run dir ends in the process id (resolver ``cts_pid``), so runs started in the
+same second never share it.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -17,7 +20,18 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-__all__ = ["ORDERED", "RULES", "Rule", "compile_pattern", "value_problems"]
+__all__ = ["ORDERED", "RULES", "Rule", "compile_pattern", "register_resolvers", "value_problems"]
+
+PID_RESOLVER = "cts_pid"
+
+
+def register_resolvers() -> None:
+    """Register ``${cts_pid:}`` (this process's id: the default run dir's suffix, see ``conf/config.yaml``)."""
+    if not OmegaConf.has_resolver(PID_RESOLVER):
+        OmegaConf.register_new_resolver(PID_RESOLVER, os.getpid)
+
+
+register_resolvers()  # whoever composes a config that names the run dir has imported this module or run.py
 
 
 @dataclass(frozen=True)

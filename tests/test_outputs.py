@@ -317,3 +317,19 @@ def test_a_full_disk_in_a_sweep_fails_its_jobs_with_their_lines(tmp_path: Path, 
     assert errors and all(x.startswith(f"error: {sweep}/k=") and x.endswith(f"cannot be written: {ENOSPC}")
                           for x in errors), errors
     assert "cts: job INCOMPLETE: " in proc.stderr and "Resume with: " in proc.stderr
+
+
+@pytest.mark.slow
+def test_runs_started_together_get_their_own_default_dirs(tmp_path: Path, cache_dir: Path) -> None:
+    """Before, the run dir had one-second resolution: 6 runs started at once collided on one dir."""
+    env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    argv = [sys.executable, str(REPO / "run.py"), OFFLINE, "limit=2", f"paths.output_root={tmp_path / 'outputs'}",
+            f"paths.cache_dir={cache_dir}"]
+    procs = [subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(6)]
+    results = [(p.wait(timeout=600), p.stderr.read() if p.stderr else "") for p in procs]
+    assert all(rc == 0 for rc, _ in results), [err[-1500:] for rc, err in results if rc]
+    dirs = sorted((tmp_path / "outputs" / "runs").iterdir())
+    assert len(dirs) == 6 and all(len((d / RECORDS_FILE).read_text().splitlines()) == 2 for d in dirs)
+    pids = {p.pid for p in procs}
+    assert {int(d.name.rsplit("-", 1)[1]) for d in dirs} == pids  # <date>_<time>.<microseconds>-<pid>
