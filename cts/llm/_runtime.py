@@ -29,7 +29,7 @@ from cts.llm._client import ChatClient
 from cts.llm._endpoints import EndpointState
 from cts.llm._lite import litellm_module
 from cts.llm._pricing import Prices, register_prices, route_prices
-from cts.llm._retry import classify, retrying
+from cts.llm._retry import classify, retrying, said
 from cts.llm._settings import LLMSettings
 from cts.llm._singleflight import SingleFlight
 from cts.llm._spec import ModelSpec
@@ -76,7 +76,7 @@ class LLMRuntime:
         self._registered: set[str] = set()
         self._listeners: list[Listener] = []
         self._sender = Sender(settings.transport)
-        self.breaker = CircuitBreaker(settings.breaker_failures)
+        self.breaker = CircuitBreaker(settings.breaker_failures, settings.breaker_timeouts)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], cache_dir: Path) -> LLMRuntime:
@@ -218,12 +218,15 @@ class LLMRuntime:
             self.breaker.failure(route.endpoint, "auth", message)
             raise CallError("auth", message, route.endpoint)
         try:
-            response: Any = await retrying(self.settings)(self._attempt, call)
+            # an open breaker ends the call before its wait, not after it
+            retry = retrying(self.settings, before_wait=lambda: self.breaker.check(route.endpoint))
+            response: Any = await retry(self._attempt, call)
         except (BudgetExceeded, CallError, CircuitOpen):
             raise
         except Exception as exc:
             kind = classify(exc).kind
-            message = f"{spec.name} at {route.endpoint} after {call.requests} attempt(s): {exc}"
+            timeout = self.settings.timeout_for(call.client.role)
+            message = f"{spec.name} at {route.endpoint} after {call.requests} attempt(s): {said(exc, timeout)}"
             raise CallError(kind, message, route.endpoint) from exc
         return completion_of(route_prices(spec, self.settings), response)
 
@@ -233,7 +236,8 @@ class LLMRuntime:
         prices = route_prices(spec, self.settings)
         self._check_budget()
         self.breaker.check(route.endpoint)
-        async with self._endpoints.limiter(route, self.settings).slot():
+        timeout = self.settings.timeout_for(call.client.role)
+        async with self._endpoints.limiter(route, self.settings).slot(retry=call.requests > 0):
             self.breaker.check(route.endpoint)  # it may have opened while this call waited
             call.requests += 1
             try:
@@ -242,13 +246,13 @@ class LLMRuntime:
                     call.messages,
                     route.api_base,
                     route.api_key,
-                    self.settings.timeout_s,
+                    timeout,
                     prices,
                     call.params,
                 )
                 response = await self._paid(call, prices, send)
             except Exception as exc:
-                self.breaker.failure(route.endpoint, classify(exc).kind, f"{type(exc).__name__}: {exc}")
+                self.breaker.failure(route.endpoint, classify(exc).kind, f"{type(exc).__name__}: {said(exc, timeout)}")
                 raise
         self.breaker.success(route.endpoint)
         return response
