@@ -332,8 +332,8 @@ async def run_job(
     if shared is not None:
         shared.add(len(instances), len(instances) - len(todo))
         hook = _advancing(shared, hook)
-    ticker = asyncio.ensure_future(_show_calls(bar, shared)) if progress is not False else None
     with JobSink(out_dir) as sink:
+        ticker = asyncio.ensure_future(_show_calls(bar, shared)) if progress is not False else None
         try:
             stop = await _drain(bounded(map(one, todo), concurrency), sink, finished, bar, keep, hook)
         finally:
