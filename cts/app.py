@@ -223,7 +223,8 @@ def llm_budget(services: Services) -> Budget:
 
     llm = services.settings.get("llm") or {}
     cap = (llm.get("budget") or {}).get("max_usd")
-    return Budget(None if cap is None else float(cap), float(llm.get("timeout_s") or 120.0),
+    timeouts = [llm.get("timeout_s") or 120.0, *(llm.get("role_timeout_s") or {}).values()]  # the longest settles
+    return Budget(None if cap is None else float(cap), float(max(t for t in timeouts if t is not None)),
                   lambda usd, job_dir: services.llm.count_prior_spend(usd, job_dir))
 
 

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from cts.aio import bounded
 from cts.job_files import JobSink, read_results
-from cts.llm import priority_scope
+from cts.llm import InFlight, calls_in_flight, priority_scope
 from cts.qtypes import classify_question
 from cts.records import ArmResult, ErrorInfo, Record, search_call_error
 from cts.roles.qtyper import QuestionTyper
@@ -205,6 +205,27 @@ class Progress(Protocol):
     def advance(self, record: Record) -> None:
         """One instance finished."""
 
+    def calls(self, in_flight: InFlight) -> None:
+        """The LLM requests in flight now and the age of the oldest (every second while jobs run)."""
+
+
+CALLS_EVERY_S = 1.0
+"""How often the progress bar's LLM calls in flight are refreshed."""
+
+
+async def _show_calls(bar: Any, shared: Progress | None) -> None:
+    """Until cancelled, show the requests in flight on ``shared`` or, without one, on the job's ``bar``.
+
+    A stuck call shows as an age that keeps growing while no instance finishes.
+    """
+    while True:
+        await asyncio.sleep(CALLS_EVERY_S)
+        in_flight = calls_in_flight()
+        if shared is not None:
+            shared.calls(in_flight)
+        else:
+            bar.set_postfix(in_flight.postfix())
+
 
 async def run_instance(
     instance: Instance, gold: Gold, k: int, roles: Roles, orig_share: OrigShare | None = None
@@ -315,9 +336,12 @@ async def run_job(
         shared.add(len(instances), len(instances) - len(todo))
         hook = _advancing(shared, hook)
     with JobSink(out_dir) as sink:
+        ticker = asyncio.ensure_future(_show_calls(bar, shared)) if progress is not False else None
         try:
             stop = await _drain(bounded(map(one, todo), concurrency), sink, finished, bar, keep, hook)
         finally:
+            if ticker is not None:
+                ticker.cancel()
             bar.close()
     return [finished[i.id] for i in instances if i.id in finished], stop
 

@@ -30,7 +30,7 @@ from cts.llm._endpoints import EndpointState
 from cts.llm._lite import litellm_module
 from cts.llm._pricing import Prices, register_prices, route_prices
 from cts.llm._rejections import REJECTED_KINDS, Rejections
-from cts.llm._retry import classify, retrying
+from cts.llm._retry import classify, retrying, said
 from cts.llm._rules import request_params
 from cts.llm._settings import LLMSettings
 from cts.llm._singleflight import SingleFlight
@@ -78,7 +78,7 @@ class LLMRuntime:
         self._registered: set[str] = set()
         self._listeners: list[Listener] = []
         self._sender = Sender(settings.transport)
-        self.breaker = CircuitBreaker(settings.breaker_failures)
+        self.breaker = CircuitBreaker(settings.breaker_failures, settings.breaker_timeouts)
         self._rejections = Rejections()
 
     @classmethod
@@ -224,14 +224,17 @@ class LLMRuntime:
             self.breaker.failure(route.endpoint, "auth", message)
             raise CallError("auth", message, route.endpoint)
         try:
-            response: Any = await retrying(self.settings)(self._attempt, call)
+            # an open breaker ends the call before its wait, not after it
+            retry = retrying(self.settings, before_wait=lambda: self.breaker.check(route.endpoint))
+            response: Any = await retry(self._attempt, call)
         except (BudgetExceeded, CallError, CircuitOpen):
             raise
         except Exception as exc:
             kind = classify(exc).kind
             if kind in REJECTED_KINDS:
                 raise self._rejections.reject(route, spec, call.client.role, exc) from exc
-            message = f"{spec.name} at {route.endpoint} after {call.requests} attempt(s): {exc}"
+            timeout = self.settings.timeout_for(call.client.role)
+            message = f"{spec.name} at {route.endpoint} after {call.requests} attempt(s): {said(exc, timeout)}"
             raise CallError(kind, message, route.endpoint) from exc
         return completion_of(route_prices(spec, self.settings), response)
 
@@ -241,7 +244,8 @@ class LLMRuntime:
         prices = route_prices(spec, self.settings)
         self._check_budget()
         self.breaker.check(route.endpoint)
-        async with self._endpoints.limiter(route, self.settings).slot():
+        timeout = self.settings.timeout_for(call.client.role)
+        async with self._endpoints.limiter(route, self.settings).slot(retry=call.requests > 0):
             self.breaker.check(route.endpoint)  # it may have opened while this call waited
             call.requests += 1
             try:
@@ -250,13 +254,13 @@ class LLMRuntime:
                     call.messages,
                     route.api_base,
                     route.api_key,
-                    self.settings.timeout_s,
+                    timeout,
                     prices,
                     call.params,
                 )
                 response = await self._paid(call, prices, send)
             except Exception as exc:
-                self.breaker.failure(route.endpoint, classify(exc).kind, f"{type(exc).__name__}: {exc}")
+                self.breaker.failure(route.endpoint, classify(exc).kind, f"{type(exc).__name__}: {said(exc, timeout)}")
                 raise
         self.breaker.success(route.endpoint)
         return response
