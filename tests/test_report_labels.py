@@ -180,3 +180,21 @@ def test_override_tags_fit_mlflow() -> None:
     long = override_tags([f"dataset.path{i}=/{'x' * 100}" for i in range(100)], [])
     assert len(long["cts.overrides"]) <= 5000 and int(long["cts.overrides_truncated"]) > 0
     assert all(o.startswith("dataset.path") for o in json.loads(long["cts.overrides"]))
+
+
+def test_frontier_lists_orig_once_per_setting() -> None:
+    """Jobs of one setting share the orig arm; its mean differs only by summation order (records finish in any order)."""
+    import pandas as pd
+
+    from cts.report.beyond import frontier_rows
+
+    def rows(system: str, setting: str, orig: float) -> list[dict]:
+        return [{"system": system, "k": 1, "mode": "batch", "setting": setting, "gate": gate, "score_mean": score,
+                 "cost_per_instance": cost, "cost_unit": "questions", "questions_per_instance": cost}
+                for gate, score, cost in (("never", orig, 0.0), ("always", 30.0, 1.0))]
+
+    gating = pd.DataFrame([*rows("a", "", 21.916666666666668), *rows("b", "", 21.916666666666664)])
+    assert list(frontier_rows(gating)["system"]).count("orig") == 1
+    two = pd.DataFrame([*rows("a[judge=x]", "judge=x", 20.0), *rows("a[judge=y]", "judge=y", 10.0)])
+    origs = frontier_rows(two).query("gate == 'never'").set_index("system")["score_mean"]
+    assert origs.to_dict() == {"orig[judge=y]": 10.0, "orig[judge=x]": 20.0}

@@ -165,16 +165,19 @@ def frontier_rows(gating: pd.DataFrame) -> pd.DataFrame:
 
     The oracle is an upper bound, not a system: it is listed but never on the frontier.
     ``never`` is the orig arm, shared by the jobs of one setting, so it is listed once per setting
-    (``orig``, or ``orig[judge=strict]`` when settings vary).
+    (``orig``, or ``orig[judge=strict]`` when settings vary), scored by the mean over those jobs
+    (equal up to summation order, as each job's records are in the order they finished).
     """
     if gating.empty:
         return pd.DataFrame()
     cols = ["system", "k", "mode", "setting", "gate", "score_mean", "cost_per_instance", "cost_unit",
             "questions_per_instance"]
     df = gating.assign(setting=gating.get("setting", ""))[cols]
-    never = df[df["gate"] == "never"].drop_duplicates(subset=["setting", "score_mean"])
+    never = df[df["gate"] == "never"].groupby("setting", as_index=False, sort=True).agg(
+        {"gate": "first", "score_mean": "mean", "cost_per_instance": "first", "cost_unit": "first",
+         "questions_per_instance": "first"})
     never = never.assign(system=[f"{ORIG}[{s}]" if s else ORIG for s in never["setting"]], mode="–", k="any")
-    df = pd.concat([df[df["gate"] != "never"], never], ignore_index=True).drop(columns=["setting"])
+    df = pd.concat([df[df["gate"] != "never"], never[cols]], ignore_index=True).drop(columns=["setting"])
     units = set(df["cost_unit"])
     if len(units) > 1:  # mixed units are not comparable: fall back to the common one, questions
         df["cost_per_instance"], df["cost_unit"] = df["questions_per_instance"], "questions"
