@@ -183,7 +183,8 @@ def test_override_tags_fit_mlflow() -> None:
 
 
 def test_frontier_lists_orig_once_per_setting() -> None:
-    """Jobs of one setting share the orig arm; its mean differs only by summation order (records finish in any order)."""
+    """Jobs of one setting share the orig arm; its mean differs only by summation order (records finish in
+    any order)."""
     import pandas as pd
 
     from cts.report.beyond import frontier_rows
