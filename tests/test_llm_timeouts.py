@@ -144,7 +144,8 @@ def test_run_py_against_a_server_that_never_answers_exits_1_naming_the_breaker(l
     llm_server.default = Reply("late", delay_s=600)
     args = [sys.executable, str(REPO / "run.py"), "experiment=offline", "clarifier=ernie", "limit=20",
             f"services.llm.api_base={llm_server.base_url}", "services.llm.role_timeout_s.clarifier=0.5",
-            "services.llm.breaker_timeouts=3", f"hydra.run.dir={tmp_path}/run",
+            "services.llm.breaker_timeouts=3", "services.llm.preflight_completion=false",  # the job's own calls
+            f"hydra.run.dir={tmp_path}/run",
             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"paths.cache_dir={cache_dir}",
             f"services.llm.cache.path={tmp_path}/llm_cache.sqlite"]
     start = time.monotonic()

@@ -151,7 +151,7 @@ class AdaptiveLimiter:
         self._timer: asyncio.TimerHandle | None = None
         self._congested_at = float("inf")
         self._waiters: list[tuple[float, int, asyncio.Future[tuple[int, int]]]] = []  # heap: (priority, arrival, future)
-        self._retries: list[tuple[float, int, asyncio.Future[tuple[int, int]]]] = []  # the same, for retried calls
+        self._retries: list[tuple[float, int, asyncio.Future[tuple[int, int]]]] = []  # the same, retried calls
         self._since: dict[int, float] = {}  # slot -> monotonic time it was taken
         self.loop: asyncio.AbstractEventLoop | None = None
         _LIVE.add(self)
