@@ -117,7 +117,8 @@ async def _run_one(probe: Probe, cache_dir: Path) -> ProbeResult:
     from cts.llm._runtime import LLMRuntime
     from cts.types import CallError, CircuitOpen
 
-    runtime = LLMRuntime.from_settings({**probe.settings, "max_attempts": 2, "budget": {"max_usd": None}},
+    runtime = LLMRuntime.from_settings({**probe.settings, "max_attempts": 2, "max_timeout_attempts": 1,
+                                        "budget": {"max_usd": None}},
                                        cache_dir)
     client = runtime.client(probe.spec, "preflight")
     try:

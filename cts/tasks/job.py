@@ -34,7 +34,7 @@ _NON_PROTOCOL_KEYS = ("paths", "tracking", "concurrency", "limit", "hydra", "tas
 _LLM_OPERATIONAL = ("concurrency_per_endpoint", "adaptive", "timeout_s", "max_attempts", "backoff", "cache", "budget",
                     "tracing", "transport", "breaker_failures", "preflight_probe", "preflight_timeout_s",
                     "api_base_price", "role_timeout_s", "max_timeout_attempts", "rate_limit_wait_s",
-                    "breaker_timeouts")
+                    "breaker_timeouts", "preflight_completion")
 
 
 @dataclass(frozen=True)
