@@ -13,7 +13,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from cts.validate import register_resolvers
+
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
+register_resolvers()  # ${cts_pid:} in the default run dir (conf/config.yaml)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")

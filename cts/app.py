@@ -7,8 +7,9 @@ corpus ...: :func:`cts.services.component_arguments`), never the job's services.
 
 from __future__ import annotations
 
-import inspect
+import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,6 +18,13 @@ from typing import TYPE_CHECKING, Any
 from hydra.utils import get_object
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from cts.checks import (  # noqa: F401 - the pre-flight, also reached through this module
+    OFFLINE_COMMAND,
+    preflight,
+    preflight_problems_of,
+    stop_on_problems,
+    unknown_key_problems,
+)
 from cts.services import Services, component_arguments, resource_parameters
 from cts.tasks.job import in_multirun
 
@@ -27,10 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OFFLINE_COMMAND = "python run.py experiment=offline"
-_KEY_PROBLEM = " takes no argument "
-_INSTANTIATE_KEYS = frozenset({"_target_", "_partial_", "_recursive_", "_convert_", "_args_"})
-
 
 def run(cfg: DictConfig) -> float | None:
     """Entry point called by ``run.py``: pre-flight, then run the configured task.
@@ -40,24 +44,92 @@ def run(cfg: DictConfig) -> float | None:
     are probed here for a single run; a multirun probes every job's endpoints once in
     the launching process (``cts.callbacks``), before any job starts.
     """
-    from cts.errors import InputError, input_errors, missing_values
+    from cts.errors import (
+        InputError,
+        input_errors,
+        missing_values,
+        quiet_unwritable_logs,
+    )
     from cts.prompts import prompt_scope
     from cts.services import local_llm_served
     from cts.startup import end_startup_gc
     from cts.sweep import current_session
+    from cts.validate import value_problems
 
     if current_session() is None:  # a sweep's session does it once all its jobs are set up
         end_startup_gc()
+    quiet_unwritable_logs()
     with input_errors(cfg), prompt_scope():
-        if missing := missing_values(cfg):
-            raise InputError(missing)
+        if problems := missing_values(cfg) or value_problems(cfg):
+            raise InputError(problems)
         preflight(cfg, groups=task_groups(cfg))
         if not in_multirun():
             probe_endpoints([cfg])
+            probe_completions([cfg])
         services = build_services(cfg)  # then the job's local LLM server, if any (services.local_llm)
         with local_llm_served(services, build_node(cfg.services.get("local_llm"), services),
                               Path(cfg.paths.output_dir)) as services:
             return run_task(cfg, services)
+
+
+def check_start(config: DictConfig, jobs: Sequence[DictConfig]) -> None:
+    """Refuse a run whose values, output places or input files are bad, before any store or dir exists.
+
+    The Hydra callback calls it before the pre-flight (:mod:`cts.callbacks`), with the run's
+    (or sweep's) ``config`` and every job's composed config. Exits 1 with one ``error:`` line each:
+    :func:`cts.validate.value_problems`, :func:`cts.validate.output_problems`, :func:`preload_inputs`.
+    """
+    from cts.checks import output_problems
+    from cts.errors import InputError, input_errors, missing_values, refuse
+    from cts.validate import value_problems
+
+    refuse([p for job in jobs for p in value_problems(job)])
+    refuse(output_problems(config))
+    for job in jobs:
+        with input_errors(job, exit_in_debug=True):
+            if missing := missing_values(OmegaConf.masked_copy(job, [k for k in job if k != "hydra"])):
+                raise InputError(missing)
+            preload_inputs(job)
+
+
+def preload_inputs(cfg: DictConfig) -> None:
+    """Read the task's input files now (a dataset built from files alone, the gold task's instances).
+
+    A broken file is refused before anything is created, and the task reuses what was read
+    (:func:`task_input`). A dataset built from the job's resources (the demo set) is left to the job.
+    """
+    reader = INPUTS.get(str(cfg.task._target_))
+    if reader is not None and not (reader is _dataset and resource_parameters(get_object(str(cfg.dataset._target_)))):
+        _INPUTS[_input_key(cfg)] = reader(cfg, build_services(cfg))
+
+
+def task_input(cfg: DictConfig, services: Services) -> Any:
+    """The task's input: what :func:`preload_inputs` read if its files are unchanged (a sweep's jobs share it)."""
+    key = _input_key(cfg)
+    found = _INPUTS.get(key) if in_multirun() else _INPUTS.pop(key, None)
+    return found if found is not None else INPUTS[str(cfg.task._target_)](cfg, services)
+
+
+def _input_key(cfg: DictConfig) -> str:
+    """The task, its resolved dataset config, and the size and mtime of each file that config names."""
+    ds = OmegaConf.to_container(cfg.dataset, resolve=True)
+    names = [v for v in (ds.values() if isinstance(ds, dict) else ()) if isinstance(v, str) and os.path.isfile(v)]
+    files = [(n, os.stat(n).st_size, os.stat(n).st_mtime_ns) for n in names]
+    return json.dumps([str(cfg.task._target_), ds, files], sort_keys=True, default=str)
+
+
+def _dataset(cfg: DictConfig, services: Services) -> Any:
+    return build_node(cfg.dataset, services)
+
+
+def _gold_instances(cfg: DictConfig, services: Services) -> Any:
+    from cts.data import MAX_FIELD_CHARS, read_instances_jsonl
+
+    ds = cfg.dataset
+    return read_instances_jsonl(ds.path, ds.get("fields"), ds.get("max_field_chars", MAX_FIELD_CHARS))
+
+
+_INPUTS: dict[str, Any] = {}
 
 
 def probe_endpoints(cfgs: Sequence[DictConfig]) -> None:
@@ -86,6 +158,31 @@ def probe_endpoints(cfgs: Sequence[DictConfig]) -> None:
 
 
 _PROBED: set[tuple[str, str | None]] = set()
+_COMPLETED: set[str] = set()
+
+
+def probe_completions(cfgs: Sequence[DictConfig]) -> None:
+    """One minimal completion per distinct request of these jobs; exit 1 naming each failure.
+
+    Runs after :func:`probe_endpoints` (a dead server fails there, for free); see
+    :mod:`cts.llm.completion_probe`. Its cost is printed on stderr.
+    """
+    from cts.llm.completion_probe import check_completions
+
+    jobs = [OmegaConf.masked_copy(c, list(task_groups(c))) for c in cfgs]
+    if not jobs:
+        return
+    cache_dir = Path(str(OmegaConf.select(cfgs[0], "paths.cache_dir", default=".")))
+    problems, report = check_completions(jobs, cache_dir, _COMPLETED)
+    if report:
+        print(report, file=sys.stderr, flush=True)
+    if problems:
+        lines = "\n".join(f"  - {p}" for p in problems)
+        sys.exit(
+            f"cts pre-flight failed (a minimal completion per model); nothing was run:\n{lines}\n"
+            "Fix the model file (conf/model/<name>.yaml: params, request) or the role's params; "
+            "services.llm.preflight_completion=false skips this check."
+        )
 
 
 def run_task(cfg: DictConfig, services: Services) -> float | None:
@@ -130,15 +227,24 @@ def llm_budget(services: Services) -> Budget:
 
     llm = services.settings.get("llm") or {}
     cap = (llm.get("budget") or {}).get("max_usd")
-    return Budget(None if cap is None else float(cap), float(llm.get("timeout_s") or 120.0),
+    timeouts = [llm.get("timeout_s") or 120.0, *(llm.get("role_timeout_s") or {}).values()]  # the longest settles
+    return Budget(None if cap is None else float(cap), float(max(t for t in timeouts if t is not None)),
                   lambda usd, job_dir: services.llm.count_prior_spend(usd, job_dir))
 
 
 def evaluate(cfg: DictConfig, services: Services) -> float | None:
     """Task ``evaluate``: check the job dir, build the dataset and roles, run the protocol."""
     from cts import tracking
+    from cts.errors import stop_unwritable
     from cts.interrupt import resume_command
-    from cts.tasks.evaluate import EvalProtocol, Resume, check_job, evaluate_task
+    from cts.io import output_fault, unwritable
+    from cts.tasks.evaluate import (
+        EvalProtocol,
+        Resume,
+        check_job,
+        evaluate_task,
+        select_instances,
+    )
     from cts.tasks.job import (
         job_context,
         orig_parts,
@@ -151,28 +257,34 @@ def evaluate(cfg: DictConfig, services: Services) -> float | None:
     resume = Resume(protocol_fingerprint(cfg), protocol_config(cfg), resume_command(task_overrides(), job_dir),
                     in_multirun())
     check_job(cfg.k, job_dir, resume)
-    dataset = build_node(cfg.dataset, services)
+    dataset = task_input(cfg, services)
     roles = build_roles(cfg, services)
     if cfg.services.llm.get("tracing"):
         tracking.trace_llm_calls(services.llm)
     stats = OmegaConf.to_container(cfg.stats, resolve=True)
     assert isinstance(stats, dict)
-    return evaluate_task(
-        dataset=dataset, roles=roles, protocol=EvalProtocol(cfg.k, cfg.seed, stats), run=run_info(cfg),
-        resume=resume, budget=llm_budget(services), models=role_models(cfg), orig_parts=orig_parts(cfg),
-        limit=cfg.limit, concurrency=cfg.concurrency, resource_stats=services.stats,
-    )
+    try:
+        return evaluate_task(
+            dataset=dataset, roles=roles, protocol=EvalProtocol(cfg.k, cfg.seed, stats), run=run_info(cfg),
+            resume=resume, budget=llm_budget(services), models=role_models(cfg), orig_parts=orig_parts(cfg),
+            limit=cfg.limit, concurrency=cfg.concurrency, resource_stats=services.stats,
+        )
+    except OSError as e:
+        fault = output_fault(e)
+        if fault is None:
+            raise
+        named = fault if fault.filename is not None else unwritable(fault, job_dir)  # e.g. a flush: the job dir
+        stop_unwritable(named, job_dir, select_instances(dataset, cfg.limit), resume.command, multirun=resume.multirun)
+        raise named from e
 
 
 def gold(cfg: DictConfig, services: Services) -> float:
     """Task ``gold``: read the instances, build search and extractor, archive their gold."""
-    from cts.data import MAX_FIELD_CHARS, read_instances_jsonl
     from cts.llm.preflight import find_model_specs
     from cts.tasks.gold import gold_task
     from cts.tasks.job import protocol_fingerprint
 
-    ds = cfg.dataset
-    instances = read_instances_jsonl(ds.path, ds.get("fields"), ds.get("max_field_chars", MAX_FIELD_CHARS))
+    instances = task_input(cfg, services)
     instances = instances[: cfg.limit] if cfg.limit else instances
     search, extractor = build_node(cfg.search, services), build_node(cfg.extractor, services)
     models = OmegaConf.masked_copy(cfg, ["search", "extractor"])
@@ -202,7 +314,7 @@ def judge_robustness(cfg: DictConfig, services: Services) -> None:
     from cts.tasks.judge_robustness import judge_robustness_task
 
     rcfg = cfg.robustness
-    gold = build_node(cfg.dataset, services).gold
+    gold = task_input(cfg, services).gold
     judges = {str(name): build_node(node, services) for name, node in rcfg.judges.items()}
     judge_robustness_task(gold=gold, judges=judges, reference=rcfg.get("reference"),
                           include_recorded=bool(rcfg.get("include_recorded", True)), **_robustness(cfg))
@@ -214,7 +326,7 @@ def backbone_stability(cfg: DictConfig, services: Services) -> None:
     from cts.services import concretiser_places
     from cts.tasks.backbone_stability import backbone_stability_task
 
-    instances = build_node(cfg.dataset, services).instances
+    instances = task_input(cfg, services).instances
     backbones = {str(name): Backbone(build_node(node.ua, services), build_node(node.rewriter, services))
                  for name, node in cfg.robustness.backbones.items()}
     backbone_stability_task(instances=instances, backbones=backbones, places=concretiser_places(services),
@@ -228,6 +340,13 @@ TASKS: dict[str, Callable[[DictConfig, Services], Any]] = {
     "cts.tasks.backbone_stability.backbone_stability_task": backbone_stability,
 }
 """``task._target_`` -> its composition: config -> the task's typed arguments, then the call."""
+INPUTS: dict[str, Callable[[DictConfig, Services], Any]] = {
+    "cts.tasks.evaluate.evaluate_task": _dataset,
+    "cts.tasks.gold.gold_task": _gold_instances,
+    "cts.tasks.judge_robustness.judge_robustness_task": _dataset,
+    "cts.tasks.backbone_stability.backbone_stability_task": _dataset,
+}
+"""``task._target_`` -> what it reads from the dataset config (read before the run starts: :func:`preload_inputs`)."""
 ROLE_GROUPS = ("clarifier", "ua", "rewriter", "search", "judge", "qtyper")
 
 
@@ -267,77 +386,5 @@ def _plain_value(value: Any, services: Services) -> Any:
     if isinstance(value, ListConfig):
         return [_plain_value(v, services) for v in value]
     return value
-
-
-def preflight(cfg: DictConfig, groups: tuple[str, ...] | None = None) -> None:
-    """Fail fast, before anything runs, when a role's model cannot be reached.
-
-    Args:
-        cfg: The composed config.
-        groups: Only check these top-level keys (None = the whole config).
-    """
-    stop_on_problems(preflight_problems_of(cfg, groups))
-
-
-def preflight_problems_of(cfg: DictConfig, groups: tuple[str, ...] | None = None) -> list[str]:
-    """The pre-flight problems of one composed config: unknown keys, unreachable models."""
-    from cts.llm.preflight import preflight_problems
-
-    components = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in ("hydra", "task")])
-    scoped = OmegaConf.masked_copy(cfg, list(groups)) if groups else cfg
-    return unknown_key_problems(components) + preflight_problems(scoped)
-
-
-def unknown_key_problems(node: Any, path: str = "") -> list[str]:
-    """One message per config key that no component accepts (a typo such as ``judge.treshold``).
-
-    Every node with a ``_target_`` is checked against the signature of what it builds;
-    a target taking ``**kwargs`` accepts anything and is not checked.
-    """
-    problems: list[str] = []
-    if isinstance(node, DictConfig):
-        keys = [str(k) for k in node.keys()]
-        if "_target_" in keys:
-            problems += _unknown_keys(node, keys, path)
-        for key in keys:
-            if not OmegaConf.is_missing(node, key) and isinstance(node._get_node(key), (DictConfig, ListConfig)):
-                problems += unknown_key_problems(node[key], f"{path}.{key}" if path else key)
-    elif isinstance(node, ListConfig):
-        for i, item in enumerate(node):
-            problems += unknown_key_problems(item, f"{path}[{i}]")
-    return problems
-
-
-def _unknown_keys(node: DictConfig, keys: list[str], path: str) -> list[str]:
-    target = str(node._get_node("_target_")._value())
-    try:
-        obj = get_object(target)
-        params = inspect.signature(obj).parameters
-    except (ImportError, AttributeError, ValueError, TypeError) as e:
-        return [f"{path}._target_: cannot load {target} ({e})"]
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return []
-    configurable = set(params) - resource_parameters(obj) - {"self"}  # resources are never config keys
-    known = configurable | _INSTANTIATE_KEYS
-    return [f"{path}.{k}: {target}{_KEY_PROBLEM}{k!r} (it takes: {', '.join(sorted(configurable))})"
-            for k in keys if k not in known]
-
-
-def _is_key_problem(problem: str) -> bool:
-    return _KEY_PROBLEM in problem or "._target_: cannot load " in problem
-
-
-def stop_on_problems(problems: list[str]) -> None:
-    """Exit non-zero with one message listing every problem (nothing has run yet)."""
-    if not problems:
-        return
-    lines = "\n".join(f"  - {p}" for p in dict.fromkeys(problems))
-    hints = []
-    if any(_is_key_problem(p) for p in problems):
-        hints.append("Correct or remove the config keys above.")
-    if not all(_is_key_problem(p) for p in problems):
-        hints.append("Set the variables above (or point every role at one OpenAI-compatible server with "
-                     f"services.llm.api_base=URL), or run the offline stack: {OFFLINE_COMMAND}")
-    sys.exit(f"cts pre-flight failed; nothing was run:\n{lines}\n" + "\n".join(hints))
 
 

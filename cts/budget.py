@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cts.io import append_line
 from cts.records import Record, read_records
 
 log = logging.getLogger(__name__)
@@ -95,8 +96,12 @@ class BudgetedJob:
         self._before = recorded_spend(read_records(self.job_dir / RECORDS_FILE))
         if budget.max_usd is not None:
             budget.count_prior_spend(self._before + unrecorded_spend(self.job_dir), str(self.job_dir.resolve()))
+
+        async def started() -> JobResult:  # job() runs only now: a failed set-up leaves no unawaited coroutine
+            return await settled(job(), budget.timeout_s)
+
         with usage_scope() as usage:  # the started coroutine keeps counting into ``usage`` after the block
-            self._started = start_async(settled(job(), budget.timeout_s))  # the sweep's loop under hydra/launcher=cts
+            self._started = start_async(started())  # the sweep's loop under hydra/launcher=cts
         self._usage = usage
         self._done = False
 
@@ -151,8 +156,7 @@ def within_budget(
 
 
 def _append(path: Path, row: Mapping[str, Any]) -> None:
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(row) + "\n")
+    append_line(path, json.dumps(row) + "\n")  # one write: never a torn line (cts.io.LineFile)
 
 
 def budget_metrics(job_dir: Path, records: Iterable[Record], n_planned: int) -> dict[str, float]:

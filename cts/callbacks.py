@@ -74,7 +74,9 @@ class PrepareTrackingStore(Callback):
         before it launches, and every distinct endpoint of the sweep is probed once.
         """
         from cts.app import (
+            check_start,
             preflight_problems_of,
+            probe_completions,
             probe_endpoints,
             stop_on_problems,
             task_groups,
@@ -82,17 +84,27 @@ class PrepareTrackingStore(Callback):
 
         remember_swept(list(config.hydra.overrides.task))
         jobs = sweep_job_configs(config)
+        check_start(config, jobs)  # values, output places, input files: before any dir or store exists
         stop_on_problems([p for job in jobs for p in preflight_problems_of(job, task_groups(job))])
         probe_endpoints(jobs)  # every distinct endpoint of the sweep, once
+        probe_completions(jobs)  # one minimal completion per distinct request of the sweep
         if not jobs_open_store_here(config):
             tracking.prepare_store(config.tracking.uri)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Single runs: the pre-flight (keys, endpoint probes) first, then the store (harmless when it exists)."""
-        from cts.app import preflight, probe_endpoints, task_groups
+        from cts.app import (
+            check_start,
+            preflight,
+            probe_completions,
+            probe_endpoints,
+            task_groups,
+        )
 
+        check_start(config, [config])  # values, output places, input files: before the run dir or store exists
         preflight(config, groups=task_groups(config))
         probe_endpoints([config])  # before the store: a dead endpoint fails fast and creates nothing
+        probe_completions([config])
         tracking.prepare_store(config.tracking.uri)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

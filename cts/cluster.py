@@ -30,6 +30,7 @@ from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
 
+from cts.naming import override_items
 from cts.secrets import has_url_password, is_secret_key
 
 log = logging.getLogger(__name__)
@@ -44,9 +45,7 @@ def literal_secrets(overrides: Sequence[str]) -> list[str]:
     pickles the config unresolved. A literal value, or a URL with a password, is not.
     """
     found = []
-    for override in overrides:
-        key, _, value = override.partition("=")
-        value = value.replace("\\", "")  # Hydra's sweeper escapes the jobs' values: $\{oc.env\:VAR\}
+    for key, value in override_items(overrides):  # unescaped: the sweeper writes $\{oc.env\:VAR\}
         literal = bool(value) and "${" not in value and value.lower() != "null"
         if (is_secret_key(key) and literal) or has_url_password(value):
             found.append(key)

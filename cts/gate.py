@@ -24,9 +24,9 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from cts.naming import factors
 from cts.report.gating import evaluate_gate
 from cts.pipeline import STAGE_CALLS
-from cts.records import Record
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 _ANALYSIS_ROLES = ("gate",)
@@ -57,7 +57,7 @@ def gate_jobs(sweep: str | Path, cfg: DictConfig) -> tuple[list[dict[str, Any]],
             if job.is_orig:
                 continue
             stats, _ = evaluate_gate(job.records, gate, seed=int(cfg.seed), **_stats_args(cfg))
-            rows.append({"system": job.label, "k": job.k, "mode": _mode(job.records), **asdict(stats)})
+            rows.append({"system": job.label, "k": job.k, "mode": job.mode, **asdict(stats)})
     return rows, counters(usage, before)
 
 
@@ -80,10 +80,6 @@ def counters(usage: Any, stage_calls_before: Mapping[str, int]) -> dict[str, flo
 
 def _stats_args(cfg: DictConfig) -> dict[str, Any]:
     return {"n_resamples": int(cfg.stats.n_resamples), "confidence": float(cfg.stats.confidence)}
-
-
-def _mode(records: Sequence[Record]) -> str:
-    return ",".join(sorted({r.mode for r in records})) or "batch"
 
 
 def write_outputs(sweep: Path, name: str, rows: list[dict[str, Any]], calls: dict[str, float]) -> Path:
@@ -122,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     sweep, overrides = Path(args[0]), args[1:]
     cfg = compose_config(overrides)
-    name = next((o.split("=", 1)[1] for o in overrides if o.startswith("gate=")), "always")
+    name = factors(overrides).get("gate", "always")
     rows, calls = gate_jobs(sweep, cfg)
     if not rows:
         print(f"no clarified job with records found in {sweep}", file=sys.stderr)

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-
+from cts.io import LineFile, unwritable
 from cts.records import (
     Record,
     read_records,
@@ -44,11 +44,18 @@ def read_results(out_dir: Path) -> list[Record]:
     if not stale:
         return records
     kept = [r for r in records if r.infra_error is None]
-    with (out_dir / RETRIED_FILE).open("a", encoding="utf-8") as f:
-        f.writelines(r.to_json() + "\n" for r in stale)
+    retried = LineFile(out_dir / RETRIED_FILE)
+    try:
+        retried.write("".join(r.to_json() + "\n" for r in stale))
+    finally:
+        retried.close()
     tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(r.to_json() + "\n" for r in kept), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text("".join(r.to_json() + "\n" for r in kept), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise unwritable(e, path) from e
     log.warning("%d record(s) in %s failed on infrastructure in an earlier run; running them again",
                 len(stale), path)
     return kept
@@ -58,26 +65,35 @@ def _drop_torn_tail(path: Path) -> None:
     """Cut a last line left half-written by a killed job, so appending cannot glue onto it."""
     if not path.exists() or path.stat().st_size == 0:
         return
-    with path.open("rb+") as f:
+    with path.open("rb") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+        f.seek(0)
         data = f.read()
-        if not data.endswith(b"\n"):
-            f.truncate(data.rfind(b"\n") + 1)
+    try:
+        os.truncate(path, data.rfind(b"\n") + 1)
+    except OSError as e:
+        raise unwritable(e, path) from e
 
 
 class JobSink:
-    """Appends each finished instance to the job dir, flushed at once.
+    """Appends each finished instance to the job dir, each file's lines in one write (:class:`cts.io.LineFile`).
 
     Traces go first and the record last: a record is the commit marker of its
     instance, so a job killed in between reruns that instance on resume. An
     instance that failed on infrastructure is never committed: one line in
-    ``infra_failures.jsonl`` says why, and a resume runs it again.
+    ``infra_failures.jsonl`` says why, and a resume runs it again. A write that
+    fails (disk full, read-only) leaves no part of the instance in either file and
+    raises :class:`cts.io.UnwritableOutput`.
     """
 
     def __init__(self, out_dir: Path) -> None:
         _drop_torn_tail(out_dir / RECORDS_FILE)
-        self.records = (out_dir / RECORDS_FILE).open("a", encoding="utf-8")
-        self.traces = (out_dir / TRACES_FILE).open("a", encoding="utf-8")
-        self.failures = (out_dir / INFRA_FILE).open("w", encoding="utf-8")
+        _drop_torn_tail(out_dir / TRACES_FILE)
+        self.records = LineFile(out_dir / RECORDS_FILE)
+        self.traces = LineFile(out_dir / TRACES_FILE)
+        self.failures = LineFile(out_dir / INFRA_FILE, truncate=True)
         self.n_infra = 0
 
     def __enter__(self) -> JobSink:
@@ -91,7 +107,6 @@ class JobSink:
     def write_failure(self, line: Mapping[str, Any]) -> None:
         """Note one infrastructure failure (or the breaker's stop) of this invocation."""
         self.failures.write(json.dumps({**line, "time": time.time()}, ensure_ascii=False) + "\n")
-        self.failures.flush()
 
     def write(self, record: Record, traces: list[dict[str, Any]]) -> bool:
         """Persist one instance: its traces, then its record; False (not committed) on an infra failure."""
@@ -102,9 +117,11 @@ class JobSink:
                         record.id, infra.stage, infra.message)
             self.write_failure({"id": record.id, **asdict(infra)})
             return False
-        for t in traces:
-            self.traces.write(json.dumps(t, ensure_ascii=False, default=str) + "\n")
-        self.traces.flush()
-        self.records.write(record.to_json() + "\n")
-        self.records.flush()
+        mark = self.traces.size()
+        self.traces.write("".join(json.dumps(t, ensure_ascii=False, default=str) + "\n" for t in traces))
+        try:
+            self.records.write(record.to_json() + "\n")
+        except OSError:
+            self.traces.rewind(mark)  # the instance reruns on resume: its traces would be there twice
+            raise
         return True

@@ -12,7 +12,7 @@ from cts.stats import paired_bootstrap_ci
 from cts.types import UNKNOWN
 
 NAN = float("nan")
-USAGE_FIELDS = ("calls", "cache_hits", "tokens_in", "tokens_out", "cost_usd")
+USAGE_FIELDS = ("calls", "cache_hits", "tokens_in", "tokens_out", "tokens_reasoning", "truncated", "cost_usd")
 
 
 def metric_view(record: Record) -> Record:

@@ -16,10 +16,12 @@ import hashlib
 import os
 import re
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from omegaconf import OmegaConf
 
-__all__ = ["RESOLVER", "SWEPT_ENV", "job_name", "register_resolver", "remember_swept", "swept_keys"]
+__all__ = ["RESOLVER", "SWEPT_ENV", "factors", "job_name", "override_items", "register_resolver", "remember_swept",
+           "swept_keys"]
 
 SWEPT_ENV = "CTS_SWEPT_KEYS"
 RESOLVER = "cts_job_name"
@@ -31,6 +33,36 @@ def _parse(overrides: Sequence[str]) -> list:  # list[hydra Override]
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     return OverridesParser.create().parse_overrides([str(o) for o in overrides])
+
+
+def _value(override: Any) -> str:
+    value = override.value()
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    # A sweep (``k=1,2``) has no value of its own yet: it is kept as written.
+    return str(override.get_value_string() if override.is_sweep_override() else override.get_value_element_as_str())
+
+
+def override_items(overrides: Sequence[str]) -> list[tuple[str, str]]:
+    """``(key, value)`` of each override, in order, parsed by Hydra's ``OverridesParser``.
+
+    The key is as written (``+x``, ``~x``, ``model@clarifier.model``); the value is Hydra's
+    (quotes and escapes undone: ``$\\{oc.env\\:K\\}`` is ``${oc.env:K}``; ``null`` for none).
+
+    Raises:
+        hydra.errors.OverrideParseException: an override is not valid Hydra syntax.
+    """
+    return [(o.get_key_element(), _value(o)) for o in _parse(overrides)]
+
+
+def factors(overrides: Sequence[str], swept: Collection[str] | None = None) -> dict[str, str]:
+    """The factors a job's overrides set: ``{key: value}``, the key without its ``+``/``~`` prefix.
+
+    Args:
+        overrides: The job's overrides (``hydra.overrides.task``: sweeps already expanded).
+        swept: Keys the sweep varies, as :func:`swept_keys` gives them (None: every override).
+    """
+    return {key.lstrip("+~"): value for key, value in override_items(overrides) if swept is None or key in swept}
 
 
 def swept_keys(overrides: Sequence[str]) -> tuple[str, ...]:
@@ -69,11 +101,7 @@ def job_name(overrides: Sequence[str], swept: Collection[str] | None, fallback: 
         swept: Keys the sweep varies (None = unknown: every override is used, made path-safe).
         fallback: The name when nothing is swept.
     """
-    items = [
-        f"{o.get_key_element()}={o.value() if isinstance(o.value(), (str, int, float)) else o.get_value_element_as_str()}"
-        for o in _parse(overrides)
-        if swept is None or o.get_key_element() in swept
-    ]
+    items = [f"{key}={value}" for key, value in override_items(overrides) if swept is None or key in swept]
     return _safe(",".join(sorted(items))) if items else fallback
 
 

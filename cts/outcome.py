@@ -23,9 +23,9 @@ from hydra.errors import CompactHydraException
 
 from cts.job_files import INFRA_FILE, RECORDS_FILE
 from cts.records import Record
-from cts.types import BudgetExceeded, CallError, CircuitOpen
+from cts.types import BudgetExceeded, CallError, CircuitOpen, RequestRejected
 
-INCOMPLETE_STOPS = frozenset({"infra", "circuit_open"})
+INCOMPLETE_STOPS = frozenset({"infra", "circuit_open", "request_rejected"})
 
 
 class JobIncomplete(CompactHydraException):
@@ -70,6 +70,10 @@ def incomplete_message(outcome: Outcome, job_dir: Path) -> str:
     breaker = next((f for f in outcome.failures if f.get("kind") == "circuit_open"), None)
     if breaker is not None:
         lines.append(f"  circuit breaker stopped the job: {breaker.get('message')}")
+    rejected = next((f for f in outcome.failures if f.get("kind") == "request_rejected"), None)
+    if rejected is not None:
+        lines.append(f"  configuration failure, not a result: {rejected.get('message')}")
+        lines.append("  fix the model file or the role's params (conf/model/, services.llm), then resume")
     if outcome.n_infra:
         lines.append(f"  {outcome.n_infra} instance(s) failed on infrastructure (not recorded; a resume retries them):")
         by_endpoint = Counter(str(f.get("endpoint") or "?") for f in outcome.failures if f.get("id"))
@@ -122,12 +126,14 @@ def stop_reason(error: BaseException) -> str:
     """The ``stop_reason`` of a task stopped by an infrastructure failure: budget, circuit_open or infra."""
     if isinstance(error, BudgetExceeded):
         return "budget"
-    return "circuit_open" if isinstance(error, CircuitOpen) else "infra"
+    return error.kind if isinstance(error, CircuitOpen) else "infra"
 
 
 def stop_message(task: str, error: BaseException) -> str:
     """One line: which task an infrastructure failure stopped, where, and what to do."""
-    if isinstance(error, CircuitOpen):
+    if isinstance(error, RequestRejected):
+        what = str(error)
+    elif isinstance(error, CircuitOpen):
         what = f"circuit breaker open for {error}"
     elif isinstance(error, BudgetExceeded):
         what = f"budget reached ({error}; services.llm.budget.max_usd)"

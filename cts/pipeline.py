@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from cts.aio import bounded
 from cts.job_files import JobSink, read_results
-from cts.llm import priority_scope
+from cts.llm import InFlight, calls_in_flight, priority_scope
 from cts.qtypes import classify_question
 from cts.records import ArmResult, ErrorInfo, Record, search_call_error
 from cts.roles.qtyper import QuestionTyper
@@ -81,6 +81,9 @@ async def run_arm(query: str, gold: Gold, roles: Roles) -> tuple[ArmResult, dict
     if result.end_reason == "error":
         # A backend that failed mid-run is not a bad answer: unscored, and not judged.
         return _arm(query, result, {}, None, _search_error(result)), trace_line
+    if result.end_reason == "truncated":  # the agent's turns kept stopping at their output cap
+        cut = ErrorInfo("search", "truncated", "agent turns stopped at the output cap")
+        return _arm(query, result, {}, None, cut), trace_line
     try:
         with stage("judge"):
             STAGE_CALLS["judge"] += 1
@@ -202,6 +205,27 @@ class Progress(Protocol):
     def advance(self, record: Record) -> None:
         """One instance finished."""
 
+    def calls(self, in_flight: InFlight) -> None:
+        """The LLM requests in flight now and the age of the oldest (every second while jobs run)."""
+
+
+CALLS_EVERY_S = 1.0
+"""How often the progress bar's LLM calls in flight are refreshed."""
+
+
+async def _show_calls(bar: Any, shared: Progress | None) -> None:
+    """Until cancelled, show the requests in flight on ``shared`` or, without one, on the job's ``bar``.
+
+    A stuck call shows as an age that keeps growing while no instance finishes.
+    """
+    while True:
+        await asyncio.sleep(CALLS_EVERY_S)
+        in_flight = calls_in_flight()
+        if shared is not None:
+            shared.calls(in_flight)
+        else:
+            bar.set_postfix(in_flight.postfix())
+
 
 async def run_instance(
     instance: Instance, gold: Gold, k: int, roles: Roles, orig_share: OrigShare | None = None
@@ -312,9 +336,12 @@ async def run_job(
         shared.add(len(instances), len(instances) - len(todo))
         hook = _advancing(shared, hook)
     with JobSink(out_dir) as sink:
+        ticker = asyncio.ensure_future(_show_calls(bar, shared)) if progress is not False else None
         try:
             stop = await _drain(bounded(map(one, todo), concurrency), sink, finished, bar, keep, hook)
         finally:
+            if ticker is not None:
+                ticker.cancel()
             bar.close()
     return [finished[i.id] for i in instances if i.id in finished], stop
 
@@ -346,11 +373,10 @@ async def _drain(
     except BudgetExceeded as e:
         log.warning("budget reached, stopping cleanly (finished records kept): %s", e)
         return "budget"
-    except CircuitOpen as e:
-        log.error("circuit breaker open, stopping cleanly (finished records kept): %s", e)
-        sink.write_failure({"id": None, "stage": "", "kind": "circuit_open", "message": str(e),
-                            "endpoint": e.endpoint})
-        return "circuit_open"
+    except CircuitOpen as e:  # an open breaker, or a request the provider rejects (RequestRejected)
+        log.error("%s, stopping cleanly (finished records kept): %s", e.kind, e)
+        sink.write_failure({"id": None, "stage": "", "kind": e.kind, "message": str(e), "endpoint": e.endpoint})
+        return e.kind
     return "infra" if sink.n_infra else "done"
 
 

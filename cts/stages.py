@@ -36,7 +36,7 @@ def stage(name: str) -> Iterator[None]:
     except (BudgetExceeded, CircuitOpen, StageError, asyncio.CancelledError):
         raise
     except UnscoredError as e:
-        raise StageError(ErrorInfo(name, "invalid_output", e.reason)) from e
+        raise StageError(ErrorInfo(name, e.kind, e.reason)) from e  # type: ignore[arg-type]
     except CallError as e:
         infra = e.kind in INFRA_CALL_KINDS
         raise StageError(ErrorInfo(name, "infra" if infra else "api_error", str(e), e.endpoint)) from e

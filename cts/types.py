@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NewType, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, NewType, Protocol, runtime_checkable
 
 CacheDir = NewType("CacheDir", Path)
 """Directory outside git for indexes, datasets and caches (``paths.cache_dir``), given by the composition layer."""
@@ -116,11 +116,13 @@ class UnscoredError(Exception):
     """A role produced invalid output even after bounded re-asks.
 
     The item is recorded as unscored with ``reason``; it is never counted as 0.
+    ``kind`` is ``truncated`` when the last reply stopped at the role's output cap.
     """
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, kind: str = "invalid_output") -> None:
         super().__init__(reason)
         self.reason = reason
+        self.kind = kind
 
 
 @runtime_checkable
@@ -203,16 +205,19 @@ CallErrorKind = Literal[
 ]
 INFRA_CALL_KINDS: frozenset[str] = frozenset(
     {"connection", "timeout", "rate_limit", "server_error", "auth", "not_found", "storage", "config", "network",
-     "search"}
+     "search", "bad_request"}
 )
 """Call failures that say nothing about the model's output: the instance is retried on resume."""
 
-ErrorKind = Literal["invalid_output", "no_weight", "api_error", "infra", "budget", "exception"]
+ErrorKind = Literal["invalid_output", "truncated", "no_weight", "api_error", "infra", "budget", "exception"]
 """Why an instance (or an arm) has no score.
 
-Results (committed, counted in ``n_unscored``): ``invalid_output`` (invalid model output
-after the bounded re-asks), ``no_weight`` (gold without weight), ``api_error`` (a request
-the endpoint refused as such, e.g. 400), ``exception`` (a bug: the same input fails again).
+Results (committed, counted in ``n_unscored``): ``truncated`` (every reply stopped at the
+role's output cap, after the bounded re-asks), ``invalid_output`` (invalid model output
+after the bounded re-asks), ``no_weight`` (gold without weight), ``api_error`` (another 4xx
+the endpoint answered), ``exception`` (a bug: the same input fails again). A request the
+provider rejects as invalid (400/422) is no result: it stops the job (:class:`RequestRejected`),
+and records older versions committed for it (``api_error`` ``bad_request: ...``) are retried.
 Infrastructure (never committed, retried on resume): ``infra``. ``budget`` stops the job.
 """
 
@@ -224,11 +229,33 @@ class BudgetExceeded(Exception):
 class CircuitOpen(Exception):
     """An endpoint failed too many times in a row; the job stops cleanly (resume retries)."""
 
+    kind: ClassVar[str] = "circuit_open"
+    """The job's stop reason (``infra_failures.jsonl`` kind)."""
+
     def __init__(self, endpoint: str, failures: int, last: str) -> None:
         super().__init__(f"{endpoint}: {failures} consecutive connection-level failures, last: {last}")
         self.endpoint = endpoint
         self.failures = failures
         self.last = last
+
+
+class RequestRejected(CircuitOpen):
+    """The provider refused a request as invalid (HTTP 400/422): a configuration failure, not a result.
+
+    A parameter the model does not take, a model the key may not use, a context too
+    small for the prompt: every further call of that model in that role would fail the
+    same way, so the job stops as for an open breaker (nothing committed; resume retries).
+    """
+
+    kind: ClassVar[str] = "request_rejected"
+
+    def __init__(self, endpoint: str, model: str, role: str, message: str) -> None:
+        Exception.__init__(self, f"the provider rejected a request of model {model} as {role} at {endpoint}: {message}")
+        self.endpoint = endpoint
+        self.model = model
+        self.role = role
+        self.failures = 1
+        self.last = message
 
 
 class CallError(Exception):

@@ -24,6 +24,12 @@ A hard concurrency cap (``ScriptedServer(max_in_flight=C)``) makes the server an
 rate-limited provider; ``server.rejected`` counts those 429s and
 ``server.peak_in_flight`` the most requests it served at once.
 
+A periodic rate limit (``ScriptedServer(rate_limit_every=N, retry_after=R)``) answers
+429 (with ``Retry-After: R`` when given) to every Nth chat request it receives, counted
+in arrival order over all clients, like a provider whose quota refills in steps; those
+429s are counted in ``server.rejected`` too. No refused request is recorded in
+``server.requests``; each is appended to ``server.refused`` instead (with ``record``).
+
 Every request is recorded in ``server.requests`` (list of :class:`Recorded`:
 ``.body`` parsed JSON, ``.time`` monotonic arrival time, ``.path``, ``.headers`` with lower-cased names);
 ``server.bodies()`` returns just the parsed bodies and ``server.reset()`` clears
@@ -124,14 +130,17 @@ class ScriptedServer:
         record: Keep every request in :attr:`requests` (turn off for long-running servers).
         max_in_flight: Answer 429 to a request arriving while this many are served (None = no cap).
         retry_after: Retry-After (seconds) sent with those 429s (None = no header).
+        rate_limit_every: Answer 429 to every Nth chat request (None = never).
     """
 
     def __init__(self, latency_s: float = 0.0, record: bool = True, max_in_flight: int | None = None,
-                 retry_after: float | None = None) -> None:
+                 retry_after: float | None = None, rate_limit_every: int | None = None) -> None:
         self.latency_s = latency_s
         self.record = record
         self.max_in_flight = max_in_flight
         self.retry_after = retry_after
+        self.rate_limit_every = rate_limit_every
+        self.arrived = 0
         self.in_flight = 0
         self.peak_in_flight = 0
         self.served = 0
@@ -139,6 +148,7 @@ class ScriptedServer:
         self.handler: Callable[[Any], ReplyLike] | None = None
         self.default: ReplyLike = "ok"
         self.requests: list[Recorded] = []
+        self.refused: list[Recorded] = []
         self.models: list[str] = []
         self.models_status = 200
         self.gets: list[str] = []
@@ -167,6 +177,7 @@ class ScriptedServer:
         with self._lock:
             self._queue.clear()
             self.requests.clear()
+            self.refused.clear()
             self.gets.clear()
         self.handler = None
         self.default = "ok"
@@ -189,9 +200,11 @@ class ScriptedServer:
         self.stop()
 
     def _admit(self) -> bool:
-        """Count one request in flight, or refuse it (429) above ``max_in_flight``."""
+        """Count one request in flight, or refuse it (429): above ``max_in_flight``, or the Nth arrival."""
         with self._lock:
-            if self.max_in_flight is not None and self.in_flight >= self.max_in_flight:
+            self.arrived += 1
+            periodic = self.rate_limit_every is not None and self.arrived % self.rate_limit_every == 0
+            if periodic or (self.max_in_flight is not None and self.in_flight >= self.max_in_flight):
                 self.rejected += 1
                 return False
             self.in_flight += 1
@@ -269,6 +282,9 @@ def _make_handler(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
                 body = None
             headers = {name.lower(): value for name, value in self.headers.items()}
             if not server._admit():
+                if server.record:
+                    with server._lock:
+                        server.refused.append(Recorded(self.path, body, time.monotonic(), headers))
                 busy = Reply.error(429, "too many requests in flight", server.retry_after)
                 self._send(busy.status, busy.raw or "", busy.headers)
                 return
@@ -405,9 +421,10 @@ def main() -> None:
     parser.add_argument("--protocol", action="store_true", help="answer prompts A-E validly (protocol_reply)")
     parser.add_argument("--max-in-flight", type=int, default=None, help="answer 429 above this many in flight")
     parser.add_argument("--retry-after", type=float, default=None, help="Retry-After seconds sent with those 429s")
+    parser.add_argument("--rate-limit-every", type=int, default=None, help="answer 429 to every Nth request")
     args = parser.parse_args()
     server = ScriptedServer(latency_s=args.latency_ms / 1000, record=False, max_in_flight=args.max_in_flight,
-                            retry_after=args.retry_after)
+                            retry_after=args.retry_after, rate_limit_every=args.rate_limit_every)
     server.default = args.reply
     server.handler = protocol_reply if args.protocol else None
     server.start()

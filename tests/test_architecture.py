@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("report", ("cts.report",)),
     ("analysis", ("cts.analysis",)),
     ("tasks", ("cts.tasks",)),
-    ("composition", ("cts.app", "cts.services", "cts.errors")),
+    ("composition", ("cts.app", "cts.services", "cts.errors", "cts.validate", "cts.checks")),
     ("entry", ("cts.callbacks", "cts.cluster", "cts.bench_memory", "cts.gate", "cts.report.cli", "cts.report.__main__", "cts.demo.cli",
                "cts.demo.__main__")),
 )

@@ -121,7 +121,8 @@ def test_stage_classifies_call_kinds_and_storage_exceptions() -> None:
         raise AssertionError("stage swallowed the error")
 
     assert info(CallError("connection", "refused", "http://x/v1")).kind == "infra"
-    assert info(CallError("bad_request", "too long")).kind == "api_error"
+    assert info(CallError("bad_request", "too long")).kind == "infra"  # rejected requests are no result
+    assert info(CallError("client_error", "conflict")).kind == "api_error"
     assert info(sqlite3.DatabaseError("file is not a database")).kind == "infra"
     assert info(OSError(28, "No space left on device")).kind == "infra"
     assert info(KeyError("bug")).kind == "exception"
@@ -193,7 +194,7 @@ def test_breaker_opens_on_connection_refused_and_is_reset_by_an_answer(tmp_path)
                 out.append(type(e).__name__ + ":" + getattr(e, "kind", ""))
         return out
 
-    assert asyncio.run(calls()) == ["CallError:connection", "CallError:connection", "CircuitOpen:"]
+    assert asyncio.run(calls()) == ["CallError:connection", "CallError:connection", "CircuitOpen:circuit_open"]
     assert runtime.breaker.open_endpoints == (base,)
     breaker = CircuitBreaker(threshold=2)
     breaker.failure("e", "connection", "refused")
@@ -308,7 +309,8 @@ def test_job_with_infrastructure_failures_exits_1_then_resumes(tmp_path, llm_ser
 
     args = [sys.executable, str(REPO / "run.py"), f"services.llm.api_base={llm_server.base_url}", "limit=3",
             f"hydra.run.dir={tmp_path}/run", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-            f"paths.cache_dir={cache_dir}", f"services.llm.cache.path={tmp_path}/llm_cache.sqlite"]
+            f"paths.cache_dir={cache_dir}", f"services.llm.cache.path={tmp_path}/llm_cache.sqlite",
+            "services.llm.preflight_completion=false"]  # the model goes missing mid-run, not at the pre-flight
     llm_server.handler = lambda body: Reply.error(404, "model not found")  # the probe (GET) still answers
     proc = subprocess.run(args, check=False, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr[-3000:]

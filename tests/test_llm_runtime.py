@@ -17,7 +17,7 @@ from llm_server import (
 )
 
 from cts.llm import LLMRuntime, ModelSpec, usage_scope
-from cts.types import BudgetExceeded, CallError
+from cts.types import BudgetExceeded, CallError, RequestRejected
 
 SPEC = ModelSpec(
     name="gpt",
@@ -42,8 +42,8 @@ def transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def complete(rt: LLMRuntime, role: str = "clarifier", spec: ModelSpec = SPEC, **kw: Any) -> Any:
-    return asyncio.run(rt.client(spec, role).complete(MESSAGES, **kw))
+def complete(rt: LLMRuntime, role: str = "clarifier", spec: ModelSpec = SPEC, messages: Any = None, **kw: Any) -> Any:
+    return asyncio.run(rt.client(spec, role).complete(messages or MESSAGES, **kw))
 
 
 def test_success_reports_tokens_cost_and_sends_spec_params(
@@ -107,11 +107,20 @@ def test_server_errors_until_attempts_run_out(
 
 
 def test_bad_request_is_not_retried(llm_server: ScriptedServer, tmp_path: Path, transport: str) -> None:
-    llm_server.default = Reply.error(400, "bad param")
-    with pytest.raises(CallError) as err:
-        complete(runtime(llm_server, tmp_path, transport=transport, max_attempts=5))
-    assert err.value.kind == "bad_request"
+    body = '{"error": {"message": "Unsupported value: \'temperature\' does not support 0 with this model.", "type": "invalid_request_error", "param": "temperature", "code": "unsupported_value"}}'
+    llm_server.default = Reply(status=400, raw=body)
+    rt = runtime(llm_server, tmp_path, transport=transport, max_attempts=5)
+    with pytest.raises(RequestRejected) as err:
+        complete(rt)
+    assert err.value.kind == "request_rejected" and err.value.role == "clarifier"
+    assert "parameter `temperature`" in str(err.value) and "does not support 0" in str(err.value)
     assert len(llm_server.requests) == 1
+    with pytest.raises(RequestRejected):  # the same model in the same role: refused without a request
+        complete(rt, messages=[{"role": "user", "content": "another"}])
+    assert len(llm_server.requests) == 1
+    llm_server.default = Reply("fine")
+    complete(rt, role="judge", messages=[{"role": "user", "content": "a third"}])  # another role still sends
+    assert len(llm_server.requests) == 2
 
 
 def test_timeout_is_retried_then_fails(llm_server: ScriptedServer, tmp_path: Path, transport: str) -> None:

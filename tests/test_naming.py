@@ -38,3 +38,24 @@ def test_the_resolver_reads_the_sweep_recorded_by_the_launching_process(monkeypa
     assert naming._resolve_job_name(["k=1"], 3) == "job3"
     naming.forget_swept()
     assert naming.current_swept() is None
+
+
+def test_factors_are_parsed_by_hydra_not_split_by_hand() -> None:
+    overrides = ["clarifier=rules_scope", "k=2", "clarifier.mode=sequential", "+extra.tags=[a,b]",
+                 "dataset.name='two words, one comma'", r"services.llm.api_key=$\{oc.env\:KEY\}",
+                 "model@clarifier.model=claude", "~search.cache", "limit=20"]
+    assert naming.factors(overrides) == {
+        "clarifier": "rules_scope", "k": "2", "clarifier.mode": "sequential", "extra.tags": "[a,b]",
+        "dataset.name": "two words, one comma", "services.llm.api_key": "${oc.env:KEY}",
+        "model@clarifier.model": "claude", "search.cache": "null", "limit": "20"}
+    swept = naming.swept_keys(["clarifier=rules_scope,rules_region", "k=1,2", "clarifier.mode=batch,sequential",
+                               "+extra.tags=[a,b]"])
+    assert naming.factors(overrides, swept) == {"clarifier": "rules_scope", "k": "2", "clarifier.mode": "sequential"}
+    assert naming.factors(overrides, ()) == {}
+    # a job's name is its swept factors, as before
+    assert job_name(overrides, swept) == "clarifier.mode=sequential,clarifier=rules_scope,k=2"
+
+
+def test_override_items_keep_the_key_as_written_and_sweeps_as_written() -> None:
+    assert naming.override_items(["+a=1", "++b=x", "k=1,2", "c=true"]) == [
+        ("+a", "1"), ("++b", "x"), ("k", "1,2"), ("c", "True")]

@@ -224,18 +224,21 @@ def test_orig_is_pooled_only_within_one_setting(tmp_path: Path) -> None:
     assert origs.to_dict() == {"orig[judge=lexical]": 25.0, "orig[judge=strict]": 15.0}
 
 
-def test_a_rebound_clarifier_model_names_the_system_and_orig_is_one_row():
+def test_a_rebound_clarifier_model_names_the_system_by_its_option_and_orig_is_one_row():
     from cts.records import ArmResult, Record
     from cts.report.jobs import job_from_summary, label_jobs
 
-    def job(clarifier_model: str, overrides: list[str]):
+    def job(model: str, litellm_id: str, overrides: list[str]):
         arm = ArmResult(query="q", score=50.0)
         recs = [Record(id=f"i{n}", k=1, questions=("Which?",), clarified=arm, orig=ArmResult(query="q", score=40.0),
-                       models={"clarifier": clarifier_model}) for n in range(3)]
-        return job_from_summary({"choices": {"clarifier": "gpt"}, "k": 1, "overrides": overrides}, recs)
+                       models={"clarifier": litellm_id}) for n in range(3)]
+        choices = {"clarifier": "gpt", "model@clarifier.model": model}  # as Hydra records them
+        return job_from_summary({"choices": choices, "k": 1, "overrides": overrides}, recs)
 
-    jobs = label_jobs([job("openai/gpt-5.2", ["clarifier=gpt", "k=1"]),
-                       job("anthropic/claude-opus-4-5", ["clarifier=gpt", "model@clarifier.model=claude", "k=1"])])
-    assert sorted(j.label for j in jobs) == ["claude-opus-4-5", "gpt"]
+    jobs = label_jobs([job("gpt", "openai/gpt-5.2", ["clarifier=gpt", "k=1"]),
+                       job("claude", "anthropic/claude-opus-4-5",
+                           ["clarifier=gpt", "model@clarifier.model=claude", "k=1"])])
+    # The option chosen, as `clarifier=claude` names the same system (not the litellm id the records hold).
+    assert sorted(j.label for j in jobs) == ["claude", "gpt"]
     rows = score_rows(jobs, Stats(n_resamples=200, confidence=0.95, seed=0))
-    assert list(rows["system"]).count("orig") == 1 and "claude-opus-4-5" in set(rows["system"])
+    assert list(rows["system"]).count("orig") == 1 and "claude" in set(rows["system"])

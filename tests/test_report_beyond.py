@@ -9,7 +9,8 @@ import pytest
 from test_report import ORIG_SCORES, make_records, write_job
 
 from cts import report
-from cts.report.beyond import base_label, frontier_rows, pareto
+from cts.report.beyond import frontier_rows, pareto
+from cts.report.jobs import job_from_summary, label_jobs
 from cts.pipeline import STAGE_CALLS
 
 K, U = "known", "unknown"
@@ -77,8 +78,17 @@ def test_frontier_table_plots_and_metrics(built: report.ReportResult) -> None:
 
 def test_pareto_and_labels() -> None:
     assert pareto([(0, 10), (1, 20), (2, 15), (1, 20)]) == [True, True, False, True]
-    assert base_label("rules[clarifier.mode=sequential,judge=x]") == "rules[judge=x]"
-    assert base_label("rules[clarifier.mode=batch]") == "rules"
+    records = make_records(1, (20, 20, 40, 40), [("scope",)], [[K], [K], [U], [U]])
+
+    def job(mode: str, judge: str):
+        summary = {"choices": {"clarifier": "rules", "judge": judge}, "k": 1, "swept": ["clarifier.mode", "judge"],
+                   "overrides": [f"clarifier.mode={mode}", f"judge={judge}", "limit=4"]}
+        return job_from_summary(summary, [replace(r, mode=mode) for r in records])
+
+    jobs = label_jobs([job("sequential", "x"), job("batch", "x"), job("batch", "y")])
+    # the mode is a column, never part of a label; the other factors that vary are
+    assert [(j.label, j.mode) for j in jobs] == [("rules[judge=x]", "batch"), ("rules[judge=x]", "sequential"),
+                                                 ("rules[judge=y]", "batch")]
     mixed = pd.DataFrame({"system": ["s", "s"], "k": [1, 1], "mode": ["batch"] * 2, "gate": ["always", "never"],
                           "score_mean": [50.0, 40.0], "cost_per_instance": [0.01, 0.0],
                           "cost_unit": ["usd", "questions"], "questions_per_instance": [1.0, 0.0]})

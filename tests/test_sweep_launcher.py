@@ -99,12 +99,16 @@ def test_offline_sweep_same_records_under_cts_as_basic(tmp_path, cache_dir):
 def test_a_failing_job_does_not_stop_the_others_and_the_exit_code_says_so(tmp_path, cache_dir):
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
     sweep = tmp_path / "sweep"
+    foreign = sweep / "k=3"  # a dir of another configuration: that job is refused (a bad k is refused before the sweep)
+    foreign.mkdir(parents=True)
+    (foreign / "fingerprint.json").write_text('{"fingerprint": "0000000000000000"}')
+    (foreign / "records.jsonl").write_text('{"id": "x", "k": 3}\n')
     proc = subprocess.run([sys.executable, str(REPO / "run.py"), "-m", "experiment=offline", "clarifier=none",
-                           "k=1,0,2", "limit=5", "hydra/launcher=cts", f"hydra.sweep.dir={sweep}",
+                           "k=1,3,2", "limit=5", "hydra/launcher=cts", f"hydra.sweep.dir={sweep}",
                            f"tracking.uri=sqlite:///{tmp_path}/m.db", f"paths.cache_dir={cache_dir}",
                            "sweep_report=false"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode != 0 and "k must be a positive integer" in proc.stdout + proc.stderr
-    done = sorted(p.parent.name for p in sweep.glob("*/records.jsonl"))
+    assert proc.returncode != 0 and "holds records of another configuration" in proc.stdout + proc.stderr
+    done = sorted(p.parent.name for p in sweep.glob("*/records.jsonl") if p.parent != foreign)
     assert done == ["k=1", "k=2"]  # jobs are named by the swept factors
     assert all(len((sweep / d / "records.jsonl").read_text().splitlines()) == 5 for d in done)
 

@@ -99,6 +99,7 @@ def test_a_dead_endpoint_stops_only_the_jobs_that_use_it(tmp_path, llm_server, c
     args = ("-m", "clarifier=gpt", f"clarifier.model.api_base={dead},{live}", "limit=6", *roles,
             f"search.model.api_base={live}", f"search.summary_model.api_base={live}",
             "hydra.sweep.subdir=job${hydra:job.num}", "services.llm.preflight_probe=false",
+            "services.llm.preflight_completion=false",
             "services.llm.max_attempts=1", "services.llm.breaker_failures=2", f"paths.cache_dir={cache_dir}",
             f"services.llm.cache.path={tmp_path}/llm.sqlite", "hydra.launcher.job_concurrency=1")
     env = {**ENV, "OPENAI_API_KEY": "sk-test", "QIANFAN_API_KEY": "sk-test"}

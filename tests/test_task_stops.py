@@ -67,7 +67,8 @@ def test_infra_stop_separates_the_infrastructure_from_the_item() -> None:
     assert infra_stop(BudgetExceeded("cap")) and infra_stop(CircuitOpen("http://h/v1", 20, "connection: refused"))
     assert infra_stop(CallError("server_error", "500")) and infra_stop(CallError("connection", "refused"))
     assert infra_stop(type("DatabaseError", (Exception,), {})("file is not a database"))
-    assert not infra_stop(CallError("bad_request", "400")) and not infra_stop(UnscoredError("two lines"))
+    assert infra_stop(CallError("bad_request", "400"))  # a rejected request is a configuration failure
+    assert not infra_stop(CallError("client_error", "409")) and not infra_stop(UnscoredError("two lines"))
     assert not infra_stop(RuntimeError("judge down")) and not infra_stop(ValueError("x"))
     assert infra_stop(OSError(28, "No space left on device")) and not infra_stop(FileExistsError("archive exists"))
 
@@ -100,7 +101,7 @@ def test_gold_build_stops_on_the_infrastructure_and_reports_item_failures() -> N
     with pytest.raises(CallError, match="connection: boom") as e:  # a search run ended by a dead endpoint
         asyncio.run(build_gold(inst, _Search("connection"), _Extractor(ValueError()), provenance={}))
     assert e.value.endpoint == "http://h:1/v1"
-    _, failures = asyncio.run(build_gold(inst, _Search("bad_request"), _Extractor(ValueError()), provenance={}))
+    _, failures = asyncio.run(build_gold(inst, _Search("client_error"), _Extractor(ValueError()), provenance={}))
     assert [why for _, why in failures] == ["search ended with end_reason=error"] * 2  # the model's: a failure
     _, failures = asyncio.run(build_gold(inst, _Search(), _Extractor(UnscoredError("no JSON")), provenance={}))
     assert all(why.startswith("extraction failed: UnscoredError") for _, why in failures)
@@ -122,7 +123,8 @@ def gold_cfg(tmp: Path, cache_dir: Path, instances: Path, api_base: str, *overri
             "experiment=gold", "search=extractive", "extractor=gpt", f"gold.instances={instances}",
             f"gold.out_dir={tmp}/gold", f"services.llm.api_base={api_base}", f"paths.cache_dir={cache_dir}",
             f"paths.output_dir={tmp}/out", f"tracking.uri=sqlite:///{tmp}/mlflow.db",
-            f"services.llm.cache.path={tmp}/llm_cache.sqlite", *FAST_RETRIES, *overrides])
+            f"services.llm.cache.path={tmp}/llm_cache.sqlite", *FAST_RETRIES,
+            "services.llm.preflight_completion=false", *overrides])  # these tests fail the endpoint mid-run
 
 
 def test_gold_task_stops_on_500s_fails_its_run_and_archives_nothing(tmp_path, cache_dir, instances_file,
@@ -187,7 +189,8 @@ def test_gold_command_exits_1_with_one_line_and_no_traceback(tmp_path, cache_dir
     args = ["experiment=gold", "search=extractive", "extractor=gpt", f"gold.instances={instances_file}",
             f"gold.out_dir={tmp_path}/gold", f"services.llm.api_base={llm_server.base_url}",
             f"paths.cache_dir={cache_dir}", f"hydra.run.dir={tmp_path}/run", f"tracking.uri=sqlite:///{tmp_path}/m.db",
-            f"services.llm.cache.path={tmp_path}/llm_cache.sqlite", *FAST_RETRIES]
+            f"services.llm.cache.path={tmp_path}/llm_cache.sqlite", *FAST_RETRIES,
+            "services.llm.preflight_completion=false"]  # the endpoint fails mid-run, not at the pre-flight
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     env["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     proc = subprocess.run([sys.executable, str(REPO / "run.py"), *args], cwd=tmp_path, capture_output=True, text=True,

@@ -42,7 +42,7 @@ from cts.search.react import (
 )
 from cts.search.webdancer import WebDancerSearch
 from cts.services import Services
-from cts.types import CallError, SearchBackend
+from cts.types import CallError, RequestRejected, SearchBackend
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 MODEL = ModelSpec(name="webdancer", model="openai/WebDancer-32B")
@@ -285,16 +285,39 @@ def test_context_budget_replaces_the_last_tool_response_with_the_final_request(t
 
 
 def test_model_error_mid_run_ends_with_error(tmp_path, llm_server, web):
-    script(llm_server, [tool_call("search", query=["paris"]), Reply.error(400, "bad request")])
+    script(llm_server, [tool_call("search", query=["paris"]), Reply.error(409, "conflict")])
     result = search(make_agent(make_services(tmp_path, llm_server), web))
     assert result.end_reason == "error" and result.trace[-2]["type"] == "error"
     assert result.evidence and result.summary["end_reason"] == "error"
 
 
 def test_model_error_before_any_output_raises(tmp_path, llm_server, web):
-    script(llm_server, [Reply.error(400, "bad request")])
+    script(llm_server, [Reply.error(409, "conflict")])
     with pytest.raises(CallError):
         search(make_agent(make_services(tmp_path, llm_server), web))
+
+
+def test_rejected_request_mid_run_stops_the_job(tmp_path, llm_server, web):
+    script(llm_server, [tool_call("search", query=["paris"]), Reply.error(400, "bad request")])
+    with pytest.raises(RequestRejected, match="as search"):
+        search(make_agent(make_services(tmp_path, llm_server), web))
+
+
+def test_cut_turns_are_shown_as_cut_then_end_truncated(tmp_path, llm_server, web):
+    cut = Reply("<think>and so on and so on", finish_reason="length")
+    script(llm_server, [cut, cut, cut])
+    result = search(make_agent(make_services(tmp_path, llm_server), web, max_output_tokens=16, max_truncated_turns=2))
+    assert result.end_reason == "truncated"
+    bodies = agent_bodies(llm_server)
+    assert len(bodies) == 3 and all(b["max_tokens"] == 16 for b in bodies)
+    assert "cut off at the length limit (16 tokens)" in bodies[1]["messages"][-1]["content"]
+    assert [t["finish_reason"] for t in result.trace if t["type"] == "llm"] == ["length"] * 3
+
+
+def test_one_cut_turn_then_an_answer(tmp_path, llm_server, web):
+    script(llm_server, [Reply("<think>long", finish_reason="length"), ANSWER])
+    result = search(make_agent(make_services(tmp_path, llm_server), web, max_output_tokens=16))
+    assert result.end_reason == "answer" and result.answer
 
 
 def test_visit_failures_fall_back(tmp_path, llm_server, web):

@@ -4,7 +4,7 @@ Importing this package does not import litellm (that happens on the first call),
 so config checks such as :mod:`cts.llm.preflight` stay fast.
 """
 
-from cts.llm._adaptive import Adaptive, AdaptiveLimiter, priority_scope
+from cts.llm._adaptive import Adaptive, AdaptiveLimiter, InFlight, calls_in_flight, priority_scope
 from cts.llm._calls import CallEvent, Completion, route_for
 from cts.llm._client import Chat, ChatClient
 from cts.llm._localserver import LocalLLMServer, LocalServerError
@@ -17,6 +17,8 @@ from cts.llm.cache import ResponseCache
 __all__ = [
     "Adaptive",
     "AdaptiveLimiter",
+    "InFlight",
+    "calls_in_flight",
     "priority_scope",
     "USAGE_KEYS",
     "Backoff",

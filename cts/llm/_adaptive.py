@@ -10,13 +10,27 @@ timeout or a 5xx caps the limit at ``decrease`` times the calls still in flight
 as the calls admitted above the endpoint's capacity come back rejected, the
 calls in flight fall to what it takes and the limit follows, so a slow-start
 overshoot settles within one round trip instead of churning 429s. A
-Retry-After pauses new admissions to the endpoint for that long. Near the level
-where the last congestion happened the limit creeps up eight times slower, so
-it probes the endpoint's capacity rarely (few 429s) while staying close to it.
+Retry-After pauses new admissions to the endpoint for that long. A 429 that
+carries one is a rate limit the server has told us how to respect, not a sign
+of too many calls at once: it pauses and leaves the limit alone. Cutting on it
+would let a provider that refuses a share of requests at any concurrency (a
+per-minute quota) drive the limit to the floor, one 429 after another, and run
+the endpoint serially; the pause alone keeps the rate at what the quota allows.
+Near the level where the last congestion happened the limit creeps up eight
+times slower, so it probes the endpoint's capacity rarely (few 429s) while
+staying close to it.
 
 Waiting calls are admitted oldest instance first (:func:`priority_scope`): a
 sweep finishes the instances it started before it starts more of them, which
-keeps its tail short.
+keeps its tail short. A call retried after a failure waits without its slot,
+so its wait holds nobody up, then queues again with its instance's priority. A
+pause holds new calls only: a retry has waited its own Retry-After (plus
+jitter) already, so it goes in when it is due instead of joining the burst of
+new calls at the end of every later pause, always at the same place in the
+server's order (a server that refuses every Nth request would refuse it each time).
+
+:func:`calls_in_flight` tells how many requests are on the wire and how long the
+oldest has been waiting for its answer (the progress bar shows it).
 
 The same setting serves a vLLM server that takes 64 calls (the limit climbs to
 the ceiling and stays) and a hosted API that rate-limits at 10 (it settles just
@@ -30,6 +44,8 @@ import contextlib
 import contextvars
 import heapq
 import itertools
+import time
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
@@ -39,6 +55,7 @@ CONGESTION_KINDS = frozenset({"rate_limit", "timeout", "server_error"})
 _PLATEAU_SLOWDOWN = 8.0
 _PRIORITY: contextvars.ContextVar[float] = contextvars.ContextVar("cts_llm_priority", default=float("inf"))
 _ORDER = itertools.count()
+_LIVE: weakref.WeakSet[AdaptiveLimiter] = weakref.WeakSet()
 
 
 @contextlib.contextmanager
@@ -81,6 +98,28 @@ class LimiterStats:
     admitted: int
     congestion: int
     cuts: int
+    oldest_s: float = 0.0
+    """Age of the oldest request in flight (0 when none)."""
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """Requests on the wire now, over every endpoint of the running event loop."""
+
+    calls: int
+    oldest_s: float
+    """Seconds the oldest of them has waited for its answer (0 when none)."""
+
+    def postfix(self) -> dict[str, str]:
+        """What a progress bar shows of them (tqdm's postfix): how many, and the oldest's age."""
+        return {"in_flight": str(self.calls), "oldest": f"{self.oldest_s:.0f}s"}
+
+
+def calls_in_flight() -> InFlight:
+    """Requests in flight on the running loop's limiters, and the age of the oldest."""
+    loop = asyncio.get_running_loop()
+    starts = [t for limiter in list(_LIVE) if limiter.loop is loop for t in limiter.started()]
+    return InFlight(len(starts), time.monotonic() - min(starts) if starts else 0.0)
 
 
 class AdaptiveLimiter:
@@ -112,6 +151,10 @@ class AdaptiveLimiter:
         self._timer: asyncio.TimerHandle | None = None
         self._congested_at = float("inf")
         self._waiters: list[tuple[float, int, asyncio.Future[tuple[int, int]]]] = []  # heap: (priority, arrival, future)
+        self._retries: list[tuple[float, int, asyncio.Future[tuple[int, int]]]] = []  # the same, retried calls
+        self._since: dict[int, float] = {}  # slot -> monotonic time it was taken
+        self.loop: asyncio.AbstractEventLoop | None = None
+        _LIVE.add(self)
 
     @classmethod
     def from_settings(cls, ceiling: int, settings: Adaptive, floor: int | None = None,
@@ -130,31 +173,47 @@ class AdaptiveLimiter:
 
     def stats(self) -> LimiterStats:
         """Current counters."""
-        return LimiterStats(self.limit, self.in_flight, self._peak, self._admitted, self._congestion, self._cuts)
+        starts = self.started()
+        oldest = time.monotonic() - min(starts) if starts else 0.0
+        return LimiterStats(self.limit, self.in_flight, self._peak, self._admitted, self._congestion, self._cuts,
+                            oldest)
+
+    def started(self) -> list[float]:
+        """Monotonic start times of the requests holding a slot."""
+        return list(self._since.values())
 
     @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold one slot for one request; its outcome moves the limit."""
-        epoch, _ = await self._acquire()
+    async def slot(self, retry: bool = False) -> AsyncIterator[None]:
+        """Hold one slot for one request; its outcome moves the limit.
+
+        Args:
+            retry: The call already failed once and waited its backoff or Retry-After: it is
+                not a new call, so an endpoint's pause does not hold it (the limit still does).
+        """
+        self.loop = asyncio.get_running_loop()
+        epoch, _ = await self._acquire(retry)
+        token = next(_ORDER)
+        self._since[token] = time.monotonic()
         try:
             yield
         except asyncio.CancelledError:
-            self._release()
+            self._release(token)
             raise
         except BaseException as exc:
-            self._release()
+            self._release(token)
             self._failed(exc, epoch)
             raise
         else:
-            self._release()
+            self._release(token)
             self._succeeded()
 
-    async def _acquire(self) -> tuple[int, int]:
+    async def _acquire(self, retry: bool) -> tuple[int, int]:
         loop = asyncio.get_running_loop()
-        if not self._waiters and not self._paused(loop) and self.in_flight < self.capacity:
+        free = self.in_flight < self.capacity and not self._retries
+        if free and (retry or (not self._waiters and not self._paused(loop))):
             return self._take()
         fut: asyncio.Future[tuple[int, int]] = loop.create_future()
-        heapq.heappush(self._waiters, (_PRIORITY.get(), next(_ORDER), fut))
+        heapq.heappush(self._retries if retry else self._waiters, (_PRIORITY.get(), next(_ORDER), fut))
         self._wake()
         try:
             return await fut
@@ -174,21 +233,33 @@ class AdaptiveLimiter:
 
     def _wake(self) -> None:
         loop = asyncio.get_running_loop()
-        if self._paused(loop):
-            if self._timer is None:
-                self._timer = loop.call_at(self._paused_until, self._resume)
-            return
-        while self._waiters and self.in_flight < self.capacity:
-            fut = heapq.heappop(self._waiters)[2]
+        paused = self._paused(loop)
+        if paused and self._timer is None:
+            self._timer = loop.call_at(self._paused_until, self._resume)
+        while self.in_flight < self.capacity:
+            queue = self._next_queue(paused)
+            if queue is None:
+                return
+            fut = heapq.heappop(queue)[2]
             if not fut.done():
                 fut.set_result(self._take())
+
+    def _next_queue(self, paused: bool) -> list[tuple[float, int, asyncio.Future[tuple[int, int]]]] | None:
+        """The queue whose head goes next: retries pass a pause; otherwise the oldest instance first."""
+        if paused or not self._waiters:
+            return self._retries or None
+        if not self._retries:
+            return self._waiters
+        return min(self._retries, self._waiters, key=lambda queue: queue[0])
 
     def _resume(self) -> None:
         self._timer = None
         self._wake()
 
-    def _release(self) -> None:
+    def _release(self, token: int | None = None) -> None:
         self.in_flight -= 1
+        if token is not None:
+            self._since.pop(token, None)
         self._wake()
 
     def _succeeded(self) -> None:
@@ -209,6 +280,8 @@ class AdaptiveLimiter:
             self._paused_until = max(self._paused_until, loop.time() + min(failure.retry_after_s, self.max_pause_s))
         if not self.adaptive:
             return
+        if failure.kind == "rate_limit" and failure.retry_after_s is not None:
+            return  # a rate, not a concurrency, was exceeded, and the server said when to come back
         level = self.in_flight + 1.0  # what the endpoint took, at most
         if epoch == self._epoch:  # the first signal of this congestion event
             self._epoch += 1

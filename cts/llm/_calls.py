@@ -17,6 +17,8 @@ from cts.llm._spec import ModelSpec
 log = logging.getLogger(__name__)
 _DUMMY_KEY = "sk-no-key-needed"  # OpenAI-compatible servers without auth still want a key field
 T = TypeVar("T")
+TRUNCATED_REASONS = frozenset({"length", "max_tokens", "MAX_TOKENS"})
+"""``finish_reason`` values of a reply cut at the output cap (litellm maps the providers' to ``length``)."""
 # Requests sent and not yet answered, per event loop (see settled()).
 _IN_FLIGHT: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Future[Any]]] = weakref.WeakKeyDictionary()
 
@@ -34,6 +36,15 @@ class Completion:
     latency_s: float
     reasoning: str = ""
     """Reasoning the provider returned apart from ``text`` (litellm moves ``<think>`` blocks here)."""
+    finish_reason: str = ""
+    """Why the reply ended as the provider says (``stop``, ``length`` = cut at the output cap, ...)."""
+    tokens_reasoning: int = 0
+    """Hidden reasoning tokens, a part of ``tokens_out`` (billed as output)."""
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the reply stopped at the output cap (it may be incomplete)."""
+        return self.finish_reason in TRUNCATED_REASONS
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,8 @@ class CallEvent:
     """The CallError kind when the call failed for good."""
     started_at: float
     """``time.time()`` when the call started."""
+    finish_reason: str = ""
+    tokens_reasoning: int = 0
 
 
 Listener = Callable[[CallEvent], None]
@@ -103,24 +116,36 @@ def cache_value(completion: Completion) -> dict[str, Any]:
         "tokens_out": completion.tokens_out,
         "cost_usd": completion.cost_usd,
         "reasoning": completion.reasoning,
+        "finish_reason": completion.finish_reason,
+        "tokens_reasoning": completion.tokens_reasoning,
     }
 
 
 def completion_of(prices: Prices, response: Any) -> Completion:
-    """The :class:`Completion` of a provider ``response``, priced at ``prices``."""
-    message = response.choices[0].message if response.choices else None
+    """The :class:`Completion` of a provider ``response``, priced at ``prices``.
+
+    ``completion_tokens`` includes the reasoning tokens (OpenAI's convention, to which
+    litellm maps Anthropic's and Gemini's usage), so reasoning is priced as output.
+    """
+    choice = response.choices[0] if getattr(response, "choices", None) else None
+    message = getattr(choice, "message", None)
     text = (getattr(message, "content", None) or "") if message is not None else ""
     reasoning = (getattr(message, "reasoning_content", None) or "") if message is not None else ""
     usage = getattr(response, "usage", None)
     tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
     tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
+    details = getattr(usage, "completion_tokens_details", None)
+    tokens_reasoning = int(getattr(details, "reasoning_tokens", 0) or 0)
     cost = call_cost(prices, tokens_in, tokens_out)
-    return Completion(text, tokens_in, tokens_out, cost, False, 0.0, str(reasoning))
+    finish = str(getattr(choice, "finish_reason", None) or "")
+    return Completion(text, tokens_in, tokens_out, cost, False, 0.0, str(reasoning), finish, tokens_reasoning)
 
 
 def cached_completion(value: Mapping[str, Any]) -> Completion:
     """A completion served from the cache (nothing billed to this call)."""
-    return Completion(value["text"], value["tokens_in"], value["tokens_out"], 0.0, True, 0.0, value.get("reasoning", ""))
+    return Completion(value["text"], value["tokens_in"], value["tokens_out"], 0.0, True, 0.0,
+                      value.get("reasoning", ""), value.get("finish_reason", ""),
+                      int(value.get("tokens_reasoning", 0) or 0))
 
 
 async def settled(job: Awaitable[T], timeout_s: float = 120.0) -> T:

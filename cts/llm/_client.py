@@ -32,7 +32,8 @@ class Chat(Protocol):
         ...
 
     async def complete(
-        self, messages: list[dict[str, str]], *, prompt_version: str = "", **params: Any
+        self, messages: list[dict[str, str]], *, prompt_version: str = "", max_output_tokens: int | None = None,
+        **params: Any,
     ) -> Completion: ...
 
 
@@ -40,7 +41,7 @@ class _Runtime(Protocol):
     settings: LLMSettings
 
     async def _complete(self, client: ChatClient, messages: list[dict[str, str]], version: str,
-                        params: Mapping[str, Any]) -> Completion: ...
+                        params: Mapping[str, Any], max_output_tokens: int | None = None) -> Completion: ...
 
 
 class ChatClient:
@@ -64,18 +65,22 @@ class ChatClient:
         return self if role == self.role else ChatClient(self.runtime, self.spec, role)
 
     async def complete(
-        self, messages: list[dict[str, str]], *, prompt_version: str = "", **params: Any
+        self, messages: list[dict[str, str]], *, prompt_version: str = "", max_output_tokens: int | None = None,
+        **params: Any,
     ) -> Completion:
         """Return the model's reply to ``messages``.
 
         Args:
             messages: OpenAI-style chat messages.
             prompt_version: Hash of the prompt template (part of the cache key).
+            max_output_tokens: The role's output cap, sent under the provider's field name
+                (raised by the model's reasoning allowance where reasoning counts against it).
             **params: Decoding params overriding the spec's.
 
         Raises:
             CallError: The call failed for good (``kind``: rate_limit, timeout, ...).
             BudgetExceeded: The job's ``budget.max_usd`` is spent (checked before sending).
-            CircuitOpen: The endpoint failed ``breaker_failures`` times in a row (the job stops).
+            CircuitOpen: The endpoint failed ``breaker_failures`` times in a row (the job stops);
+                :class:`cts.types.RequestRejected` when the provider refused the request as invalid.
         """
-        return await self.runtime._complete(self, messages, prompt_version, params)
+        return await self.runtime._complete(self, messages, prompt_version, params, max_output_tokens)

@@ -2,19 +2,23 @@
 
 Only rate limits (429), timeouts, connection errors and 5xx are retried; every
 other 4xx fails at once. Classification reads the HTTP status and the class
-names of the exception's MRO, so it needs no litellm import.
+names of the exception's MRO, so it needs no litellm import. Each kind has its
+own budget (:class:`RetryBudget`): a 429 is the server asking for time, not a
+failure of the request, so it is retried for as long as the waits stay within a
+time bound, while a timed-out request is retried only a few times.
 """
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
+import random
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-if TYPE_CHECKING:
-    from tenacity import AsyncRetrying
+T = TypeVar("T")
 
 RETRYABLE_KINDS = frozenset({"rate_limit", "timeout", "connection", "server_error"})
 _CONNECTION_NAMES = frozenset(
@@ -74,6 +78,13 @@ def classify(exc: BaseException) -> Failure:
     return Failure(kind, status, retry_after)
 
 
+def said(exc: BaseException, timeout_s: float) -> str:
+    """What a failed request said; a timeout (often an empty message) says how long it waited."""
+    if classify(exc).kind == "timeout":
+        return f"no answer within {timeout_s:g} s"
+    return str(exc)
+
+
 def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = None) -> float | None:
     """Seconds to wait from ``Retry-After`` / ``retry-after-ms`` headers, if any.
 
@@ -130,25 +141,95 @@ def _headers(exc: BaseException) -> Mapping[str, str] | None:
     return headers if isinstance(headers, Mapping) or hasattr(headers, "items") else None
 
 
-def retrying(settings: Any) -> AsyncRetrying:
-    """The retry policy of one call: retryable kinds only, Retry-After honoured, else jittered backoff.
+@dataclass
+class RetryBudget:
+    """What one call has used of its retries; :meth:`wait` decides the next step.
+
+    Each kind of failure has its own budget, so a 429 does not use up the attempts of a
+    hard failure: 429s are retried while the call's total wait on them stays within
+    ``rate_limit_wait_s`` (each wait charged at least ``backoff.initial``, so a
+    ``Retry-After: 0`` cannot loop forever); timeouts at most ``max_timeout_attempts``
+    times; every other retryable failure (timeouts included) ``max_attempts`` times.
 
     Args:
-        settings: The runtime's :class:`cts.llm.LLMSettings` (``backoff``, ``max_attempts``).
+        settings: The runtime's :class:`cts.llm.LLMSettings`.
+        rng: Source of the jitter (seeded in tests).
     """
-    from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-    backoff = settings.backoff
-    exponential = wait_exponential_jitter(initial=backoff.initial, max=backoff.max, jitter=backoff.jitter)
+    settings: Any
+    rng: random.Random = field(default_factory=random.Random)
+    failed: int = 0
+    timeouts: int = 0
+    rate_limited: int = 0
+    rate_limit_waited_s: float = 0.0
 
-    def wait(state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        after = classify(exc).retry_after_s if exc is not None else None
-        return min(after, backoff.max_retry_after) if after is not None else exponential(state)
+    def wait(self, failure: Failure) -> float | None:
+        """Seconds to wait before the next attempt, or None when the call must fail now."""
+        if not failure.retryable:
+            return None
+        if failure.kind == "rate_limit":
+            return self._rate_limit_wait(failure)
+        self.failed += 1
+        self.timeouts += failure.kind == "timeout"
+        if self.failed >= self.settings.max_attempts or self.timeouts >= self.settings.max_timeout_attempts:
+            return None
+        told = self._told(failure)
+        return told if told is not None else self._exponential(self.failed)
 
-    return AsyncRetrying(
-        stop=stop_after_attempt(max(1, settings.max_attempts)),
-        wait=wait,
-        retry=retry_if_exception(lambda exc: classify(exc).retryable),
-        reraise=True,
-    )
+    def _rate_limit_wait(self, failure: Failure) -> float | None:
+        self.rate_limited += 1
+        told = self._told(failure)
+        wait = told if told is not None else self._exponential(self.rate_limited)
+        charged = max(wait, self.settings.backoff.initial)
+        if self.rate_limit_waited_s + charged > self.settings.rate_limit_wait_s:
+            return None
+        self.rate_limit_waited_s += charged
+        return wait
+
+    def _told(self, failure: Failure) -> float | None:
+        """The server's Retry-After (bounded) plus jitter, so the calls it stopped do not return in step."""
+        if failure.retry_after_s is None:
+            return None
+        backoff = self.settings.backoff
+        return min(failure.retry_after_s, backoff.max_retry_after) + self.rng.uniform(0, backoff.jitter)
+
+    def _exponential(self, n: int) -> float:
+        backoff = self.settings.backoff
+        return min(backoff.initial * 2 ** (n - 1) + self.rng.uniform(0, backoff.jitter), backoff.max)
+
+
+class Retrying:
+    """The retry policy of one call (see :class:`RetryBudget`); the slot is free while it waits.
+
+    Args:
+        settings: The runtime's :class:`cts.llm.LLMSettings`.
+        before_wait: Called before each wait; raising there ends the call (e.g. an open breaker).
+    """
+
+    def __init__(self, settings: Any, before_wait: Callable[[], None] | None = None) -> None:
+        self.budget = RetryBudget(settings)
+        self.before_wait = before_wait
+
+    async def __call__(self, attempt: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``attempt(*args)`` until it succeeds or its failure has no retry left (re-raised)."""
+        while True:
+            try:
+                return await attempt(*args)
+            except Exception as exc:  # classified: the non-retryable ones re-raise at once
+                wait = self.budget.wait(classify(exc))
+                if wait is None:
+                    raise
+                if self.before_wait is not None:
+                    self.before_wait()
+            await asyncio.sleep(wait)
+
+
+def retrying(settings: Any, before_wait: Callable[[], None] | None = None) -> Retrying:
+    """The retry policy of one call: retryable kinds only, each within its own budget.
+
+    Args:
+        settings: The runtime's :class:`cts.llm.LLMSettings` (``backoff``, ``max_attempts``,
+            ``max_timeout_attempts``, ``rate_limit_wait_s``).
+        before_wait: Called before each wait (see :class:`Retrying`).
+    """
+    return Retrying(settings, before_wait)

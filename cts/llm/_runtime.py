@@ -29,7 +29,9 @@ from cts.llm._client import ChatClient
 from cts.llm._endpoints import EndpointState
 from cts.llm._lite import litellm_module
 from cts.llm._pricing import Prices, register_prices, route_prices
-from cts.llm._retry import classify, retrying
+from cts.llm._rejections import REJECTED_KINDS, Rejections
+from cts.llm._retry import classify, retrying, said
+from cts.llm._rules import request_params
 from cts.llm._settings import LLMSettings
 from cts.llm._singleflight import SingleFlight
 from cts.llm._spec import ModelSpec
@@ -76,7 +78,8 @@ class LLMRuntime:
         self._registered: set[str] = set()
         self._listeners: list[Listener] = []
         self._sender = Sender(settings.transport)
-        self.breaker = CircuitBreaker(settings.breaker_failures)
+        self.breaker = CircuitBreaker(settings.breaker_failures, settings.breaker_timeouts)
+        self._rejections = Rejections()
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], cache_dir: Path) -> LLMRuntime:
@@ -133,14 +136,16 @@ class LLMRuntime:
             self._listeners.append(listener)
 
     async def _complete(
-        self, client: ChatClient, messages: list[dict[str, str]], version: str, params: Mapping[str, Any]
+        self, client: ChatClient, messages: list[dict[str, str]], version: str, params: Mapping[str, Any],
+        max_output_tokens: int | None = None,
     ) -> Completion:
         start = time.perf_counter()
+        spec = client.spec
         call = PendingCall(
             client,
-            route_for(client.spec, self.settings),
+            route_for(spec, self.settings),
             messages,
-            {**client.spec.params, **params},
+            request_params(spec.request, {**spec.params, **params}, max_output_tokens),
             version,
             time.time(),
         )
@@ -168,8 +173,8 @@ class LLMRuntime:
         except BudgetExceeded:
             call.error = "budget"
             raise
-        except CircuitOpen:
-            call.error = "circuit_open"
+        except CircuitOpen as exc:
+            call.error = exc.kind
             raise
         finally:
             latency = time.perf_counter() - start
@@ -213,17 +218,23 @@ class LLMRuntime:
     async def _call(self, call: PendingCall) -> Completion:
         spec, route = call.client.spec, call.route
         self.breaker.check(route.endpoint)
+        self._rejections.check(route, spec, call.client.role)
         if route.missing_key:
             message = f"environment variable {route.missing_key} (model {spec.name}) is not set"
             self.breaker.failure(route.endpoint, "auth", message)
             raise CallError("auth", message, route.endpoint)
         try:
-            response: Any = await retrying(self.settings)(self._attempt, call)
+            # an open breaker ends the call before its wait, not after it
+            retry = retrying(self.settings, before_wait=lambda: self.breaker.check(route.endpoint))
+            response: Any = await retry(self._attempt, call)
         except (BudgetExceeded, CallError, CircuitOpen):
             raise
         except Exception as exc:
             kind = classify(exc).kind
-            message = f"{spec.name} at {route.endpoint} after {call.requests} attempt(s): {exc}"
+            if kind in REJECTED_KINDS:
+                raise self._rejections.reject(route, spec, call.client.role, exc) from exc
+            timeout = self.settings.timeout_for(call.client.role)
+            message = f"{spec.name} at {route.endpoint} after {call.requests} attempt(s): {said(exc, timeout)}"
             raise CallError(kind, message, route.endpoint) from exc
         return completion_of(route_prices(spec, self.settings), response)
 
@@ -233,7 +244,8 @@ class LLMRuntime:
         prices = route_prices(spec, self.settings)
         self._check_budget()
         self.breaker.check(route.endpoint)
-        async with self._endpoints.limiter(route, self.settings).slot():
+        timeout = self.settings.timeout_for(call.client.role)
+        async with self._endpoints.limiter(route, self.settings).slot(retry=call.requests > 0):
             self.breaker.check(route.endpoint)  # it may have opened while this call waited
             call.requests += 1
             try:
@@ -242,13 +254,13 @@ class LLMRuntime:
                     call.messages,
                     route.api_base,
                     route.api_key,
-                    self.settings.timeout_s,
+                    timeout,
                     prices,
                     call.params,
                 )
                 response = await self._paid(call, prices, send)
             except Exception as exc:
-                self.breaker.failure(route.endpoint, classify(exc).kind, f"{type(exc).__name__}: {exc}")
+                self.breaker.failure(route.endpoint, classify(exc).kind, f"{type(exc).__name__}: {said(exc, timeout)}")
                 raise
         self.breaker.success(route.endpoint)
         return response
@@ -278,7 +290,8 @@ class LLMRuntime:
             return  # no reply, nothing billed that we could know of
         reply = completion_of(prices, done.result())
         usage = CallUsage(cached=False, failed=False, requests=0, tokens_in=reply.tokens_in,
-                          tokens_out=reply.tokens_out, cost_usd=reply.cost_usd, latency_s=0.0, new_call=False)
+                          tokens_out=reply.tokens_out, cost_usd=reply.cost_usd, latency_s=0.0, new_call=False,
+                          tokens_reasoning=reply.tokens_reasoning)
         self._spent += usage.cost_usd
         add_call(self._usage, call.client.role, usage)
         add_to_scopes(call.client.role, usage)
@@ -326,6 +339,8 @@ class LLMRuntime:
             cost_usd=done.cost_usd if done is not None and fresh else 0.0,
             latency_s=latency,
             saved_usd=call.saved_usd,
+            tokens_reasoning=done.tokens_reasoning if done is not None and fresh else 0,
+            truncated=done is not None and done.truncated,
         )
         self._spent += usage.cost_usd
         add_call(self._usage, call.client.role, usage)
@@ -351,6 +366,8 @@ class LLMRuntime:
             latency_s=latency,
             error=call.error,
             started_at=call.started_at,
+            finish_reason=done.finish_reason,
+            tokens_reasoning=done.tokens_reasoning,
         )
         for listener in self._listeners:
             listener(event)

@@ -45,7 +45,15 @@ class LLMSettings:
     model: str | None = None
     concurrency_per_endpoint: int = 16
     timeout_s: float = 120.0
+    """Seconds a request may take before it counts as timed out (roles not in ``role_timeout_s``)."""
+    role_timeout_s: tuple[tuple[str, float], ...] = ()
+    """Per accounting role (``ChatClient.role``): its own request timeout (see :meth:`timeout_for`)."""
     max_attempts: int = 6
+    """Attempts per call that may fail on a timeout, connection error or 5xx (429s: ``rate_limit_wait_s``)."""
+    max_timeout_attempts: int = 2
+    """Of those, attempts that may time out: a call that timed out this often fails."""
+    rate_limit_wait_s: float = 300.0
+    """Total seconds one call may wait on 429s before it fails (each wait charged at least ``backoff.initial``)."""
     backoff: Backoff = field(default_factory=Backoff)
     adaptive: Adaptive = field(default_factory=Adaptive)
     max_reasks: int = 2
@@ -56,9 +64,17 @@ class LLMSettings:
     transport: Transport = "openai"
     breaker_failures: int | None = 20
     """Consecutive connection-level failures of one endpoint that stop the job (0/None: never)."""
+    breaker_timeouts: int | None = 8
+    """Consecutive timed-out requests of one endpoint that stop the job (0/None: never)."""
     preflight_probe: bool = True
     """Probe every endpoint with an ``api_base`` (GET /models) before any job starts."""
     preflight_timeout_s: float = 5.0
+    preflight_completion: bool = True
+    """One minimal completion per distinct (model, endpoint, params) before any job starts."""
+
+    def timeout_for(self, role: str) -> float:
+        """The request timeout of calls booked under ``role``."""
+        return dict(self.role_timeout_s).get(role, self.timeout_s)
 
     @classmethod
     def from_mapping(cls, settings: Mapping[str, Any]) -> LLMSettings:
@@ -69,6 +85,8 @@ class LLMSettings:
         backoff = raw.pop("backoff", None) or {}
         price = raw.pop("api_base_price", None) or {}
         adaptive = raw.pop("adaptive", None) or {}
+        raw["role_timeout_s"] = _role_timeouts(raw.pop("role_timeout_s", None) or {})
+        _check_retry_keys(raw)
         known = {f.name for f in fields(cls)} - {"cache_mode", "cache_path", "cache_url", "max_usd", "backoff",
                                                  "api_base_price", "adaptive"}
         unknown = set(raw) - known
@@ -88,3 +106,37 @@ class LLMSettings:
             adaptive=Adaptive(**adaptive),
             **raw,
         )
+
+
+def _role_timeouts(raw: Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
+    """``role_timeout_s`` as sorted (role, seconds) pairs; null values (= ``timeout_s``) left out."""
+    if not isinstance(raw, Mapping):  # a config error, reported as the others are
+        raise ValueError(f"services.llm.role_timeout_s must map roles to seconds, got {raw!r}")  # noqa: TRY004
+    pairs = []
+    for role, seconds in raw.items():
+        if seconds is None:
+            continue
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+            raise ValueError(f"services.llm.role_timeout_s.{role} must be a positive number of seconds, "
+                             f"got {seconds!r}")
+        pairs.append((str(role), float(seconds)))
+    return tuple(sorted(pairs))
+
+
+_LOWER_BOUNDS: dict[str, tuple[float, bool]] = {
+    "timeout_s": (0.0, False), "max_attempts": (1, True), "max_timeout_attempts": (1, True),
+    "rate_limit_wait_s": (0.0, True),
+}
+"""Retry and timeout keys: (least value, whether it is allowed); a 0 timeout would never answer."""
+
+
+def _check_retry_keys(raw: Mapping[str, Any]) -> None:
+    """Refuse retry and timeout settings that could never send or never stop (a typo's usual result)."""
+    for key, (least, allowed) in _LOWER_BOUNDS.items():
+        value = raw.get(key)
+        if value is None:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or value < least or (value == least and not allowed):
+            raise ValueError(f"services.llm.{key} must be a number {'>=' if allowed else '>'} {least:g}, "
+                             f"got {value!r}")

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cts.llm._rules import RequestRules
+
 
 def _plain(value: Any) -> Any:
     """Turn OmegaConf containers (or any mappings/sequences) into plain Python."""
@@ -31,6 +33,7 @@ class ModelSpec:
         output_cost_per_token: USD per completion token.
         max_concurrency: Cap on calls in flight to this endpoint (None = runtime default).
         min_concurrency: Floor of the endpoint's adaptive limit (None = ``services.llm.adaptive.floor``).
+        request: What the provider accepts (``request:`` in the model file; see :mod:`cts.llm._rules`).
     """
 
     name: str
@@ -42,10 +45,12 @@ class ModelSpec:
     output_cost_per_token: float = 0.0
     max_concurrency: int | None = None
     min_concurrency: int | None = None
+    request: RequestRules = field(default_factory=RequestRules)
 
     def __post_init__(self) -> None:
         # Hydra hands over DictConfig: keep a plain copy (picklable, deep-copyable, JSON-able).
         object.__setattr__(self, "params", _plain(self.params or {}))
+        object.__setattr__(self, "request", RequestRules.coerce(_plain(self.request)))
 
     @classmethod
     def coerce(cls, value: ModelSpec | Mapping[str, Any]) -> ModelSpec:

@@ -16,6 +16,8 @@ USAGE_KEYS: tuple[str, ...] = (
     "requests",
     "tokens_in",
     "tokens_out",
+    "tokens_reasoning",
+    "truncated",
     "cost_usd",
     "saved_usd",
     "latency_s",
@@ -23,7 +25,9 @@ USAGE_KEYS: tuple[str, ...] = (
 """Counters kept per role: ``calls`` = ``complete`` invocations (cache hits and
 failures included), ``cache_hits`` = those served from the cache, ``errors`` =
 those that raised (CallError or BudgetExceeded), ``requests`` = HTTP requests sent
-(retries included), tokens and cost = fresh (billed) completions only,
+(retries included), tokens and cost = fresh (billed) completions only
+(``tokens_reasoning`` is the hidden reasoning part of ``tokens_out``), ``truncated`` = replies
+that stopped at the output cap (cache hits included: the text a role parses was cut),
 ``saved_usd`` = what the cache hits cost when first made, ``latency_s`` = wall time spent in ``complete``."""
 
 Usage = dict[str, dict[str, float]]
@@ -43,6 +47,8 @@ class CallUsage:
     cost_usd: float
     latency_s: float
     saved_usd: float = 0.0
+    tokens_reasoning: int = 0
+    truncated: bool = False
     new_call: bool = True
     """False for a late reply to a call already counted (its tokens and cost land later)."""
 
@@ -61,6 +67,8 @@ def add_call(usage: Usage, role: str, call: CallUsage) -> None:
     row["requests"] += call.requests
     row["tokens_in"] += call.tokens_in
     row["tokens_out"] += call.tokens_out
+    row["tokens_reasoning"] += call.tokens_reasoning
+    row["truncated"] += int(call.truncated)
     row["cost_usd"] += call.cost_usd
     row["saved_usd"] += call.saved_usd
     row["latency_s"] += call.latency_s

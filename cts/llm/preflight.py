@@ -38,6 +38,7 @@ __all__ = [
     "preflight_problems",
     "probe",
     "probe_problems",
+    "slot_params",
 ]
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,35 @@ def preflight_problems(cfg: DictConfig) -> list[str]:
             hint = f"{env} is not set" if env else "no api_base and no key variable (set the model's api_base)"
             problems.append(f"{path} ({name}): {hint}")
     return problems
+
+
+SLOT_PARAM_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # slot name -> (keys of the component node sent as params, keys holding a params mapping)
+    "model": (("temperature", "top_p", "stop"), ("params", "extra_params")),
+    "summary_model": ((), ("summary_params",)),
+}
+"""Where a component node keeps the decoding params it sends to the model in each slot
+(LLM roles: ``params``; WebDancer: ``temperature``, ``top_p``, ``stop``, ``extra_params`` for its
+agent and ``summary_params`` for its summariser)."""
+
+
+def slot_params(cfg: DictConfig, path: str) -> dict[str, Any]:
+    """The decoding params the component owning model ``path`` sends with it (besides the model's own).
+
+    Args:
+        cfg: The composed config.
+        path: A model node's path, e.g. ``search.summary_model``.
+    """
+    parent_path, _, slot = path.rpartition(".")
+    parent = _resolved(OmegaConf.select(cfg, parent_path, default=None)) if parent_path else None
+    if not isinstance(parent, dict):
+        return {}
+    scalars, mappings = SLOT_PARAM_KEYS.get(slot, ((), ()))
+    out = {k: parent[k] for k in scalars if parent.get(k) is not None}
+    for key in mappings:
+        if isinstance(parent.get(key), dict):
+            out.update(parent[key])
+    return out
 
 
 @dataclass(frozen=True)
@@ -146,7 +176,7 @@ def probe(endpoint: Endpoint, timeout_s: float) -> str | None:
     import httpx
 
     url = endpoint.api_base.rstrip("/") + "/models"
-    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    headers = auth_headers(endpoint.models, endpoint.api_key)
     try:
         response = httpx.get(url, headers=headers, timeout=timeout_s, follow_redirects=True)
     except httpx.TimeoutException:
@@ -157,6 +187,21 @@ def probe(endpoint: Endpoint, timeout_s: float) -> str | None:
         return f"endpoint {endpoint.describe()}: the key was rejected (HTTP {response.status_code})"
     _warn_unlisted(endpoint, response)
     return None
+
+
+_PROVIDER_AUTH = {
+    # provider prefix -> how its API takes the key (the OpenAI-compatible default: a Bearer token)
+    "gemini": lambda key: {"x-goog-api-key": key},
+    "anthropic": lambda key: {"x-api-key": key, "anthropic-version": "2023-06-01"},
+}
+
+
+def auth_headers(models: Sequence[str], api_key: str | None) -> dict[str, str]:
+    """The key as the endpoint's provider takes it (Gemini refuses a Bearer token as bad OAuth)."""
+    if not api_key:
+        return {}
+    provider = next((m.split("/", 1)[0] for m in models if "/" in m), "openai")
+    return _PROVIDER_AUTH.get(provider, lambda key: {"Authorization": f"Bearer {key}"})(api_key)
 
 
 def probe_problems(endpoints: Sequence[Endpoint], timeout_s: float) -> list[str]:

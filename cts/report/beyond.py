@@ -20,6 +20,7 @@ import pandas as pd
 from cts.report.gating import evaluate_gate
 from cts.metrics import interaction_metrics, questions_asked_mean
 from cts.records import Record
+from cts.report.jobs import ORIG
 from cts.report.plots import _pyplot
 from cts.report.tables import Table
 from cts.roles.gates import AlwaysGate, NeverGate, OracleGate, RuleGate
@@ -28,7 +29,6 @@ from cts.stats import paired_bootstrap_ci
 log = logging.getLogger(__name__)
 
 NAN = float("nan")
-MODE_FACTORS = ("clarifier.mode", "clarifier.stop_early")
 CLARIFY_ROLES = ("clarifier", "ua", "rewriter", "gate")
 """Roles whose spend clarification adds on top of searching q (the cost axis of the frontier)."""
 
@@ -37,21 +37,6 @@ def _fmt(v: Any, signed: bool = False) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "–"
     return f"{v:+.3f}" if signed else f"{v:.3f}"
-
-
-def mode_of(records: Sequence[Record]) -> str:
-    """``batch`` or ``sequential`` as recorded (``mixed`` if a job holds both)."""
-    modes = {r.mode for r in records}
-    return modes.pop() if len(modes) == 1 else ("mixed" if modes else "batch")
-
-
-def base_label(label: str) -> str:
-    """A job label (``system[f=v,...]``) without the mode factors, so batch and sequential jobs line up."""
-    if not label.endswith("]") or "[" not in label:
-        return label
-    system, inner = label[:-1].split("[", 1)
-    kept = [f for f in inner.split(",") if f.split("=", 1)[0] not in MODE_FACTORS]
-    return f"{system}[{','.join(kept)}]" if kept else system
 
 
 def _paired(records: Sequence[Record]) -> tuple[list[float], list[float]]:
@@ -71,7 +56,7 @@ def sequential_rows(jobs: Sequence[Any], stats: Any) -> pd.DataFrame:
         clarified_s, orig_s = _paired(j.records)
         delta, low, high = paired_bootstrap_ci(clarified_s, orig_s, **vars(stats))
         scores = [r.score for r in j.records if r.score is not None]
-        rows.append({"k": j.k, "system": base_label(j.label), "mode": mode_of(j.records),
+        rows.append({"k": j.k, "system": j.label, "mode": j.mode,
                      "n": float(len(scores)), "score": float(np.mean(scores)) if scores else NAN,
                      "delta": delta, "delta_ci_low": low, "delta_ci_high": high,
                      "all_unknown_rate": interaction_metrics(list(j.records), j.k)["all_unknown_rate"],
@@ -123,7 +108,7 @@ def gating_rows(jobs: Sequence[Any], stats: Any, gates: Mapping[str, Any]) -> pd
             result, decisions = evaluate_gate(j.records, gate, **vars(stats))
             asked = {i for i, d in decisions.items() if d.ask}
             cost, unit = _clarify_cost(j.records, asked)
-            rows.append({"k": j.k, "system": base_label(j.label), "mode": mode_of(j.records), "gate": name,
+            rows.append({"k": j.k, "system": j.label, "mode": j.mode, "setting": j.setting, "gate": name,
                          **asdict(result), "cost_per_instance": cost, "cost_unit": unit})
     return pd.DataFrame(rows)
 
@@ -133,7 +118,7 @@ def gating_table(rows: pd.DataFrame, confidence: float) -> Any:
 
     pct = f"{confidence:.0%}"
     display = pd.DataFrame({
-        "k": rows["k"], "System": rows["system"], "gate": rows["gate"], "n": rows["n"],
+        "k": rows["k"], "System": rows["system"], "mode": rows["mode"], "gate": rows["gate"], "n": rows["n"],
         "ask_rate": rows["ask_rate"].map(_fmt), "score": rows["score_mean"].map(_fmt),
         "Δ vs. orig": rows["delta_vs_orig"].map(lambda v: _fmt(v, True)),
         f"{pct} CI": [f"[{_fmt(a)}, {_fmt(b)}]" for a, b in zip(rows["delta_ci_low"], rows["delta_ci_high"])],
@@ -179,14 +164,20 @@ def frontier_rows(gating: pd.DataFrame) -> pd.DataFrame:
     """Per (system, k, mode, gate): mean score vs cost per instance, Pareto points marked.
 
     The oracle is an upper bound, not a system: it is listed but never on the frontier.
-    ``never`` is the orig arm, shared by the jobs of one setting, so each distinct orig score is listed once.
+    ``never`` is the orig arm, shared by the jobs of one setting, so it is listed once per setting
+    (``orig``, or ``orig[judge=strict]`` when settings vary), scored by the mean over those jobs
+    (equal up to summation order, as each job's records are in the order they finished).
     """
     if gating.empty:
         return pd.DataFrame()
-    df = gating[["system", "k", "mode", "gate", "score_mean", "cost_per_instance", "cost_unit",
-                 "questions_per_instance"]].copy()
-    never = df[df["gate"] == "never"].drop_duplicates(subset=["score_mean"]).assign(system="orig", mode="–", k="any")
-    df = pd.concat([df[df["gate"] != "never"], never], ignore_index=True)
+    cols = ["system", "k", "mode", "setting", "gate", "score_mean", "cost_per_instance", "cost_unit",
+            "questions_per_instance"]
+    df = gating.assign(setting=gating.get("setting", ""))[cols]
+    never = df[df["gate"] == "never"].groupby("setting", as_index=False, sort=True).agg(
+        {"gate": "first", "score_mean": "mean", "cost_per_instance": "first", "cost_unit": "first",
+         "questions_per_instance": "first"})
+    never = never.assign(system=[f"{ORIG}[{s}]" if s else ORIG for s in never["setting"]], mode="–", k="any")
+    df = pd.concat([df[df["gate"] != "never"], never[cols]], ignore_index=True).drop(columns=["setting"])
     units = set(df["cost_unit"])
     if len(units) > 1:  # mixed units are not comparable: fall back to the common one, questions
         df["cost_per_instance"], df["cost_unit"] = df["questions_per_instance"], "questions"
@@ -256,12 +247,18 @@ def extra_report(jobs: Sequence[Any], stats: Any, out_dir: Path) -> tuple[list[A
 
 
 def _metrics(seq: pd.DataFrame, gating: pd.DataFrame) -> dict[str, float]:
+    """``questions_asked_mean.<system>.<mode>.k<k>`` and ``gate_<stat>.<system>.<gate>.k<k>[.<mode>]``.
+
+    The mode ends a gate metric's name only when the sweep has several (as the mode column does).
+    """
     out: dict[str, float] = {}
     for r in seq.itertuples(index=False):
         out[_key("questions_asked_mean", r.system, r.mode, f"k{r.k}")] = float(r.questions_asked_mean)
+    several = gating["mode"].nunique() > 1 if len(gating) else False
     for r in gating.itertuples(index=False):
+        mode = (r.mode,) if several else ()
         for name in ("ask_rate", "score_mean", "delta_vs_orig", "delta_vs_always", "precision", "recall"):
-            out[_key(f"gate_{name}", r.system, r.gate, f"k{r.k}")] = float(getattr(r, name))
+            out[_key(f"gate_{name}", r.system, r.gate, f"k{r.k}", *mode)] = float(getattr(r, name))
     return {k: v for k, v in out.items() if math.isfinite(v)}
 
 

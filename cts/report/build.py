@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from cts.report.beyond import extra_report
-from cts.report.jobs import Job, load_jobs
+from cts.report.jobs import NO_MODE, Job, load_jobs
 from cts.report.plots import plot_scores, plot_unknown_vs_region
 from cts.report.rows import Stats, diagnostic_rows, score_rows
 from cts.report.tables import Table, build_tables, markdown, write_table
@@ -47,15 +47,24 @@ def _metric_key(*parts: Any) -> str:
 
 
 def sweep_metrics(scores: pd.DataFrame, diag: pd.DataFrame) -> dict[str, float]:
-    """Flatten the main numbers into MLflow metric names (``score_mean.<system>.k<k>``)."""
+    """Flatten the main numbers into MLflow metric names (``score_mean.<system>.k<k>``).
+
+    When the sweep has several modes, the mode ends the name (``score_mean.rules_scope.k1.sequential``).
+    """
+    several = len(set(scores["mode"]) - {NO_MODE}) > 1 if len(scores) else False
+
+    def key(name: str, row: Mapping[str, Any]) -> str:
+        mode = (row["mode"],) if several and row["mode"] != NO_MODE else ()
+        return _metric_key(name, row["system"], f"k{row['k']}", *mode)
+
     out: dict[str, float] = {}
-    for row in scores.itertuples(index=False):
+    for row in scores.to_dict("records"):
         for name, col in (("score_mean", "mean"), ("delta_mean", "delta"), ("delta_ci_low", "delta_ci_low"),
                           ("delta_ci_high", "delta_ci_high")):
-            out[_metric_key(name, row.system, f"k{row.k}")] = float(getattr(row, col))
+            out[key(name, row)] = float(row[col])
     for row in diag.to_dict("records"):
         for name in ("ua_unknown_rate", "cq_region_rate", "region_only_unknown_rate", "all_unknown_rate"):
-            out[_metric_key(name, row["system"], f"k{row['k']}")] = float(row[name])
+            out[key(name, row)] = float(row[name])
     return {k: v for k, v in out.items() if math.isfinite(v)}
 
 

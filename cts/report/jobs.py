@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from cts import naming
 from cts.job_files import RECORDS_FILE
 from cts.records import Record, read_records
 
@@ -17,7 +18,13 @@ log = logging.getLogger(__name__)
 
 ORIG = "orig"
 """Label of the orig arm (search q directly) in every table."""
+NO_MODE = "–"
+"""The mode column of an orig row (the orig arm asks nothing)."""
 SUMMARY_FILE = "summary.json"
+MODE_KEY = "clarifier.mode"
+"""The factor every table shows as its ``mode`` column (read from the records), never in a label."""
+_REBIND = "model@clarifier.model"
+"""An override of this key names the system: ``clarifier=gpt model@clarifier.model=claude`` is ``claude``."""
 _NOT_FACTORS = frozenset({"clarifier", "k"})
 
 
@@ -26,15 +33,19 @@ class Job:
     """One job of a sweep: its identity and its records."""
 
     system: str
-    """The clarifier option name (``none`` = orig)."""
+    """The clarifier option (``rules_scope``, ``gpt``; ``none`` = orig), or the model option an override binds."""
     k: int
     records: tuple[Record, ...]
     factors: Mapping[str, str] = field(default_factory=dict)
-    """Config choices and overrides other than clarifier and k (what else may vary)."""
+    """The job's setting: config choices and swept overrides other than the clarifier's and k."""
     job_dir: str = ""
     run_id: str = ""
     label: str = ""
-    """Display name: the system plus every factor that varies across the sweep."""
+    """Display name: the system plus every factor but the mode that varies across the sweep."""
+    variant: Mapping[str, str] = field(default_factory=dict)
+    """Swept overrides of the clarifier's own settings (``clarifier.mode``, ``clarifier.stop_early``)."""
+    setting: str = ""
+    """The setting factors that vary across the sweep (``judge=strict``): what tells orig rows apart."""
 
     @property
     def is_orig(self) -> bool:
@@ -46,46 +57,61 @@ class Job:
             not r.questions and (r.error is None or r.error.stage != "clarify") for r in self.records
         )
 
+    @property
+    def mode(self) -> str:
+        """``batch`` or ``sequential`` as recorded (``mixed`` if the job holds both)."""
+        modes = {r.mode for r in self.records}
+        return modes.pop() if len(modes) == 1 else ("mixed" if modes else "batch")
 
-def _parse_overrides(items: Iterable[str]) -> dict[str, str]:
+
+def _legacy_factors(run_name: str) -> dict[str, str]:
+    """Factors of a job dir written before summaries kept overrides: split from its run name.
+
+    The run name joins ``key=value`` with ``,`` after making it path-safe, so it is not
+    Hydra syntax; a segment without ``=`` belongs to the value before it.
+    """
     out: dict[str, str] = {}
     last = None
-    for item in items:
+    for item in run_name.split(","):
         if "=" in item:
             last, value = item.split("=", 1)
             out[last.lstrip("+~")] = value
-        elif last is not None:  # a comma inside a value (override_dirname joins with ",")
+        elif last is not None:
             out[last] += f",{item}"
     return out
 
 
+def _overridden(summary: Mapping[str, Any]) -> dict[str, str]:
+    """The swept factors of a job, from its stored overrides (:func:`cts.naming.factors`)."""
+    overrides = summary.get("overrides")
+    if not isinstance(overrides, list):
+        return _legacy_factors(str(summary.get("run_name") or ""))
+    swept = summary.get("swept")
+    return naming.factors([str(o) for o in overrides], None if swept is None else [str(k) for k in swept])
+
+
 def _clarifier_only(key: str) -> bool:
-    """Whether an override changes the clarifier only (so it names the system, not a setting)."""
-    return key.startswith(("clarifier.", "model@clarifier"))
+    """Whether a factor changes the clarifier only (so it varies the system, not the setting)."""
+    return key.startswith(("clarifier.", "model@clarifier."))
 
 
-def system_name(option: str, factors: Mapping[str, str], records: Sequence[Record]) -> str:
-    """The system's label: the clarifier option, or the model the records name when an override
-    rebinds the clarifier's model (``clarifier=gpt model@clarifier.model=claude`` is ``claude``)."""
-    if any(_clarifier_only(key) for key in factors):
-        models = {r.models.get("clarifier") for r in records if r.models.get("clarifier")}
-        if len(models) == 1:
-            return str(models.pop()).rsplit("/", 1)[-1]
-    return option
+def _implied(key: str, choices: Mapping[str, str]) -> bool:
+    """Whether a choice follows from another (``model@ua.model`` from ``ua``, ``search/provider`` from ``search``)."""
+    parent = key.split("@", 1)[1].split(".", 1)[0] if "@" in key else key.split("/", 1)[0]
+    return parent != key and parent in choices
 
 
 def job_from_summary(summary: Mapping[str, Any], records: Sequence[Record], job_dir: str = "") -> Job:
     """Build a :class:`Job` from a ``summary.json`` mapping and the job's records."""
     choices = {str(g): str(v) for g, v in (summary.get("choices") or {}).items() if not str(g).startswith("hydra")}
-    overrides = summary.get("overrides")
-    if not isinstance(overrides, list):
-        overrides = str(summary.get("run_name") or "").split(",")
-    factors = {**_parse_overrides(overrides), **choices}
-    system = system_name(choices.get("clarifier") or factors.get("clarifier") or "unknown", factors, records)
+    swept = _overridden(summary)
+    system = swept.get(_REBIND) or choices.get("clarifier") or swept.get("clarifier") or "unknown"
+    chosen = {g: v for g, v in choices.items() if not _implied(g, choices)}
+    setting = {g: v for g, v in {**chosen, **swept}.items() if g not in _NOT_FACTORS and not _clarifier_only(g)}
+    variant = {g: v for g, v in swept.items() if _clarifier_only(g) and g != _REBIND}
     k = int(summary.get("k") or (records[0].k if records else 0))
-    factors = {g: v for g, v in factors.items() if g not in _NOT_FACTORS and not _clarifier_only(g)}
-    return Job(system, k, tuple(records), factors, job_dir or str(summary.get("job_dir", "")),
-               str(summary.get("run_id") or ""))
+    return Job(system, k, tuple(records), setting, job_dir or str(summary.get("job_dir", "")),
+               str(summary.get("run_id") or ""), variant=variant)
 
 
 def load_job_dir(path: str | Path) -> Job:
@@ -136,7 +162,7 @@ def load_mlflow_jobs(experiment: str, tracking_uri: str) -> list[Job]:
                 log.warning("run %s has no %s: %s", run["run_id"], name, e)
                 continue
             job = load_job_dir(dst)
-            jobs[(job.system, job.k, tuple(sorted(job.factors.items())))] = job
+            jobs[(job.system, job.k, job.mode, _items(job.variant), _items(job.factors))] = job
     return list(jobs.values())
 
 
@@ -163,13 +189,27 @@ def load_jobs(source: str | Path | Sequence[str | Path], tracking_uri: str | Non
     return label_jobs(jobs)
 
 
+def _items(factors: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(factors.items()))
+
+
+def _varying(maps: Sequence[Mapping[str, str]]) -> list[str]:
+    """Keys whose value (or absence) is not the same in every mapping."""
+    keys = sorted({key for m in maps for key in m})
+    return [key for key in keys if len({m.get(key) for m in maps}) > 1]
+
+
+def _joined(factors: Mapping[str, str], keys: Sequence[str]) -> str:
+    return ",".join(f"{key}={factors.get(key)}" for key in keys)
+
+
 def label_jobs(jobs: Sequence[Job]) -> list[Job]:
-    """Name each job by its system plus the factors that vary across ``jobs``."""
-    keys = sorted({key for j in jobs for key in j.factors})
-    varying = [key for key in keys if len({j.factors.get(key) for j in jobs}) > 1]
+    """Name each job by its system plus the factors that vary across ``jobs`` (the mode is a column)."""
+    setting_keys = _varying([j.factors for j in jobs])
+    keys = sorted({*setting_keys, *(key for key in _varying([j.variant for j in jobs]) if key != MODE_KEY)})
     out = []
     for j in jobs:
-        extra = ",".join(f"{key}={j.factors.get(key)}" for key in varying)
+        extra = _joined({**j.variant, **j.factors}, keys)
         label = ORIG if j.is_orig and not extra else (f"{j.system}[{extra}]" if extra else j.system)
-        out.append(Job(j.system, j.k, j.records, j.factors, j.job_dir, j.run_id, label))
-    return sorted(out, key=lambda j: (j.k, j.label))
+        out.append(replace(j, label=label, setting=_joined(j.factors, setting_keys)))
+    return sorted(out, key=lambda j: (j.k, j.label, j.mode))

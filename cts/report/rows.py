@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from cts.diagnostics import diagnostics
-from cts.report.jobs import ORIG, Job
+from cts.report.jobs import NO_MODE, ORIG, Job
 from cts.stats import mean_ci, paired_bootstrap_ci
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,8 @@ def score_rows(jobs: Sequence[Job], stats: Stats) -> pd.DataFrame:
     for k, setting, at_k in _settings(jobs):
         origs = orig_scores(at_k)  # pooled only over jobs of one setting (search, judge, dataset ...)
         _, low, high = mean_ci(list(origs.values()), **vars(stats))
-        rows.append({"k": k, "system": f"{ORIG}[{setting}]" if setting else ORIG, **_dist(list(origs.values())),
+        rows.append({"k": k, "system": f"{ORIG}[{setting}]" if setting else ORIG, "mode": NO_MODE,
+                     **_dist(list(origs.values())),
                      "mean_ci_low": low, "mean_ci_high": high, "n_paired": NAN, "delta": NAN,
                      "delta_ci_low": NAN, "delta_ci_high": NAN})
         for j in at_k:
@@ -87,7 +88,7 @@ def score_rows(jobs: Sequence[Job], stats: Stats) -> pd.DataFrame:
             _, low, high = mean_ci(scores, **vars(stats))
             clarified_s, orig_s = paired(j)
             delta, d_low, d_high = paired_bootstrap_ci(clarified_s, orig_s, **vars(stats))
-            rows.append({"k": k, "system": j.label, **_dist(scores), "mean_ci_low": low,
+            rows.append({"k": k, "system": j.label, "mode": j.mode, **_dist(scores), "mean_ci_low": low,
                          "mean_ci_high": high, "n_paired": float(len(clarified_s)), "delta": delta,
                          "delta_ci_low": d_low, "delta_ci_high": d_high})
     return pd.DataFrame(rows)
@@ -98,7 +99,8 @@ def diagnostic_rows(jobs: Sequence[Job]) -> pd.DataFrame:
     from cts.metrics import interaction_metrics
 
     rows = [
-        {"k": j.k, "system": j.label, **interaction_metrics(list(j.records), j.k), **diagnostics(j.records)}
+        {"k": j.k, "system": j.label, "mode": j.mode, **interaction_metrics(list(j.records), j.k),
+         **diagnostics(j.records)}
         for j in jobs
         if not j.is_orig
     ]

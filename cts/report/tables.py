@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from cts.qtypes import QTYPES
-from cts.report.jobs import ORIG
+from cts.report.jobs import NO_MODE
 
 log = logging.getLogger(__name__)
 
@@ -41,28 +41,41 @@ def _count(v: float) -> str:
     return "–" if not math.isfinite(v) else f"{int(v)}"
 
 
+def _with_mode(display: pd.DataFrame, data: pd.DataFrame) -> pd.DataFrame:
+    """``display`` with a ``mode`` column after its system column when the sweep has several modes.
+
+    A sweep of one mode (the paper's batch) keeps the paper's table shape.
+    """
+    if "mode" in data and len(set(data["mode"]) - {NO_MODE}) > 1:
+        display.insert(2, "mode", list(data["mode"]))
+    return display
+
+
 def scores_table(scores: pd.DataFrame) -> Table:
     """Tables 2/6: mean (delta vs orig), p50, p90 per system and k."""
-    data = scores[["k", "system", "n", "mean", "delta", "p50", "p90"]]
+    data = scores[["k", "system", "mode", "n", "mean", "delta", "p50", "p90"]]
     display = pd.DataFrame({
         "k": data["k"], "System": data["system"], "n": data["n"].map(_count),
-        "mean (Δ)": [_num(m) if s == ORIG else f"{_num(m)} ({_signed(d)})"
-                     for s, m, d in zip(data["system"], data["mean"], data["delta"])],
+        "mean (Δ)": [_num(m) if mode == NO_MODE else f"{_num(m)} ({_signed(d)})"
+                     for mode, m, d in zip(data["mode"], data["mean"], data["delta"])],
         "p50": data["p50"].map(_num), "p90": data["p90"].map(_num),
     })
+    display = _with_mode(display, data)
     caption = "Tables 2/6. restore_score_100 per system and budget k; Δ is the paired mean difference vs. orig."
     return Table("scores", caption, data.reset_index(drop=True), display.reset_index(drop=True))
 
 
 def delta_ci_table(scores: pd.DataFrame, confidence: float) -> Table:
     """Table 3: mean delta vs orig with its paired bootstrap CI."""
-    data = scores[scores["system"] != ORIG][["k", "system", "n_paired", "delta", "delta_ci_low", "delta_ci_high"]]
+    data = scores[scores["mode"] != NO_MODE][["k", "system", "mode", "n_paired", "delta", "delta_ci_low",
+                                              "delta_ci_high"]]
     pct = f"{confidence:.0%}"
     display = pd.DataFrame({
         "k": data["k"], "System": data["system"], "n": data["n_paired"].map(_count),
         "mean Δ vs. orig": data["delta"].map(_signed),
         f"{pct} CI": [f"[{_num(lo)}, {_num(hi)}]" for lo, hi in zip(data["delta_ci_low"], data["delta_ci_high"])],
     })
+    display = _with_mode(display.reset_index(drop=True), data.reset_index(drop=True))
     caption = f"Table 3. Mean improvement over orig with paired bootstrap {pct} CIs."
     return Table("delta_ci", caption, data.reset_index(drop=True), display.reset_index(drop=True))
 
@@ -70,8 +83,8 @@ def delta_ci_table(scores: pd.DataFrame, confidence: float) -> Table:
 def _rate_table(name: str, caption: str, diag: pd.DataFrame, cols: Mapping[str, str],
                 fmt: Mapping[str, Callable[[Any], str]] | None = None) -> Table:
     fmt = fmt or {}
-    data = diag[["k", "system", *cols]].reset_index(drop=True)
-    display = pd.DataFrame({"k": data["k"], "System": data["system"]})
+    data = diag[["k", "system", "mode", *cols]].reset_index(drop=True)
+    display = _with_mode(pd.DataFrame({"k": data["k"], "System": data["system"]}), data)
     for col, title in cols.items():
         display[title] = data[col].map(fmt.get(col, _num))
     return Table(name, caption, data, display)
@@ -92,18 +105,19 @@ def known_cnt_table(diag: pd.DataFrame) -> Table:
 def turn_table(diag: pd.DataFrame) -> Table:
     """Table 10: region-only count and unknown rate per (system, turn)."""
     rows = [
-        {"k": row.k, "system": row.system, "turn": t,
+        {"k": row.k, "system": row.system, "mode": row["mode"], "turn": t,
          "region_only_count": row[f"region_only_count_t{t}"],
          "region_only_unknown_rate": row[f"region_only_unknown_rate_t{t}"]}
         for _, row in diag.iterrows() for t in range(1, int(row.k) + 1)
         if row[f"region_only_count_t{t}"] > 0  # like the paper, only turns with region-only questions
     ]
-    data = pd.DataFrame(rows, columns=["k", "system", "turn", "region_only_count", "region_only_unknown_rate"])
-    display = pd.DataFrame({
+    data = pd.DataFrame(rows, columns=["k", "system", "mode", "turn", "region_only_count",
+                                       "region_only_unknown_rate"])
+    display = _with_mode(pd.DataFrame({
         "k": data["k"], "(System, turn)": [f"({s}, {t})" for s, t in zip(data["system"], data["turn"])],
         "#region-only": data["region_only_count"].map(_count),
         "region-only unknown": data["region_only_unknown_rate"].map(_num),
-    })
+    }), data)
     return Table("turn_region_only", "Table 10. Turn-level UA unknown rate conditioned on region-only questions.",
                  data, display)
 

@@ -175,13 +175,14 @@ class LLMGate(_LLMRole):
     """
 
     default_role = "gate"
+    default_cap = 128  # {"ask": ..., "confidence": ...}
 
     def __init__(self, model: Chat, prompt: str, min_confidence: float = 0.0, role: str | None = None,
                  max_reasks: int = DEFAULT_MAX_REASKS, prompts_dir: str | None = None,
-                 params: Mapping[str, Any] | None = None) -> None:
+                 params: Mapping[str, Any] | None = None, max_output_tokens: int | None = None) -> None:
         # Explicit parameters: the pre-flight names a misspelt key by the signature.
         super().__init__(model, prompt, role=role, max_reasks=max_reasks, prompts_dir=prompts_dir,
-                         params=params)
+                         params=params, max_output_tokens=max_output_tokens)
         self.min_confidence = min_confidence
 
     async def decide(self, blurred_query: str) -> Decision:

@@ -34,7 +34,7 @@ from cts.roles.parse import (
     parse_questions,
     parse_turn,
 )
-from cts.roles.reask import DEFAULT_MAX_REASKS, InvalidOutput, ask_until_valid
+from cts.roles.reask import DEFAULT_MAX_REASKS, InvalidOutput, Truncated, ask_until_valid
 from cts.types import QA, ClarifyMode, Evidence, GoldDraft, Label, Nugget, UnscoredError
 
 T = TypeVar("T")
@@ -44,6 +44,8 @@ class _LLMRole:
     """Shared plumbing: prompt, client, bounded re-asks."""
 
     default_role: ClassVar[str]
+    default_cap: ClassVar[int]
+    """Output tokens the role's reply needs, with room to spare (``max_output_tokens`` overrides)."""
 
     def __init__(
         self,
@@ -53,6 +55,7 @@ class _LLMRole:
         max_reasks: int = DEFAULT_MAX_REASKS,
         prompts_dir: str | None = None,
         params: Mapping[str, Any] | None = None,
+        max_output_tokens: int | None = None,
     ) -> None:
         """Bind a prompt and a model.
 
@@ -64,19 +67,25 @@ class _LLMRole:
                 ``services.llm.max_reasks`` when the config leaves it unset).
             prompts_dir: Directory of prompt files (None = the repository's ``prompts/``).
             params: Decoding params overriding the model's for this role.
+            max_output_tokens: The role's output cap (None = the class's ``default_cap``); a
+                reply that stops at it is re-asked, then the item is unscored as ``truncated``.
         """
         self.role = role or self.default_role
         self.prompt = load_prompt(prompt, prompts_dir)
         self.client = model.with_role(self.role)
         self.max_reasks = max_reasks
         self.params = dict(params or {})
+        self.max_output_tokens = self.default_cap if max_output_tokens is None else int(max_output_tokens)
 
     async def _ask(self, parse: Callable[[str], T], prompt: Prompt | None = None, **values: Any) -> T:
         prompt = prompt or self.prompt
         try:
             return await ask_until_valid(self.client, prompt.messages(**values), parse,
                                          max_reasks=self.max_reasks, prompt_version=prompt.version,
-                                         params=self.params)
+                                         params=self.params, max_output_tokens=self.max_output_tokens)
+        except Truncated as exc:
+            raise UnscoredError(f"{self.role}: truncated after {self.max_reasks} re-ask(s): {exc}",
+                                kind="truncated") from exc
         except InvalidOutput as exc:
             raise UnscoredError(f"{self.role}: invalid output after {self.max_reasks} re-ask(s): {exc}") from exc
 
@@ -90,6 +99,7 @@ class LLMClarifier(_LLMRole):
     """
 
     default_role = "clarifier"
+    default_cap = 512  # k <= 3 questions as a JSON array
 
     def __init__(
         self,
@@ -102,10 +112,11 @@ class LLMClarifier(_LLMRole):
         max_reasks: int = DEFAULT_MAX_REASKS,
         prompts_dir: str | None = None,
         params: Mapping[str, Any] | None = None,
+        max_output_tokens: int | None = None,
     ) -> None:
         # Explicit parameters (no **kwargs): the pre-flight names a misspelt key by the signature.
         super().__init__(model, prompt, role=role, max_reasks=max_reasks, prompts_dir=prompts_dir,
-                         params=params)
+                         params=params, max_output_tokens=max_output_tokens)
         if mode not in ("batch", "sequential"):
             raise ValueError(f"mode must be batch or sequential, got {mode!r}")
         self.mode: ClarifyMode = mode
@@ -136,6 +147,7 @@ class LLMUserAnswerer(_LLMRole):
     """Prompt B: answers one question from the intent only, else ``unknown``."""
 
     default_role = "ua"
+    default_cap = 128  # a minimal answer or `unknown`
 
     async def answer(self, fused_query: str, question: str) -> str:
         """Return a minimal answer stated in ``fused_query``, or ``unknown``."""
@@ -146,6 +158,7 @@ class LLMRewriter(_LLMRole):
     """Prompt C: one query from the blurred query and the Q&A pairs only."""
 
     default_role = "rewriter"
+    default_cap = 256  # one query
 
     async def rewrite(self, blurred_query: str, qa: Sequence[QA]) -> str:
         """Return the rewritten query (the blurred query itself when there are no pairs)."""
@@ -159,6 +172,7 @@ class LLMJudge(_LLMRole):
     """Prompt E: strict full/partial/none per nugget, all nuggets in one call."""
 
     default_role = "judge"
+    default_cap = 1024  # one label per nugget, as JSON
 
     async def judge(self, answer: str, nuggets: Sequence[Nugget]) -> dict[str, Label]:
         """Return one label per nugget id."""
@@ -173,6 +187,7 @@ class LLMExtractor(_LLMRole):
     """Prompt D: evidence-grounded weighted nuggets (the static GOLD JSON)."""
 
     default_role = "extractor"
+    default_cap = 4096  # the GOLD JSON: weighted nuggets with evidence ids
 
     async def extract(self, fused_query: str, answer: str, evidence: Sequence[Evidence]) -> GoldDraft:
         """Return a GOLD draft whose nuggets cite only ids of ``evidence``."""

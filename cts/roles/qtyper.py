@@ -49,12 +49,14 @@ class LLMQuestionTyper:
         prompt: str = "qtyper",
         max_reasks: int = DEFAULT_MAX_REASKS,
         prompts_dir: str | None = None,
+        max_output_tokens: int = 64,
     ) -> None:
         """Args:
         model: Chat client of the model (built from a ``conf/model`` entry by the composition layer).
         prompt: Name of the prompt file in ``prompts/`` (placeholder ``question``).
         max_reasks: Re-asks after invalid output (unset in the config: ``services.llm.max_reasks``).
         prompts_dir: Directory of prompt files (None = the repository's ``prompts/``).
+        max_output_tokens: Output cap (a JSON array of a few labels); a cut reply falls back too.
         """
         from cts.prompts import PromptError, load_prompt
 
@@ -63,13 +65,14 @@ class LLMQuestionTyper:
             raise PromptError(f"prompt {prompt!r} must have exactly the placeholder question")
         self.client = model.with_role("qtyper")
         self.max_reasks = int(max_reasks)
+        self.max_output_tokens = int(max_output_tokens)
 
     async def classify(self, question: str) -> tuple[str, ...]:
         """Return the model's labels for ``question`` (lexicon labels after invalid output)."""
         try:
             return await ask_until_valid(self.client, self.prompt.messages(question=question), _checked_types,
                                          max_reasks=self.max_reasks, prompt_version=self.prompt.version,
-                                         reask=lambda _reason: _REASK)
+                                         reask=lambda _reason: _REASK, max_output_tokens=self.max_output_tokens)
         except InvalidOutput:
             log.warning("qtyper: invalid output after %d re-ask(s); lexicon fallback", self.max_reasks)
             return classify_question(question)

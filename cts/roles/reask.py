@@ -16,8 +16,18 @@ REASK = (
 )
 
 
+TRUNCATED = (
+    "Your previous reply was cut off at the length limit of {cap} tokens. "
+    "Reply again, much more briefly, following the required output format exactly."
+)
+
+
 class InvalidOutput(ValueError):
     """A model reply that fails validation; the message is shown to the model on re-ask."""
+
+
+class Truncated(InvalidOutput):
+    """Every reply stopped at the output cap (``finish_reason`` ``length``): never parsed as complete."""
 
 
 def reask_with_reason(reason: str) -> str:
@@ -34,23 +44,33 @@ async def ask_until_valid(
     prompt_version: str,
     params: Mapping[str, Any] | None = None,
     reask: Callable[[str], str] = reask_with_reason,
+    max_output_tokens: int | None = None,
 ) -> T:
     """Call the model until ``parse`` accepts its reply, at most ``max_reasks`` more times.
 
     A re-ask appends the invalid reply and ``reask(reason)`` to the conversation, so it
-    differs from the first call (the response cache would replay it otherwise).
+    differs from the first call (the response cache would replay it otherwise). A reply
+    that stopped at the output cap is not parsed (it may be cut mid-answer): it is
+    re-asked with a request to be brief.
 
     Raises:
+        Truncated: The last reply still stopped at the cap.
         InvalidOutput: Still invalid after the re-asks (the last reason).
     """
     history = list(messages)
-    reason = ""
+    error: InvalidOutput = InvalidOutput("")
+    sent = dict(params or {})
+    if max_output_tokens is not None:
+        sent["max_output_tokens"] = max_output_tokens
     for _ in range(max_reasks + 1):
-        completion = await client.complete(history, prompt_version=prompt_version, **dict(params or {}))
+        completion = await client.complete(history, prompt_version=prompt_version, **sent)
         try:
+            if getattr(completion, "truncated", False):
+                raise Truncated(f"truncated at the output cap ({max_output_tokens} tokens)")
             return parse(completion.text)
+        except Truncated as exc:
+            error, retry = exc, TRUNCATED.format(cap=max_output_tokens)
         except InvalidOutput as exc:
-            reason = str(exc)
-            history = [*history, {"role": "assistant", "content": completion.text},
-                       {"role": "user", "content": reask(reason)}]
-    raise InvalidOutput(reason)
+            error, retry = exc, reask(str(exc))
+        history = [*history, {"role": "assistant", "content": completion.text}, {"role": "user", "content": retry}]
+    raise error

@@ -187,6 +187,8 @@ class Episode:
     evidence: dict[str, Evidence] = field(default_factory=dict)
     assistant: list[str] = field(default_factory=list)
     counts: dict[str, float] = field(default_factory=dict)
+    cut_turns: int = 0
+    """Agent turns in a row that stopped at the output cap."""
 
     def add(self, key: str, value: float = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + value

@@ -55,6 +55,9 @@ from cts.types import CallError, Evidence, SearchResult
 DEFAULT_PROMPTS = {"system": "webdancer_system", "user": "webdancer_user",
                    "final": "webdancer_final", "summary": "visit_summary"}
 RELEASED_SUMMARY_PARAMS = {"temperature": 0.7}
+CUT_TURN = ("Your last turn was cut off at the length limit ({cap} tokens). Think briefly, then give "
+            "exactly one <tool_call> or your <answer>.")
+"""Shown to the agent after a turn that stopped at its output cap (the cut turn stays in the conversation)."""
 """Decoding params of WebSailor's page summariser."""
 FATAL_KINDS = frozenset({"config", "auth"})
 """Error kinds that abort the run instead of being reported to the agent (a missing key)."""
@@ -84,7 +87,11 @@ class WebDancerSearch:
         max_context_tokens: Approximate conversation size before the context budget runs out.
         temperature: Agent sampling temperature (None = the model's default).
         top_p: Agent nucleus sampling (None = the model's default).
-        max_tokens: Cap on tokens per agent turn (None = the server's default).
+        max_output_tokens: Cap on tokens per agent turn (None = the server's default); a turn
+            that stops at it is shown to the agent as cut, ``max_truncated_turns`` times in a row
+            at most, then the run ends ``truncated`` (the arm is unscored, never parsed as complete).
+        summary_max_output_tokens: Cap on tokens of one page summary.
+        max_truncated_turns: Consecutive cut turns before the run ends ``truncated``.
         stop: Stop sequences of agent turns.
         results_per_query: Hits returned per search query.
         max_queries_per_call: Queries of one search call that are run (the rest are dropped).
@@ -108,7 +115,9 @@ class WebDancerSearch:
         max_context_tokens: int = 31 * 1024 - 500,
         temperature: float | None = 0.6,
         top_p: float | None = 0.95,
-        max_tokens: int | None = None,
+        max_output_tokens: int | None = None,
+        summary_max_output_tokens: int | None = None,
+        max_truncated_turns: int = 2,
         stop: Sequence[str] = DEFAULT_STOP,
         results_per_query: int = 10,
         max_queries_per_call: int = 3,
@@ -135,7 +144,9 @@ class WebDancerSearch:
         self.max_page_chars = max_page_chars
         self.fallback_page_chars = fallback_page_chars
         self.force_final_answer = force_final_answer
-        sampling = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens}
+        self.max_output_tokens, self.summary_max_output_tokens = max_output_tokens, summary_max_output_tokens
+        self.max_truncated_turns = max_truncated_turns
+        sampling = {"temperature": temperature, "top_p": top_p}
         self.params = {**{k: v for k, v in sampling.items() if v is not None},
                        "stop": list(stop), **dict(extra_params or {})}
         self.summary_params = dict(RELEASED_SUMMARY_PARAMS if summary_params is None else summary_params)
@@ -193,6 +204,11 @@ class WebDancerSearch:
             if run.counts.get("llm_calls", 0) >= self.max_llm_calls:
                 return await self._force_final(run, "call_budget")
             text = await self._agent_turn(run)
+            if run.cut_turns:
+                if run.cut_turns > self.max_truncated_turns:
+                    return "truncated"
+                run.messages.append({"role": "user", "content": CUT_TURN.format(cap=self.max_output_tokens)})
+                continue
             call = None if is_final(text) else parse_tool_call(text)
             if call is None:
                 return "answer"
@@ -203,8 +219,10 @@ class WebDancerSearch:
 
     async def _agent_turn(self, run: Episode) -> str:
         completion = await self.agent.complete(
-            list(run.messages), prompt_version=self.prompt_version, **self.params)
+            list(run.messages), prompt_version=self.prompt_version, max_output_tokens=self.max_output_tokens,
+            **self.params)
         run.book(completion, "llm_calls")
+        run.cut_turns = run.cut_turns + 1 if completion.truncated else 0
         # Servers that ignore stop sequences run on into an imagined tool response.
         text, restored = restore_think(turn_text(completion).split("<tool_response>", 1)[0])
         text = text.strip()
@@ -214,6 +232,7 @@ class WebDancerSearch:
             "type": "llm", "turn": int(run.counts["llm_calls"]), "text": text, "think_restored": restored,
             "tokens_in": completion.tokens_in, "tokens_out": completion.tokens_out,
             "cost_usd": completion.cost_usd, "cached": completion.cached, "latency_s": completion.latency_s,
+            "finish_reason": completion.finish_reason, "tokens_reasoning": completion.tokens_reasoning,
         })
         return text
 
@@ -346,14 +365,15 @@ class WebDancerSearch:
         messages = [{"role": "user", "content": render(prompt, webpage_content=text, goal=goal)}]
         try:
             completion = await self.summariser.complete(
-                messages, prompt_version=prompt.version, **self.summary_params)
+                messages, prompt_version=prompt.version, max_output_tokens=self.summary_max_output_tokens,
+                **self.summary_params)
         except CallError as exc:
             if exc.kind in FATAL_KINDS:
                 raise
             return None, {}, True
         usage = {"summary_calls": 1, "tokens_in": completion.tokens_in,
                  "tokens_out": completion.tokens_out, "cost_usd": completion.cost_usd}
-        parsed = _loads(completion.text)
+        parsed = None if completion.truncated else _loads(completion.text)  # a cut JSON is no summary
         if isinstance(parsed, Mapping) and (parsed.get("evidence") or parsed.get("summary")):
             return parsed, usage, False
         return None, usage, False

@@ -30,7 +30,7 @@ from cts.llm._singleflight import SingleFlight
 from cts.startup import end_startup_gc
 
 if TYPE_CHECKING:
-    from cts.llm import LLMRuntime
+    from cts.llm import InFlight, LLMRuntime
     from cts.records import ArmResult, Record
 
 T = TypeVar("T")
@@ -48,6 +48,7 @@ class SweepProgress:
         self.session = session
         self.bar = tqdm(total=0, desc="sweep", unit="q", disable=not enabled, dynamic_ncols=True)
         self._lock = threading.Lock()
+        self._postfix: dict[str, str] = {}
 
     def add(self, total: int, done: int) -> None:
         """A job joined the sweep with ``total`` instances, ``done`` of them already finished."""
@@ -60,7 +61,14 @@ class SweepProgress:
         with self._lock:
             self.bar.update(1)
             requests, cost = self.session.totals()
-            self.bar.set_postfix(requests=int(requests), usd=f"{cost:.4f}", refresh=False)
+            self._postfix.update(requests=str(int(requests)), usd=f"{cost:.4f}")
+            self.bar.set_postfix(self._postfix, refresh=False)
+
+    def calls(self, in_flight: InFlight) -> None:
+        """The LLM requests in flight now, and the age of the oldest."""
+        with self._lock:
+            self._postfix.update(in_flight.postfix())
+            self.bar.set_postfix(self._postfix)
 
     def close(self) -> None:
         """Close the bar."""

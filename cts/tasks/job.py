@@ -12,7 +12,7 @@ import contextlib
 import hashlib
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,16 +23,18 @@ from omegaconf import DictConfig, OmegaConf
 
 from cts import tracking
 from cts.job_files import RECORDS_FILE
+from cts.naming import current_swept, override_items
 from cts.outcome import stop_reason, stop_task
 from cts.records import infra_stop
-from cts.secrets import scrub_tree
+from cts.secrets import scrub, scrub_tree
 
 # Keys that change where things go or how fast, not what is measured.
 _NON_PROTOCOL_KEYS = ("paths", "tracking", "concurrency", "limit", "hydra", "task", "sweep_report", "debug",
                       "gate")  # the gate is applied after the fact, over finished records
 _LLM_OPERATIONAL = ("concurrency_per_endpoint", "adaptive", "timeout_s", "max_attempts", "backoff", "cache", "budget",
                     "tracing", "transport", "breaker_failures", "preflight_probe", "preflight_timeout_s",
-                    "api_base_price")
+                    "api_base_price", "role_timeout_s", "max_timeout_attempts", "rate_limit_wait_s",
+                    "breaker_timeouts", "preflight_completion")
 _LOCAL_LLM_OPERATIONAL = ("port", "startup_timeout_s", "stop_timeout_s")  # services.local_llm: where, not what
 
 
@@ -44,6 +46,10 @@ class JobContext:
     run_name: str
     job_dir: Path
     sweep_dir: str
+    overrides: tuple[str, ...] = ()
+    """The job's task overrides (``hydra.overrides.task``), secrets masked (:func:`stored_overrides`)."""
+    swept: tuple[str, ...] | None = ()
+    """Keys the sweep varies (empty outside a multirun, None when the sweep did not record them)."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,10 @@ def job_context(cfg: DictConfig) -> JobContext:
     choices = {g: str(v) for g, v in hc.runtime.choices.items() if not g.startswith("hydra") and v}
     sweep = str(hc.sweep.dir) if hc.mode and hc.mode.name == "MULTIRUN" else ""
     name = job_run_name(list(hc.overrides.task), bool(sweep), f"clarifier={choices.get('clarifier', 'run')},k={cfg.k}")
-    return JobContext(choices, name, out, sweep)
+    written = OmegaConf.to_container(hc.overrides.task, resolve=False)  # ${oc.env:KEY} stays unresolved
+    assert isinstance(written, list)
+    swept = current_swept() if sweep else ()
+    return JobContext(choices, name, out, sweep, tuple(stored_overrides([str(o) for o in written])), swept)
 
 
 def job_run_name(overrides: list[str], multirun: bool, fallback: str) -> str:
@@ -91,6 +100,16 @@ def job_run_name(overrides: list[str], multirun: bool, fallback: str) -> str:
 
     swept = current_swept() if multirun else ()
     return job_name(overrides, swept, fallback) if swept != () else fallback
+
+
+def stored_overrides(overrides: Sequence[str]) -> list[str]:
+    """``overrides`` as ``summary.json`` and MLflow keep them: a secret's value masked, the rest as written."""
+    out = []
+    for text, (key, value) in zip(overrides, override_items(overrides)):
+        safe = scrub(key, value)
+        quoted = safe.replace("'", "\\'")  # a masked value keeps Hydra's syntax: the report parses it again
+        out.append(text if safe == value else f"{key}='{quoted}'")
+    return out
 
 
 def in_multirun() -> bool:
@@ -201,6 +220,7 @@ def job_tags(cfg: DictConfig, ctx: JobContext) -> dict[str, str]:
         "cts.k": str(cfg.k),
     }
     tags.update({f"cts.choice.{g}": v for g, v in ctx.choices.items()})
+    tags.update(tracking.override_tags(ctx.overrides, ctx.swept))
     return tags
 
 
@@ -214,6 +234,8 @@ def write_summary(run: RunInfo, k: int, metrics: Mapping[str, float], run_id: st
         "k": k,
         "stop_reason": stop,
         "run_name": ctx.run_name,
+        "overrides": list(ctx.overrides),
+        "swept": None if ctx.swept is None else list(ctx.swept),
         "job_dir": str(ctx.job_dir),
         "sweep_dir": ctx.sweep_dir,
         "run_id": run_id,

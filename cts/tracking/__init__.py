@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cts.naming import factors
 from cts.secrets import scrub
 from cts.tracking._store import (
     TrackingStoreError,
@@ -29,8 +31,8 @@ from cts.versions import package_versions
 __all__ = [
     "TrackingStoreError", "broken_store_message", "download_artifact", "experiment_id", "flatten", "job_run",
     "job_runs", "log_artifacts", "log_instance_trace", "log_metrics", "log_records_table", "log_report_run",
-    "one_run_per_job_dir", "prepare_store", "search_runs", "search_traces", "search_turns", "set_tags",
-    "store_failed", "store_lock_path", "trace_llm_calls",
+    "one_run_per_job_dir", "override_tags", "prepare_store", "search_runs", "search_traces", "search_turns",
+    "set_tags", "store_failed", "store_lock_path", "trace_llm_calls",
 ]
 
 _PARAM_VALUE_MAX = 6000  # MLflow's limit on a param value
@@ -46,6 +48,28 @@ def flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
         else:
             out[name] = scrub(name, str(value))[:_PARAM_VALUE_MAX]  # keys come from the env, never logged
     return out
+
+
+_TAG_VALUE_MAX = 5000  # the smallest limit on a tag value across MLflow versions
+_TAG_KEY_UNSAFE = re.compile(r"[^/\w.\- :]")  # MLflow's tag-name characters (``@`` is not one)
+
+
+def override_tags(overrides: Sequence[str], swept: Collection[str] | None) -> dict[str, str]:
+    """Tags of a job's overrides: ``cts.overrides`` (JSON list) and ``cts.factor.<key>`` per swept factor.
+
+    The report reads the overrides from ``summary.json``; the tags let a run be found by its
+    factors (``tags.cts.factor.clarifier.mode = 'sequential'``). A list too long for one tag
+    value keeps its first overrides and says so in ``cts.overrides_truncated``.
+    """
+    kept = list(overrides)
+    while kept and len(json.dumps(kept, ensure_ascii=False)) > _TAG_VALUE_MAX:
+        kept.pop()
+    tags = {"cts.overrides": json.dumps(kept, ensure_ascii=False)}
+    if len(kept) < len(overrides):
+        tags["cts.overrides_truncated"] = str(len(overrides) - len(kept))
+    tags.update({f"cts.factor.{_TAG_KEY_UNSAFE.sub('_', k)}": v[:_TAG_VALUE_MAX]
+                 for k, v in factors(overrides, swept).items()})
+    return tags
 
 
 RUN_FILE = "mlflow_run.json"

@@ -40,14 +40,17 @@ if TYPE_CHECKING:
 ROLES: dict[str, dict[str, Any]] = {
     # mode: batch (k questions at once, the paper) or sequential (one per turn);
     # stop_early (sequential only): the clarifier may stop when the answers so far suffice.
+    # max_output_tokens: the role's output cap (a reply that stops at it is re-asked, then
+    # unscored as `truncated`), sized to what the role must write; the model's reasoning
+    # allowance is added where reasoning counts against the cap (conf/model/<name>.yaml request:).
     "clarifier": {"_target_": "cts.roles.llm.LLMClarifier", "prompt": "clarifier",
-                  "mode": "batch", "stop_early": False},
-    "ua": {"_target_": "cts.roles.llm.LLMUserAnswerer", "prompt": "ua"},
-    "rewriter": {"_target_": "cts.roles.llm.LLMRewriter", "prompt": "rewriter"},
-    "judge": {"_target_": "cts.roles.llm.LLMJudge", "prompt": "judge"},
-    "extractor": {"_target_": "cts.roles.llm.LLMExtractor", "prompt": "extractor"},
+                  "mode": "batch", "stop_early": False, "max_output_tokens": 512},
+    "ua": {"_target_": "cts.roles.llm.LLMUserAnswerer", "prompt": "ua", "max_output_tokens": 128},
+    "rewriter": {"_target_": "cts.roles.llm.LLMRewriter", "prompt": "rewriter", "max_output_tokens": 256},
+    "judge": {"_target_": "cts.roles.llm.LLMJudge", "prompt": "judge", "max_output_tokens": 1024},
+    "extractor": {"_target_": "cts.roles.llm.LLMExtractor", "prompt": "extractor", "max_output_tokens": 4096},
 }
-"""Per LLM role group: the class and prompt (``prompts/<prompt>.md``) every model plays it with."""
+"""Per LLM role group: the class, prompt (``prompts/<prompt>.md``) and output cap every model plays it with."""
 
 
 def model_names(config_dirs: Sequence[Traversable]) -> list[str]:

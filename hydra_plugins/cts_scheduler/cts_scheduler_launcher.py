@@ -191,4 +191,6 @@ def _failed(exc: BaseException, overrides: list[str] | None = None) -> JobReturn
 
 def _sets_concurrency(overrides: Sequence[str]) -> bool:
     """Whether the user set ``concurrency`` on the command line (it then wins over ``job_concurrency``)."""
-    return any(o.split("=", 1)[0].lstrip("+~") == "concurrency" for o in overrides)
+    from cts.naming import factors
+
+    return "concurrency" in factors(overrides)
