@@ -24,7 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from cts.llm.preflight import find_model_specs, slot_params
+from cts.llm.preflight import find_model_specs, serves_locally, slot_params
 
 PROBE_TOKENS = 8
 """Output cap of a probe (the model's reasoning allowance is added where reasoning counts against it)."""
@@ -72,8 +72,8 @@ def completion_probes(cfgs: Sequence[DictConfig]) -> list[Probe]:
     found: dict[str, tuple[Probe, dict[str, None]]] = {}
     for cfg in cfgs:
         raw = _plain(OmegaConf.select(cfg, "services.llm", default=None)) or {}
-        if not raw.get("preflight_completion", True):
-            continue
+        if not raw.get("preflight_completion", True) or serves_locally(cfg):
+            continue  # a local server cts starts is not up yet; its readiness wait checks it
         settings = LLMSettings.from_mapping(raw)
         for path, node in find_model_specs(cfg):
             spec = _plain(node)

@@ -72,7 +72,7 @@ def preflight_problems(cfg: DictConfig) -> list[str]:
     Returns:
         Problems such as ``clarifier.model (gpt): OPENAI_API_KEY is not set``; empty when all is well.
     """
-    if _value(OmegaConf.select(cfg, "services.llm.api_base", default=None)) or _serves_locally(cfg):
+    if _value(OmegaConf.select(cfg, "services.llm.api_base", default=None)) or serves_locally(cfg):
         return []
     problems = []
     for path, node in find_model_specs(cfg):
@@ -149,8 +149,8 @@ def endpoints_of(cfgs: Sequence[DictConfig]) -> list[Endpoint]:
 
     found: dict[tuple[str, str | None], tuple[dict[str, None], dict[str, None]]] = {}
     for cfg in cfgs:
-        if _serves_locally(cfg):
-            continue  # cts starts that server itself and waits until it answers
+        if serves_locally(cfg):
+            continue  # cts starts that server itself, with the job, and waits until it answers
         settings = LLMSettings.from_mapping(_resolved(OmegaConf.select(cfg, "services.llm", default=None)) or {})
         for path, node in find_model_specs(cfg):
             spec = _resolved(node)
@@ -224,10 +224,13 @@ def _warn_unlisted(endpoint: Endpoint, response: Any) -> None:
                     endpoint.api_base, missing, sorted(listed)[:10])
 
 
-def _serves_locally(cfg: DictConfig) -> bool:
-    """Whether the job routes every role to the local LLM server it starts (``services.local_llm``)."""
-    return bool(OmegaConf.select(cfg, "services.local_llm._target_", default=None)) and not _value(
-        OmegaConf.select(cfg, "services.llm.api_base", default=None))
+def serves_locally(cfg: DictConfig) -> bool:
+    """Whether the job starts its own LLM server (``services.local_llm``): nothing answers before the job.
+
+    Every role calls that server (or ``services.llm.api_base``, e.g. a proxy in front of it), so no
+    key is needed, and its readiness wait replaces the endpoint and completion probes.
+    """
+    return bool(OmegaConf.select(cfg, "services.local_llm._target_", default=None))
 
 
 def _resolved(node: Any) -> Any:
