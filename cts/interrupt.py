@@ -203,7 +203,8 @@ def interruptible_job(
             yield
         except KeyboardInterrupt:
             signum = stop_signal()
-            line = f"cts: stopped by {signal.Signals(signum).name}: {count_done()}/{n_total} instances done in {job_dir}"
+            name = signal.Signals(signum).name
+            line = f"cts: stopped by {name}: {count_done()}/{n_total} instances done in {job_dir}"
             if not _sweep_scope:
                 line += f"; resume with: {resume_command(sys.argv[1:], job_dir, sweep_dir)}"
             print(line, file=sys.stderr, flush=True)

@@ -5,10 +5,12 @@ one dir, the same MLflow runs, none left RUNNING, no second FINISHED run for a j
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -78,7 +80,8 @@ def test_a_sweep_stopped_in_its_default_dir_resumes_from_another_directory(tmp_p
     assert 4 <= sum(map(len, stopped.values())) < 9 * N
     runs = job_runs(clone)
     assert len(runs) == 9 and ("RUNNING" if sig == signal.SIGKILL else "KILLED") in set(runs["status"])
-    assert set(runs["status"]) <= {"RUNNING" if sig == signal.SIGKILL else "KILLED", "FINISHED"}
+    assert set(runs["status"]) <= {"RUNNING" if sig == signal.SIGKILL else "KILLED", "FINISHED"}, (
+        runs[["tags.mlflow.runName", "status"]], err[-3000:])
     command = _printed_command(sig, rc, out, err, argv, int((runs["status"] == "KILLED").sum()))
     assert f"hydra.sweep.dir={sweep}" in command and command.split()[1] == str(clone / "run.py")
 
@@ -94,3 +97,28 @@ def test_a_sweep_stopped_in_its_default_dir_resumes_from_another_directory(tmp_p
     assert len(runs) == 9 and set(runs["status"]) == {"FINISHED"} and runs["tags.cts.job_dir"].is_unique
     assert _run_ids(sweep) == run_ids and set(runs["run_id"]) == set(run_ids.values())
     assert "(9 jobs)" in (sweep / "report" / "report.md").read_text()
+
+
+@pytest.mark.serial  # a real SIGINT to this process while it waits
+def test_a_ctrl_c_while_the_launcher_waits_lets_every_job_end_first() -> None:
+    """Python < 3.12 marks a thread dead when Ctrl-C interrupts its join (CPython gh-90882): the
+    process then exited under a job that was ending its MLflow run, which stayed RUNNING."""
+    from hydra_plugins.cts_scheduler.cts_scheduler_launcher import _join_all, _then_set
+
+    stop, finished = threading.Event(), []
+
+    class Session:
+        def cancel(self) -> None:
+            stop.set()
+
+    def job() -> None:  # stops when the sweep is cancelled, then takes a while to clean up
+        stop.wait(10)
+        time.sleep(0.5)
+        finished.append(True)
+
+    ended = [threading.Event()]
+    thread = threading.Thread(target=_then_set, args=(ended[0], job))
+    thread.start()
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    assert _join_all([thread], ended, Session()) is True
+    assert finished == [True] and not thread.is_alive()

@@ -6,14 +6,17 @@ return value) and cts's task (records, resume, MLflow run, metrics); the
 runtime, one capacity per endpoint and one orig arm per instance. A failing job
 does not stop the others (Hydra reports it after the batch, so the sweep exits
 non-zero); Ctrl-C or SIGTERM stops every job, keeping what each has written, and
-the sweep says so once, with the command that resumes it, and exits 130 / 143. Each job logs to ``<job dir>/<task name>.log`` as under
-the basic launcher (:mod:`cts.sweep._joblog`).
+the sweep says so once, with the command that resumes it, and exits 130 / 143.
+Each job logs to ``<job dir>/<task name>.log`` as under the basic launcher
+(:mod:`cts.sweep._joblog`).
 """
 
 
+import contextlib
 import logging
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,11 +93,13 @@ class CtsLauncher(Launcher):
         with routed_job_logs(_file_format(self.config)) as router, SweepSession(progress=self.progress) as session, \
                 sweep_signals():
             session.expect_jobs(len(configs))
-            threads = [threading.Thread(target=self._run_one, args=(session, router, c, results, i),
-                                        name=f"cts-job-{i}") for i, c in enumerate(configs)]
+            ended = [threading.Event() for _ in configs]
+            threads = [threading.Thread(target=_then_set, name=f"cts-job-{i}",
+                                        args=(ended[i], self._run_one, session, router, c, results, i))
+                       for i, c in enumerate(configs)]
             for thread in threads:
                 thread.start()
-            interrupted = _join_all(threads, session)
+            interrupted = _join_all(threads, ended, session)
             counts = session.orig_counts()
         HydraConfig.instance().set_config(self.config)
         returns = [r if r is not None else _failed(RuntimeError("job did not return")) for r in results]
@@ -139,27 +144,47 @@ class CtsLauncher(Launcher):
             log.error("job #%d (%s) failed: %s", i, " ".join(config.hydra.overrides.task), _why(ret._return_value))
 
 
-def _join_all(threads: list[threading.Thread], session: Any) -> bool:
+def _then_set(ended: threading.Event, target: Any, *args: Any) -> None:
+    """Run ``target(*args)`` (a job's thread), then say it has ended."""
+    try:
+        target(*args)
+    finally:
+        ended.set()
+
+
+def _join_all(threads: list[threading.Thread], ended: list[threading.Event], session: Any) -> bool:
     """Wait for every job; on Ctrl-C (or SIGTERM) stop them all and wait for their clean-up.
+
+    The wait polls each job's ``ended`` flag rather than ``Thread.join``: a Ctrl-C that interrupts
+    ``join`` marks a thread that still runs as dead before Python 3.12 (CPython gh-90882), and the
+    process then exits under that job, leaving its MLflow run ``RUNNING``.
 
     Returns:
         Whether the sweep was interrupted.
     """
     try:
-        for thread in threads:
-            while thread.is_alive():
-                thread.join(_POLL_S)
-        return False
+        _wait_until_set(ended)
+        interrupted = False
     except KeyboardInterrupt:
         log.warning("interrupted: stopping every job of the sweep (finished records are kept)")
         session.cancel()
-        for thread in threads:
-            while thread.is_alive():  # a second Ctrl-C while jobs clean up is ignored
-                try:
-                    thread.join(_POLL_S)
-                except KeyboardInterrupt:
-                    log.warning("still stopping: each job is ending its MLflow run")
-        return True
+        while True:
+            try:
+                _wait_until_set(ended)
+                break
+            except KeyboardInterrupt:  # a second Ctrl-C while jobs clean up is ignored
+                log.warning("still stopping: each job is ending its MLflow run")
+        interrupted = True
+    for thread in threads:  # every job has ended; its thread only returns
+        with contextlib.suppress(KeyboardInterrupt):
+            thread.join()
+    return interrupted
+
+
+def _wait_until_set(events: list[threading.Event]) -> None:
+    """Sleep until every event is set (a sleep, unlike a lock wait, is safe to interrupt)."""
+    while not all(e.is_set() for e in events):
+        time.sleep(_POLL_S)
 
 
 def _job_name(ret: JobReturn, i: int) -> str:
