@@ -26,7 +26,8 @@ def _parsed(override: str) -> object:
     return OverridesParser.create().parse_override(override).value()
 
 
-@pytest.mark.parametrize("value", ["/o/clarifier=gpt,k=1", "/o/a b", "/o/it's", '/o/"q"', "/o/ü", "/o/x\\", "/o/plain"])
+@pytest.mark.parametrize("value", ["/o/clarifier=gpt,k=1", "/o/a b", "/o/it's", '/o/"q"', "/o/ü", "/o/x\\",
+                                   "/o/plain"])
 def test_hydra_quoting_reads_back_the_same_value(value: str) -> None:
     assert _parsed(f"hydra.run.dir={hydra_quote(value)}") == value
 
@@ -82,8 +83,9 @@ def test_a_sweep_whose_jobs_failed_on_infrastructure_prints_one_command_that_run
     clone, elsewhere = fresh_clone(tmp_path), tmp_path / "elsewhere"
     elsewhere.mkdir()
     llm_server.handler = lambda body: Reply.error(500, "overloaded")  # the probe (GET) still answers
-    args = ["-m", "experiment=offline", "clarifier=gpt", "k=1,2,3", "limit=3", f"services.llm.api_base={llm_server.base_url}",
-            "services.llm.max_attempts=1", f"services.llm.cache.path={tmp_path}/llm.sqlite"]
+    args = ["-m", "experiment=offline", "clarifier=gpt", "k=1,2,3", "limit=3",
+            f"services.llm.api_base={llm_server.base_url}", "services.llm.max_attempts=1",
+            f"services.llm.cache.path={tmp_path}/llm.sqlite", "services.llm.preflight_completion=false"]  # the endpoint fails mid-run, not at the pre-flight
     env = clone_env(cache_dir)
     proc = subprocess.run([sys.executable, "run.py", *args], cwd=clone, env=env, capture_output=True, text=True,
                           timeout=600)
@@ -114,7 +116,8 @@ def test_a_single_job_in_a_dir_with_equals_and_commas_resumes_from_another_direc
     llm_server.handler = lambda body: Reply.error(500, "overloaded")
     args = ["experiment=offline", "clarifier=gpt", "limit=3", f"services.llm.api_base={llm_server.base_url}",
             "services.llm.max_attempts=1", f"services.llm.cache.path={tmp_path}/llm.sqlite",
-            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f'hydra.run.dir="{job_dir}"']
+            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", "services.llm.preflight_completion=false",
+            f'hydra.run.dir="{job_dir}"']
     env = clone_env(cache_dir)
     proc = subprocess.run([sys.executable, str(REPO / "run.py"), *args], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=600)
