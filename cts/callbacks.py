@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from cts import tracking
+from cts.interrupt import hydra_quote, remember_sweep
 from cts.naming import forget_swept, register_resolver, remember_swept
+
+if TYPE_CHECKING:
+    from cts.report import ReportResult
 
 log = logging.getLogger(__name__)
 # Hydra imports this module (to build the callbacks) in the launching process and in
@@ -64,8 +70,56 @@ def jobs_open_store_here(config: DictConfig) -> bool:
         return False
 
 
+def pin_sweep_dir(config: DictConfig) -> str:
+    """Resolve the sweep dir once, absolute, and pin it into the sweep's config for every job.
+
+    Hydra resolves ``hydra.sweep.dir`` (``${now:...}``) in each job's config again, when the
+    job starts unless the launcher composed the job after the sweep's own value was resolved:
+    the cts launcher's jobs landed in as many dirs as seconds the sweep took to start them.
+    The value is set in the sweep's config and appended to ``hydra.overrides.hydra``, which
+    every launcher (cts, basic, joblib, Slurm) applies when it composes a job's config.
+
+    Returns:
+        The sweep dir.
+    """
+    sweep_dir = os.path.abspath(str(config.hydra.sweep.dir))  # resolving it fills the ${now:} cache jobs copy
+    pinned = f"hydra.sweep.dir={hydra_quote(sweep_dir)}"
+    given = OmegaConf.to_container(config.hydra.overrides.hydra, resolve=False)  # e.g. subdir=job${hydra:job.num}
+    assert isinstance(given, list)
+    hydra_overrides = [o for o in given if str(o).lstrip("+~").split("=", 1)[0] != "hydra.sweep.dir"]
+    with read_write(config.hydra), open_dict(config.hydra):
+        config.hydra.sweep.dir = sweep_dir
+        config.hydra.overrides.hydra = [*hydra_overrides, pinned]
+    return sweep_dir
+
+
+def report_or_exit(config: DictConfig, n_jobs: int) -> Path:
+    """Build the sweep report; exit 1 with ``error:`` lines when it fails or misses some of the sweep's jobs.
+
+    Args:
+        config: The sweep's config.
+        n_jobs: The jobs the sweep launched (0: unknown).
+    """
+    from cts.report.jobs import job_dirs
+
+    sweep_dir = str(config.hydra.sweep.dir)
+    found = len(job_dirs(sweep_dir)) if Path(sweep_dir).is_dir() else 0
+    if not found:
+        sys.exit(f"error: sweep report: no finished job found in {sweep_dir}")
+    result = build_report(config)
+    if not result.ok:
+        sys.exit("\n".join(f"error: sweep report: {e}" for e in result.errors))
+    if found < n_jobs:
+        sys.exit(f"error: sweep report: only {found} of the sweep's {n_jobs} jobs finished in {sweep_dir}")
+    assert result.out_dir is not None
+    return result.out_dir
+
+
 class PrepareTrackingStore(Callback):
     """Create the MLflow schema once in the parent, before parallel jobs race to migrate it."""
+
+    def __init__(self) -> None:
+        self._n_jobs = 0  # the jobs of the sweep (on_multirun_start), which its report must cover
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Called by Hydra in the launching process, before any job starts.
@@ -83,7 +137,10 @@ class PrepareTrackingStore(Callback):
         )
 
         remember_swept(list(config.hydra.overrides.task))
+        sweep_dir = pin_sweep_dir(config)  # before any job's config is composed
+        remember_sweep(sweep_dir, sys.argv[1:])
         jobs = sweep_job_configs(config)
+        self._n_jobs = len(jobs)
         check_start(config, jobs)  # values, output places, input files: before any dir or store exists
         stop_on_problems([p for job in jobs for p in preflight_problems_of(job, task_groups(job))])
         probe_endpoints(jobs)  # every distinct endpoint of the sweep, once
@@ -116,18 +173,25 @@ class PrepareTrackingStore(Callback):
         forget_swept()
         forget_composed()
         if config.get("sweep_report", True):
-            report_sweep(config)
+            report_or_exit(config, self._n_jobs)
 
 
 def report_sweep(config: DictConfig) -> Path | None:
     """Build the sweep report of ``config``'s sweep dir and log it to MLflow as a sweep-level run.
 
-    The multirun callback runs it in the submitting process; on Slurm a dependent job
-    runs it after the last job (:func:`cts.cluster.report_job`).
+    On Slurm a dependent job runs it after the last job (:func:`cts.cluster.report_job`).
 
     Returns:
         The report's dir, or None when it could not be built (the errors are logged).
     """
+    result = build_report(config)
+    for error in result.errors:
+        log.error("sweep report: %s", error)
+    return result.out_dir if result.ok else None
+
+
+def build_report(config: DictConfig) -> ReportResult:
+    """Build the report of ``config``'s sweep dir; when built, log it as a sweep-level MLflow run."""
     from cts.report.build import build_sweep_report, log_sweep_report
 
     result = build_sweep_report(
@@ -136,10 +200,7 @@ def report_sweep(config: DictConfig) -> Path | None:
         confidence=config.stats.confidence,
         seed=config.seed,
     )
-    for error in result.errors:
-        log.error("sweep report: %s", error)
-    if not result.ok:
-        return None
-    log_sweep_report(result, config.tracking.uri, config.tracking.experiment)
-    log.info("sweep report written to %s", result.out_dir)
-    return result.out_dir
+    if result.ok:
+        log_sweep_report(result, config.tracking.uri, config.tracking.experiment)
+        log.info("sweep report written to %s", result.out_dir)
+    return result

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from hydra.errors import CompactHydraException
 
+from cts.interrupt import recorded_sweep
 from cts.job_files import INFRA_FILE, RECORDS_FILE
 from cts.records import Record
 from cts.types import BudgetExceeded, CallError, CircuitOpen, RequestRejected
@@ -31,8 +32,17 @@ INCOMPLETE_STOPS = frozenset({"infra", "circuit_open", "request_rejected"})
 class JobIncomplete(CompactHydraException):
     """Some instances were not run or failed on infrastructure; a resume finishes them.
 
-    Hydra prints only the message of a ``CompactHydraException`` (no traceback) and exits 1.
+    Hydra prints only the message of a ``CompactHydraException`` (no traceback) and exits 1:
+    ``headline`` plus, when there is one, ``Resume with: <resume>``. In a multirun Hydra
+    prints the first failed job's, so every job's names the sweep's command.
     """
+
+    def __init__(self, headline: str, resume: str = "") -> None:
+        super().__init__(f"{headline} Resume with: {resume}" if resume else headline)
+        self.headline, self.resume = headline, resume
+
+    def __reduce__(self) -> tuple[type[JobIncomplete], tuple[str, str]]:  # pickled back from a launcher's worker
+        return type(self), (self.headline, self.resume)
 
 
 @dataclass(frozen=True)
@@ -103,6 +113,8 @@ def finish(outcome: Outcome, records: Sequence[Record], job_dir: Path, resume: s
     """Say how the job ended; stop with exit status 1 when it is incomplete.
 
     Args:
+        resume: The command that resumes the job; in a multirun the running sweep's
+            (:func:`cts.interrupt.recorded_sweep`) replaces it when ``job_dir`` is inside that sweep.
         multirun: Raise :class:`JobIncomplete` (Hydra runs the other jobs, then exits 1)
             instead of ``SystemExit`` (a single run ends at once, without a traceback).
 
@@ -118,8 +130,18 @@ def finish(outcome: Outcome, records: Sequence[Record], job_dir: Path, resume: s
     # Printed here because a multirun re-raises only its first failed job's exception.
     print(incomplete_message(outcome, job_dir), file=sys.stderr, flush=True)
     missing = outcome.n_total - outcome.n_done
-    last = f"cts: job incomplete ({missing} instance(s) missing), exit status 1. Resume with: {resume}"
-    raise JobIncomplete(last) if multirun else SystemExit(last)
+    headline = f"cts: job incomplete ({missing} instance(s) missing), exit status 1."
+    if not multirun:
+        raise SystemExit(f"{headline} Resume with: {resume}")
+    raise JobIncomplete(headline, sweep_resume_of(job_dir) or resume)
+
+
+def sweep_resume_of(job_dir: Path) -> str | None:
+    """The resume command of the running sweep whose dir holds ``job_dir`` (None outside one)."""
+    for parent in Path(job_dir).absolute().parents:
+        if (command := recorded_sweep(str(parent))) is not None:
+            return command
+    return None
 
 
 def stop_reason(error: BaseException) -> str:

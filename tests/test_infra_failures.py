@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import socket
 import sqlite3
 import subprocess
@@ -317,7 +318,8 @@ def test_job_with_infrastructure_failures_exits_1_then_resumes(tmp_path, llm_ser
     tail = proc.stderr.strip().splitlines()[-5:]
     assert "INCOMPLETE: 0 of 3" in tail[0] and "3 instance(s) failed on infrastructure" in tail[1], tail
     assert f"{llm_server.base_url}: 3" in tail[2] and "not_found" in tail[2], tail
-    assert tail[-1].startswith("cts: job incomplete (3 instance(s) missing), exit status 1. Resume with: python run.py")
+    assert tail[-1].startswith("cts: job incomplete (3 instance(s) missing), exit status 1. Resume with: "
+                               f"{shlex.join([sys.executable, str(REPO / 'run.py')])} ")
     assert tail[-1].endswith(f"hydra.run.dir={tmp_path}/run"), tail
     assert not list(read_records(tmp_path / "run" / RECORDS_FILE))
 

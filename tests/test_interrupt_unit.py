@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import signal
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -16,11 +18,12 @@ from cts.interrupt import interruptible_job, job_dir_lock, resume_command
 
 def test_resume_command_replaces_the_dir_and_quotes(tmp_path: Path) -> None:
     args = ["clarifier=gpt", "hydra.run.dir=/old", "dataset.path=a b.jsonl"]
-    assert resume_command(args, tmp_path / "j") == (
-        f"python run.py clarifier=gpt 'dataset.path=a b.jsonl' hydra.run.dir={tmp_path / 'j'}")
+    assert resume_command(args, tmp_path / "j", script="run.py") == shlex.join(
+        [sys.executable, os.path.abspath("run.py"), "clarifier=gpt", "dataset.path=a b.jsonl",
+         f"hydra.run.dir={tmp_path / 'j'}"])
     sweep = ["-m", "k=1,2", "hydra.sweep.dir=/old"]
-    assert resume_command(sweep, tmp_path / "j", str(tmp_path), script="my run.py") == (
-        f"python 'my run.py' -m k=1,2 hydra.sweep.dir={tmp_path}")
+    assert resume_command(sweep, tmp_path / "j", str(tmp_path), script="/x/my run.py") == shlex.join(
+        [sys.executable, "/x/my run.py", "-m", "k=1,2", f"hydra.sweep.dir={tmp_path}"])
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
@@ -39,7 +42,7 @@ def test_a_signal_inside_the_event_loop_ends_with_one_line(tmp_path: Path, capsy
         asyncio.run(job())
     assert e.value.code == 128 + sig and cancelled == [True]
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith(f"cts: stopped by {sig.name}: 2/5 instances done in {tmp_path}; resume with: python ")
+    assert line.startswith(f"cts: stopped by {sig.name}: 2/5 instances done in {tmp_path}; resume with: {shlex.quote(sys.executable)} ")
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored
 
 

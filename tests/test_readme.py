@@ -309,7 +309,6 @@ def test_offline_sweep_runs_every_job(user: User, sweep_outcome: tuple[str, Outc
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("readme")
-@pytest.mark.xfail(strict=True, reason="issue 18 item 1, fixed on branch sweepdir")
 def test_offline_sweep_is_one_sweep_dir_with_one_report(user: User, sweep_outcome: tuple[str, Outcome]):
     command, outcome = sweep_outcome
     assert outcome.returncode == 0, outcome.failure()

@@ -68,10 +68,12 @@ def test_a_signal_stops_every_job_cleanly_and_the_printed_command_resumes_the_sw
     assert len(runs) == 9 and "KILLED" in set(runs["status"]), runs[["tags.mlflow.runName", "status"]]
     for _, run in runs[runs["status"] != "KILLED"].iterrows():  # a job that was done before the signal
         assert run["status"] == "FINISHED" and len(stopped[Path(run["tags.cts.job_dir"]).name]) == n
-    resumes = {line.split("resume with: ", 1)[1] for line in err.splitlines() if "resume with: " in line}
-    assert len(resumes) == 1, err[-3000:]  # every job (and the sweep) prints the same command
+    resumes = [line.split("resume with: ", 1)[1] for line in err.splitlines() if "resume with: " in line]
+    assert len(resumes) == 1, err[-3000:]  # the sweep prints it once, for every job
+    killed = int((runs["status"] == "KILLED").sum())  # one line per job still running, without a command
+    assert sum(line.startswith(f"cts: stopped by {sig.name}: ") for line in err.splitlines()) == killed, err[-3000:]
     command = shlex.split(resumes.pop())
-    assert command[0] == "python" and f"hydra.sweep.dir={sweep}" in command
+    assert command[:2] == [sys.executable, str(REPO / "run.py")] and f"hydra.sweep.dir={sweep}" in command
     done = subprocess.run([sys.executable, *command[1:]], cwd=tmp_path, env=ENV, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -108,8 +110,11 @@ def test_a_dead_endpoint_stops_only_the_jobs_that_use_it(tmp_path, llm_server, c
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
     assert "1 of 2 jobs failed: job0\n" in out, out[-3000:]
-    resume = next(line for line in out.splitlines() if "job incomplete" in line)
-    assert dead.replace(":", "\\:") in resume and live.replace(":", "\\:") not in resume.split("api_base=", 2)[1]
+    (resume,) = [line for line in out.splitlines() if "Resume with: " in line]  # once, for the sweep
+    assert resume.startswith("cts: job incomplete (6 instance(s) missing), exit status 1. Resume with: ")
+    command = shlex.split(resume.split("Resume with: ", 1)[1])
+    assert command[2] == "-m" and f"clarifier.model.api_base={dead},{live}" in command  # the same sweep...
+    assert command[-1] == f"hydra.sweep.dir={tmp_path / 'sweep'}"  # ...into the same dir
     sweep = tmp_path / "sweep"
     assert len(_lines(sweep)["job1"]) == 6  # the healthy job finished every instance
     assert not _lines(sweep).get("job0")

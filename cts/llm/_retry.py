@@ -199,7 +199,7 @@ class RetryBudget:
 
 
 class Retrying:
-    """The retry policy of one call (see :class:`RetryBudget`); the slot is free while it waits.
+    """The retry policy of one call (see :class:`RetryBudget`), run by tenacity; the slot is free while it waits.
 
     Args:
         settings: The runtime's :class:`cts.llm.LLMSettings`.
@@ -209,19 +209,34 @@ class Retrying:
     def __init__(self, settings: Any, before_wait: Callable[[], None] | None = None) -> None:
         self.budget = RetryBudget(settings)
         self.before_wait = before_wait
+        self._next_wait: float | None = None
+        self._decided_for = 0
 
     async def __call__(self, attempt: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run ``attempt(*args)`` until it succeeds or its failure has no retry left (re-raised)."""
-        while True:
-            try:
-                return await attempt(*args)
-            except Exception as exc:  # classified: the non-retryable ones re-raise at once
-                wait = self.budget.wait(classify(exc))
-                if wait is None:
-                    raise
-                if self.before_wait is not None:
-                    self.before_wait()
-            await asyncio.sleep(wait)
+        from tenacity import AsyncRetrying, retry_if_exception
+
+        policy = AsyncRetrying(stop=self._stop, wait=self._wait, before_sleep=self._before_sleep, reraise=True,
+                               retry=retry_if_exception(lambda exc: classify(exc).retryable))
+        return await policy(attempt, *args)
+
+    def _decide(self, state: Any) -> float | None:
+        """The budget's decision for the failed attempt (tenacity asks wait and stop for each: decide once)."""
+        if self._decided_for != state.attempt_number:
+            exc = state.outcome.exception() if state.outcome else None
+            self._next_wait = self.budget.wait(classify(exc)) if exc is not None else None
+            self._decided_for = state.attempt_number
+        return self._next_wait
+
+    def _stop(self, state: Any) -> bool:
+        return self._decide(state) is None
+
+    def _wait(self, state: Any) -> float:
+        return self._decide(state) or 0.0
+
+    def _before_sleep(self, state: Any) -> None:
+        if self.before_wait is not None:
+            self.before_wait()
 
 
 def retrying(settings: Any, before_wait: Callable[[], None] | None = None) -> Retrying:

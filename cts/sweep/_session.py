@@ -18,6 +18,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import hashlib
+import inspect
 import json
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
@@ -155,7 +156,7 @@ class SweepSession:
         """
         with self._lock:
             if self.stopped:  # Ctrl-C came while this job was still setting up
-                coro.close()
+                _close_unstarted(coro)
                 raise KeyboardInterrupt("the sweep was stopped")
             # The job's context (its log file, usage scopes, prompts) follows it onto the loop.
             edges = _Edges()
@@ -280,6 +281,19 @@ async def _in_context(ctx: contextvars.Context, coro: Coroutine[Any, Any, T], ed
     finally:
         if edges is not None:
             edges.ended.set()
+
+
+def _close_unstarted(coro: Coroutine[Any, Any, Any]) -> None:
+    """Close a coroutine that never ran, and the unstarted coroutines it was given (``settled(run_job(...))``).
+
+    Closing only the outer one would drop the inner ones unawaited: a RuntimeWarning on a clean stop.
+    """
+    frame = getattr(coro, "cr_frame", None)
+    if frame is not None and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+        for value in list(frame.f_locals.values()):
+            if inspect.iscoroutine(value):
+                _close_unstarted(value)
+    coro.close()
 
 
 async def _drain() -> None:

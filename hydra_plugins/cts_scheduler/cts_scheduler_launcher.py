@@ -6,13 +6,17 @@ return value) and cts's task (records, resume, MLflow run, metrics); the
 runtime, one capacity per endpoint and one orig arm per instance. A failing job
 does not stop the others (Hydra reports it after the batch, so the sweep exits
 non-zero); Ctrl-C or SIGTERM stops every job, keeping what each has written, and
-the sweep exits 130 / 143. Each job logs to ``<job dir>/<task name>.log`` as under
-the basic launcher (:mod:`cts.sweep._joblog`).
+the sweep says so once, with the command that resumes it, and exits 130 / 143.
+Each job logs to ``<job dir>/<task name>.log`` as under the basic launcher
+(:mod:`cts.sweep._joblog`).
 """
 
 
+import contextlib
 import logging
+import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,34 +78,35 @@ class CtsLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Run the jobs at once; return their results in order."""
-        from cts.interrupt import sigterm_as_sigint
+        from cts.interrupt import sweep_signals
         from cts.sweep import SweepSession
         from cts.sweep._joblog import routed_job_logs
 
         assert self.config is not None and self.hydra_context is not None
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        log.info(f"Launching {len(job_overrides)} jobs on one cts schedule")
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        log.info(f"Launching {len(job_overrides)} jobs on one cts schedule in {sweep_dir}")
         configs = [self._job_config(initial_job_idx + i, o) for i, o in enumerate(job_overrides)]
         results: list[JobReturn | None] = [None] * len(configs)
         with routed_job_logs(_file_format(self.config)) as router, SweepSession(progress=self.progress) as session, \
-                sigterm_as_sigint():
+                sweep_signals():
             session.expect_jobs(len(configs))
-            threads = [threading.Thread(target=self._run_one, args=(session, router, c, results, i),
-                                        name=f"cts-job-{i}") for i, c in enumerate(configs)]
+            ended = [threading.Event() for _ in configs]
+            threads = [threading.Thread(target=_then_set, name=f"cts-job-{i}",
+                                        args=(ended[i], self._run_one, session, router, c, results, i))
+                       for i, c in enumerate(configs)]
             for thread in threads:
                 thread.start()
-            interrupted = _join_all(threads, session)
+            interrupted = _join_all(threads, ended, session)
             counts = session.orig_counts()
         HydraConfig.instance().set_config(self.config)
         returns = [r if r is not None else _failed(RuntimeError("job did not return")) for r in results]
         if interrupted:
-            raise SystemExit(_signal_status(returns))
+            raise SystemExit(_stopped(str(sweep_dir), len(returns)))
         log.info("orig arm: %(orig_computed)d computed, %(orig_shared)d reused by other jobs", counts)
-        failed = [_job_name(r, i) for i, r in enumerate(returns) if r.status == JobStatus.FAILED]
-        if failed:
-            log.error("%d of %d jobs failed: %s", len(failed), len(returns), "; ".join(failed))
+        _report_failures(returns, str(sweep_dir))
         return returns
 
     def _job_config(self, idx: int, overrides: Sequence[str]) -> DictConfig:
@@ -135,31 +140,51 @@ class CtsLauncher(Launcher):
         except BaseException as exc:  # noqa: BLE001 - SystemExit or Ctrl-C in one job: record, keep the others
             results[i] = _failed(exc, list(config.hydra.overrides.task))
         ret = results[i]
-        if ret is not None and ret.status == JobStatus.FAILED:
-            log.error("job #%d (%s) failed: %r", i, " ".join(config.hydra.overrides.task), ret._return_value)
+        if ret is not None and ret.status == JobStatus.FAILED and not _interrupted(ret._return_value):
+            log.error("job #%d (%s) failed: %s", i, " ".join(config.hydra.overrides.task), _why(ret._return_value))
 
 
-def _join_all(threads: list[threading.Thread], session: Any) -> bool:
+def _then_set(ended: threading.Event, target: Any, *args: Any) -> None:
+    """Run ``target(*args)`` (a job's thread), then say it has ended."""
+    try:
+        target(*args)
+    finally:
+        ended.set()
+
+
+def _join_all(threads: list[threading.Thread], ended: list[threading.Event], session: Any) -> bool:
     """Wait for every job; on Ctrl-C (or SIGTERM) stop them all and wait for their clean-up.
+
+    The wait polls each job's ``ended`` flag rather than ``Thread.join``: a Ctrl-C that interrupts
+    ``join`` marks a thread that still runs as dead before Python 3.12 (CPython gh-90882), and the
+    process then exits under that job, leaving its MLflow run ``RUNNING``.
 
     Returns:
         Whether the sweep was interrupted.
     """
     try:
-        for thread in threads:
-            while thread.is_alive():
-                thread.join(_POLL_S)
-        return False
+        _wait_until_set(ended)
+        interrupted = False
     except KeyboardInterrupt:
         log.warning("interrupted: stopping every job of the sweep (finished records are kept)")
         session.cancel()
-        for thread in threads:
-            while thread.is_alive():  # a second Ctrl-C while jobs clean up is ignored
-                try:
-                    thread.join(_POLL_S)
-                except KeyboardInterrupt:
-                    log.warning("still stopping: each job is ending its MLflow run")
-        return True
+        while True:
+            try:
+                _wait_until_set(ended)
+                break
+            except KeyboardInterrupt:  # a second Ctrl-C while jobs clean up is ignored
+                log.warning("still stopping: each job is ending its MLflow run")
+        interrupted = True
+    for thread in threads:  # every job has ended; its thread only returns
+        with contextlib.suppress(KeyboardInterrupt):
+            thread.join()
+    return interrupted
+
+
+def _wait_until_set(events: list[threading.Event]) -> None:
+    """Sleep until every event is set (a sleep, unlike a lock wait, is safe to interrupt)."""
+    while not all(e.is_set() for e in events):
+        time.sleep(_POLL_S)
 
 
 def _job_name(ret: JobReturn, i: int) -> str:
@@ -168,11 +193,44 @@ def _job_name(ret: JobReturn, i: int) -> str:
     return Path(str(out)).name if out else " ".join(ret.overrides or ()) or f"#{i}"
 
 
-def _signal_status(returns: Sequence[JobReturn]) -> int:
-    """The sweep's exit status after a stop: each job's own (130 SIGINT, 143 SIGTERM), else 130."""
-    codes = [r._return_value.code for r in returns
-             if isinstance(r._return_value, SystemExit) and isinstance(r._return_value.code, int)]
-    return max((c for c in codes if c > 128), default=130)
+def _stopped(sweep_dir: str, n_jobs: int) -> int:
+    """Say once that the sweep was stopped, and how to resume it; the exit status (130 SIGINT, 143 SIGTERM)."""
+    import signal
+
+    from cts.interrupt import resume_command, stop_signal
+
+    signum = stop_signal()
+    command = resume_command(sys.argv[1:], Path(sweep_dir), sweep_dir)
+    print(f"cts: sweep stopped by {signal.Signals(signum).name} ({n_jobs} jobs in {sweep_dir}, finished records "
+          f"kept); resume with: {command}", file=sys.stderr, flush=True)
+    return 128 + signum
+
+
+def _report_failures(returns: Sequence[JobReturn], sweep_dir: str) -> None:
+    """Log the failed jobs; Hydra then raises the first one's error (an incomplete job's names the resume command)."""
+    from cts.interrupt import resume_command
+    from cts.outcome import JobIncomplete
+
+    failed = [(i, r) for i, r in enumerate(returns) if r.status == JobStatus.FAILED]
+    if not failed:
+        return
+    log.error("%d of %d jobs failed: %s", len(failed), len(returns), "; ".join(_job_name(r, i) for i, r in failed))
+    incomplete = [r for _, r in failed if isinstance(r._return_value, JobIncomplete)]
+    if incomplete and not isinstance(failed[0][1]._return_value, JobIncomplete):  # Hydra shows another error
+        log.error("resume the sweep with: %s", resume_command(sys.argv[1:], Path(sweep_dir), sweep_dir))
+
+
+def _interrupted(error: Any) -> bool:
+    """Whether a job ended because the sweep was stopped (it said so itself)."""
+    return isinstance(error, KeyboardInterrupt) or (
+        isinstance(error, SystemExit) and isinstance(error.code, int) and error.code > 128)
+
+
+def _why(error: Any) -> str:
+    """A failed job's error in one line (an incomplete job's without the sweep's resume command)."""
+    from cts.outcome import JobIncomplete
+
+    return error.headline if isinstance(error, JobIncomplete) else repr(error)
 
 
 def _file_format(config: DictConfig) -> str:
