@@ -24,7 +24,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from cts.llm.preflight import find_model_specs, serves_locally, slot_params
+from cts.llm._rules import CAP_FIELDS
+from cts.llm.preflight import find_model_specs, resolved, serves_locally
+from cts.llm.rulecheck import call_params
 
 PROBE_TOKENS = 8
 """Output cap of a probe (the model's reasoning allowance is added where reasoning counts against it)."""
@@ -71,18 +73,21 @@ def completion_probes(cfgs: Sequence[DictConfig]) -> list[Probe]:
 
     found: dict[str, tuple[Probe, dict[str, None]]] = {}
     for cfg in cfgs:
-        raw = _plain(OmegaConf.select(cfg, "services.llm", default=None)) or {}
+        raw = resolved(OmegaConf.select(cfg, "services.llm", default=None)) or {}
         if not raw.get("preflight_completion", True) or serves_locally(cfg):
             continue  # a local server cts starts is not up yet; its readiness wait checks it
         settings = LLMSettings.from_mapping(raw)
-        for path, node in find_model_specs(cfg):
-            spec = _plain(node)
+        specs = find_model_specs(cfg)
+        paths_of_specs = {p for p, _ in specs}
+        for path, node in specs:
+            spec = resolved(node)
             if spec is None:
                 continue
             route = route_for(ModelSpec.coerce(spec), settings)
             if route.missing_key:
                 continue
-            params = slot_params(cfg, path)
+            sent, _ = call_params(cfg, path, spec, paths_of_specs)
+            params = {k: v for k, v in sent.items() if k not in CAP_FIELDS}  # the probe's own cap replaces them
             key = json.dumps([route.model, route.api_base, spec.get("params"), spec.get("request"), params],
                              sort_keys=True, default=str)
             probe, paths = found.setdefault(key, (Probe(spec, params, raw, ()), {}))
@@ -148,11 +153,3 @@ def check_completions(cfgs: Sequence[DictConfig], cache_dir: Path, done: set[str
     done.update(r.probe.key for r in results if r.problem is None)
     return [r.problem for r in results if r.problem], probe_report(results, time.perf_counter() - start)
 
-
-def _plain(node: Any) -> Any:
-    if node is None:
-        return None
-    try:
-        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-    except Exception:  # noqa: BLE001 - e.g. ${hydra:...} outside a Hydra run
-        return None

@@ -38,7 +38,7 @@ __all__ = [
     "preflight_problems",
     "probe",
     "probe_problems",
-    "slot_params",
+    "resolved",
 ]
 
 log = logging.getLogger(__name__)
@@ -87,35 +87,6 @@ def preflight_problems(cfg: DictConfig) -> list[str]:
     return problems
 
 
-SLOT_PARAM_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    # slot name -> (keys of the component node sent as params, keys holding a params mapping)
-    "model": (("temperature", "top_p", "stop"), ("params", "extra_params")),
-    "summary_model": ((), ("summary_params",)),
-}
-"""Where a component node keeps the decoding params it sends to the model in each slot
-(LLM roles: ``params``; WebDancer: ``temperature``, ``top_p``, ``stop``, ``extra_params`` for its
-agent and ``summary_params`` for its summariser)."""
-
-
-def slot_params(cfg: DictConfig, path: str) -> dict[str, Any]:
-    """The decoding params the component owning model ``path`` sends with it (besides the model's own).
-
-    Args:
-        cfg: The composed config.
-        path: A model node's path, e.g. ``search.summary_model``.
-    """
-    parent_path, _, slot = path.rpartition(".")
-    parent = _resolved(OmegaConf.select(cfg, parent_path, default=None)) if parent_path else None
-    if not isinstance(parent, dict):
-        return {}
-    scalars, mappings = SLOT_PARAM_KEYS.get(slot, ((), ()))
-    out = {k: parent[k] for k in scalars if parent.get(k) is not None}
-    for key in mappings:
-        if isinstance(parent.get(key), dict):
-            out.update(parent[key])
-    return out
-
-
 @dataclass(frozen=True)
 class Endpoint:
     """One distinct endpoint of a sweep, with what uses it."""
@@ -151,9 +122,9 @@ def endpoints_of(cfgs: Sequence[DictConfig]) -> list[Endpoint]:
     for cfg in cfgs:
         if serves_locally(cfg):
             continue  # cts starts that server itself, with the job, and waits until it answers
-        settings = LLMSettings.from_mapping(_resolved(OmegaConf.select(cfg, "services.llm", default=None)) or {})
+        settings = LLMSettings.from_mapping(resolved(OmegaConf.select(cfg, "services.llm", default=None)) or {})
         for path, node in find_model_specs(cfg):
-            spec = _resolved(node)
+            spec = resolved(node)
             if spec is None:
                 continue
             route = route_for(ModelSpec.coerce(spec), settings)
@@ -233,7 +204,7 @@ def serves_locally(cfg: DictConfig) -> bool:
     return bool(OmegaConf.select(cfg, "services.local_llm._target_", default=None))
 
 
-def _resolved(node: Any) -> Any:
+def resolved(node: Any) -> Any:
     """A config node as plain, resolved Python (None when it cannot be resolved here)."""
     if node is None:
         return None

@@ -26,7 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from cts.llm._rules import RequestRules, rule_violations
-from cts.llm.preflight import find_model_specs
+from cts.llm.preflight import find_model_specs, resolved
 
 __all__ = ["SAMPLING_KEYS", "call_params", "rule_problems"]
 
@@ -54,7 +54,7 @@ def rule_problems(cfg: DictConfig) -> list[str]:
     specs = find_model_specs(cfg)
     problems: list[str] = []
     for path, node in specs:
-        spec = _resolved(node)
+        spec = resolved(node)
         if not isinstance(spec, Mapping):
             continue
         rules = RequestRules.coerce(spec.get("request"))
@@ -90,7 +90,7 @@ def _sources(cfg: DictConfig, path: str, spec: Mapping[str, Any],
              spec_paths: set[str]) -> Iterator[tuple[str, Mapping[str, Any]]]:
     yield f"{path}.params", dict(spec.get("params") or {})
     parent_path, _, key = path.rpartition(".")
-    parent = _resolved(OmegaConf.select(cfg, parent_path, default=None)) if parent_path else None
+    parent = resolved(OmegaConf.select(cfg, parent_path, default=None)) if parent_path else None
     if not isinstance(parent, Mapping):
         return
     if key == "model":
@@ -117,16 +117,6 @@ def _params_of(what: str) -> list[str]:
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
-
-
-def _resolved(node: Any) -> Any:
-    """A config node as plain, resolved Python (None when it cannot be resolved here)."""
-    if not OmegaConf.is_config(node):
-        return node
-    try:
-        return OmegaConf.to_container(node, resolve=True)
-    except Exception:  # noqa: BLE001 - e.g. ${hydra:...} outside a Hydra run
-        return None
 
 
 def _plain(value: Any) -> Any:
