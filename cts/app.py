@@ -146,14 +146,9 @@ def probe_endpoints(cfgs: Sequence[DictConfig]) -> None:
     if not endpoints:
         return
     timeout = float(OmegaConf.select(jobs[0], "services.llm.preflight_timeout_s", default=5.0))
-    problems = probe_problems(endpoints, timeout)
-    if problems:
-        lines = "\n".join(f"  - {p}" for p in problems)
-        sys.exit(
-            f"cts pre-flight failed; nothing was run:\n{lines}\n"
-            "Start the server or correct its URL (services.llm.api_base, or the model's api_base); "
-            "services.llm.preflight_probe=false skips this check."
-        )
+    exit_on_probe_problems("cts pre-flight failed", probe_problems(endpoints, timeout),
+                           "Start the server or correct its URL (services.llm.api_base, or the model's api_base); "
+                           "services.llm.preflight_probe=false skips this check.")
     _PROBED.update((e.api_base, e.api_key) for e in endpoints)
 
 
@@ -176,13 +171,16 @@ def probe_completions(cfgs: Sequence[DictConfig]) -> None:
     problems, report = check_completions(jobs, cache_dir, _COMPLETED)
     if report:
         print(report, file=sys.stderr, flush=True)
+    exit_on_probe_problems("cts pre-flight failed (a minimal completion per model)", problems,
+                           "Fix the model file (conf/model/<name>.yaml: params, request) or the role's params; "
+                           "services.llm.preflight_completion=false skips this check.")
+
+
+def exit_on_probe_problems(head: str, problems: Sequence[str], hint: str) -> None:
+    """Exit 1 with ``head``, one line per problem and ``hint``; nothing when there is no problem."""
     if problems:
         lines = "\n".join(f"  - {p}" for p in problems)
-        sys.exit(
-            f"cts pre-flight failed (a minimal completion per model); nothing was run:\n{lines}\n"
-            "Fix the model file (conf/model/<name>.yaml: params, request) or the role's params; "
-            "services.llm.preflight_completion=false skips this check."
-        )
+        sys.exit(f"{head}; nothing was run:\n{lines}\n{hint}")
 
 
 def run_task(cfg: DictConfig, services: Services) -> float | None:
