@@ -54,7 +54,7 @@ def _free_port() -> int:
 def mlflow_ui(tmp_path: Path) -> Iterator[tuple[str, str]]:
     """Two offline jobs' store served by ``mlflow ui`` on 127.0.0.1; yields (base url, store uri).
 
-    The server starts first (one worker, no network): its start-up overlaps the jobs.
+    The server starts first (one worker, no job runner, no network): its start-up overlaps the jobs.
     """
     if _browser_paths() is None:
         pytest.skip("chromium and chromedriver are not installed (.ci/run installs them)")
@@ -65,7 +65,7 @@ def mlflow_ui(tmp_path: Path) -> Iterator[tuple[str, str]]:
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host",
                                "127.0.0.1", "--port", str(port), "--workers", "1"],
                               stdout=(tmp_path / "ui.log").open("w"), stderr=subprocess.STDOUT,
-                              start_new_session=True, env=env)
+                              start_new_session=True, env={**env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
     base = f"http://127.0.0.1:{port}"
     try:
         subprocess.run([sys.executable, str(REPO / "run.py"), "-m", "experiment=offline",
