@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +20,8 @@ from cts.tracking._store import _mlflow
 log = logging.getLogger(__name__)
 
 CONTEXT = "evaluation"
+_UNSAFE = re.compile(r"[^\w.-]")  # the name is quoted in a search filter
+_CREATING = threading.Lock()  # the jobs of a sweep share a process: one of them creates a dataset
 
 
 def dataset_rows(instances: Sequence[Any], gold: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -65,7 +69,7 @@ def log_dataset_input(name: str, instances: Sequence[Any], gold: Mapping[str, An
     if evaluation_dataset:
         experiment = mlflow.active_run().info.experiment_id
         try:
-            ensure_evaluation_dataset(f"{name}-{digest[:8]}", digest, rows, experiment)
+            ensure_evaluation_dataset(f"{_UNSAFE.sub('_', name)}-{digest[:8]}", digest, rows, experiment)
         except Exception as e:  # noqa: BLE001 - e.g. a tracking server without evaluation datasets: the job goes on
             log.warning("the evaluation dataset %s-%s was not created: %s", name, digest[:8], e)
     return digest
@@ -75,11 +79,11 @@ def ensure_evaluation_dataset(name: str, digest: str, rows: Sequence[Mapping[str
     """Create the evaluation dataset ``name`` in ``experiment`` unless it exists (inputs: the query; expectations: gold)."""
     from mlflow.genai.datasets import create_dataset, search_datasets
 
-    found = search_datasets(experiment_ids=[experiment], filter_string=f"name = '{name}'", max_results=1)
-    if len(found):
-        return
-    dataset = create_dataset(name=name, experiment_id=[experiment], tags={"cts.digest": digest})
-    dataset.merge_records([{
-        "inputs": {"instance_id": r["instance_id"], "blurred_query": r["blurred_query"]},
-        "expectations": {"gold_nuggets": r["gold_nuggets"], "fused_query": r["fused_query"]},
-    } for r in rows])
+    with _CREATING:
+        if len(search_datasets(experiment_ids=[experiment], filter_string=f"name = '{name}'", max_results=1)):
+            return
+        dataset = create_dataset(name=name, experiment_id=[experiment], tags={"cts.digest": digest})
+        dataset.merge_records([{
+            "inputs": {"instance_id": r["instance_id"], "blurred_query": r["blurred_query"]},
+            "expectations": {"gold_nuggets": r["gold_nuggets"], "fused_query": r["fused_query"]},
+        } for r in rows])
