@@ -15,8 +15,9 @@ The critical path is measured first: one instance of the longest job (k=3) alone
 with no cap. Each sweep writes to an MLflow store that already exists (a copy of
 an empty one made once), as a user's ``outputs/mlflow.db`` does after the first
 run: creating a SQLite store runs MLflow's migrations (4-8 s here), once per
-store, not per sweep; ``--fresh-store`` counts it. This is a benchmark to read,
-not a test: nothing here asserts.
+store, not per sweep; ``--fresh-store`` counts it. Per-instance traces are off
+(these are the launcher's figures); ``--extra tracking.instance_traces=true`` adds
+them. This is a benchmark to read, not a test: nothing here asserts.
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ def run_sweep(server: ScriptedServer, launcher: tuple[str, ...], overrides: tupl
 
     Also sets ``_LAST_TIMELINE`` and ``_LAST_EDGES`` (lead and tail seconds).
     """
+    if not any(o.startswith("tracking.instance_traces=") for o in overrides):
+        overrides = (*overrides, "tracking.instance_traces=false")  # the launcher's figures, without trace writing
     server.reset()
     server.handler = sweep_reply
     server.rejected = server.served = server.peak_in_flight = 0
@@ -178,10 +181,11 @@ def critical_path(server: ScriptedServer, work: Path, template: Path) -> float:
     return span
 
 
-def measure(name: str, server: ScriptedServer, n: int, work: Path, template: Path, joblib_jobs: int) -> SweepFigures:
-    """One launcher's sweep, as figures."""
+def measure(name: str, server: ScriptedServer, n: int, work: Path, template: Path, joblib_jobs: int,
+            extra: tuple[str, ...] = ()) -> SweepFigures:
+    """One launcher's sweep, as figures (``extra``: more overrides, e.g. ``tracking.instance_traces=true``)."""
     launcher = LAUNCHERS[name] + ((f"hydra.launcher.n_jobs={joblib_jobs}",) if name == "joblib" else ())
-    wall, span, code, bodies = run_sweep(server, launcher, ("-m", *CARD, f"limit={n}"), work, template)
+    wall, span, code, bodies = run_sweep(server, launcher, ("-m", *CARD, f"limit={n}", *extra), work, template)
     return SweepFigures(name, wall, span, len(bodies) + server.rejected, len(bodies),
                         len({_digest(b) for b in bodies}), server.rejected, server.peak_in_flight, code,
                         tuple(_LAST_TIMELINE), *_LAST_EDGES)
@@ -222,6 +226,8 @@ def main() -> None:
     parser.add_argument("--joblib-jobs", type=int, default=3, help="hydra.launcher.n_jobs for joblib")
     parser.add_argument("--fresh-store", action="store_true", help="each sweep creates its MLflow store (timed)")
     parser.add_argument("--repeat", type=int, default=1, help="sweeps per launcher (the same command varies run to run)")
+    parser.add_argument("--extra", nargs="*", default=[],
+                        help="more overrides for every sweep (tracking.instance_traces=true: with per-instance traces)")
     args = parser.parse_args()
     global _STORE
     names = [x.strip() for x in args.launcher.split(",") if x.strip()]
@@ -232,7 +238,8 @@ def main() -> None:
         rows = []
         for name in names:
             for i in range(args.repeat):
-                row = measure(name, server, args.n, Path(tmp) / f"{name}-{i}", template, args.joblib_jobs)
+                row = measure(name, server, args.n, Path(tmp) / f"{name}-{i}", template, args.joblib_jobs,
+                              tuple(args.extra))
                 rows.append(row)
                 report(rows[-1:], args.latency, critical, args.latency, args.cap)
         print()

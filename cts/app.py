@@ -210,13 +210,12 @@ def role_models(cfg: DictConfig) -> dict[str, str]:
 
 def run_info(cfg: DictConfig) -> RunInfo:
     """Where the job sits, its tracking settings, resolved config and tags."""
-    from cts.tasks.job import RunInfo, Tracking, job_context, job_tags
+    from cts.tasks.job import RunInfo, job_context, job_tags, tracking_settings
 
     ctx, t = job_context(cfg), cfg.tracking
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved, dict)
-    settings = Tracking(t.uri, t.experiment, bool(t.get("records_table", True)), bool(t.get("instance_traces", False)))
-    return RunInfo(ctx, settings, resolved, job_tags(cfg, ctx))
+    return RunInfo(ctx, tracking_settings(t), resolved, job_tags(cfg, ctx))
 
 
 def llm_budget(services: Services) -> Budget:

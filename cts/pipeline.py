@@ -13,7 +13,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,7 +27,7 @@ from cts.qtypes import classify_question
 from cts.records import ArmResult, ErrorInfo, Record, search_call_error
 from cts.roles.qtyper import QuestionTyper
 from cts.scoring import restore_score
-from cts.stages import StageError, stage
+from cts.stages import StageClock, StageError, stage
 from cts.types import (
     QA,
     BudgetExceeded,
@@ -68,11 +67,13 @@ async def run_arm(query: str, gold: Gold, roles: Roles) -> tuple[ArmResult, dict
     """Search one query and judge the answer against the gold nuggets.
 
     Returns:
-        The arm result (score None with the error when a stage failed) and a trace line.
+        The arm result (score None with the error when a stage failed) and a trace line
+        (the backend's trace, and ``stages``: when its search and judge ran).
     """
-    trace_line: dict[str, Any] = {"query": query}
+    clock = StageClock()
+    trace_line: dict[str, Any] = {"query": query, "stages": clock.spans}  # filled as the stages run
     try:
-        with stage("search"):
+        with clock.stage("search"):
             STAGE_CALLS["search"] += 1
             result = await roles.search.search(query)
     except StageError as e:
@@ -85,7 +86,7 @@ async def run_arm(query: str, gold: Gold, roles: Roles) -> tuple[ArmResult, dict
         cut = ErrorInfo("search", "truncated", "agent turns stopped at the output cap")
         return _arm(query, result, {}, None, cut), trace_line
     try:
-        with stage("judge"):
+        with clock.stage("judge"):
             STAGE_CALLS["judge"] += 1
             labels = await roles.judge.judge(result.answer, gold.nuggets)
             score = restore_score(labels, gold.nuggets)
@@ -124,16 +125,18 @@ class Interaction:
     qa: list[QA] = field(default_factory=list)
     rewritten: str | None = None
     error: ErrorInfo | None = None
+    clock: StageClock = field(default_factory=StageClock)
+    """When each stage ran: clarify (per turn when sequential), each UA answer, rewrite."""
 
 
-async def clarify(instance: Instance, k: int, roles: Roles) -> Interaction:
+async def clarify(instance: Instance, k: int, roles: Roles, clock: StageClock | None = None) -> Interaction:
     """Phase 1 of the closed-book protocol: questions, answers, rewrite.
 
     The Clarifier and Rewriter receive ``blurred_query`` only; the User Answerer
     receives ``fused_query`` and one question at a time. A failing stage is
     recorded in the result, with whatever the earlier stages produced.
     """
-    out = Interaction()
+    out = Interaction(clock=clock or StageClock())
     try:
         if clarify_mode(roles.clarifier) == "sequential":
             await _ask_sequentially(instance, k, roles, out)
@@ -142,7 +145,7 @@ async def clarify(instance: Instance, k: int, roles: Roles) -> Interaction:
         if not out.questions:
             out.rewritten = instance.blurred_query
             return out
-        with stage("rewrite"):
+        with out.clock.stage("rewrite"):
             out.rewritten = await roles.rewriter.rewrite(instance.blurred_query, out.qa)
     except StageError as e:
         out.error = e.info
@@ -158,10 +161,11 @@ def clarify_mode(clarifier: Clarifier) -> str:
 
 async def _ask_batch(instance: Instance, k: int, roles: Roles, out: Interaction) -> None:
     """The paper: k questions at once, then one independent UA call per question."""
-    with stage("clarify"):
+    with out.clock.stage("clarify"):
         out.questions = list(await roles.clarifier.ask(instance.blurred_query, k))
     with stage("answer"):
-        answers = await asyncio.gather(*(roles.ua.answer(instance.fused_query, c) for c in out.questions))
+        answers = await asyncio.gather(*(out.clock.call(f"ua answer {i}", roles.ua.answer(instance.fused_query, c))
+                                         for i, c in enumerate(out.questions, 1)))
     out.qa = [QA(c, a) for c, a in zip(out.questions, answers)]
 
 
@@ -169,13 +173,13 @@ async def _ask_sequentially(instance: Instance, k: int, roles: Roles, out: Inter
     """One turn at a time: turn i sees q and pairs 1..i-1 (never q*); None stops early."""
     clarifier = roles.clarifier
     assert isinstance(clarifier, SequentialClarifier)
-    for _ in range(k):
-        with stage("clarify"):
+    for turn in range(1, k + 1):
+        with out.clock.stage("clarify", f"clarify turn {turn}"):
             question = await clarifier.next_question(instance.blurred_query, tuple(out.qa), k)
         if question is None:
             return
         out.questions.append(question)
-        with stage("answer"):
+        with out.clock.stage("answer", f"ua answer {turn}"):
             answer = await roles.ua.answer(instance.fused_query, question)
         out.qa.append(QA(question, answer))
 
@@ -234,15 +238,19 @@ async def run_instance(
 
     Args:
         orig_share: Computes the orig arm once for all jobs of a sweep that share it (None = here).
+
+    Returns:
+        The record and the trace lines: one per arm searched, then ``arm: instance`` with
+        when the instance and its clarify, UA answer, rewrite and qtype stages ran.
     """
-    start = time.perf_counter()
+    clock = StageClock()
 
     def orig_work() -> Awaitable[ArmOutcome]:
         return run_arm(instance.blurred_query, gold, roles)
 
     orig_task = asyncio.ensure_future(orig_share(instance.id, orig_work) if orig_share else orig_work())
     try:
-        inter = await clarify(instance, k, roles)
+        inter = await clarify(instance, k, roles, clock)
         orig, orig_trace = await orig_task
     finally:
         orig_task.cancel()  # a no-op once done; stops the spending when the budget ends the job
@@ -253,17 +261,21 @@ async def run_instance(
     elif inter.rewritten is not None:
         clarified, clarified_trace = await run_arm(inter.rewritten, gold, roles)
         traces.append({"id": instance.id, "arm": "clarified", **clarified_trace})
+    question_types = await clock.call("qtype", type_questions(inter.questions, roles))
+    end_ns = clock.now_ns()
+    traces.append({"id": instance.id, "arm": "instance", "start_ns": clock.start_ns, "end_ns": end_ns,
+                   "stages": clock.spans})
     record = Record(
         id=instance.id,
         k=k,
         questions=tuple(inter.questions),
-        question_types=await type_questions(inter.questions, roles),
+        question_types=question_types,
         answers=tuple(p.answer for p in inter.qa),
         rewritten_query=inter.rewritten,
         clarified=clarified,
         orig=orig,
         error=inter.error or (clarified.error if clarified else None),
-        elapsed_s=round(time.perf_counter() - start, 4),
+        elapsed_s=round((end_ns - clock.start_ns) / 1e9, 4),
         mode=clarify_mode(roles.clarifier),
     )
     return record, traces

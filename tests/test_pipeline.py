@@ -31,7 +31,7 @@ def test_one_instance_end_to_end(services, tmp_path):
     lines = (tmp_path / "records.jsonl").read_text().splitlines()
     assert json.loads(lines[0])["clarified"]["labels"] == {"n1": "full", "n2": "full"}
     traces = [json.loads(x) for x in (tmp_path / "traces.jsonl").read_text().splitlines()]
-    assert {t["arm"] for t in traces} == {"orig", "clarified"}
+    assert {t["arm"] for t in traces} == {"orig", "clarified", "instance"}
 
 
 def test_orig_arm_reuses_the_search_when_the_query_is_unchanged(services, tmp_path):

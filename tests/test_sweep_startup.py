@@ -125,12 +125,16 @@ def test_in_a_sweep_a_job_sends_requests_while_its_mlflow_run_is_set_up(
     assert summary["metrics"]["n_instances"] == 8 and summary["stop_reason"] == "done"
 
 
-def test_instance_traces_keep_the_mlflow_run_first(tmp_path: Path, cache_dir: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """With one trace per instance logged into the job's run, nothing is sent before the run exists."""
-    seen = _one_job_in_a_sweep(tmp_path, cache_dir, monkeypatch, wait_for_a_request=False,
-                               **{"tracking.instance_traces": True, "limit": 1})
-    assert seen == [0]
+def test_instance_traces_do_not_hold_the_requests_back(tmp_path: Path, cache_dir: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Instances traced into the job's run still start before it exists; their traces wait for it."""
+    seen = _one_job_in_a_sweep(tmp_path, cache_dir, monkeypatch, wait_for_a_request=True,
+                               **{"tracking.instance_traces": True, "limit": 2})
+    assert seen and seen[0] > 0
+    run_id = json.loads((tmp_path / "job" / "summary.json").read_text())["run_id"]
+    traces = tracking.search_traces(f"sqlite:///{tmp_path / 'mlflow.db'}", "cts")
+    linked = traces[traces["trace_metadata"].map(lambda m: m.get("mlflow.sourceRun")) == run_id]
+    assert len(linked) == 2
 
 
 @pytest.fixture

@@ -85,3 +85,27 @@ def test_mlflow_telemetry_is_off_once_cts_tracking_is_imported() -> None:
     env = {k: v for k, v in os.environ.items() if k not in unset}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "True"]
+
+
+def test_a_new_experiment_gets_its_kind_once_and_a_kind_chosen_later_stays(tmp_path: Path) -> None:
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    with tracking.job_run(uri, "exp", "a", {}, experiment_kind="genai_development"):
+        pass
+    client = mlflow.MlflowClient(uri)
+    exp = client.get_experiment_by_name("exp")
+    assert exp.tags["mlflow.experimentKind"] == "genai_development"
+    client.set_experiment_tag(exp.experiment_id, "mlflow.experimentKind", "custom_model_development")  # in the UI
+    with tracking.job_run(uri, "exp", "b", {}, experiment_kind="genai_development"):
+        pass
+    assert client.get_experiment(exp.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_the_tracking_config_reaches_the_tasks() -> None:
+    from cts.tasks.job import tracking_settings
+
+    settings = tracking_settings({"uri": "sqlite:///x.db", "experiment": "e", "instance_traces": False,
+                                  "experiment_kind": "genai_development"})
+    assert (settings.instance_traces, settings.records_table, settings.evaluation_dataset) == (False, True, True)
+    assert settings.experiment_kind == "genai_development"

@@ -369,9 +369,10 @@ def test_rerun_with_warm_caches_sends_no_request(tmp_path, llm_server, web):
 
 
 def without_cache_flags(value: Any) -> Any:
-    """The trace without what legitimately differs on a replay (cache flags, latency, cost)."""
+    """The trace without what legitimately differs on a replay (cache flags, latency, cost, times)."""
     if isinstance(value, dict):
-        return {k: without_cache_flags(v) for k, v in value.items() if k not in ("cached", "latency_s", "cost_usd")}
+        return {k: without_cache_flags(v) for k, v in value.items()
+                if k not in ("cached", "latency_s", "cost_usd", "t_ns")}
     if isinstance(value, (list, tuple)):
         return [without_cache_flags(v) for v in value]
     return value

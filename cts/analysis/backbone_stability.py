@@ -34,6 +34,7 @@ from cts.records import Record, infra_stop
 from cts.report.jobs import Job
 from cts.report.tables import Table
 from cts.text import STOPWORDS_EN, tokenize
+from cts.tracking import Assessed
 from cts.types import (
     QA,
     UNKNOWN,
@@ -294,3 +295,34 @@ def write_replays(items: Sequence[FrozenItem], outputs: Mapping[str, Sequence[Re
                                  for n, o in outputs.items()}}
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     return path
+
+
+def backbone_feedback(
+    jobs: Sequence[Job], items: Sequence[FrozenItem], outputs: Mapping[str, Sequence[Replay]]
+) -> list[tuple[str, str, Assessed]]:
+    """Per job, instance and backbone: how its replay agrees with the run's own UA, as feedback on the trace.
+
+    Named ``ua_agreement.<backbone>`` (the share of questions whose answer is known or
+    ``unknown`` alike); the rationale gives the replayed answers and rewrite, the metadata
+    the rewrite's similarity to the run's and the replay's unknown count.
+    """
+    index = {(it.instance.id, it.questions): n for n, it in enumerate(items)}
+    out = []
+    for job in jobs:
+        for r in job.records:
+            n = index.get((r.id, r.questions))
+            if not job.run_id or n is None:
+                continue
+            for name, replays in outputs.items():
+                out.append((job.run_id, r.id, _replayed(name, replays[n], r)))
+    return out
+
+
+def _replayed(name: str, replay: Replay, record: Record) -> Assessed:
+    agree = [(a == UNKNOWN) == (b == UNKNOWN) for a, b in zip(replay.answers, record.answers)]
+    missing = None if agree else ("no_answers", "the run recorded no answers to compare with")
+    meta = {"analysis": "backbone_stability", "unknown_answers": str(sum(a == UNKNOWN for a in replay.answers)),
+            "rewrite_similarity": f"{rewrite_similarity(replay.rewrite, record.rewritten_query or ''):.3f}"}
+    why = f"answers: {json.dumps(list(replay.answers), ensure_ascii=False)}; rewrite: {replay.rewrite}"
+    return Assessed(f"ua_agreement.{name}", _mean(agree) if agree else None, "CODE", f"backbone:{name}", why[:4000],
+                    meta, missing)

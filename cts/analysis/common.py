@@ -1,4 +1,4 @@
-"""Helpers shared by the analyses of frozen runs: bounded concurrency, budgets, writers."""
+"""Helpers shared by the analyses of frozen runs: bounded concurrency, budgets, writers, feedback on traces."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TypeVar
 
 
+from cts import tracking
 from cts.report.jobs import Job
 
 
@@ -58,3 +59,25 @@ def write_metrics(metrics: Mapping[str, float], out_dir: Path) -> Path:
     clean = {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}
     path.write_text(json.dumps(clean, indent=2, ensure_ascii=False), encoding="utf-8")
     return path
+
+
+def feedback_on_traces(items: Iterable[tuple[str, str, tracking.Assessed]]) -> int:
+    """Add each ``(run id, instance id, assessment)`` to that run's trace of the instance, where it has one.
+
+    The analyses' own judges (or backbones) then sit beside the run's judge on the same
+    per-instance trace, so their agreement is visible instance by instance in MLflow.
+
+    Returns:
+        How many assessments were logged (runs logged without traces have none to add to).
+    """
+    by_instance: dict[tuple[str, str], list[tracking.Assessed]] = {}
+    for run_id, instance_id, assessed in items:
+        by_instance.setdefault((run_id, instance_id), []).append(assessed)
+    traces = tracking.trace_ids_of_runs([run_id for run_id, _ in by_instance])
+    logged = 0
+    for key, assessed in by_instance.items():
+        if key in traces:
+            tracking.log_assessments(traces[key], assessed)
+            logged += len(assessed)
+    log.info("%d assessments added to %d traces", logged, len({k for k in by_instance if k in traces}))
+    return logged

@@ -24,6 +24,7 @@ import pandas as pd
 from cts.report.jobs import ORIG, Job
 
 from cts.records import infra_stop
+from cts.tracking import Assessed
 from cts.report.tables import Table
 from cts.scoring import restore_score
 from cts.stats import cohen_kappa, kendall_tau
@@ -242,3 +243,36 @@ def judge_metrics(tables: Sequence[Table]) -> dict[str, float]:
     out.update({f"same_ordering.{r.judge}": float(r.same_ordering) for r in t9.data.itertuples()})
     out.update({f"kappa.{r.judge_a}.{r.judge_b}": float(r.kappa) for r in kappa.data.itertuples()})
     return out
+
+
+def judge_feedback(
+    jobs: Sequence[Job], gold: Mapping[str, Gold], labels: Mapping[str, Mapping[tuple[str, str], Any]]
+) -> list[tuple[str, str, Assessed]]:
+    """Per job, instance and judge: the re-judged score of the clarified answer, as feedback on its trace.
+
+    Named ``restore_score_100.<judge>`` beside the run's own ``restore_score_100``; the
+    rationale gives the judge's labels, the metadata their agreement with the run's labels.
+    """
+    out = []
+    for job in jobs:
+        for r in job.records:
+            if not job.run_id or not _judgeable(r.clarified) or r.id not in gold:
+                continue
+            key, recorded = (r.id, r.clarified.answer), dict(r.clarified.labels)  # type: ignore[union-attr]
+            for judge, by_key in labels.items():
+                if judge != RECORDED:
+                    out.append((job.run_id, r.id, _rejudged(judge, by_key.get(key), recorded, gold[r.id])))
+    return out
+
+
+def _rejudged(judge: str, labels: Mapping[str, Label] | None, recorded: Mapping[str, Label], gold: Gold) -> Assessed:
+    name = f"restore_score_100.{judge}"
+    if not labels:
+        return Assessed(name, None, "LLM_JUDGE", judge, error=("judge_failed", "this judge gave no labels"))
+    same = [labels[n] == recorded[n] for n in labels if n in recorded]
+    agreement = f"{float(np.mean(same)):.3f}" if same else "nan"
+    text, score = " ".join(f"{n}={v}" for n, v in labels.items()), _score(labels, gold)
+    why = f"{text} (run's judge: {' '.join(f'{n}={v}' for n, v in recorded.items())})"
+    meta = {"analysis": "judge_robustness", "labels": text, "agreement_with_run": agreement}
+    unscored = None if score is not None else ("unscored", "labels of another gold version")
+    return Assessed(name, score, "LLM_JUDGE", judge, why, meta, unscored)

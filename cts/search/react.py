@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -178,12 +179,19 @@ def as_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+class StampedTrace(list[dict[str, Any]]):
+    """A run's trace: each entry gets ``t_ns``, the epoch time it was appended (the turns' span times)."""
+
+    def append(self, entry: dict[str, Any]) -> None:  # noqa: D102 - list.append, stamped
+        super().append({**entry, "t_ns": time.time_ns()})
+
+
 @dataclass
 class Episode:
     """Mutable state of one agent run (internal to :class:`cts.search.webdancer.WebDancerSearch`)."""
 
     messages: list[dict[str, str]]
-    trace: list[dict[str, Any]] = field(default_factory=list)
+    trace: list[dict[str, Any]] = field(default_factory=StampedTrace)
     evidence: dict[str, Evidence] = field(default_factory=dict)
     assistant: list[str] = field(default_factory=list)
     counts: dict[str, float] = field(default_factory=dict)

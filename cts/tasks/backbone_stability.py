@@ -8,6 +8,7 @@ from pathlib import Path
 
 from cts.analysis.backbone_stability import (
     Backbone,
+    backbone_feedback,
     Concretiser,
     frozen_items,
     replay_all,
@@ -16,7 +17,7 @@ from cts.analysis.backbone_stability import (
     stability_report,
     write_replays,
 )
-from cts.analysis.common import select_budgets, write_metrics, write_tables
+from cts.analysis.common import feedback_on_traces, select_budgets, write_metrics, write_tables
 from cts.report.jobs import load_jobs
 from cts.report.tables import markdown
 from cts.tasks.job import RunInfo, log_task_outputs, task_run
@@ -47,6 +48,7 @@ def backbone_stability_task(
     with task_run(run, "backbone_stability"):  # an infrastructure failure stops the analysis: exit 1
         replays = asyncio.run(replay_all(items, backbones, concurrency))
         items, outputs = replayed_by_all(items, replays)
+        feedback_on_traces(backbone_feedback(jobs, items, outputs))  # each backbone's replay on the instance traces
         n_failed = len(next(iter(replays.values()), [])) - len(items)
         tables = stability_report(items, outputs, Concretiser.from_places(places))
         out = Path(out_dir)

@@ -95,23 +95,29 @@ def evaluate_task(
     """
     ctx, k = run.context, protocol.k
     instances = select_instances(dataset, limit)
+    tracer = instance_tracer(run)
 
     def job() -> Any:
         return run_job(instances, dataset.gold, roles, k=k, out_dir=ctx.job_dir, concurrency=concurrency,
-                       usage_scope=usage_scope, models=models, keep=metric_view, on_instance=instance_tracer(run),
+                       usage_scope=usage_scope, models=models, keep=metric_view, on_instance=tracer,
                        progress=sweep_progress() or True, orig_share=orig_share_for(orig_parts))
 
-    # In a sweep the instances start before the job's MLflow run is set up (they need nothing of it),
-    # except when each instance logs a trace into that run, or the store already failed another job.
-    late = run.tracking.instance_traces or tracking.store_failed(run.tracking.uri)
+    # In a sweep the instances start before the job's MLflow run is set up (their traces wait for it),
+    # unless the store already failed another job.
+    late = tracking.store_failed(run.tracking.uri)
     early = contextlib.nullcontext() if late else within_budget(job, ctx.job_dir, budget)
     with interruptible_job(ctx.job_dir, len(instances), lambda: count_done(ctx.job_dir, instances), ctx.sweep_dir), \
             early as started, \
             tracking.job_run(run.tracking.uri, run.tracking.experiment, ctx.run_name,
-                             tracking.flatten(dict(run.config)), dict(run.tags), job_dir=ctx.job_dir) as run_id:
+                             tracking.flatten(dict(run.config)), dict(run.tags), job_dir=ctx.job_dir,
+                             experiment_kind=run.tracking.experiment_kind) as run_id:
+        if tracer is not None:
+            tracer.attach(run_id)  # the instances that finished while the run was set up are traced now
+        tracking.log_dataset_input(dataset.name, instances, dataset.gold,
+                                   evaluation_dataset=run.tracking.evaluation_dataset)
         records, stop = started.result() if started else run_within_budget(job, ctx.job_dir, budget)
         if run.tracking.records_table:
-            tracking.log_records_table(read_records(ctx.job_dir / RECORDS_FILE))  # the full records, streamed
+            log_job_records_table(ctx.job_dir, [i.id for i in dataset.instances], run_id, tracer)
         ended = read_outcome(ctx.job_dir, stop, len(instances), len(records))
         planned = budget_metrics(ctx.job_dir, records, len(instances))  # over this run's instances
         records = job_dir_records(ctx.job_dir, records, [i.id for i in dataset.instances], keep=metric_view)
@@ -164,9 +170,22 @@ def job_dir_records(
     return sorted([*records, *extra.values()], key=lambda r: rank.get(r.id, len(rank)))
 
 
-def instance_tracer(run: RunInfo) -> Any:
-    """The per-instance MLflow trace hook (``tracking.instance_traces``; off by default, see the README), or None."""
+def instance_tracer(run: RunInfo) -> tracking.InstanceTraces | None:
+    """The per-instance MLflow trace hook (``tracking.instance_traces``, on by default), or None."""
     if not run.tracking.instance_traces:
         return None
-    keep = {k: v for k, v in run.tags.items() if k in ("cts.system", "cts.sweep_dir")}
-    return lambda inst, gold, record, traces: tracking.log_instance_trace(inst, gold, record, traces, keep)
+    return tracking.InstanceTraces({k: v for k, v in run.tags.items() if k in ("cts.system", "cts.sweep_dir")})
+
+
+def log_job_records_table(job_dir: Path, order: Sequence[str], run_id: str,
+                          tracer: tracking.InstanceTraces | None) -> None:
+    """Log every record of the job dir as the run's table, in dataset order, with each instance's trace id.
+
+    Instances an earlier invocation of a resumed job traced are found in the store.
+    """
+    records = list(read_records(job_dir / RECORDS_FILE))
+    trace_ids = dict(tracer.trace_ids) if tracer else {}
+    if tracer and any(r.id not in trace_ids for r in records):
+        earlier = tracking.trace_ids_of_runs([run_id])
+        trace_ids = {**{i: t for (_, i), t in earlier.items()}, **trace_ids}
+    tracking.log_records_table(records, order, trace_ids)

@@ -59,7 +59,18 @@ class Tracking:
     uri: str
     experiment: str
     records_table: bool = True
-    instance_traces: bool = False
+    instance_traces: bool = True
+    """One MLflow trace per instance, with its scores, labels and gold as assessments."""
+    evaluation_dataset: bool = True
+    """Keep the dataset (queries, gold) as an MLflow evaluation dataset of the experiment, too."""
+    experiment_kind: str | None = None
+    """``mlflow.experimentKind`` of a new experiment: which views MLflow's UI opens it with."""
+
+
+def tracking_settings(node: Mapping[str, Any]) -> Tracking:
+    """The :class:`Tracking` of a ``tracking`` config node (keys it lacks take the defaults)."""
+    keys = ("records_table", "instance_traces", "evaluation_dataset", "experiment_kind")
+    return Tracking(str(node["uri"]), str(node["experiment"]), **{k: node[k] for k in keys if node.get(k) is not None})
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from cts.analysis.common import select_budgets, write_metrics, write_tables
-from cts.analysis.judge_robustness import judge_metrics, judge_report, rejudge
+from cts.analysis.common import feedback_on_traces, select_budgets, write_metrics, write_tables
+from cts.analysis.judge_robustness import judge_feedback, judge_metrics, judge_report, rejudge
 from cts.report.jobs import load_jobs
 from cts.report.tables import markdown
 from cts.tasks.job import RunInfo, log_task_outputs, task_run
@@ -37,6 +37,7 @@ def judge_robustness_task(
     with task_run(run, "judge_robustness"):  # an infrastructure failure stops the analysis: exit 1
         scores, labels = asyncio.run(rejudge(jobs, gold, judges, include_recorded=include_recorded,
                                              concurrency=concurrency))
+        feedback_on_traces(judge_feedback(jobs, gold, labels))  # each judge's score on the runs' instance traces
         out = Path(out_dir)
         tables = judge_report(scores, labels, reference)
         scores.to_csv(out / "judge_scores.csv", index=False)

@@ -1,8 +1,10 @@
-"""The only package that touches MLflow (store set-up in ``_store``, traces in ``_traces``).
+"""The only package that touches MLflow.
 
 One Hydra job = one MLflow run (params = the flattened resolved config, metrics =
-pure functions over records, artifacts = records, summary, config, prompts).
-A sweep report is logged as one more run tagged ``cts.kind=sweep_report``.
+pure functions over records, artifacts = records, summary, config, prompts; input = the
+dataset, ``_datasets``), one trace per instance with its assessments (``_instance``,
+``_assessments``), the records as a table (``_tables``), LLM-call spans (``_traces``);
+store set-up in ``_store``. A sweep report is logged as one more run tagged ``cts.kind=sweep_report``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from typing import Any
 
 from cts.naming import factors
 from cts.secrets import scrub
+from cts.tracking._assessments import Assessed, log_assessments, trace_ids_of_runs
+from cts.tracking._datasets import dataset_digest, dataset_rows, log_dataset_input
+from cts.tracking._instance import InstanceTraces, log_instance_trace, search_turns
 from cts.tracking._store import (
     TrackingStoreError,
     _mlflow,
@@ -25,14 +30,16 @@ from cts.tracking._store import (
     store_failed,
     store_lock_path,
 )
-from cts.tracking._traces import log_instance_trace, log_records_table, search_turns, trace_llm_calls
+from cts.tracking._tables import RECORDS_TABLE, log_records_table
+from cts.tracking._traces import trace_llm_calls
 from cts.versions import package_versions
 
 __all__ = [
-    "TrackingStoreError", "broken_store_message", "download_artifact", "experiment_id", "flatten", "job_run",
-    "job_runs", "log_artifacts", "log_instance_trace", "log_metrics", "log_records_table", "log_report_run",
-    "one_run_per_job_dir", "override_tags", "prepare_store", "search_runs", "search_traces", "search_turns",
-    "set_tags", "store_failed", "store_lock_path", "trace_llm_calls",
+    "RECORDS_TABLE", "Assessed", "InstanceTraces", "TrackingStoreError", "broken_store_message", "dataset_digest",
+    "dataset_rows", "download_artifact", "experiment_id", "flatten", "job_run", "job_runs", "log_artifacts", "log_assessments",
+    "log_dataset_input", "log_instance_trace", "log_metrics", "log_records_table", "log_report_run",
+    "one_run_per_job_dir", "override_tags", "prepare_store", "search_runs", "search_traces", "search_turns", "set_tags",
+    "store_failed", "store_lock_path", "trace_ids_of_runs", "trace_llm_calls",
 ]
 
 _PARAM_VALUE_MAX = 6000  # MLflow's limit on a param value
@@ -84,6 +91,7 @@ def job_run(
     params: Mapping[str, str],
     tags: Mapping[str, str] | None = None,
     job_dir: Path | None = None,
+    experiment_kind: str | None = None,
 ) -> Iterator[str]:
     """Start (or, for a resumed job dir, continue) the MLflow run of one job, and always end it.
 
@@ -96,6 +104,9 @@ def job_run(
     a changed one is kept as the tag ``cts.resume.<param>``. When the stored run is
     gone (another store or experiment, deleted), a new run starts tagged ``cts.previous_run_id``.
 
+    ``experiment_kind`` sets the experiment's ``mlflow.experimentKind`` tag, which picks the
+    views MLflow's UI opens it with (``genai_development``, ``custom_model_development``).
+
     Yields:
         The run id. The run ends ``KILLED`` on KeyboardInterrupt (SIGINT, or SIGTERM
         via :mod:`cts.interrupt`), ``FAILED`` when the body raises anything else, else
@@ -104,7 +115,7 @@ def job_run(
     mlflow = _mlflow()
     prepare_store(uri)
     mlflow.set_tracking_uri(uri)
-    _ensure_experiment(uri, experiment)
+    _ensure_experiment(uri, experiment, experiment_kind)
     previous = _stored_run_id(job_dir, uri)
     resumed = previous is not None and _run_exists(uri, previous, experiment)
     run = mlflow.start_run(run_id=previous) if resumed else mlflow.start_run(run_name=run_name, tags=dict(tags or {}))
@@ -171,8 +182,8 @@ def _log_params(run: Any, params: Mapping[str, str], previous: str | None, resum
     mlflow.set_tags({**changed, "cts.resumes": str(n)})
 
 
-def _ensure_experiment(uri: str, name: str) -> None:
-    """Select the experiment, creating it with artifacts beside a SQLite store.
+def _ensure_experiment(uri: str, name: str, kind: str | None = None) -> None:
+    """Select the experiment, creating it with artifacts beside a SQLite store, and set its kind.
 
     MLflow's default artifact root is ``./mlruns`` relative to the working
     directory, which scatters artifacts wherever a job happens to start.
@@ -184,7 +195,12 @@ def _ensure_experiment(uri: str, name: str) -> None:
             mlflow.create_experiment(name, artifact_location=root.as_uri())
         except Exception:  # noqa: BLE001 - a parallel job created it first
             pass
-    mlflow.set_experiment(name)
+    experiment = mlflow.set_experiment(name)
+    if kind and _KIND_TAG not in experiment.tags:  # once: a kind chosen later in the UI stays
+        mlflow.set_experiment_tag(_KIND_TAG, kind)
+
+
+_KIND_TAG = "mlflow.experimentKind"
 
 
 def log_metrics(metrics: Mapping[str, float]) -> None:

@@ -14,6 +14,12 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 # user did not configure (and on an offline machine the attempt only costs a DNS lookup per process).
 # Set MLFLOW_DISABLE_TELEMETRY=false to allow it.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# Traces are written by MLflow's asynchronous trace logging, off the job's path. Its defaults send
+# spans in batches of 5 (one store write each: ~640 writes for the offline job's 200 traces); cts
+# sends up to 512 spans, many traces', per write, at least once a second.
+os.environ.setdefault("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "true")
+os.environ.setdefault("MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE", "512")
+os.environ.setdefault("MLFLOW_ASYNC_TRACE_LOGGING_MAX_INTERVAL_MILLIS", "1000")
 
 from filelock import FileLock
 
@@ -65,6 +71,8 @@ def prepare_store(uri: str) -> None:
         raise TrackingStoreError(_FAILED[uri])
     if uri.startswith("sqlite:///"):
         Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        # SQLite takes one writer at a time: MLflow's 10 trace-logging threads would wait on its lock.
+        os.environ.setdefault("MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS", "1")
     lock = store_lock_path(uri)
     if lock:  # imported before taking the lock, which then covers only the store's own work (~0.2 s)
         import mlflow.store.tracking.sqlalchemy_store  # noqa: F401

@@ -1,0 +1,89 @@
+"""The job's dataset in MLflow: a run input with a digest of its content, and an evaluation dataset.
+
+The digest is computed over the instances the job evaluates, in dataset order (never in the
+order they finished), with their gold: two runs of one dataset show one digest in the runs'
+Dataset column, and the experiment's Datasets tab lists the dataset once per digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cts.tracking._store import _mlflow
+
+log = logging.getLogger(__name__)
+
+CONTEXT = "evaluation"
+_UNSAFE = re.compile(r"[^\w.-]")  # the name is quoted in a search filter
+_CREATING = threading.Lock()  # the jobs of a sweep share a process: one of them creates a dataset
+
+
+def dataset_rows(instances: Sequence[Any], gold: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per instance, in the order given: its id, both queries and its gold nuggets."""
+    rows = []
+    for inst in instances:
+        g = gold.get(inst.id)
+        nuggets = [{"id": n.id, "text": n.text, "weight": n.weight} for n in (g.nuggets if g else ())]
+        rows.append({"instance_id": inst.id, "blurred_query": inst.blurred_query, "fused_query": inst.fused_query,
+                     "gold_nuggets": nuggets})
+    return rows
+
+
+def dataset_digest(rows: Sequence[Mapping[str, Any]]) -> str:
+    """A content digest of ``rows`` in their order (16 hex characters of a SHA-256)."""
+    h = hashlib.sha256()
+    for row in rows:
+        h.update(json.dumps(row, sort_keys=True, ensure_ascii=False).encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()[:16]
+
+
+def log_dataset_input(name: str, instances: Sequence[Any], gold: Mapping[str, Any], *,
+                      evaluation_dataset: bool = True) -> str:
+    """Log the instances a job evaluates as an input of the active run (and an evaluation dataset).
+
+    Args:
+        name: The dataset's name (``demo``, ``cts518`` ...).
+        instances: The job's instances, in dataset order.
+        gold: Instance id -> its gold.
+        evaluation_dataset: Also keep the rows as an MLflow evaluation dataset of the run's
+            experiment (``<name>-<digest>``, created once per digest; the Datasets tab).
+
+    Returns:
+        The digest (see :func:`dataset_digest`).
+    """
+    import pandas as pd
+
+    mlflow = _mlflow()
+    rows = dataset_rows(instances, gold)
+    digest = dataset_digest(rows)
+    frame = pd.DataFrame([{**r, "gold_nuggets": json.dumps(r["gold_nuggets"], ensure_ascii=False)} for r in rows],
+                         columns=["instance_id", "blurred_query", "fused_query", "gold_nuggets"])
+    mlflow.log_input(mlflow.data.from_pandas(frame, name=name, digest=digest), context=CONTEXT)
+    if evaluation_dataset:
+        experiment = mlflow.active_run().info.experiment_id
+        try:
+            ensure_evaluation_dataset(f"{_UNSAFE.sub('_', name)}-{digest[:8]}", digest, rows, experiment)
+        except Exception as e:  # noqa: BLE001 - e.g. a tracking server without evaluation datasets: the job goes on
+            log.warning("the evaluation dataset %s-%s was not created: %s", name, digest[:8], e)
+    return digest
+
+
+def ensure_evaluation_dataset(name: str, digest: str, rows: Sequence[Mapping[str, Any]], experiment: str) -> None:
+    """Create the evaluation dataset ``name`` in ``experiment`` unless it exists (inputs: the query; expectations: gold)."""
+    from mlflow.genai.datasets import create_dataset, search_datasets
+
+    with _CREATING:
+        if len(search_datasets(experiment_ids=[experiment], filter_string=f"name = '{name}'", max_results=1)):
+            return
+        dataset = create_dataset(name=name, experiment_id=[experiment], tags={"cts.digest": digest})
+        dataset.merge_records([{
+            "inputs": {"instance_id": r["instance_id"], "blurred_query": r["blurred_query"]},
+            "expectations": {"gold_nuggets": r["gold_nuggets"], "fused_query": r["fused_query"]},
+        } for r in rows])

@@ -1,0 +1,73 @@
+"""The records as an MLflow table of the job's run: one row per instance, in dataset order."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from cts.tracking._store import _mlflow
+from cts.types import UNKNOWN
+
+RECORDS_TABLE = "records_table.json"
+
+
+def _row(r: Any, run_id: str, trace_id: str) -> dict[str, Any]:
+    return {
+        "instance_id": r.id, "run_id": run_id, "trace_id": trace_id, "k": r.k, "mode": r.mode,
+        "questions": "\n".join(r.questions), "answers": "\n".join(r.answers),
+        "n_unknown": sum(a == UNKNOWN for a in r.answers), "rewritten_query": r.rewritten_query or "",
+        "score": r.score, "orig_score": r.orig_score,
+        "delta": None if r.score is None or r.orig_score is None else r.score - r.orig_score,
+        "clarified_labels": json.dumps(dict(r.clarified.labels) if r.clarified else {}, ensure_ascii=False),
+        "orig_labels": json.dumps(dict(r.orig.labels) if r.orig else {}, ensure_ascii=False),
+        "error": f"{r.error.stage}: {r.error.kind}" if r.error else "",
+    }
+
+
+def log_records_table(records: Iterable[Any], order: Sequence[str] = (), trace_ids: Mapping[str, str] | None = None,
+                      artifact_file: str = RECORDS_TABLE) -> None:
+    """Log the records as an MLflow table of the active run (one row per instance).
+
+    Rows follow ``order`` (the dataset's ids; ids not in it go last, as they come), so two
+    runs of one dataset list their instances alike whatever order they finished in. Each
+    row names its run (``run_id``) and its per-instance trace (``trace_id``, empty without
+    traces). ``mlflow.set_experiment(name)`` then ``mlflow.load_table(artifact_file,
+    run_ids=[...])`` lines the same instance up across runs.
+
+    Args:
+        records: The job dir's records (any order).
+        order: Instance ids in dataset order.
+        trace_ids: Instance id -> the id of its trace.
+    """
+    import pandas as pd
+
+    mlflow = _mlflow()
+    run_id = mlflow.active_run().info.run_id
+    rank = {i: n for n, i in enumerate(order)}
+    ordered = sorted(records, key=lambda r: rank.get(r.id, len(rank)))
+    rows = [_row(r, run_id, (trace_ids or {}).get(r.id, "")) for r in ordered]
+    _write_table(run_id, pd.DataFrame(rows, columns=list(_row_columns())), artifact_file)
+
+
+def _write_table(run_id: str, frame: Any, artifact_file: str) -> None:
+    """Log ``frame`` as the run's table ``artifact_file``, replacing the one an earlier invocation logged.
+
+    ``mlflow.log_table`` appends to an existing table, and a resumed job logs every record of
+    its dir again: the file is rewritten in the same format instead (JSON, ``orient="split"``).
+    """
+    mlflow = _mlflow()
+    if artifact_file not in {f.path for f in mlflow.MlflowClient().list_artifacts(run_id)}:
+        mlflow.log_table(frame, artifact_file=artifact_file)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / artifact_file
+        frame.to_json(path, orient="split", index=False, date_format="iso")
+        mlflow.log_artifact(str(path))
+
+
+def _row_columns() -> Iterable[str]:
+    return ("instance_id", "run_id", "trace_id", "k", "mode", "questions", "answers", "n_unknown", "rewritten_query",
+            "score", "orig_score", "delta", "clarified_labels", "orig_labels", "error")
