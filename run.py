@@ -4,7 +4,7 @@ import gc
 
 # Start-up (imports, composing every job's config) builds about a million long-lived objects, and
 # each full collection of the cyclic GC rescans them all: about 1 s before a sweep's first request.
-# cts turns it back on, with those objects frozen, once the jobs are set up (cts.startup).
+# cts turns it back on, with those objects frozen, once the jobs are set up (cts._util.startup).
 gc.disable()
 
 import os
@@ -13,7 +13,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from cts.validate import register_resolvers
+from cts.compose.validate import register_resolvers
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 register_resolvers()  # ${cts_pid:} in the default run dir (conf/config.yaml)
@@ -22,7 +22,7 @@ register_resolvers()  # ${cts_pid:} in the default run dir (conf/config.yaml)
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     """Compose the config and run the configured task; returns the sweep metric."""
-    from cts.app import run
+    from cts.compose.app import run
 
     return run(cfg)
 

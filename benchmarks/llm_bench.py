@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cts.compose.services import Services, component_arguments
+from cts.core.types import QA, Nugget
 from cts.roles.llm import LLMClarifier, LLMJudge, LLMRewriter, LLMUserAnswerer
-from cts.services import Services, component_arguments
-from cts.types import QA, Nugget
 
 FAKES = Path(__file__).resolve().parents[1] / "tests" / "llm_fakes.py"
 """The scripted OpenAI-compatible server (run in a subprocess with a fixed latency)."""
@@ -76,7 +76,10 @@ def built(target: type, services: Services, **config: object) -> object:
 
 async def _run(n: int, concurrency: int, services: Services) -> int:
     clarifier = built(LLMClarifier, services, model=SPEC, prompt="clarifier")
-    ua, rewriter = built(LLMUserAnswerer, services, model=SPEC, prompt="ua"), built(LLMRewriter, services, model=SPEC, prompt="rewriter")
+    ua, rewriter = (
+        built(LLMUserAnswerer, services, model=SPEC, prompt="ua"),
+        built(LLMRewriter, services, model=SPEC, prompt="rewriter"),
+    )
     judge = built(LLMJudge, services, model=SPEC, prompt="judge")
 
     async def instance(i: int) -> None:
@@ -124,10 +127,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     r = run_bench(args.n, args.concurrency, args.latency_ms, args.transport)
-    print(
-        f"calls={r.calls} concurrency={args.concurrency} latency={args.latency_ms:g}ms "
-        f"transport={args.transport}"
-    )
+    print(f"calls={r.calls} concurrency={args.concurrency} latency={args.latency_ms:g}ms transport={args.transport}")
     print(f"wall={r.wall_s:.2f}s ideal={r.ideal_s:.2f}s efficiency={r.efficiency:.3f} (target >= 0.85)")
     print(f"framework cpu={r.cpu_s:.2f}s = {r.cpu_ms_per_call:.2f} ms/call")
 

@@ -86,8 +86,9 @@ def _fresh_cache(template: Path, into: Path) -> Path:
     return into
 
 
-def run_sweep(server: ScriptedServer, launcher: tuple[str, ...], overrides: tuple[str, ...], work: Path,
-              template: Path) -> tuple[float, float, int, list[Any]]:
+def run_sweep(
+    server: ScriptedServer, launcher: tuple[str, ...], overrides: tuple[str, ...], work: Path, template: Path
+) -> tuple[float, float, int, list[Any]]:
     """Run one sweep command; return wall time, request span, exit code and the served bodies.
 
     Also sets ``_LAST_TIMELINE`` and ``_LAST_EDGES`` (lead and tail seconds).
@@ -100,9 +101,18 @@ def run_sweep(server: ScriptedServer, launcher: tuple[str, ...], overrides: tupl
     cache = _fresh_cache(template, work / "cache")
     if _STORE and _STORE.exists():
         shutil.copy(_STORE, work / "mlflow.db")
-    args = [sys.executable, str(REPO / "run.py"), *overrides, *launcher, f"services.llm.api_base={server.base_url}",
-            f"paths.cache_dir={cache}", f"tracking.uri=sqlite:///{work}/mlflow.db", "sweep_report=false",
-            f"hydra.sweep.dir={work}/sweep", f"hydra.run.dir={work}/run"]
+    args = [
+        sys.executable,
+        str(REPO / "run.py"),
+        *overrides,
+        *launcher,
+        f"services.llm.api_base={server.base_url}",
+        f"paths.cache_dir={cache}",
+        f"tracking.uri=sqlite:///{work}/mlflow.db",
+        "sweep_report=false",
+        f"hydra.sweep.dir={work}/sweep",
+        f"hydra.run.dir={work}/run",
+    ]
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "PYTHONPATH": str(REPO)}
     start = time.monotonic()
     with _Sampler(server) as sampler:
@@ -159,7 +169,7 @@ class _Sampler:
         busy = [i for i, (_, n) in enumerate(self.samples) if n > 0]
         if not busy:
             return []
-        kept = self.samples[busy[0]: busy[-1] + 1]
+        kept = self.samples[busy[0] : busy[-1] + 1]
         t0, out, bucket = kept[0][0], [], []  # type: ignore[var-annotated]
         for t, n in kept:
             if t - t0 >= step * (len(out) + 1):
@@ -181,38 +191,56 @@ def critical_path(server: ScriptedServer, work: Path, template: Path) -> float:
     return span
 
 
-def measure(name: str, server: ScriptedServer, n: int, work: Path, template: Path, joblib_jobs: int,
-            extra: tuple[str, ...] = ()) -> SweepFigures:
+def measure(
+    name: str, server: ScriptedServer, n: int, work: Path, template: Path, joblib_jobs: int, extra: tuple[str, ...] = ()
+) -> SweepFigures:
     """One launcher's sweep, as figures (``extra``: more overrides, e.g. ``tracking.instance_traces=true``)."""
     launcher = LAUNCHERS[name] + ((f"hydra.launcher.n_jobs={joblib_jobs}",) if name == "joblib" else ())
     wall, span, code, bodies = run_sweep(server, launcher, ("-m", *CARD, f"limit={n}", *extra), work, template)
-    return SweepFigures(name, wall, span, len(bodies) + server.rejected, len(bodies),
-                        len({_digest(b) for b in bodies}), server.rejected, server.peak_in_flight, code,
-                        tuple(_LAST_TIMELINE), *_LAST_EDGES)
+    return SweepFigures(
+        name,
+        wall,
+        span,
+        len(bodies) + server.rejected,
+        len(bodies),
+        len({_digest(b) for b in bodies}),
+        server.rejected,
+        server.peak_in_flight,
+        code,
+        tuple(_LAST_TIMELINE),
+        *_LAST_EDGES,
+    )
 
 
 def warm_template(server: ScriptedServer, work: Path) -> Path:
     """Build the BM25 index and the demo set once (outside every measurement)."""
     cache = work / "cache"
-    run_sweep(server, (), ("clarifier=gpt", "k=1", "limit=1", "services.llm.cache.mode=off"), work,
-              Path(tempfile.mkdtemp()))
+    run_sweep(
+        server, (), ("clarifier=gpt", "k=1", "limit=1", "services.llm.cache.mode=off"), work, Path(tempfile.mkdtemp())
+    )
     return cache
 
 
 def report(rows: list[SweepFigures], ideal_latency: float, critical: float, latency: float, cap: int) -> None:
     """Print the side-by-side table."""
     print(f"critical path of one instance: {critical:.2f} s; latency {latency:g} s; server cap {cap}")
-    head = (f"{'launcher':<8} {'wall_s':>7} {'req_s':>7} {'ideal_s':>7} {'eff_wall':>8} {'eff_req':>7} "
-            f"{'sent':>6} {'distinct':>8} {'dup':>5} {'429':>5} {'429%':>6} {'peak':>5} {'exit':>4}")
+    head = (
+        f"{'launcher':<8} {'wall_s':>7} {'req_s':>7} {'ideal_s':>7} {'eff_wall':>8} {'eff_req':>7} "
+        f"{'sent':>6} {'distinct':>8} {'dup':>5} {'429':>5} {'429%':>6} {'peak':>5} {'exit':>4}"
+    )
     print(head)
     for r in rows:
         ideal = max(critical, r.distinct * latency / cap)
-        print(f"{r.launcher:<8} {r.wall_s:7.1f} {r.request_s:7.1f} {ideal:7.1f} {ideal / r.wall_s:8.3f} "
-              f"{ideal / max(r.request_s, 1e-9):7.3f} {r.served:6d} {r.distinct:8d} {r.served - r.distinct:5d} "
-              f"{r.rejected:5d} {100 * r.rejected / max(1, r.received):6.2f} {r.peak_in_flight:5d} {r.exit_code:4d}")
+        print(
+            f"{r.launcher:<8} {r.wall_s:7.1f} {r.request_s:7.1f} {ideal:7.1f} {ideal / r.wall_s:8.3f} "
+            f"{ideal / max(r.request_s, 1e-9):7.3f} {r.served:6d} {r.distinct:8d} {r.served - r.distinct:5d} "
+            f"{r.rejected:5d} {100 * r.rejected / max(1, r.received):6.2f} {r.peak_in_flight:5d} {r.exit_code:4d}"
+        )
     for r in rows:
-        print(f"  {r.launcher}: first request after {r.lead_s:.1f} s, exit {r.tail_s:.1f} s after the last reply; "
-              "in flight per 2 s: " + " ".join(f"{x:.0f}" for x in r.timeline))
+        print(
+            f"  {r.launcher}: first request after {r.lead_s:.1f} s, exit {r.tail_s:.1f} s after the last reply; "
+            "in flight per 2 s: " + " ".join(f"{x:.0f}" for x in r.timeline)
+        )
 
 
 def main() -> None:
@@ -225,9 +253,15 @@ def main() -> None:
     parser.add_argument("--launcher", default="basic,joblib,cts", help="comma-separated: basic, joblib, cts")
     parser.add_argument("--joblib-jobs", type=int, default=3, help="hydra.launcher.n_jobs for joblib")
     parser.add_argument("--fresh-store", action="store_true", help="each sweep creates its MLflow store (timed)")
-    parser.add_argument("--repeat", type=int, default=1, help="sweeps per launcher (the same command varies run to run)")
-    parser.add_argument("--extra", nargs="*", default=[],
-                        help="more overrides for every sweep (tracking.instance_traces=true: with per-instance traces)")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="sweeps per launcher (the same command varies run to run)"
+    )
+    parser.add_argument(
+        "--extra",
+        nargs="*",
+        default=[],
+        help="more overrides for every sweep (tracking.instance_traces=true: with per-instance traces)",
+    )
     args = parser.parse_args()
     global _STORE
     names = [x.strip() for x in args.launcher.split(",") if x.strip()]
@@ -238,8 +272,9 @@ def main() -> None:
         rows = []
         for name in names:
             for i in range(args.repeat):
-                row = measure(name, server, args.n, Path(tmp) / f"{name}-{i}", template, args.joblib_jobs,
-                              tuple(args.extra))
+                row = measure(
+                    name, server, args.n, Path(tmp) / f"{name}-{i}", template, args.joblib_jobs, tuple(args.extra)
+                )
                 rows.append(row)
                 report(rows[-1:], args.latency, critical, args.latency, args.cap)
         print()

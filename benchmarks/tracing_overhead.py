@@ -25,9 +25,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 N_INSTANCES = 200
-MLFLOW_DEFAULTS = {"MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE": "5",
-                   "MLFLOW_ASYNC_TRACE_LOGGING_MAX_INTERVAL_MILLIS": "5000",
-                   "MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS": "10"}
+MLFLOW_DEFAULTS = {
+    "MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE": "5",
+    "MLFLOW_ASYNC_TRACE_LOGGING_MAX_INTERVAL_MILLIS": "5000",
+    "MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS": "10",
+}
 ARMS = {"off": (False, {}), "on": (True, {}), "on, MLflow's settings": (True, MLFLOW_DEFAULTS)}
 
 
@@ -38,10 +40,21 @@ def one_run(root: Path, traces: bool, k: int, env: dict[str, str]) -> float:
 
     tracking.prepare_store(uri)
     start = time.perf_counter()
-    subprocess.run([sys.executable, str(REPO / "run.py"), "experiment=offline", f"k={k}",
-                    f"tracking.instance_traces={str(traces).lower()}", f"tracking.uri={uri}",
-                    f"hydra.run.dir={root / 'job'}"], check=True, capture_output=True, cwd=root,
-                   env={**os.environ, **env})
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "run.py"),
+            "experiment=offline",
+            f"k={k}",
+            f"tracking.instance_traces={str(traces).lower()}",
+            f"tracking.uri={uri}",
+            f"hydra.run.dir={root / 'job'}",
+        ],
+        check=True,
+        capture_output=True,
+        cwd=root,
+        env={**os.environ, **env},
+    )
     return time.perf_counter() - start
 
 
@@ -65,8 +78,10 @@ def main() -> None:
     off = statistics.median(times["off"])
     for arm in arms[1:]:
         on = statistics.median(times[arm])
-        print(f"traces {arm}: median {on:.1f} s against {off:.1f} s off, ratio {on / off:.2f}, "
-              f"{(on - off) / N_INSTANCES * 1000:.0f} ms per instance")
+        print(
+            f"traces {arm}: median {on:.1f} s against {off:.1f} s off, ratio {on / off:.2f}, "
+            f"{(on - off) / N_INSTANCES * 1000:.0f} ms per instance"
+        )
 
 
 if __name__ == "__main__":

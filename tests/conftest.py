@@ -29,7 +29,7 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def services(cache_dir: Path):  # noqa: ANN201 - Services (imported lazily)
     """Offline services over the real installed corpus."""
-    from cts.services import Services
+    from cts.compose.services import Services
 
     return Services(cache_dir=cache_dir, settings={"corpus_lang": "en-us"})
 
@@ -98,8 +98,9 @@ def _name_xdist_groups(items: list[pytest.Item]) -> None:
     suffix is already there (an xdist with the fix).
     """
     for item in items:
-        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-                        for m in item.iter_markers("xdist_group")})
+        names = sorted(
+            {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+        )
         suffix = "@" + "_".join(names)
         if names and not item.nodeid.endswith(suffix):
             from _pytest.nodeid import NodeId  # pytest >= 9.2: structured node ids

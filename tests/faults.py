@@ -34,7 +34,7 @@ def _refuses_writes(path: Path, wrap: Wrap = list) -> bool:
 
 def _namespace(script: str) -> Wrap:
     """Run a command after ``script`` in a new user + mount namespace (the mounts vanish with it)."""
-    return lambda argv: ["unshare", "-rm", "sh", "-c", f"{script} && exec \"$@\"", "sh", *argv]
+    return lambda argv: ["unshare", "-rm", "sh", "-c", f'{script} && exec "$@"', "sh", *argv]
 
 
 def unshare_works() -> bool:
@@ -42,8 +42,9 @@ def unshare_works() -> bool:
     if shutil.which("unshare") is None:
         return False
     with tempfile.TemporaryDirectory() as d:
-        proc = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs none {shlex.quote(d)}"],
-                              capture_output=True, check=False)
+        proc = subprocess.run(
+            ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs none {shlex.quote(d)}"], capture_output=True, check=False
+        )
     return proc.returncode == 0
 
 
@@ -67,7 +68,8 @@ def read_only(*paths: Path) -> Iterator[Wrap]:
                 p.chmod(mode)
         return
     if shutil.which("chattr") and all(
-            subprocess.run(["chattr", "+i", str(p)], capture_output=True, check=False).returncode == 0 for p in paths):
+        subprocess.run(["chattr", "+i", str(p)], capture_output=True, check=False).returncode == 0 for p in paths
+    ):
         try:
             if all(_refuses_writes(p) for p in paths):
                 yield list
@@ -75,7 +77,9 @@ def read_only(*paths: Path) -> Iterator[Wrap]:
         finally:
             for p in paths:
                 subprocess.run(["chattr", "-i", str(p)], capture_output=True, check=False)
-    mounts = " && ".join(f"mount --bind {q} {q} && mount -o remount,bind,ro {q}" for q in map(shlex.quote, map(str, paths)))
+    mounts = " && ".join(
+        f"mount --bind {q} {q} && mount -o remount,bind,ro {q}" for q in map(shlex.quote, map(str, paths))
+    )
     if unshare_works() and all(_refuses_writes(p, _namespace(mounts)) for p in paths):
         yield _namespace(mounts)
         return
@@ -97,4 +101,4 @@ def full_disk(path: Path, size: str) -> Wrap:
 def and_then(argv: Sequence[str], *after: str) -> list[str]:
     """``argv``, then the shell commands ``after`` (run whatever argv's status), exiting with argv's status."""
     tail = "; ".join(after)
-    return ["sh", "-c", f"\"$@\"; rc=$?; {tail}; exit $rc", "sh", *argv]
+    return ["sh", "-c", f'"$@"; rc=$?; {tail}; exit $rc', "sh", *argv]

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cts.qtypes import classify_question
-from cts.types import QA, Evidence, Gold, Instance, Nugget, SearchResult
+from cts.core.types import QA, Evidence, Gold, Instance, Nugget, SearchResult
+from cts.text.qtypes import classify_question
 
 
 class TableSearch:
@@ -21,8 +21,12 @@ class TableSearch:
         if query in self.fail_on:
             raise RuntimeError(f"backend down for {query!r}")
         answer = self.table.get(query, "")
-        return SearchResult(answer=answer, evidence=(Evidence("e1", "local://x", "x", answer),),
-                            trace=({"tool": "search", "query": query},), summary={"calls": 1})
+        return SearchResult(
+            answer=answer,
+            evidence=(Evidence("e1", "local://x", "x", answer),),
+            trace=({"tool": "search", "query": query},),
+            summary={"calls": 1},
+        )
 
 
 class Typer:
@@ -39,7 +43,9 @@ class Spy:
 
     def _log(self, *args: Any) -> None:
         for a in args:
-            self.seen.extend(f"{x.question} {x.answer}" for x in a) if isinstance(a, list | tuple) else self.seen.append(str(a))
+            self.seen.extend(f"{x.question} {x.answer}" for x in a) if isinstance(
+                a, list | tuple
+            ) else self.seen.append(str(a))
 
     async def ask(self, blurred_query: str, k: int) -> list[str]:
         self._log(blurred_query, k)
@@ -59,9 +65,11 @@ class Spy:
 
 
 def gold_for(instance_id: str, *facts: tuple[str, int]) -> Gold:
-    return Gold(instance_id=instance_id, nuggets=tuple(
-        Nugget(id=f"n{i}", text=t, weight=w, evidence_ids=("e1",)) for i, (t, w) in enumerate(facts, 1)),
-        evidence=(Evidence("e1", "local://x", "x", "x"),))
+    return Gold(
+        instance_id=instance_id,
+        nuggets=tuple(Nugget(id=f"n{i}", text=t, weight=w, evidence_ids=("e1",)) for i, (t, w) in enumerate(facts, 1)),
+        evidence=(Evidence("e1", "local://x", "x", "x"),),
+    )
 
 
 def mercury() -> tuple[Instance, Gold, dict[str, str]]:
@@ -76,6 +84,6 @@ def mercury() -> tuple[Instance, Gold, dict[str, str]]:
 
 def built(target: Any, services: Any, **config: Any) -> Any:
     """``target`` built as the composition layer builds it: ``config`` plus chat clients and job resources."""
-    from cts.services import component_arguments
+    from cts.compose.services import component_arguments
 
     return target(**component_arguments(target, config, services))

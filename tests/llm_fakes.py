@@ -133,8 +133,14 @@ class ScriptedServer:
         rate_limit_every: Answer 429 to every Nth chat request (None = never).
     """
 
-    def __init__(self, latency_s: float = 0.0, record: bool = True, max_in_flight: int | None = None,
-                 retry_after: float | None = None, rate_limit_every: int | None = None) -> None:
+    def __init__(
+        self,
+        latency_s: float = 0.0,
+        record: bool = True,
+        max_in_flight: int | None = None,
+        retry_after: float | None = None,
+        rate_limit_every: int | None = None,
+    ) -> None:
         self.latency_s = latency_s
         self.record = record
         self.max_in_flight = max_in_flight
@@ -373,7 +379,6 @@ def sweep_reply(body: Any) -> str:
     return protocol_reply(body)
 
 
-
 def _webdancer_turn(user: str, messages: list[dict[str, Any]]) -> str:
     """search -> visit the first link -> answer with the visit's response."""
     question = user.rsplit("User:", 1)[-1].strip()
@@ -395,13 +400,11 @@ def _fake_gold(user: str) -> str:
         {"id": f"n{i}", "text": snippet.strip()[:200], "weight": 3 - (i - 1) % 3, "evidence_ids": [eid]}
         for i, (eid, snippet) in enumerate(found, 1)
     ] or [{"id": "n1", "text": "no evidence", "weight": 1, "evidence_ids": []}]
-    return json.dumps(
-        {"nuggets": nuggets, "must_cover": [], "missing_evidence": [], "unsupported_claims": []}
-    )
+    return json.dumps({"nuggets": nuggets, "must_cover": [], "missing_evidence": [], "unsupported_claims": []})
 
 
 def _fake_labels(user: str) -> str:
-    from cts.text import content_tokens
+    from cts.text.tokens import content_tokens
 
     answer = user.split("Nuggets:", 1)[0]
     have = set(content_tokens(answer))
@@ -423,8 +426,13 @@ def main() -> None:
     parser.add_argument("--retry-after", type=float, default=None, help="Retry-After seconds sent with those 429s")
     parser.add_argument("--rate-limit-every", type=int, default=None, help="answer 429 to every Nth request")
     args = parser.parse_args()
-    server = ScriptedServer(latency_s=args.latency_ms / 1000, record=False, max_in_flight=args.max_in_flight,
-                            retry_after=args.retry_after, rate_limit_every=args.rate_limit_every)
+    server = ScriptedServer(
+        latency_s=args.latency_ms / 1000,
+        record=False,
+        max_in_flight=args.max_in_flight,
+        retry_after=args.retry_after,
+        rate_limit_every=args.rate_limit_every,
+    )
     server.default = args.reply
     server.handler = protocol_reply if args.protocol else None
     server.start()

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from llm_fakes import Recorded, Reply, ScriptedServer
 
 __all__ = ["Recorded", "Reply", "ScriptedServer", "llm_server", "llm_server_fixture", "llm_settings"]

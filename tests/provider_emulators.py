@@ -189,32 +189,51 @@ class OpenAIEmulator(Emulator):
         if not model.startswith(self.reasoning_prefixes):
             return 0
         if "max_tokens" in body:
-            raise self.error(400, "unsupported_parameter", "Unsupported parameter: 'max_tokens' is not supported "
-                             "with this model. Use 'max_completion_tokens' instead.", "max_tokens")
+            raise self.error(
+                400,
+                "unsupported_parameter",
+                "Unsupported parameter: 'max_tokens' is not supported "
+                "with this model. Use 'max_completion_tokens' instead.",
+                "max_tokens",
+            )
         effort = str(body.get("reasoning_effort") or self.default_effort(model))
         self.check_effort(model, effort)
         if effort != "none":
             for param in ("temperature", "top_p"):
                 if param in body and body[param] != 1:
-                    raise self.error(400, "unsupported_value", f"Unsupported value: '{param}' does not support "
-                                     f"{json.dumps(body[param])} with this model. Only the default (1) value is "
-                                     "supported.", param)
+                    raise self.error(
+                        400,
+                        "unsupported_value",
+                        f"Unsupported value: '{param}' does not support "
+                        f"{json.dumps(body[param])} with this model. Only the default (1) value is "
+                        "supported.",
+                        param,
+                    )
             for param in ("logprobs", "presence_penalty", "frequency_penalty"):
                 if body.get(param):
-                    raise self.error(400, "unsupported_parameter", f"Unsupported parameter: '{param}' is not "
-                                     "supported with this model.", param)
+                    raise self.error(
+                        400,
+                        "unsupported_parameter",
+                        f"Unsupported parameter: '{param}' is not supported with this model.",
+                        param,
+                    )
         return EFFORT_TOKENS.get(effort, 0)
 
     def default_effort(self, model: str) -> str:
         return "none" if model.startswith(self.effort_none_prefixes) else "medium"
 
     def check_effort(self, model: str, effort: str) -> None:
-        allowed = self.efforts_5_2 if model.startswith(self.effort_none_prefixes) else ("minimal", "low", "medium",
-                                                                                         "high")
+        allowed = (
+            self.efforts_5_2 if model.startswith(self.effort_none_prefixes) else ("minimal", "low", "medium", "high")
+        )
         if effort not in allowed:
-            raise self.error(400, "unsupported_value", f"Unsupported value: 'reasoning_effort' does not support "
-                             f"'{effort}' with this model. Supported values are: {', '.join(allowed)}.",
-                             "reasoning_effort")
+            raise self.error(
+                400,
+                "unsupported_value",
+                f"Unsupported value: 'reasoning_effort' does not support "
+                f"'{effort}' with this model. Supported values are: {', '.join(allowed)}.",
+                "reasoning_effort",
+            )
 
     def cap(self, body: Mapping[str, Any]) -> int | None:
         value = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -224,15 +243,31 @@ class OpenAIEmulator(Emulator):
         prompt = tokens("".join(str(m.get("content") or "") for m in body["messages"]))
         out = tokens(text) + hidden
         return {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
-            "model": body["model"], "system_fingerprint": None,
-            "choices": [{"index": 0, "logprobs": None, "finish_reason": "length" if truncated else "stop",
-                         "message": {"role": "assistant", "content": text, "refusal": None, "annotations": []}}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out,
-                      "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-                      "completion_tokens_details": {"reasoning_tokens": hidden, "audio_tokens": 0,
-                                                    "accepted_prediction_tokens": 0,
-                                                    "rejected_prediction_tokens": 0}},
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "system_fingerprint": None,
+            "choices": [
+                {
+                    "index": 0,
+                    "logprobs": None,
+                    "finish_reason": "length" if truncated else "stop",
+                    "message": {"role": "assistant", "content": text, "refusal": None, "annotations": []},
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": out,
+                "total_tokens": prompt + out,
+                "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+                "completion_tokens_details": {
+                    "reasoning_tokens": hidden,
+                    "audio_tokens": 0,
+                    "accepted_prediction_tokens": 0,
+                    "rejected_prediction_tokens": 0,
+                },
+            },
         }
 
 
@@ -243,8 +278,9 @@ class VLLMEmulator(OpenAIEmulator):
     max_model_len = 32768
 
     def error(self, status: int, code: str, message: str, param: str | None = None) -> Refusal:
-        return Refusal(status, {"object": "error", "message": message, "type": "BadRequestError", "param": param,
-                                "code": status})
+        return Refusal(
+            status, {"object": "error", "message": message, "type": "BadRequestError", "param": param, "code": status}
+        )
 
     def authorise(self, seen: Seen) -> None:
         return None  # `vllm serve` without --api-key takes any or no key
@@ -253,9 +289,13 @@ class VLLMEmulator(OpenAIEmulator):
         prompt = tokens("".join(str(m.get("content") or "") for m in body["messages"]))
         wanted = self.cap(body) or 0
         if prompt + wanted > self.max_model_len:
-            raise self.error(400, "", f"This model's maximum context length is {self.max_model_len} tokens. "
-                             f"However, you requested {prompt + wanted} tokens ({prompt} in the messages, "
-                             f"{wanted} in the completion).")
+            raise self.error(
+                400,
+                "",
+                f"This model's maximum context length is {self.max_model_len} tokens. "
+                f"However, you requested {prompt + wanted} tokens ({prompt} in the messages, "
+                f"{wanted} in the completion).",
+            )
         return 0
 
 
@@ -270,8 +310,12 @@ class CompatibleEmulator(OpenAIEmulator):
 
     reasoning_prefixes = ()
 
-    def __init__(self, ranges: Mapping[str, tuple[float, float]] | None = None,
-                 refused: Mapping[str, str] | None = None, handler: Handler = protocol_reply) -> None:
+    def __init__(
+        self,
+        ranges: Mapping[str, tuple[float, float]] | None = None,
+        refused: Mapping[str, str] | None = None,
+        handler: Handler = protocol_reply,
+    ) -> None:
         super().__init__(handler)
         self.ranges, self.refused_params = dict(ranges or {}), dict(refused or {})
 
@@ -281,8 +325,9 @@ class CompatibleEmulator(OpenAIEmulator):
                 raise self.error(400, "invalid_parameter_error", message, param)
         for param, (low, high) in self.ranges.items():
             if param in body and not low <= float(body[param]) <= high:
-                raise self.error(400, "invalid_request_error", f"invalid {param}: must be in [{low:g}, {high:g}]",
-                                 param)
+                raise self.error(
+                    400, "invalid_request_error", f"invalid {param}: must be in [{low:g}, {high:g}]", param
+                )
         return 0
 
 
@@ -294,8 +339,9 @@ class QianfanEmulator(OpenAIEmulator):
 
     def error(self, status: int, code: str, message: str, param: str | None = None) -> Refusal:
         kind = "invalid_request_error" if status < 500 else "server_error"
-        return Refusal(status, {"error": {"code": code, "message": message, "type": kind},
-                                "id": f"as-{uuid.uuid4().hex[:10]}"})
+        return Refusal(
+            status, {"error": {"code": code, "message": message, "type": kind}, "id": f"as-{uuid.uuid4().hex[:10]}"}
+        )
 
     def authorise(self, seen: Seen) -> None:
         if not seen.headers.get("authorization", "").startswith("Bearer "):
@@ -304,8 +350,9 @@ class QianfanEmulator(OpenAIEmulator):
     def check(self, body: Mapping[str, Any]) -> int:
         messages = body["messages"]
         if messages[0].get("role") not in ("user", "system") or messages[-1].get("role") != "user":
-            raise self.error(400, "invalid_argument", "the first message must be user or system and the last "
-                             "message must be user")
+            raise self.error(
+                400, "invalid_argument", "the first message must be user or system and the last message must be user"
+            )
         ranges = {"temperature": (0.0, 1.0), "top_p": (0.0, 1.0), "penalty_score": (1.0, 2.0)}
         for param, (low, high) in ranges.items():
             if param in body and not low <= float(body[param]) <= high:
@@ -334,8 +381,14 @@ class AnthropicEmulator(Emulator):
         return self.url
 
     def error(self, status: int, code: str, message: str, param: str | None = None) -> Refusal:
-        return Refusal(status, {"type": "error", "error": {"type": code, "message": message},
-                                "request_id": f"req_{uuid.uuid4().hex[:16]}"})
+        return Refusal(
+            status,
+            {
+                "type": "error",
+                "error": {"type": code, "message": message},
+                "request_id": f"req_{uuid.uuid4().hex[:16]}",
+            },
+        )
 
     def listing(self, seen: Seen) -> dict[str, Any]:
         if seen.path != "/v1/models":
@@ -362,23 +415,34 @@ class AnthropicEmulator(Emulator):
     def check(self, body: Mapping[str, Any]) -> int:
         """Refuse what Claude refuses; return the thinking tokens the reply spends."""
         if any(m.get("role") == "system" for m in body["messages"]):
-            raise self.error(400, "invalid_request_error", 'messages: Unexpected role "system". The Messages API '
-                             "accepts a top-level `system` parameter, not \"system\" as an input message role.")
+            raise self.error(
+                400,
+                "invalid_request_error",
+                'messages: Unexpected role "system". The Messages API '
+                'accepts a top-level `system` parameter, not "system" as an input message role.',
+            )
         if "temperature" in body and not 0 <= float(body["temperature"]) <= 1:
             raise self.error(400, "invalid_request_error", "temperature: range: 0..1")
         if str(body["model"]).startswith(self.one_sampler_prefixes) and "temperature" in body and "top_p" in body:
-            raise self.error(400, "invalid_request_error", "`temperature` and `top_p` cannot both be specified for "
-                             "this model. Please use only one.")
+            raise self.error(
+                400,
+                "invalid_request_error",
+                "`temperature` and `top_p` cannot both be specified for this model. Please use only one.",
+            )
         thinking = body.get("thinking") or {}
         if thinking.get("type") != "enabled":
             return 0
         budget = int(thinking.get("budget_tokens") or 0)
         if budget < 1024 or budget >= int(body["max_tokens"]):
-            raise self.error(400, "invalid_request_error", "thinking.enabled.budget_tokens: must be >= 1024 and less "
-                             "than max_tokens")
+            raise self.error(
+                400, "invalid_request_error", "thinking.enabled.budget_tokens: must be >= 1024 and less than max_tokens"
+            )
         if body.get("temperature", 1) != 1 or "top_k" in body:
-            raise self.error(400, "invalid_request_error", "`temperature` may only be set to 1 and `top_k` may not "
-                             "be set when thinking is enabled")
+            raise self.error(
+                400,
+                "invalid_request_error",
+                "`temperature` may only be set to 1 and `top_k` may not be set when thinking is enabled",
+            )
         return min(budget, self.thinking_tokens)
 
     @staticmethod
@@ -390,23 +454,57 @@ class AnthropicEmulator(Emulator):
     def message(self, body: Mapping[str, Any], text: str, thinking: int, truncated: bool) -> dict[str, Any]:
         content: list[dict[str, Any]] = []
         if thinking:
-            content.append({"type": "thinking", "thinking": "Let me work through this." * (thinking // 6),
-                            "signature": uuid.uuid4().hex})
+            content.append(
+                {
+                    "type": "thinking",
+                    "thinking": "Let me work through this." * (thinking // 6),
+                    "signature": uuid.uuid4().hex,
+                }
+            )
         if text or not thinking:
             content.append({"type": "text", "text": text})
         prompt = tokens("".join(m["content"] for m in self.openai_messages(body)))
-        return {"id": f"msg_{uuid.uuid4().hex[:20]}", "type": "message", "role": "assistant", "model": body["model"],
-                "content": content, "stop_reason": "max_tokens" if truncated else "end_turn", "stop_sequence": None,
-                "usage": {"input_tokens": prompt, "output_tokens": tokens(text) + thinking,
-                          "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "service_tier": "standard"}}
+        return {
+            "id": f"msg_{uuid.uuid4().hex[:20]}",
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"],
+            "content": content,
+            "stop_reason": "max_tokens" if truncated else "end_turn",
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": prompt,
+                "output_tokens": tokens(text) + thinking,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+                "service_tier": "standard",
+            },
+        }
 
 
 GENERATION_FIELDS = frozenset(
-    name for camel in ("temperature", "topP", "topK", "candidateCount", "maxOutputTokens", "stopSequences", "seed",
-                       "presencePenalty", "frequencyPenalty", "responseMimeType", "responseSchema",
-                       "responseJsonSchema", "thinkingConfig", "responseModalities", "responseLogprobs", "logprobs",
-                       "mediaResolution")
-    for name in (camel, re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), camel)))
+    name
+    for camel in (
+        "temperature",
+        "topP",
+        "topK",
+        "candidateCount",
+        "maxOutputTokens",
+        "stopSequences",
+        "seed",
+        "presencePenalty",
+        "frequencyPenalty",
+        "responseMimeType",
+        "responseSchema",
+        "responseJsonSchema",
+        "thinkingConfig",
+        "responseModalities",
+        "responseLogprobs",
+        "logprobs",
+        "mediaResolution",
+    )
+    for name in (camel, re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), camel))
+)
 """``generationConfig`` fields the API knows, in both JSON spellings protobuf accepts."""
 
 
@@ -436,11 +534,19 @@ class GeminiEmulator(Emulator):
         if seen.headers.get("x-goog-api-key") or seen.query.get("key"):
             return
         if seen.headers.get("authorization", "").startswith("Bearer "):
-            raise self.error(401, "UNAUTHENTICATED", "Request had invalid authentication credentials. Expected OAuth 2 "
-                             "access token, login cookie or other valid authentication credential.")
-        raise self.error(403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers (callers without "
-                         "established identity). Please use API Key or other form of API consumer identity to call "
-                         "this API.")
+            raise self.error(
+                401,
+                "UNAUTHENTICATED",
+                "Request had invalid authentication credentials. Expected OAuth 2 "
+                "access token, login cookie or other valid authentication credential.",
+            )
+        raise self.error(
+            403,
+            "PERMISSION_DENIED",
+            "Method doesn't allow unregistered callers (callers without "
+            "established identity). Please use API Key or other form of API consumer identity to call "
+            "this API.",
+        )
 
     def answer(self, seen: Seen) -> dict[str, Any]:
         route = self._route.match(seen.path)
@@ -460,16 +566,21 @@ class GeminiEmulator(Emulator):
         """Refuse what Gemini refuses; return the thought tokens the reply spends."""
         unknown = sorted(set(config) - GENERATION_FIELDS)
         if unknown:
-            raise self.error(400, "INVALID_ARGUMENT", f'Invalid JSON payload received. Unknown name "{unknown[0]}" '
-                             "at 'generation_config': Cannot find field.")
+            raise self.error(
+                400,
+                "INVALID_ARGUMENT",
+                f'Invalid JSON payload received. Unknown name "{unknown[0]}" '
+                "at 'generation_config': Cannot find field.",
+            )
         if "temperature" in config and not 0 <= float(config["temperature"]) <= 2:
             raise self.error(400, "INVALID_ARGUMENT", "temperature must be in [0.0, 2.0]")
         thinking = config.get("thinkingConfig") or config.get("thinking_config") or {}
         budget = thinking.get("thinkingBudget", thinking.get("thinking_budget"))
         if model.startswith(self.always_thinking_prefixes) and budget is not None and budget != -1:
             if budget == 0:
-                raise self.error(400, "INVALID_ARGUMENT", "Budget 0 is invalid. This model only works in thinking "
-                                 "mode.")
+                raise self.error(
+                    400, "INVALID_ARGUMENT", "Budget 0 is invalid. This model only works in thinking mode."
+                )
             if not 128 <= int(budget) <= 32768:
                 raise self.error(400, "INVALID_ARGUMENT", "The thinking budget must be between 128 and 32768.")
         return self.thought_tokens if budget in (None, -1) else min(int(budget), self.thought_tokens)
@@ -481,22 +592,32 @@ class GeminiEmulator(Emulator):
         roles = {"model": "assistant"}
         return out + [{"role": roles.get(c.get("role"), "user"), "content": _parts_text(c)} for c in body["contents"]]
 
-    def generated(self, model: str, body: Mapping[str, Any], text: str, thoughts: int,
-                  truncated: bool) -> dict[str, Any]:
+    def generated(
+        self, model: str, body: Mapping[str, Any], text: str, thoughts: int, truncated: bool
+    ) -> dict[str, Any]:
         config = body.get("generationConfig") or body.get("generation_config") or {}
         thinking = config.get("thinkingConfig") or config.get("thinking_config") or {}
-        parts = [{"text": "**Weighing the request**", "thought": True}] if thoughts and (
-            thinking.get("includeThoughts") or thinking.get("include_thoughts")) else []
+        parts = (
+            [{"text": "**Weighing the request**", "thought": True}]
+            if thoughts and (thinking.get("includeThoughts") or thinking.get("include_thoughts"))
+            else []
+        )
         parts += [{"text": text}] if text else []
         content: dict[str, Any] = {"role": "model", **({"parts": parts} if parts else {})}
         prompt = tokens("".join(m["content"] for m in self.openai_messages(body)))
-        usage = {"promptTokenCount": prompt, "candidatesTokenCount": tokens(text),
-                 "totalTokenCount": prompt + tokens(text) + thoughts}
+        usage = {
+            "promptTokenCount": prompt,
+            "candidatesTokenCount": tokens(text),
+            "totalTokenCount": prompt + tokens(text) + thoughts,
+        }
         if thoughts:
             usage["thoughtsTokenCount"] = thoughts
-        return {"candidates": [{"content": content, "finishReason": "MAX_TOKENS" if truncated else "STOP",
-                                "index": 0}],
-                "usageMetadata": usage, "modelVersion": model, "responseId": uuid.uuid4().hex[:16]}
+        return {
+            "candidates": [{"content": content, "finishReason": "MAX_TOKENS" if truncated else "STOP", "index": 0}],
+            "usageMetadata": usage,
+            "modelVersion": model,
+            "responseId": uuid.uuid4().hex[:16],
+        }
 
 
 def _text_of(content: Any) -> str:
@@ -543,4 +664,3 @@ def _handler_class(emulator: Emulator) -> type[BaseHTTPRequestHandler]:
                 pass
 
     return Handler
-

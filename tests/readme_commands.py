@@ -59,7 +59,7 @@ def blocks(markdown: str) -> list[Block]:
             end += 1
         before = [line.strip() for line in lines[:i] if line.strip()]
         marker = before[-1] if before and before[-1].startswith(MARKER_START) else None
-        found.append(Block(i + 1, opening["lang"], "\n".join(lines[i + 1:end]), marker))
+        found.append(Block(i + 1, opening["lang"], "\n".join(lines[i + 1 : end]), marker))
         i = end + 1
     return found
 
@@ -89,8 +89,10 @@ def marker_problems(found: list[Block], recipes: set[str]) -> list[str]:
         parsed = marker(block)
         where = f"README line {block.line} (```{block.lang})"
         if parsed is None and block.marker_line is None:
-            problems.append(f"{where}: no marker; add `<!-- readme-test: run <recipe> -->` and a test,"
-                            " or `<!-- readme-test: skip (<why>) -->`")
+            problems.append(
+                f"{where}: no marker; add `<!-- readme-test: run <recipe> -->` and a test,"
+                " or `<!-- readme-test: skip (<why>) -->`"
+            )
         elif parsed is None:
             problems.append(f"{where}: malformed marker {block.marker_line!r}")
         elif parsed.action == "run":
@@ -129,9 +131,14 @@ def retarget(command: str, run_py: Path) -> str:
 def swept_job_names(command: str) -> set[str]:
     """The job names a multirun of ``command`` makes: one per combination of its comma lists.
 
-    Names carry the swept factors only, in command-line order (``clarifier=none,k=2``; cts.naming).
+    Names carry the swept factors only, in command-line order (``clarifier=none,k=2``; cts._util.naming).
     """
-    swept = [(key, value.split(",")) for key, _, value in
-             (word.partition("=") for word in shlex.split(command)) if _ and "," in value]
-    return {",".join(f"{key}={v}" for (key, _), v in zip(swept, combo, strict=True))
-            for combo in itertools.product(*(values for _, values in swept))}
+    swept = [
+        (key, value.split(","))
+        for key, _, value in (word.partition("=") for word in shlex.split(command))
+        if _ and "," in value
+    ]
+    return {
+        ",".join(f"{key}={v}" for (key, _), v in zip(swept, combo, strict=True))
+        for combo in itertools.product(*(values for _, values in swept))
+    }

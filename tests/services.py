@@ -122,14 +122,19 @@ def postgres() -> Iterator[Postgres]:
     data, log, port = base / "data", base / "pg.log", free_port()
     user = "postgres"
     try:
-        run = lambda cmd: subprocess.run(_as_user(user, cmd), capture_output=True, text=True)
+
+        def run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(_as_user(user, cmd), capture_output=True, text=True)
+
         init = run([str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "-E", "UTF8"])
         if init.returncode:
             raise Unavailable(f"initdb failed: {init.stderr[-1000:]}")
         opts = f"-c listen_addresses=127.0.0.1 -p {port} -k {base} -c fsync=off -c max_connections=200"
         start = run([str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", opts, "-w", "start"])
         if start.returncode:
-            raise Unavailable(f"pg_ctl start failed: {start.stderr[-500:]} {log.read_text()[-1500:] if log.exists() else ''}")
+            raise Unavailable(
+                f"pg_ctl start failed: {start.stderr[-500:]} {log.read_text()[-1500:] if log.exists() else ''}"
+            )
         try:
             yield Postgres(port, data)
         finally:
@@ -139,6 +144,7 @@ def postgres() -> Iterator[Postgres]:
 
 
 # --------------------------------------------------------------------------- munge + Slurm
+
 
 @dataclass(frozen=True)
 class Munge:
@@ -178,12 +184,21 @@ def munge() -> Iterator[Munge]:
     if owner is not None:
         shutil.chown(key, owner, owner)
     sock = base / "munge.socket"
-    cmd = ["munged", f"--socket={sock}", f"--key-file={key}", f"--pid-file={pid_file}",
-           f"--log-file={log}", f"--seed-file={base / 'munged.seed'}", "--num-threads=2"]
+    cmd = [
+        "munged",
+        f"--socket={sock}",
+        f"--key-file={key}",
+        f"--pid-file={pid_file}",
+        f"--log-file={log}",
+        f"--seed-file={base / 'munged.seed'}",
+        "--num-threads=2",
+    ]
     started = subprocess.run(_as_user(owner, cmd) if owner else cmd, capture_output=True, text=True)
     try:
         if started.returncode:
-            raise Unavailable(f"munged failed to start: {started.stderr.strip()} {log.read_text()[-1000:] if log.exists() else ''}")
+            raise Unavailable(
+                f"munged failed to start: {started.stderr.strip()} {log.read_text()[-1000:] if log.exists() else ''}"
+            )
         _wait(lambda: _munge_works(sock), 10, "munged", log)
         yield Munge(sock)
     finally:
@@ -327,9 +342,23 @@ def mlflow_server(pg: Postgres) -> Iterator[MLflowServer]:
     backend = db.replace("postgresql://", "postgresql+psycopg://", 1)
     base = Path(tempfile.mkdtemp(prefix="cts-mlflow-"))
     artifacts, port, log = base / "artifacts", free_port(), base / "server.log"
-    cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-           "--backend-store-uri", backend, "--artifacts-destination", str(artifacts),
-           "--serve-artifacts", "--workers", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--backend-store-uri",
+        backend,
+        "--artifacts-destination",
+        str(artifacts),
+        "--serve-artifacts",
+        "--workers",
+        "1",
+    ]
     # No job execution: it forks a job runner and six huey consumers (each a full MLflow import,
     # ~400 MB) for GenAI jobs no test uses; tracking and artifact serving do not need them.
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}

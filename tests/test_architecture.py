@@ -16,19 +16,25 @@ MAX_LINES = 400
 
 # Ordered layers; a module's layer is that of its longest matching prefix.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("contracts", ("cts", "cts.types", "cts.records")),
-    ("leaf", ("cts.aio", "cts.text", "cts.io", "cts.stats", "cts.corpus", "cts.index", "cts.lexicon", "cts.prompts",
-              "cts.scoring", "cts.versions", "cts.qtypes", "cts.tracking", "cts.interrupt", "cts.naming", "cts.confdiff",
-              "cts.secrets", "cts.startup")),
-    ("components", ("cts.llm", "cts.roles", "cts.search", "cts.gold", "cts.goldfile", "cts.data", "cts.demo",
-                    "cts.sweep")),
-    ("pipeline", ("cts.stages", "cts.pipeline", "cts.job_files", "cts.metrics", "cts.diagnostics", "cts.outcome", "cts.budget")),
+    ("contracts", ("cts", "cts.core", "cts._util.moved")),
+    ("leaf", ("cts._util", "cts.text", "cts.stats", "cts.corpus", "cts.tracking")),
+    ("components", ("cts.llm", "cts.roles", "cts.search", "cts.gold", "cts.data", "cts.demo", "cts.sweep")),
+    ("protocol", ("cts.protocol",)),
     ("report", ("cts.report",)),
     ("analysis", ("cts.analysis",)),
     ("tasks", ("cts.tasks",)),
-    ("composition", ("cts.app", "cts.services", "cts.errors", "cts.validate", "cts.checks")),
-    ("entry", ("cts.callbacks", "cts.cluster", "cts.bench_memory", "cts.gate", "cts.report.cli", "cts.report.__main__", "cts.demo.cli",
-               "cts.demo.__main__")),
+    ("composition", ("cts.compose",)),
+    (
+        "entry",
+        (
+            "cts.compose.callbacks",
+            "cts.gating",
+            "cts.report.cli",
+            "cts.report.__main__",
+            "cts.demo.cli",
+            "cts.demo.__main__",
+        ),
+    ),
 )
 
 
@@ -70,9 +76,12 @@ def graph() -> dict[str, set[str]]:
 
 
 def test_no_upward_import() -> None:
-    bad = [f"{m} ({LAYERS[layer_of(m)][0]}) imports {d} ({LAYERS[layer_of(d)][0]})"
-           for m, deps in graph().items() for d in deps
-           if layer_of(d) > layer_of(m) and not m.startswith(d + ".") and d != "cts"]
+    bad = [
+        f"{m} ({LAYERS[layer_of(m)][0]}) imports {d} ({LAYERS[layer_of(d)][0]})"
+        for m, deps in graph().items()
+        for d in deps
+        if layer_of(d) > layer_of(m) and not m.startswith(d + ".") and d != "cts"
+    ]
     assert not bad, "\n".join(sorted(bad))
 
 
@@ -87,7 +96,7 @@ def test_no_import_cycle() -> None:
         state[m] = 1
         for d in sorted(edges[m]):
             if state.get(d) == 1:
-                cycles.append(path[path.index(d):] + [d] if d in path else [m, d])
+                cycles.append(path[path.index(d) :] + [d] if d in path else [m, d])
             elif d not in state:
                 visit(d, [*path, d])
         state[m] = 2
@@ -105,10 +114,10 @@ def test_module_size(path: Path) -> None:
 
 
 def test_error_kinds_produced_are_declared() -> None:
-    """Every ``ErrorInfo(stage, kind, ...)`` literal names a kind of :data:`cts.types.ErrorKind`."""
+    """Every ``ErrorInfo(stage, kind, ...)`` literal names a kind of :data:`cts.core.types.ErrorKind`."""
     from typing import get_args
 
-    from cts.types import ErrorKind
+    from cts.core.types import ErrorKind
 
     produced = set()
     for path in PKG.rglob("*.py"):
@@ -117,3 +126,26 @@ def test_error_kinds_produced_are_declared() -> None:
                 if isinstance(node.args[1], ast.Constant):
                     produced.add(node.args[1].value)
     assert produced and produced <= set(get_args(ErrorKind)), produced - set(get_args(ErrorKind))
+
+
+def test_root_holds_packages_only() -> None:
+    """``ls cts`` shows the architecture: packages and ``__init__.py``, no loose module."""
+    loose = sorted(p.name for p in PKG.glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"modules at the root of cts: {loose}; put each in the package of its layer"
+
+
+def test_every_package_has_a_layer() -> None:
+    """Each package under cts/ is named in LAYERS (the map the README shows)."""
+    named = {p for _, prefixes in LAYERS for p in prefixes}
+    packages = {f"cts.{d.name}" for d in PKG.iterdir() if (d / "__init__.py").exists()}
+    assert packages <= named, sorted(packages - named)
+
+
+def test_old_module_paths_import_the_moved_modules() -> None:
+    """Every pre-restructure module path (named by old job dirs' configs) is the module at its new path."""
+    import importlib
+
+    from cts._util.moved import MOVED
+
+    for old, new in MOVED.items():
+        assert importlib.import_module(old) is importlib.import_module(new), old

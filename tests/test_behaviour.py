@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from test_multirun import run_py
 
 FIXTURE = Path(__file__).parent / "fixtures" / "behaviour.json"
@@ -44,8 +43,10 @@ def job_view(job_dir: Path) -> dict[str, Any]:
     """Record digests by instance id and untimed metrics of one job dir."""
     records = [json.loads(x) for x in (job_dir / "records.jsonl").read_text().splitlines() if x.strip()]
     metrics = json.loads((job_dir / "summary.json").read_text())["metrics"]
-    return {"records": {r["id"]: digest(r) for r in sorted(records, key=lambda r: r["id"])},
-            "metrics": untimed(metrics)}
+    return {
+        "records": {r["id"]: digest(r) for r in sorted(records, key=lambda r: r["id"])},
+        "metrics": untimed(metrics),
+    }
 
 
 def sweep_view(sweep: Path) -> dict[str, Any]:
@@ -77,8 +78,12 @@ def common(tmp_path: Path, cache_dir: Path) -> tuple[str, ...]:
     for part in ("index", "demo"):
         if (cache_dir / part).is_dir():
             shutil.copytree(cache_dir / part, own / part)
-    return (f"hydra.sweep.dir={tmp_path / 'sweep'}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-            f"paths.cache_dir={own}", "sweep_report=false")
+    return (
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"paths.cache_dir={own}",
+        "sweep_report=false",
+    )
 
 
 @pytest.mark.slow
@@ -92,9 +97,15 @@ def test_card_sweep_over_the_local_server_reproduces_the_fixture(tmp_path, llm_s
     from llm_fakes import protocol_reply
 
     llm_server.handler = protocol_reply
-    run_py(*CARD, *common(tmp_path, cache_dir), f"services.llm.api_base={llm_server.base_url}",
-           f"services.llm.cache.path={tmp_path}/llm_cache.sqlite", "concurrency=1",
-           # The fixture's per-job counters (search calls, cache hits) are those of jobs run one after
-           # another; the cts launcher shares the orig arm across jobs (same records: test_sweep_launcher).
-           "hydra/launcher=basic", cwd=tmp_path)
+    run_py(
+        *CARD,
+        *common(tmp_path, cache_dir),
+        f"services.llm.api_base={llm_server.base_url}",
+        f"services.llm.cache.path={tmp_path}/llm_cache.sqlite",
+        "concurrency=1",
+        # The fixture's per-job counters (search calls, cache hits) are those of jobs run one after
+        # another; the cts launcher shares the orig arm across jobs (same records: test_sweep_launcher).
+        "hydra/launcher=basic",
+        cwd=tmp_path,
+    )
     check("card", sweep_view(tmp_path / "sweep"))

@@ -30,9 +30,17 @@ import pytest
 from cts import tracking
 
 REPO = Path(__file__).resolve().parents[1]
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--window-size=1900,1200")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1900,1200",
+)
 SYSTEMS = ("rules_scope", "rules_region")
 SCORE_COLUMNS = ("delta_vs_orig", "restore_score_100", "orig_restore_score_100", "nugget_labels")
 log = logging.getLogger(__name__)
@@ -62,16 +70,48 @@ def mlflow_ui(tmp_path: Path) -> Iterator[tuple[str, str]]:
     tracking.prepare_store(uri)
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host",
-                               "127.0.0.1", "--port", str(port), "--workers", "1"],
-                              stdout=(tmp_path / "ui.log").open("w"), stderr=subprocess.STDOUT,
-                              start_new_session=True, env={**env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "ui",
+            "--backend-store-uri",
+            uri,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=(tmp_path / "ui.log").open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+    )
     base = f"http://127.0.0.1:{port}"
     try:
-        subprocess.run([sys.executable, str(REPO / "run.py"), "-m", "experiment=offline",
-                        f"clarifier={','.join(SYSTEMS)}", "k=2", "limit=8", "sweep_report=false",
-                        "tracking.instance_traces=true", f"tracking.uri={uri}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                       check=True, capture_output=True, cwd=tmp_path, env=env, timeout=600)
+        subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "run.py"),
+                "-m",
+                "experiment=offline",
+                f"clarifier={','.join(SYSTEMS)}",
+                "k=2",
+                "limit=8",
+                "sweep_report=false",
+                "tracking.instance_traces=true",
+                f"tracking.uri={uri}",
+                f"hydra.sweep.dir={tmp_path / 'sweep'}",
+            ],
+            check=True,
+            capture_output=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=600,
+        )
         _wait_healthy(base, server, timeout_s=240)
         yield base, uri
     finally:
@@ -151,11 +191,12 @@ def test_find_the_worst_instance_of_two_systems_in_the_mlflow_ui(mlflow_ui: tupl
         wait.until(lambda d: _order(body())[0] in _worst(records))
         order = _order(body())
         _shot(driver, tmp_path / "sorted_by_delta.png")
-        link = driver.find_element(By.XPATH, f"//a[contains(., '\"instance_id\": \"{order[0]}\"')]")
+        link = driver.find_element(By.XPATH, f'//a[contains(., \'"instance_id": "{order[0]}"\')]')
         driver.execute_script("arguments[0].click();", link)  # the worst instance: both runs' traces of it
         wait.until(lambda d: "Compared IDs" in body())
-        for more in driver.find_elements(By.XPATH, "//*[starts-with(normalize-space(text()), 'Show ') and "
-                                                   "contains(text(), 'more')]"):
+        for more in driver.find_elements(
+            By.XPATH, "//*[starts-with(normalize-space(text()), 'Show ') and contains(text(), 'more')]"
+        ):
             driver.execute_script("arguments[0].click();", more)  # the outputs folded away (questions, answers)
         worst = records[order[0]]
         wait.until(lambda d: worst["questions"][0] in body())

@@ -15,23 +15,29 @@ from typing import Any
 import pytest
 from conftest import REPO
 from hydra import compose, initialize_config_dir
+from llm_fakes import protocol_reply
 from llm_server import Reply, ScriptedServer
 
 from cts import tracking
-from cts.budget import SPEND_FILE
-from llm_fakes import protocol_reply
-from cts.records import read_records
+from cts.core.records import read_records
+from cts.protocol.budget import SPEND_FILE
 
 PER_CALL = 0.01
 
 
 def compose_job(tmp_path: Path, cache_dir: Path, server: ScriptedServer, max_usd: float) -> Any:
     overrides = [
-        "experiment=offline", "clarifier=gpt", "limit=8", "concurrency=4",
-        f"paths.output_dir={tmp_path / 'job'}", f"paths.cache_dir={cache_dir}",
+        "experiment=offline",
+        "clarifier=gpt",
+        "limit=8",
+        "concurrency=4",
+        f"paths.output_dir={tmp_path / 'job'}",
+        f"paths.cache_dir={cache_dir}",
         f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
-        f"services.llm.api_base={server.base_url}", f"services.llm.cache.path={tmp_path / 'llm.sqlite'}",
-        "services.llm.api_base_price.input_cost_per_token=1e-3", "services.llm.max_attempts=1",
+        f"services.llm.api_base={server.base_url}",
+        f"services.llm.cache.path={tmp_path / 'llm.sqlite'}",
+        "services.llm.api_base_price.input_cost_per_token=1e-3",
+        "services.llm.max_attempts=1",
         f"services.llm.budget.max_usd={max_usd}",
     ]
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
@@ -39,7 +45,7 @@ def compose_job(tmp_path: Path, cache_dir: Path, server: ScriptedServer, max_usd
 
 
 def run(tmp_path: Path, cache_dir: Path, server: ScriptedServer, max_usd: float) -> dict[str, Any]:
-    from cts.app import build_services, run_task
+    from cts.compose.app import build_services, run_task
 
     cfg = compose_job(tmp_path, cache_dir, server, max_usd)
     run_task(cfg, build_services(cfg))

@@ -100,9 +100,17 @@ def test_a_job_with_a_corrupt_cache_recovers_and_scores_every_instance(tmp_path,
     else:
         _filled(cache)
         cache.write_bytes(cache.read_bytes()[:50_000])
-    proc = run_py("limit=4", f"services.llm.api_base={llm_server.base_url}", f"services.llm.cache.path={cache}",
-                  f"hydra.run.dir={tmp_path / 'job'}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-                  f"paths.cache_dir={cache_dir}", cwd=tmp_path)
+    proc = run_py(
+        "limit=4",
+        f"services.llm.api_base={llm_server.base_url}",
+        f"services.llm.cache.path={cache}",
+        f"hydra.run.dir={tmp_path / 'job'}",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"paths.cache_dir={cache_dir}",
+        cwd=tmp_path,
+    )
     records = [json.loads(x) for x in (tmp_path / "job" / "records.jsonl").read_text().splitlines()]
-    assert len(records) == 4 and all(r["error"] is None and r["clarified"]["score"] is not None and r["orig"]["score"] is not None for r in records), records
+    assert len(records) == 4 and all(
+        r["error"] is None and r["clarified"]["score"] is not None and r["orig"]["score"] is not None for r in records
+    ), records
     assert "corrupt" in proc.stdout + proc.stderr and list(tmp_path.glob("llm_cache.sqlite.corrupt-*"))

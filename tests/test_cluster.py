@@ -15,24 +15,31 @@ from llm_fakes import protocol_reply
 from test_multirun import METRICS, REPO, run_py
 
 from cts import tracking
-from cts.cluster import literal_secrets
+from hydra_plugins.cts_slurm_launcher.cluster import literal_secrets
 
 # One xdist worker runs the whole module: the session's PostgreSQL, munge and Slurm start once.
 pytestmark = pytest.mark.xdist_group("cluster")
 
 CANARY = "sk-canary-7f3e9b1d2c"
-SLURM = ("hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launcher.cpus_per_task=1",
-         "hydra.launcher.mem_gb=1", "hydra.launcher.timeout_min=20")
+SLURM = (
+    "hydra/launcher=slurm",
+    "hydra.launcher.partition=debug",
+    "hydra.launcher.cpus_per_task=1",
+    "hydra.launcher.mem_gb=1",
+    "hydra.launcher.timeout_min=20",
+)
 N_SCANCEL = 4  # instances a job in the scancel test
 LIMIT = 40  # instances a job: enough to compare Slurm with one process; the full set is test_multirun's
 
 
 def test_resolved_secrets_are_masked_in_params_and_written_configs():
-    from cts.secrets import scrub_tree
+    from cts._util.secrets import scrub_tree
     from cts.tracking import flatten
 
-    cfg = {"services": {"llm": {"api_key": CANARY, "cache": {"url": "postgresql://u:pw@h/db"}}},
-           "model": {"input_cost_per_token": 1e-6, "api_key_env": "OPENAI_API_KEY"}}
+    cfg = {
+        "services": {"llm": {"api_key": CANARY, "cache": {"url": "postgresql://u:pw@h/db"}}},
+        "model": {"input_cost_per_token": 1e-6, "api_key_env": "OPENAI_API_KEY"},
+    }
     assert CANARY not in json.dumps(flatten(cfg)) and CANARY not in json.dumps(scrub_tree(cfg))
     assert flatten(cfg)["services.llm.cache.url"] == "postgresql://u:***@h/db"
     assert flatten(cfg)["model.api_key_env"] == "OPENAI_API_KEY" and scrub_tree(cfg)["model"] == cfg["model"]
@@ -40,14 +47,25 @@ def test_resolved_secrets_are_masked_in_params_and_written_configs():
 
 def test_literal_secrets_are_refused_interpolations_pass():
     assert literal_secrets(["services.llm.api_key=sk-1", "services.llm.cache.url=postgresql://u:pw@h/db"]) == [
-        "services.llm.api_key", "services.llm.cache.url"]
-    assert literal_secrets(["services.llm.api_key=${oc.env:KEY}", r"services.llm.api_key=$\{oc.env\:KEY\}",
-                            "services.llm.cache.url=postgresql://u@h/db",
-                            "k=1,2", "services.llm.api_key=null"]) == []
+        "services.llm.api_key",
+        "services.llm.cache.url",
+    ]
+    assert (
+        literal_secrets(
+            [
+                "services.llm.api_key=${oc.env:KEY}",
+                r"services.llm.api_key=$\{oc.env\:KEY\}",
+                "services.llm.cache.url=postgresql://u@h/db",
+                "k=1,2",
+                "services.llm.api_key=null",
+            ]
+        )
+        == []
+    )
 
 
 @pytest.fixture(scope="module")
-def warm_cache(services):  # noqa: ANN001,ANN201 - cts.services.Services
+def warm_cache(services):  # noqa: ANN001,ANN201 - cts.compose.services.Services
     """Build the demo set and its index once, before tests start concurrent jobs on this cache.
 
     On a cold cache every concurrent job would build them at once (one wins, the rest is
@@ -91,8 +109,16 @@ asyncio.run(main())
 def test_four_processes_write_overlapping_keys_to_postgres(pg, tmp_path):
     url, log = pg.create_db("cache4"), tmp_path / "computed.log"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, url, str(i), "60", str(log)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, url, str(i), "60", str(log)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(4)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, [e for _, e in outs]
     assert [json.loads(o)["errors"] for o, _ in outs] == [0] * 4
@@ -113,10 +139,21 @@ def test_three_concurrent_jobs_sharing_the_orig_arm_send_each_request_once(
     llm_server.handler = protocol_reply
     llm_server.latency_s = 0.05  # keep the three jobs' identical orig-arm calls overlapping
     url = pg.create_db("cache3")
-    run_py("-m", "clarifier=gpt,ernie,claude", "k=1", "limit=3", "hydra/launcher=joblib", "hydra.launcher.n_jobs=3",
-           f"services.llm.api_base={llm_server.base_url}", f"services.llm.cache.url={url}",
-           f"hydra.sweep.dir={tmp_path / 'sweep'}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-           f"paths.cache_dir={cache_dir}", "sweep_report=false", cwd=tmp_path)
+    run_py(
+        "-m",
+        "clarifier=gpt,ernie,claude",
+        "k=1",
+        "limit=3",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=3",
+        f"services.llm.api_base={llm_server.base_url}",
+        f"services.llm.cache.url={url}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"paths.cache_dir={cache_dir}",
+        "sweep_report=false",
+        cwd=tmp_path,
+    )
     bodies = [json.dumps(body, sort_keys=True) for body in llm_server.bodies()]
     assert bodies and len(bodies) == len(set(bodies)), f"{len(bodies) - len(set(bodies))} requests sent twice"
     records = [r for rows in _job_records(tmp_path / "sweep").values() for r in rows]
@@ -127,16 +164,21 @@ def test_three_concurrent_jobs_sharing_the_orig_arm_send_each_request_once(
 
 
 def _job_records(sweep: Path) -> dict[str, list[dict]]:
-    return {str(f.parent.relative_to(sweep)): [json.loads(x) for x in f.read_text().splitlines()]
-            for f in sweep.rglob("records.jsonl")}
+    return {
+        str(f.parent.relative_to(sweep)): [json.loads(x) for x in f.read_text().splitlines()]
+        for f in sweep.rglob("records.jsonl")
+    }
 
 
 def _stable(record: dict) -> str:
     # Wall-clock fields differ between any two runs; everything else must match.
     def strip(obj):
         if isinstance(obj, dict):
-            return {k: strip(v) for k, v in obj.items()
-                    if "latency" not in k and not k.endswith(("_s", "trace_id", "request_id"))}
+            return {
+                k: strip(v)
+                for k, v in obj.items()
+                if "latency" not in k and not k.endswith(("_s", "trace_id", "request_id"))
+            }
         if isinstance(obj, list):
             return [strip(v) for v in obj]
         return obj
@@ -160,12 +202,24 @@ def test_offline_sweep_on_slurm_with_mlflow_server_and_postgres_cache(
     monkeypatch.setenv("CTS_TEST_KEY", CANARY)  # also read by the config, resolved inside the jobs
     cache_url = pg.create_db("sweepcache")
     sweep, local = tmp_path / "slurm", tmp_path / "local"
-    common = ("-m", "experiment=offline", "clarifier=rules_scope,rules_region,none", "k=1,2,3", f"limit={LIMIT}",
-              f"paths.cache_dir={cache_dir}", f"services.llm.cache.url={cache_url}",
-              "services.llm.api_key=${oc.env:CTS_TEST_KEY}")
+    common = (
+        "-m",
+        "experiment=offline",
+        "clarifier=rules_scope,rules_region,none",
+        "k=1,2,3",
+        f"limit={LIMIT}",
+        f"paths.cache_dir={cache_dir}",
+        f"services.llm.cache.url={cache_url}",
+        "services.llm.api_key=${oc.env:CTS_TEST_KEY}",
+    )
     # The same sweep in one process: the reference the Slurm jobs' records must match.
-    run_py(*common, f"hydra.sweep.dir={local}", f"tracking.uri=sqlite:///{tmp_path}/local.db",
-           "sweep_report=false", cwd=tmp_path)
+    run_py(
+        *common,
+        f"hydra.sweep.dir={local}",
+        f"tracking.uri=sqlite:///{tmp_path}/local.db",
+        "sweep_report=false",
+        cwd=tmp_path,
+    )
     out = run_py(*common, *SLURM, f"hydra.sweep.dir={sweep}", f"tracking.uri={mlflow_server.uri}", cwd=tmp_path)
 
     runs = tracking.search_runs(mlflow_server.uri)
@@ -189,8 +243,12 @@ def test_offline_sweep_on_slurm_with_mlflow_server_and_postgres_cache(
 
     leaks = _grep(sweep, CANARY) + _grep(mlflow_server.artifact_root, CANARY)  # the report job's files too
     assert not leaks, leaks
-    dump = subprocess.run(["pg_dumpall", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres"],
-                          capture_output=True, text=True, check=True).stdout
+    dump = subprocess.run(
+        ["pg_dumpall", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "experiment" in dump and CANARY not in dump  # the MLflow store (and the cache)
 
 
@@ -199,9 +257,19 @@ def test_wait_false_returns_once_queued_and_a_dependent_job_builds_the_report(
     tmp_path, slurm_cluster, cache_dir, warm_cache
 ):
     sweep, db = tmp_path / "sweep", tmp_path / "mlflow.db"
-    proc = run_py("-m", "experiment=offline", "clarifier=rules_scope,none", "k=1", "limit=5", *SLURM,
-                  "hydra.launcher.wait=false", f"hydra.sweep.dir={sweep}", f"tracking.uri=sqlite:///{db}",
-                  f"paths.cache_dir={cache_dir}", cwd=tmp_path)
+    proc = run_py(
+        "-m",
+        "experiment=offline",
+        "clarifier=rules_scope,none",
+        "k=1",
+        "limit=5",
+        *SLURM,
+        "hydra.launcher.wait=false",
+        f"hydra.sweep.dir={sweep}",
+        f"tracking.uri=sqlite:///{db}",
+        f"paths.cache_dir={cache_dir}",
+        cwd=tmp_path,
+    )
     out, report = proc.stdout + proc.stderr, sweep / "report" / "report.md"
     queued = re.search(r"follow with: squeue -j (\S+)", out)
     assert queued and "not waiting" in out, out[-3000:]
@@ -248,10 +316,22 @@ def test_scancel_one_slurm_job_then_rerun_gives_every_instance_once(
     llm_server.handler = protocol_reply
     llm_server.latency_s = 0.2
     sweep = tmp_path / "sweep"
-    args = [sys.executable, str(REPO / "run.py"), "-m", "clarifier=gpt,claude", "k=1", f"limit={N_SCANCEL}",
-            "concurrency=1", f"services.llm.api_base={llm_server.base_url}",
-            f"services.llm.cache.url={pg.create_db('scancel')}", *SLURM, f"hydra.sweep.dir={sweep}",
-            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"paths.cache_dir={cache_dir}", "sweep_report=false"]
+    args = [
+        sys.executable,
+        str(REPO / "run.py"),
+        "-m",
+        "clarifier=gpt,claude",
+        "k=1",
+        f"limit={N_SCANCEL}",
+        "concurrency=1",
+        f"services.llm.api_base={llm_server.base_url}",
+        f"services.llm.cache.url={pg.create_db('scancel')}",
+        *SLURM,
+        f"hydra.sweep.dir={sweep}",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"paths.cache_dir={cache_dir}",
+        "sweep_report=false",
+    ]
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
     first = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     subprocess.run(["scancel", _wait_for_a_started_job(sweep, first)], check=True)
@@ -273,8 +353,12 @@ def _wait_for_a_started_job(sweep: Path, proc: subprocess.Popen, timeout_s: floa
 
     deadline, seen = time.monotonic() + timeout_s, {}
     while time.monotonic() < deadline:
-        assert proc.poll() is None, f"sweep ended first; records seen: {seen}\n" + (proc.stdout.read()[-3000:] if proc.stdout else "")
-        running = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"], capture_output=True, text=True).stdout.split()
+        assert proc.poll() is None, f"sweep ended first; records seen: {seen}\n" + (
+            proc.stdout.read()[-3000:] if proc.stdout else ""
+        )
+        running = subprocess.run(
+            ["squeue", "-h", "-t", "RUNNING", "-o", "%i"], capture_output=True, text=True
+        ).stdout.split()
         for records in sweep.rglob("records.jsonl"):
             lines = records.read_text().count("\n")
             seen[records.parent.name[:40]] = lines

@@ -15,21 +15,31 @@ from hydra import compose, initialize_config_dir
 from llm_server import Reply, ScriptedServer
 from omegaconf import OmegaConf
 
-from cts.app import task_groups
+from cts.compose.app import task_groups
 from cts.llm._rules import RequestRules
-from cts.llm.completion_probe import PROBE_MESSAGES, PROBE_TOKENS, check_completions, completion_probes
+from cts.llm.completion_probe import (
+    PROBE_MESSAGES,
+    PROBE_TOKENS,
+    check_completions,
+    completion_probes,
+)
 
 REPO = Path(__file__).resolve().parents[1]
-UNSUPPORTED = ("Unsupported value: 'temperature' does not support 0 with this model. "
-               "Only the default (1) value is supported.")
+UNSUPPORTED = (
+    "Unsupported value: 'temperature' does not support 0 with this model. Only the default (1) value is supported."
+)
 
 
 def openai_reasoning_rules(body: dict[str, Any]) -> Reply | str:
     """OpenAI's documented rule for reasoning models (gpt-5, o-series): temperature only 1."""
     model = str(body.get("model", ""))
     if (model.startswith("gpt-5") or model.startswith("o")) and body.get("temperature", 1) != 1:
-        error = {"message": UNSUPPORTED, "type": "invalid_request_error", "param": "temperature",
-                 "code": "unsupported_value"}
+        error = {
+            "message": UNSUPPORTED,
+            "type": "invalid_request_error",
+            "param": "temperature",
+            "code": "unsupported_value",
+        }
         return Reply(status=400, raw=json.dumps({"error": error}))
     return "OK"
 
@@ -54,12 +64,16 @@ def test_one_probe_per_distinct_request_with_a_tiny_cap(tmp_path: Path) -> None:
         again = check_completions(jobs, tmp_path, done)  # probed once per process
         bodies = [r.body for r in server.requests]
     # ernie plays four roles with one request shape; WebDancer's agent and summariser send two others
-    assert [p.paths for p in probes] == [("clarifier.model", "ua.model", "rewriter.model", "judge.model"),
-                                         ("search.model",), ("search.summary_model",)]
+    assert [p.paths for p in probes] == [
+        ("clarifier.model", "ua.model", "rewriter.model", "judge.model"),
+        ("search.model",),
+        ("search.summary_model",),
+    ]
     assert problems == [] and len(bodies) == 3 and again == ([], "")
     # 8 tokens, plus the model's reasoning allowance where reasoning counts against the cap (WebDancer's <think>)
-    assert sorted(cap_of(b) for b in bodies) == sorted(RequestRules.coerce(p.spec.get("request")).cap_for(PROBE_TOKENS)
-                                                       for p in probes)
+    assert sorted(cap_of(b) for b in bodies) == sorted(
+        RequestRules.coerce(p.spec.get("request")).cap_for(PROBE_TOKENS) for p in probes
+    )
     agent = next(b for b in bodies if "stop" in b)  # probes go out concurrently, in any order
     assert agent["temperature"] == 0.6 and agent["top_p"] == 0.95  # the agent's own sampling is probed
     assert report.startswith("cts pre-flight: 3 completion probe(s)")
@@ -68,8 +82,12 @@ def test_one_probe_per_distinct_request_with_a_tiny_cap(tmp_path: Path) -> None:
 def test_a_rejected_parameter_is_named_with_the_providers_message(tmp_path: Path) -> None:
     with ScriptedServer() as server:
         server.handler = openai_reasoning_rules
-        jobs = jobs_of(f"services.llm.api_base={server.base_url}", "clarifier=gpt",
-                       "++clarifier.model.params.temperature=0", "++clarifier.model.request={}")
+        jobs = jobs_of(
+            f"services.llm.api_base={server.base_url}",
+            "clarifier=gpt",
+            "++clarifier.model.params.temperature=0",
+            "++clarifier.model.request={}",
+        )
         problems, _ = check_completions(jobs, tmp_path, set())
     (problem,) = problems
     assert problem.startswith("model gpt (openai/gpt-5.2), used by clarifier.model: ")
@@ -87,17 +105,31 @@ def test_a_gpt5_model_file_with_temperature_0_fails_before_anything_is_spent(tmp
     (tmp_path / "conf" / "model").mkdir(parents=True)
     (tmp_path / "conf" / "model" / "mygpt.yaml").write_text(
         "_target_: cts.llm.ModelSpec\nname: mygpt\nmodel: openai/gpt-5-mini\napi_key_env: null\n"
-        "params:\n  temperature: 0\n")
+        "params:\n  temperature: 0\n"
+    )
     with ScriptedServer() as server:
         server.handler = openai_reasoning_rules
         start = time.monotonic()
         proc = subprocess.run(
-            [sys.executable, str(REPO / "run.py"), "-m", "clarifier=mygpt,ernie", "k=1", "limit=2",
-             f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"services.llm.api_base={server.base_url}",
-             f"hydra.sweep.dir={tmp_path / 'sweep'}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
-             f"paths.cache_dir={cache_dir}"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300,
-            env={**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"})
+            [
+                sys.executable,
+                str(REPO / "run.py"),
+                "-m",
+                "clarifier=mygpt,ernie",
+                "k=1",
+                "limit=2",
+                f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+                f"services.llm.api_base={server.base_url}",
+                f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+                f"paths.cache_dir={cache_dir}",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"},
+        )
         elapsed = time.monotonic() - start
         sent = [r.body for r in server.requests]
     assert proc.returncode == 1, proc.stderr[-3000:]

@@ -10,7 +10,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
-from cts.app import build_node, build_services
+from cts.compose.app import build_node, build_services
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 # Groups whose option is a component built with `services=`.

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cts.corpus import Corpus, Doc, doc_id, load_corpus
-from cts.index import (
+from cts.corpus.index import (
     SETTINGS_FILE,
     BM25Params,
     atomic_dir,
@@ -17,6 +16,7 @@ from cts.index import (
     load_or_build_index,
     tokenizer_version,
 )
+from cts.corpus.wiki import Corpus, Doc, doc_id, load_corpus
 
 
 def _doc(title: str, text: str, description: str = "", topic: str = "Test") -> Doc:
@@ -154,9 +154,7 @@ def test_concurrent_builders_leave_one_complete_index(tiny: Corpus, tmp_path: Pa
         t.join()
     assert not errors
     assert not load_or_build_index(tiny, tmp_path).built
-    assert [p.name for p in index_dir(tiny, tmp_path).parent.iterdir()] == [
-        index_dir(tiny, tmp_path).name
-    ]
+    assert [p.name for p in index_dir(tiny, tmp_path).parent.iterdir()] == [index_dir(tiny, tmp_path).name]
 
 
 def test_atomic_dir_replace_policy(tmp_path: Path) -> None:

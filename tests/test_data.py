@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from cts.app import build_node
-from cts.data import (
+from cts.compose.app import build_node
+from cts.core.types import Evidence, Gold, Instance, Nugget
+from cts.data.jsonl import (
     Dataset,
     DatasetError,
     dataset_metrics,
@@ -20,15 +21,12 @@ from cts.data import (
     write_instances_jsonl,
 )
 from cts.gold import GoldError, write_gold
-from cts.types import Evidence, Gold, Instance, Nugget
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 
 def _row(i: object, blurred: str = "q", fused: str | None = "q star", **extra: object) -> str:
-    return json.dumps(
-        {"id": i, "blurred_query": blurred, "fused_query": fused, **extra}, ensure_ascii=False
-    )
+    return json.dumps({"id": i, "blurred_query": blurred, "fused_query": fused, **extra}, ensure_ascii=False)
 
 
 def _gold(instance_id: str, fused_query: str | None = None) -> Gold:
@@ -92,9 +90,7 @@ def test_field_mapping_int_ids_and_meta(tmp_path: Path) -> None:
     path.write_text(json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
     fields = {"id": "qid", "blurred_query": "bq", "fused_query": "oq"}
     [inst] = read_instances_jsonl(path, fields)
-    assert inst == Instance(
-        "12", "天气", "2024年北京的天气", {"ambiguity": "time", "language": "zh"}
-    )
+    assert inst == Instance("12", "天气", "2024年北京的天气", {"ambiguity": "time", "language": "zh"})
 
 
 def test_mapped_field_names_appear_in_errors(tmp_path: Path) -> None:
@@ -129,12 +125,10 @@ def test_utf8_bom_is_accepted(tmp_path: Path) -> None:
     assert read_instances_jsonl(path)[0].id == "a"
 
 
-def test_blurred_equal_fused_is_a_warning_not_an_error(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_blurred_equal_fused_is_a_warning_not_an_error(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "same.jsonl"
     path.write_text(_row("a", "Same  Query", "same query") + "\n", encoding="utf-8")
-    with caplog.at_level(logging.WARNING, logger="cts.data"):
+    with caplog.at_level(logging.WARNING, logger="cts.data.jsonl"):
         assert len(read_instances_jsonl(path)) == 1
     assert "same.jsonl:1: blurred_query equals fused_query" in caplog.text
 
@@ -188,9 +182,7 @@ def test_missing_files_are_named(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("option", ["jsonl", "cts518"])
-def test_dataset_configs_instantiate(
-    option: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_dataset_configs_instantiate(option: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data, gold = _write_set(tmp_path, ["a"], ["a"])
     monkeypatch.setenv("CTS518_PATH", str(data))
     monkeypatch.setenv("CTS518_GOLD", str(gold))
@@ -212,8 +204,10 @@ def test_an_empty_or_blank_file_is_refused(tmp_path: Path) -> None:
 
 def test_over_long_fields_are_file_line_errors_with_a_configurable_limit(tmp_path: Path) -> None:
     path = tmp_path / "long.jsonl"
-    rows = [{"id": "a", "blurred_query": "短" * 4001, "fused_query": "ok"},
-            {"id": "b", "blurred_query": "ok", "fused_query": "x" * 50}]
+    rows = [
+        {"id": "a", "blurred_query": "短" * 4001, "fused_query": "ok"},
+        {"id": "b", "blurred_query": "ok", "fused_query": "x" * 50},
+    ]
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     with pytest.raises(DatasetError) as err:
         read_instances_jsonl(path)
@@ -231,7 +225,7 @@ def test_only_with_gold_leaves_out_and_counts_instances_without_gold(
     (tmp_path / "failures.jsonl").write_text('{"id": "a", "reason": "search failed"}\n', encoding="utf-8")
     with pytest.raises(DatasetError, match=r"no gold for 2 of 3 .*why: see .*failures\.jsonl.*only_with_gold=true"):
         load_jsonl_dataset(str(data), str(gold))
-    with caplog.at_level("WARNING", logger="cts.data"):
+    with caplog.at_level("WARNING", logger="cts.data.jsonl"):
         ds = load_jsonl_dataset(str(data), str(gold), only_with_gold=True)
     assert [i.id for i in ds.instances] == ["b"] and ds.without_gold == ("a", "c")
     assert dataset_metrics(ds) == {"n_without_gold": 2.0}

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 import cts.demo.loading
+from cts.compose.services import Services
+from cts.core.types import Instance
 from cts.demo.cli import main
 from cts.demo.loading import demo_dir, load_demo
 from cts.demo.mining import DEMO_VERSION, KINDS, build_lexicons, classify_qualifier
 from cts.demo.selection import build_demo_instances, kind_counts
-from cts.services import Services
-from cts.types import Instance
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +48,7 @@ def test_blurred_drops_exactly_the_qualifier(instances: list[Instance]) -> None:
         assert i.meta["language"] == "en"
 
 
-def test_intended_doc_ranks_first_for_the_fused_query(
-    services: Services, instances: list[Instance]
-) -> None:
+def test_intended_doc_ranks_first_for_the_fused_query(services: Services, instances: list[Instance]) -> None:
     for i in instances:
         assert services.index.search(i.fused_query, 1)[0].doc.id == i.meta["intended_doc"]
     # The set is not trivial: for many, the blurred query misses the intended article.
@@ -60,17 +58,13 @@ def test_intended_doc_ranks_first_for_the_fused_query(
 def test_most_intents_name_no_place(services: Services, instances: list[Instance]) -> None:
     geography = {re.sub(r" \(.*\)$", "", t) for t in (d.title for d in services.corpus.docs if d.topic == "Geography")}
     pattern = re.compile(
-        "|".join(
-            rf"(?<![\w-]){re.escape(g)}(?![\w-])" for g in sorted(geography, key=len, reverse=True)
-        )
+        "|".join(rf"(?<![\w-]){re.escape(g)}(?![\w-])" for g in sorted(geography, key=len, reverse=True))
     )
     placeless = [i for i in instances if not pattern.search(i.fused_query)]
     assert len(placeless) > len(instances) // 2
     assert sum(i.meta["place"] is None for i in instances) > len(instances) // 2
     assert all(
-        i.meta["place"]
-        for i in instances
-        if i.meta["ambiguity"] == "region" and i.meta["source"] == "placed_title"
+        i.meta["place"] for i in instances if i.meta["ambiguity"] == "region" and i.meta["source"] == "placed_title"
     )
 
 
@@ -120,9 +114,7 @@ def test_load_demo_builds_once_then_reuses_the_cache(
     assert again.instances == data.instances and again.gold == data.gold
 
 
-def test_cli_prints_location_and_kind_counts(
-    cache_dir: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_cli_prints_location_and_kind_counts(cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     main(["--n", "25", "--seed", "3", "--cache-dir", str(cache_dir)])
     out = capsys.readouterr().out
     assert f"{DEMO_VERSION}-n25-s3-" in out and "instances: 25" in out

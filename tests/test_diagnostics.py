@@ -8,17 +8,22 @@ import math
 import numpy as np
 import pytest
 
-from cts.diagnostics import diagnostics
-from cts.records import Record
-from cts.stats import cohen_kappa, kendall_tau, mean_ci, paired_bootstrap_ci
-from cts.types import UNKNOWN
+from cts.core.records import Record
+from cts.core.types import UNKNOWN
+from cts.protocol.diagnostics import diagnostics
+from cts.stats.bootstrap import cohen_kappa, kendall_tau, mean_ci, paired_bootstrap_ci
 
 U = UNKNOWN
 
 
 def rec(rid: str, types: list[tuple[str, ...]], answers: list[str], k: int = 2) -> Record:
-    return Record(id=rid, k=k, questions=tuple(f"{rid} question {i}" for i in range(len(types))),
-                  question_types=tuple(types), answers=tuple(answers))
+    return Record(
+        id=rid,
+        k=k,
+        questions=tuple(f"{rid} question {i}" for i in range(len(types))),
+        question_types=tuple(types),
+        answers=tuple(answers),
+    )
 
 
 RECORDS = [
@@ -114,11 +119,14 @@ def _tau_by_pairs(x: list[float], y: list[float]) -> float:
     return float(sum(signs) / len(signs))
 
 
-@pytest.mark.parametrize(("x", "y"), [
-    ([19.4, 23.5, 26.5], [27.7, 29.5, 29.8]),
-    ([1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]),
-    ([1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 1.0, 4.0, 3.0, 5.0]),
-])
+@pytest.mark.parametrize(
+    ("x", "y"),
+    [
+        ([19.4, 23.5, 26.5], [27.7, 29.5, 29.8]),
+        ([1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]),
+        ([1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 1.0, 4.0, 3.0, 5.0]),
+    ],
+)
 def test_kendall_tau_against_pair_counting(x: list[float], y: list[float]) -> None:
     assert kendall_tau(x, y) == pytest.approx(_tau_by_pairs(x, y))
 

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from cts.app import build_node
+from cts.compose.app import build_node
+from cts.core.contracts import Extractor
+from cts.core.types import Evidence, Gold, GoldDraft
 from cts.gold import validate_gold
 from cts.roles.nuggets import RuleExtractor, unsupported_claims
-from cts.types import Evidence, Extractor, Gold, GoldDraft
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -32,9 +33,7 @@ ZH = Evidence(
 OTHER = Evidence("doc-9", "local://9", "Paris", "Paris is the capital and largest city of France.")
 
 
-def _extract(
-    ex: RuleExtractor, evidence: list[Evidence], answer: str = "", q: str = "q*"
-) -> GoldDraft:
+def _extract(ex: RuleExtractor, evidence: list[Evidence], answer: str = "", q: str = "q*") -> GoldDraft:
     return asyncio.run(ex.extract(q, answer, evidence))
 
 
@@ -52,9 +51,7 @@ def test_english_lead_sentences_weighted_by_position() -> None:
         ("n5", 1, ("doc-7",)),
     ]
     assert draft.nuggets[0].text == "Marie Curie was a Polish and naturalised-French physicist."
-    assert (
-        draft.nuggets[3].text == "Dr. Curie later won a second prize in chemistry."
-    )  # abbreviation kept
+    assert draft.nuggets[3].text == "Dr. Curie later won a second prize in chemistry."  # abbreviation kept
     assert "Yes." not in [n.text for n in draft.nuggets]  # short fragment skipped
     assert draft.must_cover == ("Who was Marie Curie?",) and draft.missing_evidence == ()
 
@@ -87,9 +84,7 @@ def test_max_docs_max_nuggets_and_custom_weights() -> None:
 
 
 def test_repeated_sentences_become_one_nugget() -> None:
-    copy = Evidence(
-        "doc-8", "local://8", "Copy", OTHER.snippet + " Paris hosts the Louvre museum today."
-    )
+    copy = Evidence("doc-8", "local://8", "Copy", OTHER.snippet + " Paris hosts the Louvre museum today.")
     draft = _extract(RuleExtractor(max_docs=2), [OTHER, copy])
     assert [(n.text, n.evidence_ids, n.weight) for n in draft.nuggets] == [
         (OTHER.snippet, ("doc-9",), 3),

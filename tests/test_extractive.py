@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from cts.corpus import Corpus, Doc, doc_id
-from cts.index import load_or_build_index
+from cts.compose.services import Services
+from cts.core.contracts import SearchBackend
+from cts.core.types import SearchResult
+from cts.corpus.index import load_or_build_index
+from cts.corpus.wiki import Corpus, Doc, doc_id
 from cts.search.extractive import ExtractiveSearch, bounded_answer
-from cts.services import Services
-from cts.types import SearchBackend, SearchResult
 
 
 def _search(backend: ExtractiveSearch, query: str) -> SearchResult:
@@ -33,9 +34,7 @@ def test_is_a_search_backend(services: Services) -> None:
 
 @pytest.mark.parametrize("max_chars", [120, 600, 1500])
 def test_answer_is_bounded_and_cites_every_hit(services: Services, max_chars: int) -> None:
-    result = _search(
-        ExtractiveSearch(services.index, top_k=3, max_chars=max_chars), "Mercury, the planet"
-    )
+    result = _search(ExtractiveSearch(services.index, top_k=3, max_chars=max_chars), "Mercury, the planet")
     assert 0 < len(result.answer) <= max_chars
     assert result.answer.startswith("Mercury (planet): ")
     ids = [e.id for e in result.evidence]

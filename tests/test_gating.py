@@ -11,28 +11,32 @@ from handwritten import INSTANCES, TITLES
 from helpers import built
 from llm_server import ScriptedServer, llm_server_fixture, llm_settings  # noqa: F401
 
+from cts.compose.services import Services
+from cts.core.contracts import Decision
+from cts.core.records import ArmResult, Record
 from cts.report.gating import decide_all, evaluate_gate, gate_stats
-from cts.records import ArmResult, Record
-from cts.roles.gates import (
-    AlwaysGate,
-    Decision,
-    LLMGate,
-    NeverGate,
-    OracleGate,
-    RuleGate,
-    parse_decision,
-)
+from cts.roles.gates import AlwaysGate, LLMGate, NeverGate, OracleGate, RuleGate, parse_decision
 from cts.roles.llm import InvalidOutput
-from cts.services import Services
 
 
 def rec(i: str, query: str, clarified: float | None, orig: float | None, n_q: int = 2) -> Record:
-    return Record(id=i, k=n_q, questions=tuple(f"q{j}" for j in range(n_q)), answers=("a",) * n_q,
-                  clarified=ArmResult(query=f"{query} +", score=clarified), orig=ArmResult(query=query, score=orig))
+    return Record(
+        id=i,
+        k=n_q,
+        questions=tuple(f"q{j}" for j in range(n_q)),
+        answers=("a",) * n_q,
+        clarified=ArmResult(query=f"{query} +", score=clarified),
+        orig=ArmResult(query=query, score=orig),
+    )
 
 
-RECORDS = [rec("a", "Jaguar", 80, 20), rec("b", "苹果发布会", 10, 50), rec("c", "长城的历史", 60, 60),
-           rec("d", INSTANCES[7].blurred_query, 90, 40), rec("e", "x", None, 30)]
+RECORDS = [
+    rec("a", "Jaguar", 80, 20),
+    rec("b", "苹果发布会", 10, 50),
+    rec("c", "长城的历史", 60, 60),
+    rec("d", INSTANCES[7].blurred_query, 90, 40),
+    rec("e", "x", None, 30),
+]
 
 
 def test_rule_gate_on_handwritten_queries():
@@ -46,8 +50,12 @@ def test_rule_gate_on_handwritten_queries():
 
 def test_gated_score_oracle_bound_and_precision_recall():
     results = {}
-    for name, gate in (("always", AlwaysGate()), ("never", NeverGate()), ("oracle", OracleGate()),
-                       ("rules", RuleGate(titles=TITLES))):
+    for name, gate in (
+        ("always", AlwaysGate()),
+        ("never", NeverGate()),
+        ("oracle", OracleGate()),
+        ("rules", RuleGate(titles=TITLES)),
+    ):
         results[name], decisions = evaluate_gate(RECORDS, gate, n_resamples=500)
         assert "e" not in decisions  # unscored arm: not gateable
     a, n, o, r = results["always"], results["never"], results["oracle"], results["rules"]
@@ -105,6 +113,7 @@ def test_gate_stats_with_no_gateable_record():
 
 def test_evaluate_gate_inside_a_running_event_loop():
     """A notebook kernel runs an event loop: the report's gating must still work there."""
+
     async def inside():
         return evaluate_gate(RECORDS, AlwaysGate(), n_resamples=100)[0]
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from cts.core.contracts import Extractor, SearchBackend
+from cts.core.types import BudgetExceeded, Evidence, Gold, GoldDraft, Instance, Nugget, SearchResult
 from cts.gold import (
     GoldError,
     build_gold,
@@ -20,17 +22,6 @@ from cts.gold import (
     restore_nugget_ids,
     validate_gold,
     write_gold,
-)
-from cts.types import (
-    BudgetExceeded,
-    Evidence,
-    Extractor,
-    Gold,
-    GoldDraft,
-    Instance,
-    Nugget,
-    SearchBackend,
-    SearchResult,
 )
 
 E1 = Evidence("e1", "local://1", "北京", "北京是中华人民共和国的首都。")
@@ -183,9 +174,7 @@ class FakeSearch:
 class FakeExtractor:
     """Cites e2 then e1 (to check evidence order); bad weight for queries containing 'heavy'."""
 
-    async def extract(
-        self, fused_query: str, answer: str, evidence: Sequence[Evidence]
-    ) -> GoldDraft:
+    async def extract(self, fused_query: str, answer: str, evidence: Sequence[Evidence]) -> GoldDraft:
         weight = 9 if "heavy" in fused_query else 2
         nuggets = (
             Nugget("dup", f"About {fused_query}.", weight, ("e2",)),
@@ -210,9 +199,7 @@ def test_fakes_implement_the_protocols() -> None:
 def test_build_gold_reports_failures_and_assembles_valid_gold() -> None:
     search = FakeSearch()
     golds, failures = asyncio.run(
-        build_gold(
-            _instances(), search, FakeExtractor(), provenance={"backend": "fake"}, concurrency=2
-        )
+        build_gold(_instances(), search, FakeExtractor(), provenance={"backend": "fake"}, concurrency=2)
     )
     assert [g.instance_id for g in golds] == ["i1", "i4"]
     assert dict(failures) == {
@@ -229,10 +216,7 @@ def test_build_gold_reports_failures_and_assembles_valid_gold() -> None:
     assert [e.id for e in g.evidence] == ["e1", "e2"]  # cited subset, in search order
     assert g.must_cover == ("capital of China",) and g.unsupported_claims == ("x",)
     assert g.provenance["backend"] == "fake"
-    assert {
-        k: g.provenance[k]
-        for k in ("answer", "answer_rule", "end_reason", "n_evidence", "fused_query")
-    } == {
+    assert {k: g.provenance[k] for k in ("answer", "answer_rule", "end_reason", "n_evidence", "fused_query")} == {
         "answer": "Answer to capital of China.",
         "answer_rule": "answer_tag",
         "end_reason": "answer",
@@ -244,9 +228,7 @@ def test_build_gold_reports_failures_and_assembles_valid_gold() -> None:
 
 def test_build_gold_stops_on_budget_and_rejects_duplicate_ids() -> None:
     with pytest.raises(BudgetExceeded):
-        asyncio.run(
-            build_gold([Instance("b", "q", "budget")], FakeSearch(), FakeExtractor(), provenance={})
-        )
+        asyncio.run(build_gold([Instance("b", "q", "budget")], FakeSearch(), FakeExtractor(), provenance={}))
     dup = [Instance("a", "q", "x"), Instance("a", "q", "y")]
     with pytest.raises(ValueError, match="duplicate instance id 'a'"):
         asyncio.run(build_gold(dup, FakeSearch(), FakeExtractor(), provenance={}))
@@ -255,21 +237,15 @@ def test_build_gold_stops_on_budget_and_rejects_duplicate_ids() -> None:
 def test_archive_is_complete_read_only_and_not_overwritten(tmp_path: Path) -> None:
     out = tmp_path / "gold_v1"
     report = asyncio.run(
-        build_gold_archive(
-            _instances(), FakeSearch(), FakeExtractor(), out, provenance={"backend": "fake"}
-        )
+        build_gold_archive(_instances(), FakeSearch(), FakeExtractor(), out, provenance={"backend": "fake"})
     )
     assert (report.n_instances, report.n_gold) == (4, 2)
     assert [i for i, _ in report.failures] == ["i2", "i3"]
     assert sorted(load_gold(out / "gold.jsonl")) == ["i1", "i4"]
-    runs = [
-        json.loads(x) for x in (out / "gold_runs.jsonl").read_text(encoding="utf-8").splitlines()
-    ]
+    runs = [json.loads(x) for x in (out / "gold_runs.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [r["id"] for r in runs] == ["i1", "i3", "i4"]  # i2 never got a search result
     assert len(runs[0]["evidence"]) == 3 and runs[0]["trace"][0]["tool"] == "search"
-    failures = [
-        json.loads(x) for x in (out / "failures.jsonl").read_text(encoding="utf-8").splitlines()
-    ]
+    failures = [json.loads(x) for x in (out / "failures.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [f["id"] for f in failures] == ["i2", "i3"]
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["counts"] == {"instances": 4, "gold": 2, "failures": 2, "fused_queries": 3}
@@ -289,17 +265,13 @@ def test_archive_refuses_before_searching(tmp_path: Path) -> None:
     (tmp_path / "gold.jsonl").write_text("", encoding="utf-8")
     search = FakeSearch()
     with pytest.raises(FileExistsError):
-        asyncio.run(
-            build_gold_archive(_instances(), search, FakeExtractor(), tmp_path, provenance={})
-        )
+        asyncio.run(build_gold_archive(_instances(), search, FakeExtractor(), tmp_path, provenance={}))
     assert search.calls == []
 
 
 def test_load_gold_refuses_archived_gold_edited_afterwards(tmp_path: Path) -> None:
     out = tmp_path / "arch"
-    asyncio.run(
-        build_gold_archive(_instances()[:1], FakeSearch(), FakeExtractor(), out, provenance={})
-    )
+    asyncio.run(build_gold_archive(_instances()[:1], FakeSearch(), FakeExtractor(), out, provenance={}))
     path = out / "gold.jsonl"
     path.chmod(0o644)
     path.write_text(path.read_text(encoding="utf-8").replace("About", "Around"), encoding="utf-8")

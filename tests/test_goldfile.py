@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from test_gold import GOOD
 
+from cts.data.goldfile import open_gold
 from cts.gold import GoldError, load_gold, write_gold
-from cts.goldfile import open_gold
 
 
 def test_open_gold_equals_load_gold_with_multibyte_text_and_blank_lines(tmp_path: Path) -> None:

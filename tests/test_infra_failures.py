@@ -18,25 +18,25 @@ from helpers import TableSearch, Typer, built, gold_for
 from hydra import compose, initialize_config_dir
 from llm_server import Reply, ScriptedServer, llm_settings
 
-from cts.roles.lexical import LexicalJudge
+from cts.compose.services import Services
+from cts.core.records import ArmResult, ErrorInfo, Record, read_records
+from cts.core.types import CallError, CircuitOpen, Instance
 from cts.llm import LLMRuntime, LLMSettings, ResponseCache
 from cts.llm._breaker import CircuitBreaker
 from cts.llm.preflight import Endpoint, endpoints_of, probe, probe_problems
-from cts.outcome import (
+from cts.protocol.job_files import INFRA_FILE, RECORDS_FILE, RETRIED_FILE
+from cts.protocol.outcome import (
     JobIncomplete,
     Outcome,
     all_unscored_warning,
     finish,
     read_outcome,
 )
-from cts.job_files import INFRA_FILE, RECORDS_FILE, RETRIED_FILE
-from cts.pipeline import Roles, run_job
-from cts.stages import stage
-from cts.records import ArmResult, ErrorInfo, Record, read_records
+from cts.protocol.pipeline import Roles, run_job
+from cts.protocol.stages import stage
+from cts.roles.lexical import LexicalJudge
 from cts.roles.llm import LLMClarifier
 from cts.roles.rules import RuleRewriter, RuleUserAnswerer
-from cts.services import Services
-from cts.types import CallError, CircuitOpen, Instance
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -52,21 +52,27 @@ def dead_port() -> int:
 
 
 def instances(n: int) -> list[Instance]:
-    return [Instance(f"i{j}", f"Tell me about Mercury {j}", f"Tell me about Mercury {j}, the planet")
-            for j in range(n)]
+    return [Instance(f"i{j}", f"Tell me about Mercury {j}", f"Tell me about Mercury {j}, the planet") for j in range(n)]
 
 
 def llm_roles(server: ScriptedServer, tmp_path: Path, core: Services, **llm: Any) -> Roles:
     """An LLM clarifier on the scripted server; everything else offline."""
     services = Services(cache_dir=tmp_path / "cache", settings={"llm": llm_settings(server, **llm)})
-    return Roles(clarifier=built(LLMClarifier, services, model=SPEC, prompt="clarifier"), ua=built(RuleUserAnswerer, core),
-                 rewriter=RuleRewriter(), search=TableSearch({}), judge=LexicalJudge(), qtyper=Typer())
+    return Roles(
+        clarifier=built(LLMClarifier, services, model=SPEC, prompt="clarifier"),
+        ua=built(RuleUserAnswerer, core),
+        rewriter=RuleRewriter(),
+        search=TableSearch({}),
+        judge=LexicalJudge(),
+        qtyper=Typer(),
+    )
 
 
 def job(tmp_path: Path, insts: list[Instance], roles: Roles, concurrency: int = 4) -> tuple[list[Record], str]:
     gold = {i.id: gold_for(i.id, ("Mercury is a planet", 1)) for i in insts}
-    return asyncio.run(run_job(insts, gold, roles, k=1, out_dir=tmp_path / "job", concurrency=concurrency,
-                               progress=False))
+    return asyncio.run(
+        run_job(insts, gold, roles, k=1, out_dir=tmp_path / "job", concurrency=concurrency, progress=False)
+    )
 
 
 def fails_for(marker: str, reply: Reply):
@@ -179,9 +185,15 @@ def test_circuit_breaker_stops_the_job(llm_server, tmp_path, services) -> None:
 
 def test_breaker_opens_on_connection_refused_and_is_reset_by_an_answer(tmp_path) -> None:
     base = f"http://127.0.0.1:{dead_port()}/v1"
-    settings = LLMSettings.from_mapping({"api_base": base, "cache": {"mode": "off"}, "max_attempts": 2,
-                                         "breaker_failures": 4,
-                                         "backoff": {"initial": 0.01, "max": 0.01, "jitter": 0.0}})
+    settings = LLMSettings.from_mapping(
+        {
+            "api_base": base,
+            "cache": {"mode": "off"},
+            "max_attempts": 2,
+            "breaker_failures": 4,
+            "backoff": {"initial": 0.01, "max": 0.01, "jitter": 0.0},
+        }
+    )
     runtime = LLMRuntime(settings, ResponseCache(tmp_path / "c.sqlite", "off"))
     client = runtime.client(SPEC, role="clarifier")
     msgs = [{"role": "user", "content": "hi"}]
@@ -232,7 +244,10 @@ def test_hosted_apis_without_api_base_are_not_probed(monkeypatch) -> None:
     monkeypatch.setenv("WEBDANCER_API_BASE", "http://127.0.0.1:9/v1")
     cfg = composed(["clarifier=gpt"])
     bases = {e.api_base for e in endpoints_of([cfg])}
-    assert bases == {"https://qianfan.baidubce.com/v2", "http://127.0.0.1:9/v1"}  # gpt (hosted, no api_base): key check only
+    assert bases == {
+        "https://qianfan.baidubce.com/v2",
+        "http://127.0.0.1:9/v1",
+    }  # gpt (hosted, no api_base): key check only
 
 
 @pytest.mark.parametrize("status", [401, 403])
@@ -256,9 +271,20 @@ def test_dead_endpoint_fails_the_preflight_naming_it(tmp_path) -> None:
     base = f"http://127.0.0.1:{dead_port()}/v1"
     db = tmp_path / "mlflow.db"
     proc = subprocess.run(
-        [sys.executable, str(REPO / "run.py"), f"services.llm.api_base={base}", "limit=2",
-         f"hydra.run.dir={tmp_path}/run", f"tracking.uri=sqlite:///{db}", f"paths.cache_dir={tmp_path}/cache"],
-        check=False, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            str(REPO / "run.py"),
+            f"services.llm.api_base={base}",
+            "limit=2",
+            f"hydra.run.dir={tmp_path}/run",
+            f"tracking.uri=sqlite:///{db}",
+            f"paths.cache_dir={tmp_path}/cache",
+        ],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "pre-flight failed" in proc.stderr and f"endpoint {base}" in proc.stderr
@@ -268,7 +294,7 @@ def test_dead_endpoint_fails_the_preflight_naming_it(tmp_path) -> None:
 
 
 def test_preflight_probe_can_be_turned_off(llm_server) -> None:
-    from cts.app import probe_endpoints
+    from cts.compose.app import probe_endpoints
 
     llm_server.models_status = 401
     cfg = composed([f"services.llm.api_base={llm_server.base_url}", "services.llm.preflight_probe=false"])
@@ -283,10 +309,26 @@ def test_preflight_probe_can_be_turned_off(llm_server) -> None:
 
 def test_incomplete_job_says_so_in_its_last_lines_and_raises(tmp_path, capsys) -> None:
     (tmp_path / INFRA_FILE).write_text(
-        json.dumps({"id": "i1", "stage": "clarify", "kind": "infra", "message": "connection: refused",
-                    "endpoint": "http://h:1/v1"}) + "\n"
-        + json.dumps({"id": None, "kind": "circuit_open", "message": "http://h:1/v1: 20 consecutive",
-                      "endpoint": "http://h:1/v1"}) + "\n")
+        json.dumps(
+            {
+                "id": "i1",
+                "stage": "clarify",
+                "kind": "infra",
+                "message": "connection: refused",
+                "endpoint": "http://h:1/v1",
+            }
+        )
+        + "\n"
+        + json.dumps(
+            {
+                "id": None,
+                "kind": "circuit_open",
+                "message": "http://h:1/v1: 20 consecutive",
+                "endpoint": "http://h:1/v1",
+            }
+        )
+        + "\n"
+    )
     outcome = read_outcome(tmp_path, "circuit_open", n_total=50, n_done=10)
     with pytest.raises(JobIncomplete, match="40 instance"):
         finish(outcome, [], tmp_path, "python run.py k=1 hydra.run.dir=x", multirun=True)
@@ -308,18 +350,27 @@ def test_all_unscored_job_is_loud_but_complete(tmp_path, capsys) -> None:
 def test_job_with_infrastructure_failures_exits_1_then_resumes(tmp_path, llm_server, cache_dir) -> None:
     from llm_fakes import protocol_reply
 
-    args = [sys.executable, str(REPO / "run.py"), f"services.llm.api_base={llm_server.base_url}", "limit=3",
-            f"hydra.run.dir={tmp_path}/run", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-            f"paths.cache_dir={cache_dir}", f"services.llm.cache.path={tmp_path}/llm_cache.sqlite",
-            "services.llm.preflight_completion=false"]  # the model goes missing mid-run, not at the pre-flight
+    args = [
+        sys.executable,
+        str(REPO / "run.py"),
+        f"services.llm.api_base={llm_server.base_url}",
+        "limit=3",
+        f"hydra.run.dir={tmp_path}/run",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"paths.cache_dir={cache_dir}",
+        f"services.llm.cache.path={tmp_path}/llm_cache.sqlite",
+        "services.llm.preflight_completion=false",
+    ]  # the model goes missing mid-run, not at the pre-flight
     llm_server.handler = lambda body: Reply.error(404, "model not found")  # the probe (GET) still answers
     proc = subprocess.run(args, check=False, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr[-3000:]
     tail = proc.stderr.strip().splitlines()[-5:]
     assert "INCOMPLETE: 0 of 3" in tail[0] and "3 instance(s) failed on infrastructure" in tail[1], tail
     assert f"{llm_server.base_url}: 3" in tail[2] and "not_found" in tail[2], tail
-    assert tail[-1].startswith("cts: job incomplete (3 instance(s) missing), exit status 1. Resume with: "
-                               f"{shlex.join([sys.executable, str(REPO / 'run.py')])} ")
+    assert tail[-1].startswith(
+        "cts: job incomplete (3 instance(s) missing), exit status 1. Resume with: "
+        f"{shlex.join([sys.executable, str(REPO / 'run.py')])} "
+    )
     assert tail[-1].endswith(f"hydra.run.dir={tmp_path}/run"), tail
     assert not list(read_records(tmp_path / "run" / RECORDS_FILE))
 

@@ -12,10 +12,10 @@ import pytest
 from helpers import TableSearch, Typer, built, gold_for, mercury
 
 from cts import tracking
-from cts.pipeline import Roles, run_job
+from cts.core.types import QA, Instance, SearchResult
+from cts.protocol.pipeline import Roles, run_job
 from cts.roles.lexical import LexicalJudge
 from cts.roles.rules import RuleClarifier, RuleRewriter, RuleUserAnswerer
-from cts.types import QA, Instance, SearchResult
 
 
 def _traces(uri: str, experiment: str, run_id: str) -> list:
@@ -29,13 +29,29 @@ def test_one_trace_per_instance_with_spans_labels_and_assessments(services, tmp_
     inst, gold, table = mercury()
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracking.prepare_store(uri)
-    roles = Roles(clarifier=RuleClarifier(order=["scope", "time"], mode="sequential"), ua=built(RuleUserAnswerer, services),
-                  rewriter=RuleRewriter(), search=TableSearch(table), judge=LexicalJudge(), qtyper=Typer())
+    roles = Roles(
+        clarifier=RuleClarifier(order=["scope", "time"], mode="sequential"),
+        ua=built(RuleUserAnswerer, services),
+        rewriter=RuleRewriter(),
+        search=TableSearch(table),
+        judge=LexicalJudge(),
+        qtyper=Typer(),
+    )
     tracer = tracking.InstanceTraces({"cts.system": "rules", "cts.sweep_dir": ""})
     with tracking.job_run(uri, "traces", "job", {}) as run_id:
         tracer.attach(run_id)
-        records, _ = asyncio.run(run_job([inst], {"m1": gold}, roles, k=2, out_dir=tmp_path / "job",
-                                         progress=False, models={"judge": "LexicalJudge"}, on_instance=tracer))
+        records, _ = asyncio.run(
+            run_job(
+                [inst],
+                {"m1": gold},
+                roles,
+                k=2,
+                out_dir=tmp_path / "job",
+                progress=False,
+                models={"judge": "LexicalJudge"},
+                on_instance=tracer,
+            )
+        )
         tracking.log_records_table(records, ["m1"], tracer.trace_ids)
     (trace,) = _traces(uri, "traces", run_id)
     record = records[0]
@@ -45,7 +61,9 @@ def test_one_trace_per_instance_with_spans_labels_and_assessments(services, tmp_
     assert tags["cts.model.judge"] == "LexicalJudge" and tags["cts.system"] == "rules"
     assert "cts.sweep_dir" not in tags  # empty tags are not written
     names = [s.name for s in trace.data.spans]
-    assert names[0] == "instance m1" and {"clarify turn 1", "clarify turn 2", "ua answer 1", "ua answer 2"} <= set(names)
+    assert names[0] == "instance m1" and {"clarify turn 1", "clarify turn 2", "ua answer 1", "ua answer 2"} <= set(
+        names
+    )
     assert {"rewrite", "qtype", "clarified arm", "orig arm", "search turn 1", "tool: search", "judge"} <= set(names)
     clarified = next(s for s in trace.data.spans if s.name == "clarified arm")
     labels = [s.outputs["labels"] for s in trace.data.spans if s.name == "judge" and s.parent_id == clarified.span_id]
@@ -62,19 +80,31 @@ def test_one_trace_per_instance_with_spans_labels_and_assessments(services, tmp_
     table = mlflow.load_table("records_table.json", run_ids=[run_id])
     assert table[["instance_id", "run_id", "trace_id"]].values.tolist() == [["m1", run_id, trace.info.trace_id]]
     assert json.loads(table["clarified_labels"][0]) == dict(record.clarified.labels)
-    assert table["score"].tolist() == [record.score] and table["n_unknown"].tolist() == [record.answers.count("unknown")]
+    assert table["score"].tolist() == [record.score] and table["n_unknown"].tolist() == [
+        record.answers.count("unknown")
+    ]
 
 
 def _check_assessments(trace, record, gold) -> None:
     found = {a.name: a for a in trace.info.assessments}
-    assert set(found) == {"restore_score_100", "orig_restore_score_100", "delta_vs_orig", "nugget_labels",
-                          "unknown_answers", "gold_nuggets"}
-    assert found["restore_score_100"].value == record.score and found["orig_restore_score_100"].value == record.orig_score
+    assert set(found) == {
+        "restore_score_100",
+        "orig_restore_score_100",
+        "delta_vs_orig",
+        "nugget_labels",
+        "unknown_answers",
+        "gold_nuggets",
+    }
+    assert (
+        found["restore_score_100"].value == record.score and found["orig_restore_score_100"].value == record.orig_score
+    )
     assert found["delta_vs_orig"].value == pytest.approx(record.score - record.orig_score)
     labels = " ".join(f"{n}={v}" for n, v in record.clarified.labels.items())
     assert found["nugget_labels"].value == labels
-    assert (found["nugget_labels"].source.source_type, found["nugget_labels"].source.source_id) == ("LLM_JUDGE",
-                                                                                                    "LexicalJudge")
+    assert (found["nugget_labels"].source.source_type, found["nugget_labels"].source.source_id) == (
+        "LLM_JUDGE",
+        "LexicalJudge",
+    )
     assert gold.nuggets[0].text in found["nugget_labels"].rationale
     assert found["unknown_answers"].value == record.answers.count("unknown")
     assert found["gold_nuggets"].value == [{"id": n.id, "text": n.text, "weight": n.weight} for n in gold.nuggets]
@@ -83,14 +113,20 @@ def _check_assessments(trace, record, gold) -> None:
 def test_an_unscored_arm_is_feedback_with_its_error(services, tmp_path):
     inst, gold, table = mercury()
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    roles = Roles(clarifier=RuleClarifier(order=["scope"]), ua=built(RuleUserAnswerer, services), rewriter=RuleRewriter(),
-                  search=TableSearch(table, fail_on=["Tell me about Mercury, planet"]), judge=LexicalJudge(),
-                  qtyper=Typer())
+    roles = Roles(
+        clarifier=RuleClarifier(order=["scope"]),
+        ua=built(RuleUserAnswerer, services),
+        rewriter=RuleRewriter(),
+        search=TableSearch(table, fail_on=["Tell me about Mercury, planet"]),
+        judge=LexicalJudge(),
+        qtyper=Typer(),
+    )
     tracer = tracking.InstanceTraces()
     with tracking.job_run(uri, "traces", "job", {}) as run_id:
         tracer.attach(run_id)
-        records, _ = asyncio.run(run_job([inst], {"m1": gold}, roles, k=1, out_dir=tmp_path / "job", progress=False,
-                                         on_instance=tracer))
+        records, _ = asyncio.run(
+            run_job([inst], {"m1": gold}, roles, k=1, out_dir=tmp_path / "job", progress=False, on_instance=tracer)
+        )
     assert records[0].score is None
     (trace,) = _traces(uri, "traces", run_id)
     found = {a.name: a for a in trace.info.assessments}
@@ -120,11 +156,19 @@ def test_instances_that_finish_before_the_run_exists_are_traced_into_it(tmp_path
 
 
 def _fake_record(inst: Instance):  # noqa: ANN202 - a Record
-    from cts.records import ArmResult, Record
+    from cts.core.records import ArmResult, Record
 
     arm = ArmResult(query=inst.blurred_query, answer="fact", labels={"n1": "full"}, score=100.0)
-    return Record(id=inst.id, k=1, questions=("which?",), answers=("unknown",), rewritten_query=inst.blurred_query,
-                  clarified=arm, orig=arm, elapsed_s=0.01)
+    return Record(
+        id=inst.id,
+        k=1,
+        questions=("which?",),
+        answers=("unknown",),
+        rewritten_query=inst.blurred_query,
+        clarified=arm,
+        orig=arm,
+        elapsed_s=0.01,
+    )
 
 
 def test_tracer_is_an_option(tmp_path):
@@ -189,8 +233,18 @@ def test_stage_spans_take_their_stage_times_and_add_up_to_the_instance_wall_time
     tracer = tracking.InstanceTraces()
     with tracking.job_run(uri, "traces", "job", {}) as run_id:
         tracer.attach(run_id)
-        records, _ = asyncio.run(run_job([inst], {"m1": gold}, roles, k=2, out_dir=tmp_path / "job",
-                                         progress=False, on_instance=tracer, concurrency=1))
+        records, _ = asyncio.run(
+            run_job(
+                [inst],
+                {"m1": gold},
+                roles,
+                k=2,
+                out_dir=tmp_path / "job",
+                progress=False,
+                on_instance=tracer,
+                concurrency=1,
+            )
+        )
     (trace,) = _traces(uri, "traces", run_id)
     spans = {s.name: s for s in trace.data.spans}
     root = trace.data.spans[0]
@@ -200,15 +254,25 @@ def test_stage_spans_take_their_stage_times_and_add_up_to_the_instance_wall_time
     def took(name: str) -> float:
         return (spans[name].end_time_ns - spans[name].start_time_ns) / 1e9
 
-    for name, stage in (("clarify", "clarify"), ("ua answer 1", "answer"), ("ua answer 2", "answer"),
-                        ("rewrite", "rewrite"), ("judge", "judge")):
+    for name, stage in (
+        ("clarify", "clarify"),
+        ("ua answer 1", "answer"),
+        ("ua answer 2", "answer"),
+        ("rewrite", "rewrite"),
+        ("judge", "judge"),
+    ):
         assert seconds[stage] <= took(name) < seconds[stage] + 0.03, name  # the stage's time, not the logging's
     children = [s for s in trace.data.spans if s.parent_id == root.span_id]
     # clarify -> the UA answers (together) -> rewrite -> clarified arm -> qtype run one after another, while the
     # orig arm runs beside them: together they cover the instance's wall time but for the awaits between stages.
     assert abs(_interval_union(children) - wall_ns) < 0.01 * 1e9
-    chain = took("clarify") + max(took("ua answer 1"), took("ua answer 2")) + took("rewrite") + \
-        took("clarified arm") + took("qtype")
+    chain = (
+        took("clarify")
+        + max(took("ua answer 1"), took("ua answer 2"))
+        + took("rewrite")
+        + took("clarified arm")
+        + took("qtype")
+    )
     assert chain == pytest.approx(wall_ns / 1e9, abs=0.01)
     orig, clarified = spans["orig arm"], spans["clarified arm"]
     assert orig.start_time_ns < spans["clarify"].end_time_ns  # the orig arm ran beside the interaction

@@ -16,8 +16,8 @@ import pytest
 from llm_fakes import protocol_reply
 
 from cts import tracking
-from cts.interrupt import resume_command
-from cts.records import read_records
+from cts._util.interrupt import resume_command
+from cts.core.records import read_records
 from cts.report import load_jobs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,16 +26,30 @@ LIMIT = 10
 
 def job_args(tmp_path: Path, base_url: str, cache_dir: Path, job_dir: Path, limit: int = LIMIT) -> list[str]:
     """A single offline job whose clarifier calls the (slow) local server."""
-    return ["experiment=offline", "clarifier=gpt", f"limit={limit}", "concurrency=2",
-            f"services.llm.api_base={base_url}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-            "tracking.experiment=sig", f"paths.cache_dir={cache_dir}",
-            f"services.llm.cache.path={tmp_path}/llm_cache.sqlite", f"hydra.run.dir={job_dir}"]
+    return [
+        "experiment=offline",
+        "clarifier=gpt",
+        f"limit={limit}",
+        "concurrency=2",
+        f"services.llm.api_base={base_url}",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        "tracking.experiment=sig",
+        f"paths.cache_dir={cache_dir}",
+        f"services.llm.cache.path={tmp_path}/llm_cache.sqlite",
+        f"hydra.run.dir={job_dir}",
+    ]
 
 
 def start(argv: list[str], log: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "PYTHONPATH": str(REPO)}
-    return subprocess.Popen(argv, cwd=log.parent, env=env, text=True, stdout=log.with_suffix(".out").open("w"),
-                            stderr=log.with_suffix(".err").open("w"))
+    return subprocess.Popen(
+        argv,
+        cwd=log.parent,
+        env=env,
+        text=True,
+        stdout=log.with_suffix(".out").open("w"),
+        stderr=log.with_suffix(".err").open("w"),
+    )
 
 
 def wait_for_records(job_dir: Path, proc: subprocess.Popen[str], n: int, timeout: float = 300) -> None:
@@ -102,7 +116,11 @@ def test_a_rerun_with_a_smaller_limit_reports_what_mlflow_logs(tmp_path, llm_ser
     llm_server.handler = protocol_reply
     job_dir = tmp_path / "job"
     for limit in (6, 3):
-        argv = [sys.executable, str(REPO / "run.py"), *job_args(tmp_path, llm_server.base_url, cache_dir, job_dir, limit)]
+        argv = [
+            sys.executable,
+            str(REPO / "run.py"),
+            *job_args(tmp_path, llm_server.base_url, cache_dir, job_dir, limit),
+        ]
         assert start(argv, tmp_path / f"l{limit}").wait(timeout=300) == 0, (tmp_path / f"l{limit}.err").read_text()
     run = the_run(tmp_path)
     assert run["metrics.n_instances"] == 6 and run.status == "FINISHED"

@@ -1,4 +1,4 @@
-"""cts.interrupt and run continuation in-process: the fast half of test_interrupt.py."""
+"""cts._util.interrupt and run continuation in-process: the fast half of test_interrupt.py."""
 
 from __future__ import annotations
 
@@ -13,17 +13,24 @@ import pandas as pd
 import pytest
 
 from cts import tracking
-from cts.interrupt import interruptible_job, job_dir_lock, resume_command
+from cts._util.interrupt import interruptible_job, job_dir_lock, resume_command
 
 
 def test_resume_command_replaces_the_dir_and_quotes(tmp_path: Path) -> None:
     args = ["clarifier=gpt", "hydra.run.dir=/old", "dataset.path=a b.jsonl"]
     assert resume_command(args, tmp_path / "j", script="run.py") == shlex.join(
-        [sys.executable, os.path.abspath("run.py"), "clarifier=gpt", "dataset.path=a b.jsonl",
-         f"hydra.run.dir={tmp_path / 'j'}"])
+        [
+            sys.executable,
+            os.path.abspath("run.py"),
+            "clarifier=gpt",
+            "dataset.path=a b.jsonl",
+            f"hydra.run.dir={tmp_path / 'j'}",
+        ]
+    )
     sweep = ["-m", "k=1,2", "hydra.sweep.dir=/old"]
     assert resume_command(sweep, tmp_path / "j", str(tmp_path), script="/x/my run.py") == shlex.join(
-        [sys.executable, "/x/my run.py", "-m", "k=1,2", f"hydra.sweep.dir={tmp_path}"])
+        [sys.executable, "/x/my run.py", "-m", "k=1,2", f"hydra.sweep.dir={tmp_path}"]
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
@@ -42,7 +49,9 @@ def test_a_signal_inside_the_event_loop_ends_with_one_line(tmp_path: Path, capsy
         asyncio.run(job())
     assert e.value.code == 128 + sig and cancelled == [True]
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith(f"cts: stopped by {sig.name}: 2/5 instances done in {tmp_path}; resume with: {shlex.quote(sys.executable)} ")
+    assert line.startswith(
+        f"cts: stopped by {sig.name}: 2/5 instances done in {tmp_path}; resume with: {shlex.quote(sys.executable)} "
+    )
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored
 
 
@@ -85,8 +94,14 @@ def test_a_run_deleted_from_the_store_starts_a_new_linked_run(tmp_path: Path) ->
 
 
 def test_one_run_per_job_dir_keeps_the_last_to_end() -> None:
-    runs = pd.DataFrame({"run_id": ["a", "b", "c", "d"], "tags.cts.job_dir": ["/j", "/j", "/k", None],
-                         "start_time": pd.to_datetime([1, 2, 3, 4]), "end_time": pd.to_datetime([9, 5, 6, 7])})
+    runs = pd.DataFrame(
+        {
+            "run_id": ["a", "b", "c", "d"],
+            "tags.cts.job_dir": ["/j", "/j", "/k", None],
+            "start_time": pd.to_datetime([1, 2, 3, 4]),
+            "end_time": pd.to_datetime([9, 5, 6, 7]),
+        }
+    )
     assert list(tracking.one_run_per_job_dir(runs)["run_id"]) == ["a", "c", "d"]
 
 

@@ -2,8 +2,8 @@ import asyncio
 
 import pytest
 
+from cts.core.types import Nugget
 from cts.roles.lexical import LexicalJudge
-from cts.types import Nugget
 
 
 def judge(answer: str, *texts: str, **kw) -> list[str]:

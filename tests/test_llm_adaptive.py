@@ -124,12 +124,17 @@ def test_adaptive_concurrency_converges_under_a_server_cap(tmp_path: Path) -> No
     cap, latency, calls = 16, 0.1, 640
     with ScriptedServer(latency_s=latency, max_in_flight=cap) as server:
         oracle = LLMRuntime.from_settings(
-            llm_settings(server, concurrency_per_endpoint=cap, adaptive={"enabled": False}), tmp_path)
+            llm_settings(server, concurrency_per_endpoint=cap, adaptive={"enabled": False}), tmp_path
+        )
         best, _, _ = _drive(server, oracle, calls)
         assert server.rejected == 0
         server.served = 0
-        rt = LLMRuntime.from_settings(llm_settings(server, concurrency_per_endpoint=64, max_attempts=8, timeout_s=60,
-                                                   adaptive={"initial": 2, "floor": 1}), tmp_path)
+        rt = LLMRuntime.from_settings(
+            llm_settings(
+                server, concurrency_per_endpoint=64, max_attempts=8, timeout_s=60, adaptive={"initial": 2, "floor": 1}
+            ),
+            tmp_path,
+        )
         wall, samples, stats = _drive(server, rt, calls)
         rejected, served = server.rejected, server.served
     assert served == calls
@@ -137,7 +142,7 @@ def test_adaptive_concurrency_converges_under_a_server_cap(tmp_path: Path) -> No
     assert 0.75 * cap <= stats.limit <= 1.25 * cap, stats  # settled at the server's cap, not the ceiling 64
     assert wall <= best / 0.7, (wall, best)  # at least 0.7 of the throughput of a limit fixed at the cap
     busy = [n for n in samples if n > 0]
-    settled = busy[len(busy) // 2:]  # after the additive ramp from 2, however slow the machine makes it
+    settled = busy[len(busy) // 2 :]  # after the additive ramp from 2, however slow the machine makes it
     assert sum(n >= 0.75 * cap for n in settled) >= 0.6 * len(settled)  # the endpoint is kept (nearly) full
 
 
@@ -170,8 +175,9 @@ def test_two_jobs_asking_the_same_ua_question_send_one_request(llm_server: Scrip
     assert sorted([first.cached, second.cached]) == [False, True]  # billed once, to the job that sent it
 
 
-def test_jobs_with_different_runtimes_still_share_requests_in_flight(llm_server: ScriptedServer,
-                                                                     tmp_path: Path) -> None:
+def test_jobs_with_different_runtimes_still_share_requests_in_flight(
+    llm_server: ScriptedServer, tmp_path: Path
+) -> None:
     llm_server.latency_s = 0.3
     settings = llm_settings(llm_server, tmp_path / "cache")
     other = {**settings, "timeout_s": 7.0}  # another runtime (e.g. a swept operational setting)

@@ -35,8 +35,11 @@ def call(rt: LLMRuntime, role: str = "ua", **kw: Any) -> Any:
 def cached_runtime(server: ScriptedServer, path: Path, mode: str) -> LLMRuntime:
     return LLMRuntime.from_settings(
         # priced like SPEC (the local server counts as the user's own: free unless priced)
-        llm_settings(server, cache={"mode": mode, "path": str(path)},
-                     api_base_price={"input_cost_per_token": 1e-3, "output_cost_per_token": 1e-3}),
+        llm_settings(
+            server,
+            cache={"mode": mode, "path": str(path)},
+            api_base_price={"input_cost_per_token": 1e-3, "output_cost_per_token": 1e-3},
+        ),
         path.parent,
     )
 
@@ -108,9 +111,7 @@ def test_off_never_serves_and_creates_no_file(llm_server: ScriptedServer, tmp_pa
 
 
 def test_default_path_is_under_cache_dir(llm_server: ScriptedServer, tmp_path: Path) -> None:
-    rt = LLMRuntime.from_settings(
-        llm_settings(llm_server, cache={"mode": "read_write", "path": None}), tmp_path
-    )
+    rt = LLMRuntime.from_settings(llm_settings(llm_server, cache={"mode": "read_write", "path": None}), tmp_path)
     call(rt)
     assert (tmp_path / "llm_cache.sqlite").exists()
 
@@ -131,9 +132,7 @@ _WRITER = textwrap.dedent(
 def test_parallel_processes_share_the_cache(tmp_path: Path) -> None:
     path, n = tmp_path / "shared.sqlite", 150
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _WRITER, str(path), who, str(n)], stderr=subprocess.PIPE, text=True
-        )
+        subprocess.Popen([sys.executable, "-c", _WRITER, str(path), who, str(n)], stderr=subprocess.PIPE, text=True)
         for who in ("a", "b", "c")
     ]
     errors = [p.communicate(timeout=120)[1] for p in procs]

@@ -16,8 +16,8 @@ from llm_server import (
     llm_settings,
 )
 
+from cts.core.types import BudgetExceeded, CallError, RequestRejected
 from cts.llm import LLMRuntime, ModelSpec, usage_scope
-from cts.types import BudgetExceeded, CallError, RequestRejected
 
 SPEC = ModelSpec(
     name="gpt",
@@ -63,9 +63,7 @@ def test_success_reports_tokens_cost_and_sends_spec_params(
     assert body["temperature"] == 0 and body["messages"] == MESSAGES
 
 
-def test_reasoning_is_kept_apart_from_text(
-    llm_server: ScriptedServer, tmp_path: Path, transport: str
-) -> None:
+def test_reasoning_is_kept_apart_from_text(llm_server: ScriptedServer, tmp_path: Path, transport: str) -> None:
     llm_server.script("<think>plan first</think>\nParis.")
     result = complete(runtime(llm_server, tmp_path, transport=transport))
     assert (result.text.strip(), result.reasoning) == ("Paris.", "plan first")
@@ -94,9 +92,7 @@ def test_retry_after_is_bounded(llm_server: ScriptedServer, tmp_path: Path) -> N
     assert second.time - first.time < 30
 
 
-def test_server_errors_until_attempts_run_out(
-    llm_server: ScriptedServer, tmp_path: Path, transport: str
-) -> None:
+def test_server_errors_until_attempts_run_out(llm_server: ScriptedServer, tmp_path: Path, transport: str) -> None:
     llm_server.default = Reply.error(500)
     rt = runtime(llm_server, tmp_path, transport=transport, max_attempts=3)
     with pytest.raises(CallError) as err:
@@ -140,9 +136,7 @@ def test_connection_error(tmp_path: Path, transport: str) -> None:
     assert err.value.kind == "connection"
 
 
-def test_malformed_http_body_is_a_server_error(
-    llm_server: ScriptedServer, tmp_path: Path, transport: str
-) -> None:
+def test_malformed_http_body_is_a_server_error(llm_server: ScriptedServer, tmp_path: Path, transport: str) -> None:
     llm_server.script(Reply(raw='{"choices": ['), "fine")
     assert complete(runtime(llm_server, tmp_path, transport=transport)).text == "fine"
     assert len(llm_server.requests) == 2
@@ -169,9 +163,7 @@ def test_global_model_override(llm_server: ScriptedServer, tmp_path: Path) -> No
     assert llm_server.requests[0].body["model"] == "Qwen/Qwen3-8B"
 
 
-def test_concurrency_is_capped_per_endpoint(
-    llm_server: ScriptedServer, tmp_path: Path, transport: str
-) -> None:
+def test_concurrency_is_capped_per_endpoint(llm_server: ScriptedServer, tmp_path: Path, transport: str) -> None:
     lock, state = threading.Lock(), {"now": 0, "peak": 0}
 
     def slow(body: Any) -> str:
@@ -204,9 +196,7 @@ def test_usage_scope_attribution_across_concurrent_tasks(llm_server: ScriptedSer
         with usage_scope() as usage:
             await clarifier.complete(MESSAGES)
             # nested tasks inherit the scope through the context
-            await asyncio.gather(
-                *(ua.complete([{"role": "user", "content": f"{n_ua}-{i}"}]) for i in range(n_ua))
-            )
+            await asyncio.gather(*(ua.complete([{"role": "user", "content": f"{n_ua}-{i}"}]) for i in range(n_ua)))
             return usage
 
     async def both() -> list[dict]:
@@ -282,8 +272,9 @@ def test_own_server_costs_zero_unless_priced(llm_server: ScriptedServer, tmp_pat
 
 def test_a_model_with_its_own_endpoint_keeps_its_registry_prices(llm_server: ScriptedServer, tmp_path: Path) -> None:
     llm_server.default = Reply("ok", tokens_in=10, tokens_out=5)
-    spec = ModelSpec("local", "openai/served", api_base=llm_server.base_url, input_cost_per_token=1e-3,
-                     output_cost_per_token=2e-3)
+    spec = ModelSpec(
+        "local", "openai/served", api_base=llm_server.base_url, input_cost_per_token=1e-3, output_cost_per_token=2e-3
+    )
     assert complete(runtime(llm_server, tmp_path, api_base=None), spec=spec).cost_usd == pytest.approx(0.02)
 
 
@@ -299,8 +290,9 @@ def test_earlier_spend_counts_against_the_cap(llm_server: ScriptedServer, tmp_pa
 
 def test_calls_in_flight_when_their_caller_is_cancelled_are_booked(tmp_path: Path) -> None:
     """The budget stop cancels instances; their requests are already paid, so they are counted."""
-    from cts.llm import settled
     from llm_fakes import ScriptedServer as Server
+
+    from cts.llm import settled
 
     with Server(latency_s=0.3) as server:
         server.default = Reply("ok", tokens_in=10, tokens_out=5)  # 0.02 USD per call
@@ -308,8 +300,10 @@ def test_calls_in_flight_when_their_caller_is_cancelled_are_booked(tmp_path: Pat
 
         async def job() -> dict:
             with usage_scope() as usage:
-                calls = [asyncio.ensure_future(rt.client(SPEC, "judge").complete(MESSAGES, prompt_version=str(i)))
-                         for i in range(3)]
+                calls = [
+                    asyncio.ensure_future(rt.client(SPEC, "judge").complete(MESSAGES, prompt_version=str(i)))
+                    for i in range(3)
+                ]
                 while len(server.requests) < 3:  # all three on the wire (polled: a loaded machine is slow)
                     await asyncio.sleep(0.01)
                 for c in calls:

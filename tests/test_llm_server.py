@@ -7,13 +7,12 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from llm_fakes import protocol_reply
 from llm_server import (
     Reply,
     ScriptedServer,
     llm_server_fixture,  # noqa: F401  (registers the `llm_server` fixture)
 )
-
-from llm_fakes import protocol_reply
 
 
 def post(server: ScriptedServer, body: Any) -> tuple[int, dict[str, str], str]:
@@ -79,14 +78,10 @@ def test_protocol_reply_answers_each_prompt() -> None:
     ]
     assert protocol_reply(body("Intent query: x\n\nClarification question: Which year?")) == "unknown"
     assert (
-        protocol_reply(
-            body("Original query: 最好的大学\n\nClarification questions and answers:\nQ1: a\nA1: b")
-        )
+        protocol_reply(body("Original query: 最好的大学\n\nClarification questions and answers:\nQ1: a\nA1: b"))
         == "最好的大学"
     )
-    gold = json.loads(
-        protocol_reply(body("Evidence snippets:\n[e1] T (s)\nFact one.\n\n[e2] U (s)\nFact two."))
-    )
+    gold = json.loads(protocol_reply(body("Evidence snippets:\n[e1] T (s)\nFact one.\n\n[e2] U (s)\nFact two.")))
     assert [(n["id"], n["evidence_ids"]) for n in gold["nuggets"]] == [("n1", ["e1"]), ("n2", ["e2"])]
     labels = json.loads(
         protocol_reply(body("Candidate answer:\nOxford is first\n\nNuggets:\nn1: Oxford first\nn2: Paris"))

@@ -6,20 +6,26 @@ import json
 import shutil
 
 import pytest
-
-from cts import tracking
+from llm_fakes import protocol_reply
 from test_multirun import run_py
 
-from llm_fakes import protocol_reply
+from cts import tracking
 
 CARD = ("-m", "clarifier=gpt,ernie,claude", "k=1,2,3")
 
 
 def sweep(tmp_path, server, cache_dir, name: str):
-    args = (*CARD, "limit=3", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-            f"services.llm.api_base={server.base_url}", f"hydra.sweep.dir={tmp_path / name}",
-            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"paths.cache_dir={cache_dir}",
-            f"services.llm.cache.path={tmp_path}/llm_cache.sqlite")
+    args = (
+        *CARD,
+        "limit=3",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        f"services.llm.api_base={server.base_url}",
+        f"hydra.sweep.dir={tmp_path / name}",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"paths.cache_dir={cache_dir}",
+        f"services.llm.cache.path={tmp_path}/llm_cache.sqlite",
+    )
     run_py(*args, cwd=tmp_path)
 
 
@@ -57,9 +63,15 @@ def test_card_multirun_against_local_server_then_zero_request_rerun(tmp_path, ll
 def test_offline_stack_with_the_webdancer_agent_archives_traces_and_replays(tmp_path, llm_server, cache_dir):
     """experiment=offline search=webdancer: the agent (on the scripted server) over the offline corpus."""
     llm_server.handler = protocol_reply
-    common = ("experiment=offline", "search=webdancer", "limit=4", f"services.llm.api_base={llm_server.base_url}",
-              f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"paths.cache_dir={tmp_path}/cache",
-              f"services.llm.cache.path={tmp_path}/llm_cache.sqlite")
+    common = (
+        "experiment=offline",
+        "search=webdancer",
+        "limit=4",
+        f"services.llm.api_base={llm_server.base_url}",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"paths.cache_dir={tmp_path}/cache",
+        f"services.llm.cache.path={tmp_path}/llm_cache.sqlite",
+    )
     shutil.copytree(cache_dir / "index", tmp_path / "cache" / "index", dirs_exist_ok=True)  # own tool cache
     run_py(*common, f"hydra.run.dir={tmp_path}/a", cwd=tmp_path)
     first = len(llm_server.requests)
@@ -69,8 +81,9 @@ def test_offline_stack_with_the_webdancer_agent_archives_traces_and_replays(tmp_
     records = [json.loads(x) for x in (tmp_path / "a" / "records.jsonl").read_text().splitlines()]
     errors = [(r["id"], r["error"]) for r in records if r["error"]]
     assert not errors, errors
-    assert all(r["orig"]["trace_summary"]["searches"] >= 1 and r["orig"]["answer_rule"] == "answer_tag"
-               for r in records)
+    assert all(
+        r["orig"]["trace_summary"]["searches"] >= 1 and r["orig"]["answer_rule"] == "answer_tag" for r in records
+    )
 
     run_py(*common, f"hydra.run.dir={tmp_path}/b", cwd=tmp_path)
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())["metrics"]

@@ -16,17 +16,17 @@ import pytest
 from helpers import TableSearch, Typer, built, gold_for
 from llm_server import Reply, ScriptedServer, llm_settings
 
-from cts import pipeline
-from cts.job_files import INFRA_FILE
+from cts.compose.services import Services
+from cts.core.types import CallError, CircuitOpen, Instance
 from cts.llm import InFlight, LLMRuntime, LLMSettings, ModelSpec, calls_in_flight
 from cts.llm._breaker import CircuitBreaker
-from cts.pipeline import Roles, run_job
+from cts.protocol import pipeline
+from cts.protocol.job_files import INFRA_FILE
+from cts.protocol.pipeline import Roles, run_job
 from cts.roles.lexical import LexicalJudge
 from cts.roles.llm import LLMClarifier
 from cts.roles.rules import RuleRewriter, RuleUserAnswerer
-from cts.services import Services
 from cts.sweep._session import SweepProgress
-from cts.types import CallError, CircuitOpen, Instance
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = ModelSpec(name="m", model="openai/m")
@@ -45,7 +45,7 @@ def test_a_role_timeout_applies_to_that_role_only() -> None:
 
 
 def test_a_budget_stop_lets_the_longest_role_timeout_settle(tmp_path: Path) -> None:
-    from cts.app import llm_budget
+    from cts.compose.app import llm_budget
 
     llm = {"timeout_s": 120, "role_timeout_s": {"search": 300, "ua": 60, "judge": None}}
     assert llm_budget(Services(cache_dir=tmp_path, settings={"llm": llm})).timeout_s == 300
@@ -53,8 +53,14 @@ def test_a_budget_stop_lets_the_longest_role_timeout_settle(tmp_path: Path) -> N
 
 def test_role_timeouts_reach_the_request(llm_server: ScriptedServer, tmp_path: Path, transport: str) -> None:
     llm_server.default = Reply("late", delay_s=1.0)
-    settings = llm_settings(llm_server, transport=transport, timeout_s=5.0, role_timeout_s={"ua": 0.3},
-                            max_attempts=6, max_timeout_attempts=2)
+    settings = llm_settings(
+        llm_server,
+        transport=transport,
+        timeout_s=5.0,
+        role_timeout_s={"ua": 0.3},
+        max_attempts=6,
+        max_timeout_attempts=2,
+    )
     rt = LLMRuntime.from_settings(settings, tmp_path)
 
     async def go() -> tuple[BaseException | None, str]:
@@ -94,39 +100,60 @@ def test_the_breaker_counts_timeouts_apart() -> None:
     breaker.failure("e", "timeout", "ReadTimeout: no answer within 2 s")
     assert breaker.open_endpoints == ("e",)
     breaker.failure("e", "connection", "later failures do not rewrite why it opened")
-    with pytest.raises(CircuitOpen, match=r"last: timeout: ReadTimeout: no answer within 2 s "
-                                          r"\(3 timeouts in a row: services.llm.breaker_timeouts\)$"):
+    with pytest.raises(
+        CircuitOpen,
+        match=r"last: timeout: ReadTimeout: no answer within 2 s "
+        r"\(3 timeouts in a row: services.llm.breaker_timeouts\)$",
+    ):
         breaker.check("e")
     assert CircuitBreaker(threshold=20, timeout_threshold=None)._open == set()
 
 
-def llm_job(server: ScriptedServer, tmp_path: Path, core: Services, n: int, concurrency: int,
-            progress: Any = False, **llm: Any) -> tuple[list[Any], str, float]:
+def llm_job(
+    server: ScriptedServer, tmp_path: Path, core: Services, n: int, concurrency: int, progress: Any = False, **llm: Any
+) -> tuple[list[Any], str, float]:
     """A job of ``n`` instances whose clarifier is an LLM on ``server`` (every other role offline).
 
     Returns its records, its stop reason and how long it ran (its set-up excluded).
     """
     services = Services(cache_dir=tmp_path / "cache", settings={"llm": llm_settings(server, **llm)})
     spec = {"name": "m", "model": "openai/m", "api_base": None, "api_key_env": None}
-    roles = Roles(clarifier=built(LLMClarifier, services, model=spec, prompt="clarifier"),
-                  ua=built(RuleUserAnswerer, core), rewriter=RuleRewriter(), search=TableSearch({}),
-                  judge=LexicalJudge(), qtyper=Typer())
-    insts = [Instance(f"i{j}", f"Tell me about Mercury {j}", f"Tell me about Mercury {j}, the planet")
-             for j in range(n)]
+    roles = Roles(
+        clarifier=built(LLMClarifier, services, model=spec, prompt="clarifier"),
+        ua=built(RuleUserAnswerer, core),
+        rewriter=RuleRewriter(),
+        search=TableSearch({}),
+        judge=LexicalJudge(),
+        qtyper=Typer(),
+    )
+    insts = [
+        Instance(f"i{j}", f"Tell me about Mercury {j}", f"Tell me about Mercury {j}, the planet") for j in range(n)
+    ]
     gold = {i.id: gold_for(i.id, ("Mercury is a planet", 1)) for i in insts}
     start = time.monotonic()
-    records, stop = asyncio.run(run_job(insts, gold, roles, k=1, out_dir=tmp_path / "job", concurrency=concurrency,
-                                        progress=progress))
+    records, stop = asyncio.run(
+        run_job(insts, gold, roles, k=1, out_dir=tmp_path / "job", concurrency=concurrency, progress=progress)
+    )
     return records, stop, time.monotonic() - start
 
 
 @pytest.mark.serial  # a wall-time bound
 def test_a_job_whose_server_never_answers_in_time_stops_within_a_computed_bound(
-        llm_server: ScriptedServer, tmp_path: Path, services: Services) -> None:
+    llm_server: ScriptedServer, tmp_path: Path, services: Services
+) -> None:
     llm_server.default = Reply("late", delay_s=30)  # never in time
     timeout, n_timeouts, backoff = 0.3, 4, {"initial": 0.05, "max": 0.05, "jitter": 0.0}
-    records, stop, took = llm_job(llm_server, tmp_path, services, n=40, concurrency=2, timeout_s=timeout,
-                                  breaker_timeouts=n_timeouts, breaker_failures=20, backoff=backoff)
+    records, stop, took = llm_job(
+        llm_server,
+        tmp_path,
+        services,
+        n=40,
+        concurrency=2,
+        timeout_s=timeout,
+        breaker_timeouts=n_timeouts,
+        breaker_failures=20,
+        backoff=backoff,
+    )
     # at worst one request at a time: each timeout takes `timeout`, each retry waits the backoff
     bound = n_timeouts * (timeout + backoff["max"])
     assert stop == "circuit_open" and records == []
@@ -138,19 +165,35 @@ def test_a_job_whose_server_never_answers_in_time_stops_within_a_computed_bound(
 
 
 @pytest.mark.slow
-def test_run_py_against_a_server_that_never_answers_exits_1_naming_the_breaker(llm_server: ScriptedServer,
-                                                                                tmp_path: Path,
-                                                                                cache_dir: Path) -> None:
+def test_run_py_against_a_server_that_never_answers_exits_1_naming_the_breaker(
+    llm_server: ScriptedServer, tmp_path: Path, cache_dir: Path
+) -> None:
     llm_server.default = Reply("late", delay_s=600)
-    args = [sys.executable, str(REPO / "run.py"), "experiment=offline", "clarifier=ernie", "limit=20",
-            f"services.llm.api_base={llm_server.base_url}", "services.llm.role_timeout_s.clarifier=0.5",
-            "services.llm.breaker_timeouts=3", "services.llm.preflight_completion=false",  # the job's own calls
-            f"hydra.run.dir={tmp_path}/run",
-            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"paths.cache_dir={cache_dir}",
-            f"services.llm.cache.path={tmp_path}/llm_cache.sqlite"]
+    args = [
+        sys.executable,
+        str(REPO / "run.py"),
+        "experiment=offline",
+        "clarifier=ernie",
+        "limit=20",
+        f"services.llm.api_base={llm_server.base_url}",
+        "services.llm.role_timeout_s.clarifier=0.5",
+        "services.llm.breaker_timeouts=3",
+        "services.llm.preflight_completion=false",  # the job's own calls
+        f"hydra.run.dir={tmp_path}/run",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"paths.cache_dir={cache_dir}",
+        f"services.llm.cache.path={tmp_path}/llm_cache.sqlite",
+    ]
     start = time.monotonic()
-    proc = subprocess.run(args, check=False, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"})
+    proc = subprocess.run(
+        args,
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"},
+    )
     took = time.monotonic() - start
     assert proc.returncode == 1, proc.stderr[-3000:]
     # timeout_s stays 120: had the clarifier's 0.5 s not reached the request, one timeout alone would take 120 s
@@ -180,8 +223,9 @@ class Recorder:
         self.seen.append(in_flight)
 
 
-def test_calls_in_flight_counts_requests_on_the_wire_and_the_oldest_age(llm_server: ScriptedServer,
-                                                                        tmp_path: Path) -> None:
+def test_calls_in_flight_counts_requests_on_the_wire_and_the_oldest_age(
+    llm_server: ScriptedServer, tmp_path: Path
+) -> None:
     llm_server.latency_s = 0.6
     client = LLMRuntime.from_settings(llm_settings(llm_server), tmp_path).client(SPEC, "judge")
 
@@ -198,8 +242,12 @@ def test_calls_in_flight_counts_requests_on_the_wire_and_the_oldest_age(llm_serv
 
 
 def test_the_progress_shows_the_calls_in_flight_and_the_age_of_the_oldest(
-        llm_server: ScriptedServer, tmp_path: Path, services: Services, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    llm_server: ScriptedServer,
+    tmp_path: Path,
+    services: Services,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     llm_server.default = Reply(QUESTIONS, delay_s=0.8)
     monkeypatch.setattr(pipeline, "CALLS_EVERY_S", 0.1)
     shared = Recorder()

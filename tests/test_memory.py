@@ -10,10 +10,10 @@ import pytest
 from conftest import REPO
 from hydra import compose, initialize_config_dir
 
-from cts.metrics import metric_view, summarize
-from cts.aio import bounded
-from cts.pipeline import run_job
-from cts.records import read_records
+from cts._util.aio import bounded
+from cts.core.records import read_records
+from cts.protocol.metrics import metric_view, summarize
+from cts.protocol.pipeline import run_job
 
 
 def test_bounded_runs_at_most_limit_and_starts_jobs_lazily() -> None:
@@ -63,15 +63,18 @@ def _same(a: dict[str, float], b: dict[str, float]) -> bool:
 
 
 def test_metrics_of_the_kept_view_equal_those_of_the_full_records(services, tmp_path: Path) -> None:
-    from cts.app import build_roles
+    from cts.compose.app import build_roles
     from cts.demo import load_demo
 
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
         cfg = compose("config", overrides=["experiment=offline", "k=2"])
     data = load_demo(services.corpus, services.index, services.cache_dir, n=200)
     instances = list(data.instances)[:40]
-    kept, stop = asyncio.run(run_job(instances, data.gold, build_roles(cfg, services), k=2, out_dir=tmp_path,
-                                     progress=False, keep=metric_view))
+    kept, stop = asyncio.run(
+        run_job(
+            instances, data.gold, build_roles(cfg, services), k=2, out_dir=tmp_path, progress=False, keep=metric_view
+        )
+    )
     on_disk = {r.id: r for r in read_records(tmp_path / "records.jsonl")}
     full = [on_disk[i.id] for i in instances]  # the job's order (the file has completion order)
     assert stop == "done" and len(kept) == len(full) == 40

@@ -2,19 +2,31 @@ import math
 
 import numpy as np
 
-from cts.metrics import interaction_metrics, score_metrics, usage_metrics
-from cts.records import ArmResult, ErrorInfo, Record
+from cts.core.records import ArmResult, ErrorInfo, Record
+from cts.protocol.metrics import interaction_metrics, score_metrics, usage_metrics
 
 
 def rec(i, score, orig, answers=(), error=None, usage=None):
-    return Record(id=str(i), k=len(answers) or 1, questions=tuple(f"q{j}" for j in range(len(answers))),
-                  answers=tuple(answers), clarified=ArmResult("q", score=score), orig=ArmResult("q", score=orig),
-                  error=error, usage=usage or {})
+    return Record(
+        id=str(i),
+        k=len(answers) or 1,
+        questions=tuple(f"q{j}" for j in range(len(answers))),
+        answers=tuple(answers),
+        clarified=ArmResult("q", score=score),
+        orig=ArmResult("q", score=orig),
+        error=error,
+        usage=usage or {},
+    )
 
 
 def test_score_metrics_exclude_unscored_and_pair_with_orig():
-    records = [rec(0, 50.0, 40.0), rec(1, 70.0, 40.0), rec(2, None, 10.0, error=ErrorInfo("judge", "invalid_output", "x")),
-               rec(3, 30.0, 40.0), rec(4, 90.0, None)]
+    records = [
+        rec(0, 50.0, 40.0),
+        rec(1, 70.0, 40.0),
+        rec(2, None, 10.0, error=ErrorInfo("judge", "invalid_output", "x")),
+        rec(3, 30.0, 40.0),
+        rec(4, 90.0, None),
+    ]
     m = score_metrics(records, n_resamples=2000, confidence=0.95, seed=1)
     assert m["n_instances"] == 5 and m["n_unscored"] == 1 and m["n_errors"] == 1 and m["n_paired"] == 3
     assert m["score_mean"] == np.mean([50, 70, 30, 90]) and m["score_min"] == 30 and m["score_max"] == 90
@@ -39,8 +51,12 @@ def test_no_scores_gives_nan_not_zero():
 
 
 def test_interaction_metrics_unknown_rates_and_known_counts():
-    records = [rec(0, 1, 1, ("unknown", "unknown")), rec(1, 1, 1, ("a", "unknown")), rec(2, 1, 1, ("a", "b")),
-               rec(3, 1, 1, ("unknown", "b"))]
+    records = [
+        rec(0, 1, 1, ("unknown", "unknown")),
+        rec(1, 1, 1, ("a", "unknown")),
+        rec(2, 1, 1, ("a", "b")),
+        rec(3, 1, 1, ("unknown", "b")),
+    ]
     m = interaction_metrics(records, k=2)
     assert m["ua_unknown_rate"] == 4 / 8 and m["all_unknown_rate"] == 0.25
     assert (m["known_cnt_0"], m["known_cnt_1"], m["known_cnt_2"], m["known_cnt_3"]) == (0.25, 0.5, 0.25, 0.0)
@@ -63,8 +79,10 @@ def test_interactions_that_failed_before_search_are_excluded():
 
 
 def test_usage_metrics_sum_per_role_and_job():
-    u1 = {"clarifier": {"calls": 1, "cache_hits": 0, "tokens_in": 100, "tokens_out": 10, "cost_usd": 0.01},
-          "judge": {"calls": 2, "cache_hits": 1, "tokens_in": 300, "tokens_out": 20, "cost_usd": 0.02}}
+    u1 = {
+        "clarifier": {"calls": 1, "cache_hits": 0, "tokens_in": 100, "tokens_out": 10, "cost_usd": 0.01},
+        "judge": {"calls": 2, "cache_hits": 1, "tokens_in": 300, "tokens_out": 20, "cost_usd": 0.02},
+    }
     m = usage_metrics([rec(0, 1, 1, usage=u1), rec(1, 1, 1, usage=u1)])
     assert m["llm_calls"] == 6 and m["cache_hits"] == 2 and math.isclose(m["cost_usd"], 0.06)
     assert m["tokens_in_judge"] == 600 and math.isclose(m["cost_usd_clarifier"], 0.02)

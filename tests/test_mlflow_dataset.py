@@ -12,17 +12,18 @@ import pytest
 from helpers import Typer, gold_for
 
 from cts import tracking
-from cts.budget import Budget
-from cts.data import Dataset
-from cts.pipeline import Roles
+from cts.core.types import QA, Instance, SearchResult
+from cts.data.jsonl import Dataset
+from cts.protocol.budget import Budget
+from cts.protocol.pipeline import Roles
 from cts.tasks.evaluate import EvalProtocol, Resume, evaluate_task
 from cts.tasks.job import JobContext, RunInfo, Tracking
-from cts.types import QA, Instance, SearchResult
 
 N = 6
 INSTANCES = tuple(Instance(f"i{n}", f"topic {n}", f"topic {n}, the intended one") for n in range(N))
-DATASET = Dataset("tiny", INSTANCES, {i.id: gold_for(i.id, (f"fact of topic {n}", 1), ("more", 2))
-                                      for n, i in enumerate(INSTANCES)})
+DATASET = Dataset(
+    "tiny", INSTANCES, {i.id: gold_for(i.id, (f"fact of topic {n}", 1), ("more", 2)) for n, i in enumerate(INSTANCES)}
+)
 
 
 class Ordered:
@@ -56,9 +57,17 @@ def _job(tmp_path: Path, name: str, reverse: bool, uri: str) -> Path:
     roles = Ordered(reverse)
     job_dir = tmp_path / name
     run = RunInfo(JobContext({}, name, job_dir, ""), Tracking(uri, "cts-test"), {"k": 1}, {"cts.kind": "job"})
-    evaluate_task(dataset=DATASET, roles=Roles(roles, roles, roles, roles, roles, Typer()), protocol=EvalProtocol(1),
-                  run=run, resume=Resume("f", {}, "rerun", False), budget=Budget(None, 5.0, lambda usd, d: None),
-                  models={"judge": "ordered"}, orig_parts={}, concurrency=N)
+    evaluate_task(
+        dataset=DATASET,
+        roles=Roles(roles, roles, roles, roles, roles, Typer()),
+        protocol=EvalProtocol(1),
+        run=run,
+        resume=Resume("f", {}, "rerun", False),
+        budget=Budget(None, 5.0, lambda usd, d: None),
+        models={"judge": "ordered"},
+        orig_parts={},
+        concurrency=N,
+    )
     return job_dir
 
 
@@ -70,7 +79,9 @@ def test_one_dataset_one_digest_whatever_the_completion_order(tmp_path: Path) ->
     mlflow.set_tracking_uri(uri)
     exp = mlflow.set_experiment("cts-test")
     runs = mlflow.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"], output_format="list")
-    inputs = [[(d.dataset.name, d.dataset.digest, d.dataset.source_type) for d in r.inputs.dataset_inputs] for r in runs]
+    inputs = [
+        [(d.dataset.name, d.dataset.digest, d.dataset.source_type) for d in r.inputs.dataset_inputs] for r in runs
+    ]
     assert len(inputs) == 2 and inputs[0] == inputs[1] and len(inputs[0]) == 1
     name, digest, _ = inputs[0][0]
     assert name == "tiny" and digest == tracking.dataset_digest(tracking.dataset_rows(INSTANCES, DATASET.gold))

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import readme_commands as rc
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,15 +30,40 @@ def test_the_snippet_sets_the_experiment_before_it_loads_the_table() -> None:
 def test_the_readme_snippet_runs_as_written(tmp_path: Path, cache_dir: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}"
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
-    subprocess.run([sys.executable, str(REPO / "run.py"), "-m", "experiment=offline", "clarifier=rules_scope,rules_region",
-                    "limit=4", "sweep_report=false", f"tracking.uri={uri}", f"paths.cache_dir={cache_dir}",
-                    f"hydra.sweep.dir={tmp_path / 'sweep'}"], check=True, capture_output=True, cwd=tmp_path, env=env,
-                   timeout=600)
-    out = subprocess.run([sys.executable, "-c", _snippet()], check=True, capture_output=True, text=True,
-                         cwd=tmp_path, env=env, timeout=300).stdout
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "run.py"),
+            "-m",
+            "experiment=offline",
+            "clarifier=rules_scope,rules_region",
+            "limit=4",
+            "sweep_report=false",
+            f"tracking.uri={uri}",
+            f"paths.cache_dir={cache_dir}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", _snippet()],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    ).stdout
     jobs = [json.loads(p.read_text()) for p in (tmp_path / "sweep").glob("*/summary.json")]
-    ids = {json.loads(line)["id"] for p in (tmp_path / "sweep").glob("*/records.jsonl")
-           for line in p.read_text().splitlines()}
+    ids = {
+        json.loads(line)["id"]
+        for p in (tmp_path / "sweep").glob("*/records.jsonl")
+        for line in p.read_text().splitlines()
+    }
     header, *rows = [line for line in out.splitlines() if line.strip()]
     assert all(job["run_id"] in out for job in jobs) and len(jobs) == 2  # both jobs, side by side
     assert sorted(row.split()[0] for row in rows if row.startswith("demo-")) == sorted(ids)  # one row an instance

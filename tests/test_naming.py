@@ -4,24 +4,36 @@ from __future__ import annotations
 
 import pytest
 
-from cts import naming
-from cts.naming import job_name, swept_keys
+from cts._util import naming
+from cts._util.naming import job_name, swept_keys
 
 
 def test_swept_keys_are_the_sweep_overrides_only() -> None:
-    overrides = ["clarifier=gpt,ernie", "k=range(1,4)", "services.llm.api_base=http://127.0.0.1:8080/v1",
-                 "dataset.gold_path=/data/gold/gold.jsonl", "seed=choice(0,1)", "limit=5"]
+    overrides = [
+        "clarifier=gpt,ernie",
+        "k=range(1,4)",
+        "services.llm.api_base=http://127.0.0.1:8080/v1",
+        "dataset.gold_path=/data/gold/gold.jsonl",
+        "seed=choice(0,1)",
+        "limit=5",
+    ]
     assert swept_keys(overrides) == ("clarifier", "k", "seed")
 
 
 def test_job_name_keeps_the_swept_factors_and_is_one_path_segment() -> None:
-    job = ["clarifier=gpt", "k=2", "services.llm.api_base=http://127.0.0.1:8080/v1",
-           "dataset.gold_path=/data/gold/gold.jsonl"]
+    job = [
+        "clarifier=gpt",
+        "k=2",
+        "services.llm.api_base=http://127.0.0.1:8080/v1",
+        "dataset.gold_path=/data/gold/gold.jsonl",
+    ]
     assert job_name(job, ("clarifier", "k")) == "clarifier=gpt,k=2"
     assert job_name(job, (), fallback="job0") == "job0"
     unknown = job_name(job, None)  # sweep not recorded: every override, made path-safe
     assert "/" not in unknown and ":" not in unknown and len(unknown) <= 120
-    assert job_name(["model@clarifier.model=claude", "k=1"], ("model@clarifier.model",)) == "model@clarifier.model=claude"
+    assert (
+        job_name(["model@clarifier.model=claude", "k=1"], ("model@clarifier.model",)) == "model@clarifier.model=claude"
+    )
 
 
 def test_a_swept_path_value_does_not_nest_directories() -> None:
@@ -33,7 +45,10 @@ def test_the_resolver_reads_the_sweep_recorded_by_the_launching_process(monkeypa
     monkeypatch.delenv(naming.SWEPT_ENV, raising=False)
     naming.remember_swept(["clarifier=gpt,ernie", "k=1", "services.llm.api_base=http://h:1/v1"])
     assert naming.current_swept() == ("clarifier",)
-    assert naming._resolve_job_name(["clarifier=ernie", "k=1", "services.llm.api_base=http://h:1/v1"], 3) == "clarifier=ernie"
+    assert (
+        naming._resolve_job_name(["clarifier=ernie", "k=1", "services.llm.api_base=http://h:1/v1"], 3)
+        == "clarifier=ernie"
+    )
     naming.remember_swept(["k=1"])
     assert naming._resolve_job_name(["k=1"], 3) == "job3"
     naming.forget_swept()
@@ -41,15 +56,31 @@ def test_the_resolver_reads_the_sweep_recorded_by_the_launching_process(monkeypa
 
 
 def test_factors_are_parsed_by_hydra_not_split_by_hand() -> None:
-    overrides = ["clarifier=rules_scope", "k=2", "clarifier.mode=sequential", "+extra.tags=[a,b]",
-                 "dataset.name='two words, one comma'", r"services.llm.api_key=$\{oc.env\:KEY\}",
-                 "model@clarifier.model=claude", "~search.cache", "limit=20"]
+    overrides = [
+        "clarifier=rules_scope",
+        "k=2",
+        "clarifier.mode=sequential",
+        "+extra.tags=[a,b]",
+        "dataset.name='two words, one comma'",
+        r"services.llm.api_key=$\{oc.env\:KEY\}",
+        "model@clarifier.model=claude",
+        "~search.cache",
+        "limit=20",
+    ]
     assert naming.factors(overrides) == {
-        "clarifier": "rules_scope", "k": "2", "clarifier.mode": "sequential", "extra.tags": "[a,b]",
-        "dataset.name": "two words, one comma", "services.llm.api_key": "${oc.env:KEY}",
-        "model@clarifier.model": "claude", "search.cache": "null", "limit": "20"}
-    swept = naming.swept_keys(["clarifier=rules_scope,rules_region", "k=1,2", "clarifier.mode=batch,sequential",
-                               "+extra.tags=[a,b]"])
+        "clarifier": "rules_scope",
+        "k": "2",
+        "clarifier.mode": "sequential",
+        "extra.tags": "[a,b]",
+        "dataset.name": "two words, one comma",
+        "services.llm.api_key": "${oc.env:KEY}",
+        "model@clarifier.model": "claude",
+        "search.cache": "null",
+        "limit": "20",
+    }
+    swept = naming.swept_keys(
+        ["clarifier=rules_scope,rules_region", "k=1,2", "clarifier.mode=batch,sequential", "+extra.tags=[a,b]"]
+    )
     assert naming.factors(overrides, swept) == {"clarifier": "rules_scope", "k": "2", "clarifier.mode": "sequential"}
     assert naming.factors(overrides, ()) == {}
     # a job's name is its swept factors, as before
@@ -58,4 +89,8 @@ def test_factors_are_parsed_by_hydra_not_split_by_hand() -> None:
 
 def test_override_items_keep_the_key_as_written_and_sweeps_as_written() -> None:
     assert naming.override_items(["+a=1", "++b=x", "k=1,2", "c=true"]) == [
-        ("+a", "1"), ("++b", "x"), ("k", "1,2"), ("c", "True")]
+        ("+a", "1"),
+        ("++b", "x"),
+        ("k", "1,2"),
+        ("c", "True"),
+    ]

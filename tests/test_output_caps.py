@@ -20,7 +20,13 @@ from llm_server import Reply, ScriptedServer
 from cts.llm import Completion
 from cts.llm._rules import RequestRules, request_params
 from cts.llm.completion_probe import PROBE_MESSAGES
-from cts.roles.llm import LLMClarifier, LLMExtractor, LLMJudge, LLMRewriter, LLMUserAnswerer
+from cts.roles.llm import (
+    LLMClarifier,
+    LLMExtractor,
+    LLMJudge,
+    LLMRewriter,
+    LLMUserAnswerer,
+)
 from cts.roles.reask import InvalidOutput, Truncated, ask_until_valid
 from hydra_plugins.cts_model_roles.cts_model_roles import ROLES
 
@@ -34,17 +40,25 @@ def test_request_params_send_the_cap_under_the_providers_field() -> None:
     assert request_params(plain, {"temperature": 0}, None) == {"temperature": 0}
     reasoning = RequestRules(cap_param="max_completion_tokens", cap_includes_reasoning=True, reasoning_allowance=1000)
     assert request_params(reasoning, {"reasoning_effort": "low"}, 128) == {
-        "reasoning_effort": "low", "max_completion_tokens": 1128}
+        "reasoning_effort": "low",
+        "max_completion_tokens": 1128,
+    }
     # a cap already in the model's params is kept when smaller, and renamed to the provider's field
     assert request_params(reasoning, {"max_tokens": 64}, 128) == {"max_completion_tokens": 64}
     assert request_params(plain, {"max_tokens": 4096}, 128) == {"max_tokens": 128}
 
 
 def test_registry_role_caps_match_the_role_classes() -> None:
-    classes = {"clarifier": LLMClarifier, "ua": LLMUserAnswerer, "rewriter": LLMRewriter, "judge": LLMJudge,
-               "extractor": LLMExtractor}
+    classes = {
+        "clarifier": LLMClarifier,
+        "ua": LLMUserAnswerer,
+        "rewriter": LLMRewriter,
+        "judge": LLMJudge,
+        "extractor": LLMExtractor,
+    }
     assert {g: node["max_output_tokens"] for g, node in ROLES.items()} == {
-        g: cls.default_cap for g, cls in classes.items()}
+        g: cls.default_cap for g, cls in classes.items()
+    }
 
 
 class Cutting:
@@ -67,8 +81,16 @@ def ask(client: Cutting, max_reasks: int = 2) -> Any:
         except ValueError as e:
             raise InvalidOutput("not JSON") from e
 
-    return asyncio.run(ask_until_valid(client, [{"role": "user", "content": "q"}], parse, max_reasks=max_reasks,
-                                       prompt_version="v", max_output_tokens=16))
+    return asyncio.run(
+        ask_until_valid(
+            client,
+            [{"role": "user", "content": "q"}],
+            parse,
+            max_reasks=max_reasks,
+            prompt_version="v",
+            max_output_tokens=16,
+        )
+    )
 
 
 def test_a_cut_reply_is_re_asked_not_parsed() -> None:
@@ -99,12 +121,28 @@ def test_a_model_that_never_stops_ends_every_call_at_its_roles_cap(tmp_path: Pat
         server.handler = never_stops
         job = tmp_path / "job"
         proc = subprocess.run(
-            [sys.executable, str(REPO / "run.py"), "clarifier=ernie", "ua=ernie", "rewriter=ernie", "judge=ernie",
-             "limit=3", "search.max_llm_calls=4", f"services.llm.api_base={server.base_url}",
-             "services.llm.backoff.initial=0.01", "services.llm.max_reasks=1", f"hydra.run.dir={job}",
-             f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"paths.cache_dir={cache_dir}"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=600,
-            env={**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"})
+            [
+                sys.executable,
+                str(REPO / "run.py"),
+                "clarifier=ernie",
+                "ua=ernie",
+                "rewriter=ernie",
+                "judge=ernie",
+                "limit=3",
+                "search.max_llm_calls=4",
+                f"services.llm.api_base={server.base_url}",
+                "services.llm.backoff.initial=0.01",
+                "services.llm.max_reasks=1",
+                f"hydra.run.dir={job}",
+                f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+                f"paths.cache_dir={cache_dir}",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"},
+        )
         bodies = [r.body for r in server.requests if r.body["messages"] != list(PROBE_MESSAGES)]
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert bodies and all(any(b.get(f) for f in CAP_FIELDS) for b in bodies), "a request went out uncapped"
@@ -129,17 +167,30 @@ def test_reasoning_tokens_are_counted_per_role_and_priced_as_output(tmp_path: Pa
 
     from cts.llm import LLMRuntime, ModelSpec, usage_scope
 
-    body = {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "unknown"}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 70, "total_tokens": 80,
-                      "completion_tokens_details": {"reasoning_tokens": 64}}}
+    body = {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "unknown"}, "finish_reason": "stop"}],
+        "usage": {
+            "prompt_tokens": 10,
+            "completion_tokens": 70,
+            "total_tokens": 80,
+            "completion_tokens_details": {"reasoning_tokens": 64},
+        },
+    }
     with ScriptedServer() as server:
         server.default = Reply(raw=json.dumps(body))
-        settings = llm_settings(server, transport=transport,
-                                api_base_price={"input_cost_per_token": 1e-3, "output_cost_per_token": 2e-3})
+        settings = llm_settings(
+            server, transport=transport, api_base_price={"input_cost_per_token": 1e-3, "output_cost_per_token": 2e-3}
+        )
         rt = LLMRuntime.from_settings(settings, tmp_path)
-        spec = ModelSpec("r", "openai/r", request={"cap_param": "max_completion_tokens",
-                                                   "cap_includes_reasoning": True, "reasoning_allowance": 1000})
+        spec = ModelSpec(
+            "r",
+            "openai/r",
+            request={"cap_param": "max_completion_tokens", "cap_includes_reasoning": True, "reasoning_allowance": 1000},
+        )
 
         async def go() -> tuple[Completion, Any]:
             with usage_scope() as usage:

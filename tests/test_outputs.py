@@ -1,9 +1,9 @@
 """Outputs that cannot be written end with one ``error:`` line naming the path, never a traceback.
 
 A read-only run dir, parent or output root (single run and multirun) is refused before
-Hydra opens its log file and before the MLflow store exists (cts.validate); a disk that
+Hydra opens its log file and before the MLflow store exists (cts.compose.validate); a disk that
 fills during the job ends it with the ``error:`` line, what finished and the resume line;
-no JSONL file (records, traces, spend) is ever left with a torn line (cts.io.LineFile).
+no JSONL file (records, traces, spend) is ever left with a torn line (cts._util.io.LineFile).
 Before: ``PermissionError`` / ``Unable to configure handler 'file'`` tracebacks after the
 store was created, and ``OSError: [Errno 28]`` tracebacks with a torn ``traces.jsonl``.
 Read-only dirs and full disks are real where the machine allows (tests/faults.py); the
@@ -24,12 +24,12 @@ from pathlib import Path
 import faults
 import pytest
 
-from cts import io as cts_io
-from cts.budget import SPEND_FILE, _append
-from cts.errors import problems_of, quiet_unwritable_logs
-from cts.io import LineFile, UnwritableOutput, output_fault, unwritable_reason
-from cts.job_files import RECORDS_FILE, TRACES_FILE, JobSink
-from cts.records import Record
+from cts._util import io as cts_io
+from cts._util.io import LineFile, UnwritableOutput, output_fault, unwritable_reason
+from cts.compose.errors import problems_of, quiet_unwritable_logs
+from cts.core.records import Record
+from cts.protocol.budget import SPEND_FILE, _append
+from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE, JobSink
 
 REPO = Path(__file__).resolve().parents[1]
 OFFLINE = "experiment=offline"
@@ -37,7 +37,7 @@ ENOSPC = os.strerror(errno.ENOSPC)
 
 
 def failing_writes(monkeypatch: pytest.MonkeyPatch, after: int, *, partial: bool = True) -> None:
-    """``os.write`` in cts.io succeeds ``after`` times, then writes half (if ``partial``) and fails: a disk filling up."""
+    """``os.write`` in cts._util.io succeeds ``after`` times, then writes half (if ``partial``) and fails: a disk filling up."""
     real, calls = os.write, {"n": 0}
 
     def write(fd: int, data: bytes) -> int:
@@ -142,7 +142,8 @@ def test_output_faults_are_told_apart_from_bugs() -> None:
     wrapped.__cause__ = OSError(errno.EROFS, "Read-only file system", "/x/m.db")
     assert output_fault(wrapped) is wrapped.__cause__
     assert problems_of(UnwritableOutput(errno.ENOSPC, ENOSPC, "/x/records.jsonl")) == [
-        f"/x/records.jsonl: cannot be written: {ENOSPC}"]
+        f"/x/records.jsonl: cannot be written: {ENOSPC}"
+    ]
 
 
 def test_a_log_file_that_fills_up_says_so_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -170,14 +171,21 @@ def test_a_log_file_that_fills_up_says_so_once(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_a_disk_that_fills_mid_job_ends_with_the_line_the_summary_and_the_resume(
-        tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from hydra import compose, initialize_config_dir
 
-    from cts.app import run
+    from cts.compose.app import run
 
     job = tmp_path / "job"
-    overrides = [OFFLINE, "limit=12", "concurrency=1", f"paths.cache_dir={cache_dir}", f"paths.output_dir={job}",
-                 f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
+    overrides = [
+        OFFLINE,
+        "limit=12",
+        "concurrency=1",
+        f"paths.cache_dir={cache_dir}",
+        f"paths.output_dir={job}",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+    ]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     real = LineFile.write
@@ -207,12 +215,25 @@ def test_a_disk_that_fills_mid_job_ends_with_the_line_the_summary_and_the_resume
 # --- the CLI ---------------------------------------------------------------------------------
 
 
-def cli(tmp: Path, cache_dir: Path, *args: str, multirun: bool = False, wrap: faults.Wrap = list,
-        after: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+def cli(
+    tmp: Path,
+    cache_dir: Path,
+    *args: str,
+    multirun: bool = False,
+    wrap: faults.Wrap = list,
+    after: tuple[str, ...] = (),
+) -> subprocess.CompletedProcess[str]:
     """``python run.py [-m] ARGS`` from ``tmp``, outputs under ``tmp/outputs``, run through ``wrap`` (a fault)."""
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    argv = [sys.executable, str(REPO / "run.py"), *(["-m"] if multirun else []), OFFLINE, *args,
-            f"paths.output_root={tmp / 'outputs'}", f"paths.cache_dir={cache_dir}"]
+    argv = [
+        sys.executable,
+        str(REPO / "run.py"),
+        *(["-m"] if multirun else []),
+        OFFLINE,
+        *args,
+        f"paths.output_root={tmp / 'outputs'}",
+        f"paths.cache_dir={cache_dir}",
+    ]
     command = wrap(faults.and_then(argv, *after) if after else argv)
     return subprocess.run(command, cwd=tmp, env=env, capture_output=True, text=True, timeout=600, check=False)
 
@@ -274,7 +295,7 @@ def _resume_args(stderr: str) -> list[str]:
     """The overrides of the printed ``Resume with: ... run.py ARGS`` command."""
     line = next(x for x in stderr.splitlines() if "Resume with: " in x)
     words = shlex.split(line.split("Resume with: ", 1)[1])
-    return words[next(i for i, w in enumerate(words) if w.endswith("run.py")) + 1:]
+    return words[next(i for i, w in enumerate(words) if w.endswith("run.py")) + 1 :]
 
 
 @pytest.mark.slow
@@ -282,17 +303,27 @@ def test_a_full_disk_in_the_job_dir_ends_cleanly_and_the_resume_finishes(tmp_pat
     run_dir, kept = tmp_path / "outputs" / "runs" / "full", tmp_path / "kept"
     disk = faults.full_disk(run_dir, "400k")  # the start needs 256 KiB free; 200 records need more
     q = shlex.quote
-    argv = [sys.executable, str(REPO / "run.py"), OFFLINE, f"paths.output_root={tmp_path / 'outputs'}",
-            f"paths.cache_dir={cache_dir}", f"hydra.run.dir={run_dir}"]
+    argv = [
+        sys.executable,
+        str(REPO / "run.py"),
+        OFFLINE,
+        f"paths.output_root={tmp_path / 'outputs'}",
+        f"paths.cache_dir={cache_dir}",
+        f"hydra.run.dir={run_dir}",
+    ]
     # In one mount namespace: the run fills the disk; its dir is copied out; the disk grows (space freed)
     # and the same command resumes into the same dir.
-    script = (f'"$@" 2> {q(str(tmp_path / "first.err"))}; echo $? > {q(str(tmp_path / "first.rc"))}; '
-              f"cp -a {q(str(run_dir))} {q(str(kept))}; mount -o remount,size=4m none {q(str(run_dir))} && "
-              f'"$@" > /dev/null; rc=$?; cp {q(str(run_dir / RECORDS_FILE))} {q(str(tmp_path))}; exit $rc')
-    resumed = subprocess.run(disk(["sh", "-c", script, "sh", *argv]), cwd=tmp_path, capture_output=True, text=True,
-                             timeout=900, check=False)
-    first = subprocess.CompletedProcess(argv, int((tmp_path / "first.rc").read_text()), "",
-                                        (tmp_path / "first.err").read_text())
+    script = (
+        f'"$@" 2> {q(str(tmp_path / "first.err"))}; echo $? > {q(str(tmp_path / "first.rc"))}; '
+        f"cp -a {q(str(run_dir))} {q(str(kept))}; mount -o remount,size=4m none {q(str(run_dir))} && "
+        f'"$@" > /dev/null; rc=$?; cp {q(str(run_dir / RECORDS_FILE))} {q(str(tmp_path))}; exit $rc'
+    )
+    resumed = subprocess.run(
+        disk(["sh", "-c", script, "sh", *argv]), cwd=tmp_path, capture_output=True, text=True, timeout=900, check=False
+    )
+    first = subprocess.CompletedProcess(
+        argv, int((tmp_path / "first.rc").read_text()), "", (tmp_path / "first.err").read_text()
+    )
     line = one_clean_error(first)
     assert line.startswith(f"error: {run_dir}/") and line.endswith(f".jsonl: cannot be written: {ENOSPC}"), line
     done = len((kept / RECORDS_FILE).read_text().splitlines())
@@ -308,14 +339,23 @@ def test_a_full_disk_in_the_job_dir_ends_cleanly_and_the_resume_finishes(tmp_pat
 @pytest.mark.slow
 def test_a_full_disk_in_a_sweep_fails_its_jobs_with_their_lines(tmp_path: Path, cache_dir: Path) -> None:
     sweep = tmp_path / "outputs" / "sweep"
-    torn = f"for f in {shlex.quote(str(sweep))}/*/*.jsonl; do [ -s \"$f\" ] && [ \"$(tail -c1 \"$f\" | wc -l)\" = 0 ] && echo TORN $f; done"
-    proc = cli(tmp_path, cache_dir, "k=1,2", "sweep_report=false", f"hydra.sweep.dir={sweep}", multirun=True,
-               wrap=faults.full_disk(sweep, "700k"), after=(torn,))
+    torn = f'for f in {shlex.quote(str(sweep))}/*/*.jsonl; do [ -s "$f" ] && [ "$(tail -c1 "$f" | wc -l)" = 0 ] && echo TORN $f; done'
+    proc = cli(
+        tmp_path,
+        cache_dir,
+        "k=1,2",
+        "sweep_report=false",
+        f"hydra.sweep.dir={sweep}",
+        multirun=True,
+        wrap=faults.full_disk(sweep, "700k"),
+        after=(torn,),
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "Traceback" not in out and "TORN" not in out, out[-3000:]
     errors = [x for x in proc.stderr.splitlines() if x.startswith("error: ")]
-    assert errors and all(x.startswith(f"error: {sweep}/k=") and x.endswith(f"cannot be written: {ENOSPC}")
-                          for x in errors), errors
+    assert errors and all(
+        x.startswith(f"error: {sweep}/k=") and x.endswith(f"cannot be written: {ENOSPC}") for x in errors
+    ), errors
     assert "cts: job INCOMPLETE: " in proc.stderr and "Resume with: " in proc.stderr
 
 
@@ -323,10 +363,18 @@ def test_a_full_disk_in_a_sweep_fails_its_jobs_with_their_lines(tmp_path: Path, 
 def test_runs_started_together_get_their_own_default_dirs(tmp_path: Path, cache_dir: Path) -> None:
     """Before, the run dir had one-second resolution: 6 runs started at once collided on one dir."""
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
-    argv = [sys.executable, str(REPO / "run.py"), OFFLINE, "limit=2", f"paths.output_root={tmp_path / 'outputs'}",
-            f"paths.cache_dir={cache_dir}"]
-    procs = [subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(6)]
+    argv = [
+        sys.executable,
+        str(REPO / "run.py"),
+        OFFLINE,
+        "limit=2",
+        f"paths.output_root={tmp_path / 'outputs'}",
+        f"paths.cache_dir={cache_dir}",
+    ]
+    procs = [
+        subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(6)
+    ]
     results = [(p.wait(timeout=600), p.stderr.read() if p.stderr else "") for p in procs]
     assert all(rc == 0 for rc, _ in results), [err[-1500:] for rc, err in results if rc]
     dirs = sorted((tmp_path / "outputs" / "runs").iterdir())

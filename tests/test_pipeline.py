@@ -3,17 +3,22 @@ import json
 
 from helpers import TableSearch, Typer, built, gold_for, mercury
 
+from cts.core.records import read_records
+from cts.core.types import BudgetExceeded, Instance, UnscoredError
+from cts.protocol.pipeline import Roles, run_job
 from cts.roles.lexical import LexicalJudge
-from cts.pipeline import Roles, run_job
-from cts.records import read_records
 from cts.roles.rules import NoClarifier, RuleClarifier, RuleRewriter, RuleUserAnswerer
-from cts.types import BudgetExceeded, Instance, UnscoredError
 
 
 def roles(services, search, clarifier=None, judge=None):
-    return Roles(clarifier=clarifier or RuleClarifier(order=["scope", "time", "region"]),
-                 ua=built(RuleUserAnswerer, services), rewriter=RuleRewriter(), search=search,
-                 judge=judge or LexicalJudge(), qtyper=Typer())
+    return Roles(
+        clarifier=clarifier or RuleClarifier(order=["scope", "time", "region"]),
+        ua=built(RuleUserAnswerer, services),
+        rewriter=RuleRewriter(),
+        search=search,
+        judge=judge or LexicalJudge(),
+        qtyper=Typer(),
+    )
 
 
 def job(tmp_path, instances, gold, rs, k=1, **kw):
@@ -26,7 +31,9 @@ def test_one_instance_end_to_end(services, tmp_path):
     (r,) = records
     assert stop == "done"
     assert r.questions and r.answers == ("planet",) and r.rewritten_query == "Tell me about Mercury, planet"
-    assert r.score == 100.0 and r.orig_score == 12.5  # "Mercury has no moons": half its tokens -> partial (1 of 4 weight)
+    assert (
+        r.score == 100.0 and r.orig_score == 12.5
+    )  # "Mercury has no moons": half its tokens -> partial (1 of 4 weight)
     assert r.question_types[0] == ("scope",)
     lines = (tmp_path / "records.jsonl").read_text().splitlines()
     assert json.loads(lines[0])["clarified"]["labels"] == {"n1": "full", "n2": "full"}
@@ -75,8 +82,9 @@ def test_a_failing_instance_is_recorded_and_the_job_goes_on(services, tmp_path):
     inst, gold, table = mercury()
     other = Instance("m2", "Tell me about Venus", "Tell me about Venus, the planet")
     search = TableSearch(table, fail_on=["Tell me about Venus, planet"])
-    records, stop = job(tmp_path, [inst, other], {"m1": gold, "m2": gold_for("m2", ("Venus", 1))},
-                        roles(services, search))
+    records, stop = job(
+        tmp_path, [inst, other], {"m1": gold, "m2": gold_for("m2", ("Venus", 1))}, roles(services, search)
+    )
     by_id = {r.id: r for r in records}
     assert stop == "done" and by_id["m1"].score == 100.0
     bad = by_id["m2"]
@@ -119,8 +127,9 @@ class BudgetClarifier:
 def test_budget_stops_cleanly_and_resumes(services, tmp_path):
     insts = [Instance(f"i{n}", f"query {n}", f"query {n} intent") for n in range(5)]
     gold = {i.id: gold_for(i.id, ("query", 1)) for i in insts}
-    records, stop = job(tmp_path, insts, gold, roles(services, TableSearch({}), clarifier=BudgetClarifier(2)),
-                        concurrency=1)
+    records, stop = job(
+        tmp_path, insts, gold, roles(services, TableSearch({}), clarifier=BudgetClarifier(2)), concurrency=1
+    )
     assert stop == "budget" and len(records) == 2
     assert [r.id for r in read_records(tmp_path / "records.jsonl")] == ["i0", "i1"]
     records, stop = job(tmp_path, insts, gold, roles(services, TableSearch({}), clarifier=BudgetClarifier(9)))
@@ -128,10 +137,10 @@ def test_budget_stops_cleanly_and_resumes(services, tmp_path):
 
 
 def test_resume_fingerprint_ignores_operational_settings_only():
+    from conftest import REPO
     from hydra import compose, initialize_config_dir
 
     from cts.tasks.job import protocol_fingerprint
-    from conftest import REPO
 
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
         base = protocol_fingerprint(compose("config", overrides=["experiment=offline"]))
@@ -145,7 +154,7 @@ def test_resume_fingerprint_ignores_operational_settings_only():
 
 class FailingTyper:
     async def classify(self, question):
-        from cts.types import CallError
+        from cts.core.types import CallError
 
         raise CallError("timeout", "typer timed out")
 
@@ -175,7 +184,12 @@ def test_a_torn_last_line_does_not_swallow_the_next_record(services, tmp_path):
     inst, gold, table = mercury()
     other = Instance("m2", "Tell me about Venus", "Tell me about Venus, the planet")
     (tmp_path / "records.jsonl").write_text('{"id": "m0", "k": 1, "questi')  # killed mid-write
-    job(tmp_path, [inst, other], {"m1": gold, "m2": gold_for("m2", ("Venus", 1))}, roles(services, TableSearch(table)),
-        models={"clarifier": "RuleClarifier"})
+    job(
+        tmp_path,
+        [inst, other],
+        {"m1": gold, "m2": gold_for("m2", ("Venus", 1))},
+        roles(services, TableSearch(table)),
+        models={"clarifier": "RuleClarifier"},
+    )
     got = list(read_records(tmp_path / "records.jsonl"))
     assert sorted(r.id for r in got) == ["m1", "m2"] and got[0].models == {"clarifier": "RuleClarifier"}

@@ -16,9 +16,9 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from cts._util.prompts import default_prompts_dir
 from cts.demo import load_demo
-from cts.prompts import default_prompts_dir
-from cts.text import content_tokens, normalize
+from cts.text.tokens import content_tokens, normalize
 
 _EXAMPLE = re.compile(r"(?:\bexamples?\b[^:\n]*:|\be\.g\.,?)(.*)", re.IGNORECASE)
 
@@ -35,7 +35,7 @@ def prompt_examples(text: str) -> list[str]:
         rest = m.group(1).strip()
         if not rest:
             block = []
-            for nxt in lines[i + 1:]:
+            for nxt in lines[i + 1 :]:
                 if not nxt.strip():
                     break
                 block.append(nxt)
@@ -71,7 +71,9 @@ def overlaps(example: str, head: str, senses: set[str]) -> bool:
 
 
 def test_example_extraction_finds_inline_and_block_examples() -> None:
-    text = 'Rules.\nOutput JSON, e.g. {"n1": "full"}\nExample for two: ["a?", "b?"]\nExample:\nline one\nline two\n\nafter'
+    text = (
+        'Rules.\nOutput JSON, e.g. {"n1": "full"}\nExample for two: ["a?", "b?"]\nExample:\nline one\nline two\n\nafter'
+    )
     assert prompt_examples(text) == ['{"n1": "full"}', '["a?", "b?"]', "line one\nline two"]
     assert utterances('["time"] or {"n1": "full", "q": "Which year do you mean?"}') == ["Which year do you mean?"]
 
@@ -97,6 +99,7 @@ def test_no_prompt_example_overlaps_a_demo_instance(services) -> None:
     for inst in instances:
         head = str(inst.meta["head"])
         senses = readings(head, str(inst.meta["qualifier"]), titles)
-        found += [(name, inst.id, head, ex[:80]) for name, exs in examples.items() for ex in exs
-                  if overlaps(ex, head, senses)]
+        found += [
+            (name, inst.id, head, ex[:80]) for name, exs in examples.items() for ex in exs if overlaps(ex, head, senses)
+        ]
     assert not found, found

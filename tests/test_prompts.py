@@ -8,18 +8,25 @@ from pathlib import Path
 
 import pytest
 from helpers import built
+from llm_fakes import protocol_reply
 from llm_server import (
     ScriptedServer,
     llm_server_fixture,  # noqa: F401  (registers the `llm_server` fixture)
     llm_settings,
 )
 
-from cts import prompts as prompts_module
-from llm_fakes import protocol_reply
-from cts.prompts import Prompt, PromptError, default_prompts_dir, load_prompt, prompts_version, used_prompts
+from cts._util import prompts as prompts_module
+from cts._util.prompts import (
+    Prompt,
+    PromptError,
+    default_prompts_dir,
+    load_prompt,
+    prompts_version,
+    used_prompts,
+)
+from cts.compose.services import Services
+from cts.core.types import QA, Evidence, Nugget
 from cts.roles import llm as roles
-from cts.services import Services
-from cts.types import QA, Evidence, Nugget
 
 # What each role passes to its prompt (the contract the files must match).
 EXPECTED = {
@@ -113,7 +120,7 @@ def test_missing_prompt_names_no_machine_path(tmp_path: Path) -> None:
 
 
 def test_default_dir_is_the_repository_prompts() -> None:
-    assert default_prompts_dir() == Path(inspect.getfile(prompts_module)).resolve().parents[1] / "prompts"
+    assert default_prompts_dir() == Path(inspect.getfile(prompts_module)).resolve().parents[2] / "prompts"
     assert {p.stem for p in default_prompts_dir().glob("*.md")} >= set(EXPECTED)
 
 

@@ -36,13 +36,15 @@ from test_multirun import run_py
 
 from cts import tracking
 from cts.llm._rules import request_params, rule_violations
-from cts.llm.completion_probe import PROBE_TOKENS
 from cts.llm._spec import ModelSpec
 from cts.llm._transport import HTTPStatusError, Sender
+from cts.llm.completion_probe import PROBE_TOKENS
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-MESSAGES = [{"role": "system", "content": "You ask clarification questions."},
-            {"role": "user", "content": "Blurred query: Tell me about Mercury\nNumber of questions: 2\n"}]
+MESSAGES = [
+    {"role": "system", "content": "You ask clarification questions."},
+    {"role": "user", "content": "Blurred query: Tell me about Mercury\nNumber of questions: 2\n"},
+]
 ROLE_CAP = 64
 PROVIDERS = {
     # registry name -> (emulator factory, wire format)
@@ -53,14 +55,29 @@ PROVIDERS = {
     "gemini": (GeminiEmulator, "gemini"),
     "deepseek": (lambda: CompatibleEmulator({"temperature": (0, 2), "top_p": (0, 1)}), "openai"),
     "kimi": (lambda: CompatibleEmulator({"temperature": (0, 1)}), "openai"),
-    "qwen": (lambda: CompatibleEmulator({"temperature": (0, 1.999), "top_p": (0.001, 1)},
-                                        {"enable_thinking": "enable_thinking is not supported by this model"}), "openai"),
+    "qwen": (
+        lambda: CompatibleEmulator(
+            {"temperature": (0, 1.999), "top_p": (0.001, 1)},
+            {"enable_thinking": "enable_thinking is not supported by this model"},
+        ),
+        "openai",
+    ),
 }
-ROUTES = [(name, transport) for name in PROVIDERS for transport in ("openai", "litellm")
-          if transport == "litellm" or name in ("gpt", "ernie", "webdancer")]
-KEYS = {"OPENAI_API_KEY": "sk-emulated", "ANTHROPIC_API_KEY": "sk-ant-emulated", "GEMINI_API_KEY": "emulated",
-        "QIANFAN_API_KEY": "bce-v3/emulated", "DEEPSEEK_API_KEY": "sk-emulated", "MOONSHOT_API_KEY": "sk-emulated",
-        "DASHSCOPE_API_KEY": "sk-emulated"}
+ROUTES = [
+    (name, transport)
+    for name in PROVIDERS
+    for transport in ("openai", "litellm")
+    if transport == "litellm" or name in ("gpt", "ernie", "webdancer")
+]
+KEYS = {
+    "OPENAI_API_KEY": "sk-emulated",
+    "ANTHROPIC_API_KEY": "sk-ant-emulated",
+    "GEMINI_API_KEY": "emulated",
+    "QIANFAN_API_KEY": "bce-v3/emulated",
+    "DEEPSEEK_API_KEY": "sk-emulated",
+    "MOONSHOT_API_KEY": "sk-emulated",
+    "DASHSCOPE_API_KEY": "sk-emulated",
+}
 
 
 @functools.cache
@@ -78,8 +95,15 @@ def registry_spec(name: str, **params: Any) -> ModelSpec:
 def send(spec: ModelSpec, emulator: Emulator, transport: str, role_cap: int | None = ROLE_CAP) -> Any:
     """One request as a role's call makes it: the spec's params and the role's cap, on its route."""
     params = request_params(spec.request, spec.params, role_cap)
-    coro = Sender(transport).send(spec.model, list(MESSAGES), emulator.base_url, "emulated-key", 10.0,
-                                  (spec.input_cost_per_token, spec.output_cost_per_token), params)
+    coro = Sender(transport).send(
+        spec.model,
+        list(MESSAGES),
+        emulator.base_url,
+        "emulated-key",
+        10.0,
+        (spec.input_cost_per_token, spec.output_cost_per_token),
+        params,
+    )
     return asyncio.run(coro)
 
 
@@ -153,8 +177,9 @@ def test_temperature_0_on_gpt_5_2_is_refused_by_the_provider_as_by_the_registry(
         return
     ((status, error),) = openai.refusals
     assert status == 400 and error["error"]["code"] == "unsupported_value" and error["error"]["param"] == "temperature"
-    assert error["error"]["message"] == ("Unsupported value: 'temperature' does not support 0 with this model. "
-                                         "Only the default (1) value is supported.")
+    assert error["error"]["message"] == (
+        "Unsupported value: 'temperature' does not support 0 with this model. Only the default (1) value is supported."
+    )
     assert isinstance(caught.value, HTTPStatusError) and caught.value.status_code == 400
     assert "does not support 0 with this model" in str(caught.value)
 
@@ -171,18 +196,22 @@ def test_max_tokens_is_refused_by_openai_reasoning_models_and_renamed_by_the_rul
     spec = registry_spec("gpt", max_tokens=50)
     with OpenAIEmulator() as openai:
         with pytest.raises(HTTPStatusError):
-            asyncio.run(Sender("openai").send(spec.model, list(MESSAGES), openai.base_url, "k", 10.0, (0, 0),
-                                              dict(spec.params)))
+            asyncio.run(
+                Sender("openai").send(spec.model, list(MESSAGES), openai.base_url, "k", 10.0, (0, 0), dict(spec.params))
+            )
         assert openai.refusals[0][1]["error"]["code"] == "unsupported_parameter"
         send(spec, openai, "openai")  # through request_params: the cap goes as max_completion_tokens
     assert openai.bodies()[-1]["max_completion_tokens"] == 50 and "max_tokens" not in openai.bodies()[-1]
 
 
-@pytest.mark.parametrize(("name", "extra", "needle"), [
-    ("claude", {"top_p": 0.9}, "`temperature` and `top_p` cannot both be specified"),
-    ("gemini", {"reasoning_effort": "none"}, "only works in thinking mode"),
-    ("qwen", {"enable_thinking": True}, "enable_thinking"),
-])
+@pytest.mark.parametrize(
+    ("name", "extra", "needle"),
+    [
+        ("claude", {"top_p": 0.9}, "`temperature` and `top_p` cannot both be specified"),
+        ("gemini", {"reasoning_effort": "none"}, "only works in thinking mode"),
+        ("qwen", {"enable_thinking": True}, "enable_thinking"),
+    ],
+)
 def test_what_a_provider_refuses_the_registry_refuses_at_start(name: str, extra: dict[str, Any], needle: str) -> None:
     spec = registry_spec(name, **extra)
     assert rule_violations(spec.name, spec.model, spec.request, spec.params)
@@ -192,11 +221,14 @@ def test_what_a_provider_refuses_the_registry_refuses_at_start(name: str, extra:
     assert [status for status, _ in emulator.refusals] == [400]
 
 
-@pytest.mark.parametrize(("name", "stop"), [
-    ("gpt", lambda a: a["choices"][0]["finish_reason"] == "length"),
-    ("claude", lambda a: a["stop_reason"] == "max_tokens"),
-    ("gemini", lambda a: a["candidates"][0]["finishReason"] == "MAX_TOKENS"),
-])
+@pytest.mark.parametrize(
+    ("name", "stop"),
+    [
+        ("gpt", lambda a: a["choices"][0]["finish_reason"] == "length"),
+        ("claude", lambda a: a["stop_reason"] == "max_tokens"),
+        ("gemini", lambda a: a["candidates"][0]["finishReason"] == "MAX_TOKENS"),
+    ],
+)
 def test_a_reply_longer_than_its_cap_ends_with_the_providers_length_stop(name: str, stop: Any) -> None:
     spec = registry_spec(name)
     # no allowance: the hidden reasoning (96 tokens at gpt's low effort, 200 of Gemini's budget) eats the cap
@@ -220,8 +252,10 @@ def started_emulators(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any
     for key, value in KEYS.items():
         monkeypatch.setenv(key, value)
     with ExitStack() as stack:
-        started = {name: stack.enter_context(PROVIDERS[name][0]())
-                   for name in ("gpt", "ernie", "claude", "gemini", "webdancer")}
+        started = {
+            name: stack.enter_context(PROVIDERS[name][0]())
+            for name in ("gpt", "ernie", "claude", "gemini", "webdancer")
+        }
         monkeypatch.setenv("WEBDANCER_API_BASE", started["webdancer"].base_url)
         yield started
 
@@ -250,9 +284,18 @@ def routed_conf(tmp_path: Path, emulators: dict[str, Any]) -> Path:
 
 def run_card_sweep(tmp_path: Path, cache_dir: Path, conf: Path, *overrides: str) -> Any:
     db = f"sqlite:///{tmp_path}/mlflow.db"
-    run_py("--config-path", str(conf), "-m", *overrides, "limit=2", f"hydra.sweep.dir={tmp_path / 'sweep'}",
-           f"tracking.uri={db}", f"paths.cache_dir={cache_dir}", f"services.llm.cache.path={tmp_path}/llm.sqlite",
-           cwd=tmp_path)
+    run_py(
+        "--config-path",
+        str(conf),
+        "-m",
+        *overrides,
+        "limit=2",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"tracking.uri={db}",
+        f"paths.cache_dir={cache_dir}",
+        f"services.llm.cache.path={tmp_path}/llm.sqlite",
+        cwd=tmp_path,
+    )
     runs = tracking.search_runs(db)
     return runs[runs["tags.cts.kind"] == "job"]
 
@@ -272,8 +315,14 @@ def assert_clean_sweep(jobs: Any, emulators: dict[str, Any], roles: tuple[str, .
 @pytest.mark.slow
 @pytest.mark.parametrize("transport", ["openai", "litellm"])
 def test_card_sweep_with_every_model_on_its_providers_emulator(tmp_path, cache_dir, emulators, transport) -> None:
-    jobs = run_card_sweep(tmp_path, cache_dir, routed_conf(tmp_path, emulators), "clarifier=gpt,ernie,claude",
-                          "k=1,2,3", f"services.llm.transport={transport}")
+    jobs = run_card_sweep(
+        tmp_path,
+        cache_dir,
+        routed_conf(tmp_path, emulators),
+        "clarifier=gpt,ernie,claude",
+        "k=1,2,3",
+        f"services.llm.transport={transport}",
+    )
     assert_clean_sweep(jobs, emulators, ("clarifier", "ua", "rewriter", "judge"))
     assert set(jobs["tags.cts.system"]) == {"gpt", "ernie", "claude"}
     gpt = emulators["gpt"].bodies("/chat/completions")
@@ -291,8 +340,16 @@ def native_sweep(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> I
     tmp_path = tmp_path_factory.mktemp("native")
     with pytest.MonkeyPatch.context() as monkeypatch, started_emulators(monkeypatch) as emulators:
         # The endpoint probe authenticates each route as its provider does (x-goog-api-key for Gemini).
-        jobs = run_card_sweep(tmp_path, cache_dir, routed_conf(tmp_path, emulators), "clarifier=claude,gemini,ernie",
-                              "k=1,2,3", "ua=gemini", "judge=claude", "search=extractive")
+        jobs = run_card_sweep(
+            tmp_path,
+            cache_dir,
+            routed_conf(tmp_path, emulators),
+            "clarifier=claude,gemini,ernie",
+            "k=1,2,3",
+            "ua=gemini",
+            "judge=claude",
+            "search=extractive",
+        )
         yield jobs, emulators
 
 
@@ -307,8 +364,11 @@ def test_card_sweep_through_anthropic_gemini_and_qianfan_as_clarifier_ua_and_jud
     # one-word answers cost more output tokens than their text
     answers = [a for a in emulators["gemini"].answers if a["usageMetadata"].get("thoughtsTokenCount")]
     assert answers and jobs["metrics.tokens_reasoning_ua"].sum() > 0
-    assert (jobs["metrics.tokens_out_ua"] >= jobs["metrics.tokens_reasoning_ua"] + 1).where(
-        jobs["metrics.tokens_reasoning_ua"] > 0, True).all()  # thoughts are a part of the output tokens
+    assert (
+        (jobs["metrics.tokens_out_ua"] >= jobs["metrics.tokens_reasoning_ua"] + 1)
+        .where(jobs["metrics.tokens_reasoning_ua"] > 0, True)
+        .all()
+    )  # thoughts are a part of the output tokens
     claude = [b for b in emulators["claude"].bodies("/v1/messages") if b["max_tokens"] > PROBE_TOKENS]  # not probes
     assert claude and all("system" in b and b["max_tokens"] in (512, 1024) for b in claude)  # clarifier's, judge's
 

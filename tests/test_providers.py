@@ -19,22 +19,11 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from omegaconf import OmegaConf
 
-from cts.app import build_node
-from cts.search.fetchers import (
-    HttpFetcher,
-    LocalCorpusFetcher,
-    Page,
-    extract_main_text,
-)
-from cts.search.providers import (
-    LocalWikiProvider,
-    SearchHit,
-    SearchProvider,
-    SearxngProvider,
-    SerperProvider,
-    lead_snippet,
-)
-from cts.types import CallError
+from cts.compose.app import build_node
+from cts.core.contracts import Page, SearchHit, SearchProvider
+from cts.core.types import CallError
+from cts.search.fetchers import HttpFetcher, LocalCorpusFetcher, extract_main_text
+from cts.search.providers import LocalWikiProvider, SearxngProvider, SerperProvider, lead_snippet
 
 Response = tuple[Any, ...]
 """(status, content type, body) or (status, content type, body, extra headers)."""
@@ -167,7 +156,11 @@ def test_local_fetcher_serves_local_urls(services):
 
 SERPER_BODY = {
     "organic": [
-        {"title": "Paris - Wikipedia", "link": "https://en.wikipedia.org/wiki/Paris", "snippet": "Paris is the capital."},
+        {
+            "title": "Paris - Wikipedia",
+            "link": "https://en.wikipedia.org/wiki/Paris",
+            "snippet": "Paris is the capital.",
+        },
         {"title": "No snippet", "link": "https://example.org/a"},
         {"title": "No link"},
         {"title": "巴黎", "link": "https://zh.wikipedia.org/wiki/巴黎", "snippet": "巴黎是法国首都。"},
@@ -288,7 +281,8 @@ ARTICLE = (
     "<html><head><title>Paris travel notes</title></head><body>"
     "<nav><a href='/'>Home</a> <a href='/x'>Menu item</a></nav>"
     "<article><h1>Paris</h1>"
-    + "<p>Paris is the capital and largest city of France, on the river Seine.</p>" * 3
+    + "<p>Paris is the capital and largest city of France, on the river Seine.</p>"
+    * 3
     + "<p>巴黎是法国的首都和最大城市，位于塞纳河畔。</p></article>"
     "<footer>Copyright footer boilerplate 2024</footer></body></html>"
 )
@@ -335,10 +329,15 @@ def test_extract_main_text_is_pure():
 
 def test_routing_fetcher_dispatches_by_scheme(services, fake_http):
     url = fake_http.route("GET", "/paris", (200, "text/html", ARTICLE))
-    node = OmegaConf.create({"_target_": "cts.search.fetchers.RoutingFetcher", "routes": {
-        "local": {"_target_": "cts.search.fetchers.LocalCorpusFetcher"},
-        "http": {"_target_": "cts.search.fetchers.HttpFetcher", "timeout_s": 5},
-    }})
+    node = OmegaConf.create(
+        {
+            "_target_": "cts.search.fetchers.RoutingFetcher",
+            "routes": {
+                "local": {"_target_": "cts.search.fetchers.LocalCorpusFetcher"},
+                "http": {"_target_": "cts.search.fetchers.HttpFetcher", "timeout_s": 5},
+            },
+        }
+    )
     fetcher = build_node(node, services)  # the composition layer builds the routes, then the router
     assert isinstance(fetcher.routes["local"], LocalCorpusFetcher)
     assert "river Seine" in run(fetcher.fetch(url)).text

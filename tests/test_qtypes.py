@@ -9,11 +9,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 from llm_server import ScriptedServer, llm_server, llm_settings  # noqa: F401
 
-from cts.app import build_node
-from cts.qtypes import QTYPES, classify_question, is_region_only, normalize_types
+from cts.compose.app import build_node
+from cts.compose.services import Services
 from cts.roles.qtyper import LexiconQuestionTyper, LLMQuestionTyper
 from cts.roles.qtyper import parse_question_types as parse_labels
-from cts.services import Services
+from cts.text.qtypes import QTYPES, classify_question, is_region_only, normalize_types
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -86,7 +86,7 @@ def test_lexicon_types(question: str, expected: tuple[str, ...]) -> None:
 
 
 def test_cases_cover_every_type_in_both_languages() -> None:
-    from cts.text import language
+    from cts.text.tokens import language
 
     for lang in ("en", "zh"):
         seen = {t for q, types in CASES if language(q) == lang for t in types}
@@ -107,16 +107,19 @@ def test_lexicon_typer_is_async_and_built_from_config() -> None:
     assert asyncio.run(typer.classify("您想了解哪个城市的房价？")) == ("region",)
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ('["region"]', ("region",)),
-    ('```json\n["time", "region"]\n```', ("region", "time")),
-    ('Labels: ["Scope"]', ("scope",)),
-    ('{"types": ["definition", "other"]}', ("definition",)),  # "other" only when alone
-    ('["other"]', ("other",)),
-    ('["place"]', None),
-    ("[]", None),
-    ("region", None),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('["region"]', ("region",)),
+        ('```json\n["time", "region"]\n```', ("region", "time")),
+        ('Labels: ["Scope"]', ("scope",)),
+        ('{"types": ["definition", "other"]}', ("definition",)),  # "other" only when alone
+        ('["other"]', ("other",)),
+        ('["place"]', None),
+        ("[]", None),
+        ("region", None),
+    ],
+)
 def test_parse_labels(text: str, expected: tuple[str, ...] | None) -> None:
     assert parse_labels(text) == expected
 

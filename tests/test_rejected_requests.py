@@ -8,13 +8,20 @@ import pytest
 from llm_server import Reply
 from test_infra_failures import QUESTIONS, instances, job, llm_roles
 
-from cts.job_files import INFRA_FILE, RECORDS_FILE, RETRIED_FILE
-from cts.outcome import incomplete_message, read_outcome
-from cts.records import ErrorInfo, Record, read_records
+from cts.core.records import ErrorInfo, Record, read_records
+from cts.protocol.job_files import INFRA_FILE, RECORDS_FILE, RETRIED_FILE
+from cts.protocol.outcome import incomplete_message, read_outcome
 
-REJECTION = json.dumps({"error": {"message": "Unsupported value: 'temperature' does not support 0 with this model.",
-                                  "type": "invalid_request_error", "param": "temperature",
-                                  "code": "unsupported_value"}})
+REJECTION = json.dumps(
+    {
+        "error": {
+            "message": "Unsupported value: 'temperature' does not support 0 with this model.",
+            "type": "invalid_request_error",
+            "param": "temperature",
+            "code": "unsupported_value",
+        }
+    }
+)
 
 
 def test_a_rejected_request_stops_the_job_commits_nothing_and_a_resume_finishes(llm_server, tmp_path, services):
@@ -36,9 +43,18 @@ def test_a_rejected_request_stops_the_job_commits_nothing_and_a_resume_finishes(
 
 
 def test_bad_request_records_of_older_versions_are_retried(llm_server, tmp_path, services):
-    old = [Record("i0", 1, error=ErrorInfo("clarify", "api_error", "bad_request: gpt at openai after 1 attempt(s): "
-                                                                    "HTTP 400: Unsupported value: 'temperature'")),
-           Record("i1", 1, error=ErrorInfo("clarify", "invalid_output", "clarifier: invalid output"))]
+    old = [
+        Record(
+            "i0",
+            1,
+            error=ErrorInfo(
+                "clarify",
+                "api_error",
+                "bad_request: gpt at openai after 1 attempt(s): HTTP 400: Unsupported value: 'temperature'",
+            ),
+        ),
+        Record("i1", 1, error=ErrorInfo("clarify", "invalid_output", "clarifier: invalid output")),
+    ]
     (tmp_path / "job").mkdir()
     (tmp_path / "job" / RECORDS_FILE).write_text("".join(r.to_json() + "\n" for r in old))
     llm_server.default = Reply(QUESTIONS)

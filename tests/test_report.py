@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cts.report.cli import main
+from cts.core.records import ArmResult, Record
+from cts.core.types import UNKNOWN
 from cts.report.build import ReportResult, build_sweep_report, log_sweep_report
+from cts.report.cli import main
 from cts.report.jobs import job_dirs, load_jobs
 from cts.report.rows import Stats, score_rows
-from cts.records import ArmResult, Record
-from cts.types import UNKNOWN
 
 IDS = ("a", "b", "c", "d")
 ORIG_SCORES = (10.0, 20.0, 30.0, 40.0)
@@ -32,13 +32,18 @@ def make_records(
     out = []
     for i, (rid, score) in enumerate(zip(IDS, scores)):
         qs = tuple(f"question {t} of {rid}" for t in range(1, len(types) + 1))
-        out.append(Record(
-            id=rid, k=k, questions=qs, question_types=tuple(types),
-            answers=tuple(answers[i]) if answers else (),
-            rewritten_query=f"rewrite {rid}",
-            clarified=ArmResult(query=f"q {rid}", answer="x", score=score),
-            orig=ArmResult(query=f"q {rid}", answer="y", score=ORIG_SCORES[i]),
-        ))
+        out.append(
+            Record(
+                id=rid,
+                k=k,
+                questions=qs,
+                question_types=tuple(types),
+                answers=tuple(answers[i]) if answers else (),
+                rewritten_query=f"rewrite {rid}",
+                clarified=ArmResult(query=f"q {rid}", answer="x", score=score),
+                orig=ArmResult(query=f"q {rid}", answer="y", score=ORIG_SCORES[i]),
+            )
+        )
     return out
 
 
@@ -47,9 +52,14 @@ def write_job(root: Path, clarifier: str, k: int, records: Sequence[Record], **c
     job = root / f"clarifier={clarifier},k={k}"
     job.mkdir(parents=True)
     (job / "records.jsonl").write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
-    summary = {"metrics": {}, "choices": {"clarifier": clarifier, "judge": "lexical", **choices,
-                                          "hydra/launcher": "basic"},
-               "k": k, "run_name": f"clarifier={clarifier},k={k}", "job_dir": str(job), "run_id": ""}
+    summary = {
+        "metrics": {},
+        "choices": {"clarifier": clarifier, "judge": "lexical", **choices, "hydra/launcher": "basic"},
+        "k": k,
+        "run_name": f"clarifier={clarifier},k={k}",
+        "job_dir": str(job),
+        "run_id": "",
+    }
     (job / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
     return job
 
@@ -63,10 +73,15 @@ def make_sweep(root: Path) -> Path:
     write_job(root, "none", 1, make_records(1, ORIG_SCORES))
     write_job(root, "rules_scope", 1, make_records(1, (20, 20, 40, 40), [SCOPE], [[K], [K], [U], [U]]))
     write_job(root, "rules_region", 1, make_records(1, (10, 20, 30, None), [REGION], [[U], [U], [U], [K]]))
-    write_job(root, "rules_scope", 2,
-              make_records(2, (30, 30, 40, 50), [SCOPE, TIME], [[K, K], [K, U], [U, U], [U, K]]))
-    write_job(root, "rules_region", 2,
-              make_records(2, (10, 30, 30, 40), [REGION, ("region", "time")], [[U, U], [U, K], [U, U], [K, U]]))
+    write_job(
+        root, "rules_scope", 2, make_records(2, (30, 30, 40, 50), [SCOPE, TIME], [[K, K], [K, U], [U, U], [U, K]])
+    )
+    write_job(
+        root,
+        "rules_region",
+        2,
+        make_records(2, (10, 30, 30, 40), [REGION, ("region", "time")], [[U, U], [U, K], [U, U], [K, U]]),
+    )
     return root
 
 
@@ -136,8 +151,16 @@ def test_files_and_plots_written(built: ReportResult) -> None:
     out = built.out_dir
     assert out is not None and out.name == "report"
     names = {p.name for p in built.files}
-    for table in ("scores", "delta_ci", "ua_diagnostics", "region_only", "all_unknown",
-                  "region_only_range", "turn_region_only", "qtype_unknown"):
+    for table in (
+        "scores",
+        "delta_ci",
+        "ua_diagnostics",
+        "region_only",
+        "all_unknown",
+        "region_only_range",
+        "turn_region_only",
+        "qtype_unknown",
+    ):
         assert {f"{table}.csv", f"{table}.md", f"{table}.tex"} <= names
     assert {"score_vs_k.png", "unknown_vs_region.png", "report.md"} <= names
     for png in ("score_vs_k.png", "unknown_vs_region.png"):
@@ -214,8 +237,10 @@ def test_orig_is_pooled_only_within_one_setting(tmp_path: Path) -> None:
 
     for judge, shift in (("lexical", 0.0), ("strict", -10.0)):
         root = tmp_path / judge
-        for clarifier, records in (("none", make_records(1, ORIG_SCORES)),
-                                   ("rules_scope", make_records(1, (20, 20, 40, 40), [SCOPE], [[K], [K], [U], [U]]))):
+        for clarifier, records in (
+            ("none", make_records(1, ORIG_SCORES)),
+            ("rules_scope", make_records(1, (20, 20, 40, 40), [SCOPE], [[K], [K], [U], [U]])),
+        ):
             shifted = [replace(r, orig=replace(r.orig, score=r.orig.score + shift)) for r in records]
             write_job(root, clarifier, 1, shifted, judge=judge)
     jobs = load_jobs([tmp_path / "lexical", tmp_path / "strict"])
@@ -225,19 +250,31 @@ def test_orig_is_pooled_only_within_one_setting(tmp_path: Path) -> None:
 
 
 def test_a_rebound_clarifier_model_names_the_system_by_its_option_and_orig_is_one_row():
-    from cts.records import ArmResult, Record
+    from cts.core.records import ArmResult, Record
     from cts.report.jobs import job_from_summary, label_jobs
 
     def job(model: str, litellm_id: str, overrides: list[str]):
         arm = ArmResult(query="q", score=50.0)
-        recs = [Record(id=f"i{n}", k=1, questions=("Which?",), clarified=arm, orig=ArmResult(query="q", score=40.0),
-                       models={"clarifier": litellm_id}) for n in range(3)]
+        recs = [
+            Record(
+                id=f"i{n}",
+                k=1,
+                questions=("Which?",),
+                clarified=arm,
+                orig=ArmResult(query="q", score=40.0),
+                models={"clarifier": litellm_id},
+            )
+            for n in range(3)
+        ]
         choices = {"clarifier": "gpt", "model@clarifier.model": model}  # as Hydra records them
         return job_from_summary({"choices": choices, "k": 1, "overrides": overrides}, recs)
 
-    jobs = label_jobs([job("gpt", "openai/gpt-5.2", ["clarifier=gpt", "k=1"]),
-                       job("claude", "anthropic/claude-opus-4-5",
-                           ["clarifier=gpt", "model@clarifier.model=claude", "k=1"])])
+    jobs = label_jobs(
+        [
+            job("gpt", "openai/gpt-5.2", ["clarifier=gpt", "k=1"]),
+            job("claude", "anthropic/claude-opus-4-5", ["clarifier=gpt", "model@clarifier.model=claude", "k=1"]),
+        ]
+    )
     # The option chosen, as `clarifier=claude` names the same system (not the litellm id the records hold).
     assert sorted(j.label for j in jobs) == ["claude", "gpt"]
     rows = score_rows(jobs, Stats(n_resamples=200, confidence=0.95, seed=0))

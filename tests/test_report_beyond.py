@@ -9,25 +9,30 @@ import pytest
 from test_report import ORIG_SCORES, make_records, write_job
 
 from cts import report
+from cts.protocol.pipeline import STAGE_CALLS
 from cts.report.beyond import frontier_rows, pareto
 from cts.report.jobs import job_from_summary, label_jobs
-from cts.pipeline import STAGE_CALLS
 
 K, U = "known", "unknown"
 
 
 def sequential(records, asked):
     """The same records as asked sequentially, with fewer questions where it stopped."""
-    return [replace(r, mode="sequential", questions=r.questions[:n], answers=r.answers[:n],
-                    question_types=r.question_types[:n]) for r, n in zip(records, asked)]
+    return [
+        replace(
+            r, mode="sequential", questions=r.questions[:n], answers=r.answers[:n], question_types=r.question_types[:n]
+        )
+        for r, n in zip(records, asked)
+    ]
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> report.ReportResult:
     root = tmp_path_factory.mktemp("sweep")
     batch = make_records(2, (30, 10, 40, 50), [("scope",), ("time",)], [[K, K], [U, U], [U, K], [K, U]])
-    seq = sequential(make_records(2, (30, 20, 30, 50), [("scope",), ("time",)], [[K, K], [U, U], [U, K], [K, U]]),
-                     (1, 2, 2, 1))
+    seq = sequential(
+        make_records(2, (30, 20, 30, 50), [("scope",), ("time",)], [[K, K], [U, U], [U, K], [K, U]]), (1, 2, 2, 1)
+    )
     write_job(root / "a", "rules_scope", 2, batch, **{"clarifier.mode": "batch"})
     write_job(root / "b", "rules_scope", 2, seq, **{"clarifier.mode": "sequential"})
     before = dict(STAGE_CALLS)
@@ -48,7 +53,7 @@ def test_batch_and_sequential_side_by_side(built: report.ReportResult) -> None:
 
 def test_gating_table_oracle_bound(built: report.ReportResult) -> None:
     g = built.tables["gating"]
-    for mode, rows in g.groupby("mode"):
+    for _mode, rows in g.groupby("mode"):
         by = rows.set_index("gate")
         assert {"always", "never", "oracle", "rules"} <= set(by.index)
         assert by.loc["oracle", "score_mean"] >= max(by.loc["always", "score_mean"], by.loc["never", "score_mean"])
@@ -81,15 +86,31 @@ def test_pareto_and_labels() -> None:
     records = make_records(1, (20, 20, 40, 40), [("scope",)], [[K], [K], [U], [U]])
 
     def job(mode: str, judge: str):
-        summary = {"choices": {"clarifier": "rules", "judge": judge}, "k": 1, "swept": ["clarifier.mode", "judge"],
-                   "overrides": [f"clarifier.mode={mode}", f"judge={judge}", "limit=4"]}
+        summary = {
+            "choices": {"clarifier": "rules", "judge": judge},
+            "k": 1,
+            "swept": ["clarifier.mode", "judge"],
+            "overrides": [f"clarifier.mode={mode}", f"judge={judge}", "limit=4"],
+        }
         return job_from_summary(summary, [replace(r, mode=mode) for r in records])
 
     jobs = label_jobs([job("sequential", "x"), job("batch", "x"), job("batch", "y")])
     # the mode is a column, never part of a label; the other factors that vary are
-    assert [(j.label, j.mode) for j in jobs] == [("rules[judge=x]", "batch"), ("rules[judge=x]", "sequential"),
-                                                 ("rules[judge=y]", "batch")]
-    mixed = pd.DataFrame({"system": ["s", "s"], "k": [1, 1], "mode": ["batch"] * 2, "gate": ["always", "never"],
-                          "score_mean": [50.0, 40.0], "cost_per_instance": [0.01, 0.0],
-                          "cost_unit": ["usd", "questions"], "questions_per_instance": [1.0, 0.0]})
+    assert [(j.label, j.mode) for j in jobs] == [
+        ("rules[judge=x]", "batch"),
+        ("rules[judge=x]", "sequential"),
+        ("rules[judge=y]", "batch"),
+    ]
+    mixed = pd.DataFrame(
+        {
+            "system": ["s", "s"],
+            "k": [1, 1],
+            "mode": ["batch"] * 2,
+            "gate": ["always", "never"],
+            "score_mean": [50.0, 40.0],
+            "cost_per_instance": [0.01, 0.0],
+            "cost_unit": ["usd", "questions"],
+            "questions_per_instance": [1.0, 0.0],
+        }
+    )
     assert set(frontier_rows(mixed)["cost_unit"]) == {"questions"}

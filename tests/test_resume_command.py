@@ -17,17 +17,22 @@ from llm_fakes import protocol_reply
 from llm_server import Reply
 from test_sweep_dir import REPO, clone_env, fresh_clone, job_runs, sweep_dirs
 
-from cts.interrupt import SWEEP_ENV, hydra_quote, recorded_sweep, remember_sweep, resume_command
-from cts.outcome import JobIncomplete, Outcome, finish
-from cts.records import read_records
+from cts._util.interrupt import (
+    SWEEP_ENV,
+    hydra_quote,
+    recorded_sweep,
+    remember_sweep,
+    resume_command,
+)
+from cts.core.records import read_records
+from cts.protocol.outcome import JobIncomplete, Outcome, finish
 
 
 def _parsed(override: str) -> object:
     return OverridesParser.create().parse_override(override).value()
 
 
-@pytest.mark.parametrize("value", ["/o/clarifier=gpt,k=1", "/o/a b", "/o/it's", '/o/"q"', "/o/ü", "/o/x\\",
-                                   "/o/plain"])
+@pytest.mark.parametrize("value", ["/o/clarifier=gpt,k=1", "/o/a b", "/o/it's", '/o/"q"', "/o/ü", "/o/x\\", "/o/plain"])
 def test_hydra_quoting_reads_back_the_same_value(value: str) -> None:
     assert _parsed(f"hydra.run.dir={hydra_quote(value)}") == value
 
@@ -79,16 +84,26 @@ def _lines_with(text: str, needle: str) -> list[str]:
 
 @pytest.mark.slow
 def test_a_sweep_whose_jobs_failed_on_infrastructure_prints_one_command_that_runs_from_anywhere(
-        tmp_path, llm_server, cache_dir):
+    tmp_path, llm_server, cache_dir
+):
     clone, elsewhere = fresh_clone(tmp_path), tmp_path / "elsewhere"
     elsewhere.mkdir()
     llm_server.handler = lambda body: Reply.error(500, "overloaded")  # the probe (GET) still answers
-    args = ["-m", "experiment=offline", "clarifier=gpt", "k=1,2,3", "limit=3",
-            f"services.llm.api_base={llm_server.base_url}", "services.llm.max_attempts=1",
-            f"services.llm.cache.path={tmp_path}/llm.sqlite", "services.llm.preflight_completion=false"]  # the endpoint fails mid-run, not at the pre-flight
+    args = [
+        "-m",
+        "experiment=offline",
+        "clarifier=gpt",
+        "k=1,2,3",
+        "limit=3",
+        f"services.llm.api_base={llm_server.base_url}",
+        "services.llm.max_attempts=1",
+        f"services.llm.cache.path={tmp_path}/llm.sqlite",
+        "services.llm.preflight_completion=false",
+    ]  # the endpoint fails mid-run, not at the pre-flight
     env = clone_env(cache_dir)
-    proc = subprocess.run([sys.executable, "run.py", *args], cwd=clone, env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "run.py", *args], cwd=clone, env=env, capture_output=True, text=True, timeout=600
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
     assert len(_lines_with(out, "INCOMPLETE: 0 of 3")) == 3 and "3 of 3 jobs failed" in out, out[-3000:]
@@ -114,13 +129,26 @@ def test_a_single_job_in_a_dir_with_equals_and_commas_resumes_from_another_direc
     elsewhere, job_dir = tmp_path / "elsewhere", tmp_path / "runs" / "clarifier=gpt,k=1"
     elsewhere.mkdir()
     llm_server.handler = lambda body: Reply.error(500, "overloaded")
-    args = ["experiment=offline", "clarifier=gpt", "limit=3", f"services.llm.api_base={llm_server.base_url}",
-            "services.llm.max_attempts=1", f"services.llm.cache.path={tmp_path}/llm.sqlite",
-            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", "services.llm.preflight_completion=false",
-            f'hydra.run.dir="{job_dir}"']
+    args = [
+        "experiment=offline",
+        "clarifier=gpt",
+        "limit=3",
+        f"services.llm.api_base={llm_server.base_url}",
+        "services.llm.max_attempts=1",
+        f"services.llm.cache.path={tmp_path}/llm.sqlite",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        "services.llm.preflight_completion=false",
+        f'hydra.run.dir="{job_dir}"',
+    ]
     env = clone_env(cache_dir)
-    proc = subprocess.run([sys.executable, str(REPO / "run.py"), *args], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "run.py"), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     command = proc.stderr.strip().splitlines()[-1].split("Resume with: ", 1)[1]
     llm_server.handler = protocol_reply

@@ -17,21 +17,24 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from cts.analysis import backbone_stability as bs
 from cts.analysis import common
 from cts.analysis import judge_robustness as jr
+from cts.compose.services import Services
+from cts.core.records import ArmResult, Record
+from cts.core.types import UNKNOWN, Gold, Instance, Label, Nugget
+from cts.data.jsonl import Dataset
 from cts.report import jobs as report_jobs
-from cts.data import Dataset
 from cts.roles.lexical import LexicalJudge
-from cts.lexicon import BUILTIN_PLACES_EN, BUILTIN_PLACES_ZH
-from cts.records import ArmResult, Record
-from cts.services import Services
-from cts.types import UNKNOWN, Gold, Instance, Label, Nugget
+from cts.text.lexicon import BUILTIN_PLACES_EN, BUILTIN_PLACES_ZH
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 HERE = __name__
 
 # One 5-token nugget per instance: how many of its tokens an answer contains sets the
 # lexical recall (4/5 = 0.8 is full at full=0.8 but partial at full=0.9, ...).
-TOKENS = {"a": "alpha beta gamma delta epsilon", "b": "zeta theta iota kappa lambda",
-          "c": "sigma omicron upsilon omega rho"}
+TOKENS = {
+    "a": "alpha beta gamma delta epsilon",
+    "b": "zeta theta iota kappa lambda",
+    "c": "sigma omicron upsilon omega rho",
+}
 INSTANCES = tuple(Instance(i, f"tell me about {i}", f"tell me about {i} in 1999") for i in TOKENS)
 GOLD = {i: Gold(i, (Nugget(f"{i}1", text, 1),)) for i, text in TOKENS.items()}
 
@@ -75,11 +78,20 @@ def job_records(k: int, n_tokens: dict[str, int], clarified: bool = True) -> lis
         arm = orig
         if clarified:
             answer = answer_with(i, n_tokens[i])
-            arm = ArmResult(query="rewritten", answer=answer,
-                            labels=asyncio.run(judge.judge(answer, GOLD[i].nuggets)), score=1.0)
-        out.append(Record(id=i, k=k, questions=("Which year?",) if clarified else (),
-                          question_types=(("time",),) if clarified else (), answers=("1999",) if clarified else (),
-                          clarified=arm, orig=orig))
+            arm = ArmResult(
+                query="rewritten", answer=answer, labels=asyncio.run(judge.judge(answer, GOLD[i].nuggets)), score=1.0
+            )
+        out.append(
+            Record(
+                id=i,
+                k=k,
+                questions=("Which year?",) if clarified else (),
+                question_types=(("time",),) if clarified else (),
+                answers=("1999",) if clarified else (),
+                clarified=arm,
+                orig=orig,
+            )
+        )
     return out
 
 
@@ -101,9 +113,16 @@ def frozen_sweep(tmp_path: Path) -> Path:
 
 def compose_task(experiment: str, out: Path, source: Path, *overrides: str) -> DictConfig:
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose("config", overrides=[f"experiment={experiment}", f"robustness.source={source}",
-                                           f"paths.output_dir={out}", f"tracking.uri=sqlite:///{out}/unused.db",
-                                           *overrides])
+        cfg = compose(
+            "config",
+            overrides=[
+                f"experiment={experiment}",
+                f"robustness.source={source}",
+                f"paths.output_dir={out}",
+                f"tracking.uri=sqlite:///{out}/unused.db",
+                *overrides,
+            ],
+        )
     with open_dict(cfg):
         cfg.dataset = {"_target_": f"{HERE}.make_dataset"}
         for group in ("clarifier", "search", "ua", "rewriter"):  # built => counted => test fails
@@ -113,7 +132,7 @@ def compose_task(experiment: str, out: Path, source: Path, *overrides: str) -> D
 
 def run_task(cfg: DictConfig, services: Services) -> Any:
     """Exactly what the app does with a task config."""
-    from cts.app import run_task as app_run_task
+    from cts.compose.app import run_task as app_run_task
 
     return app_run_task(cfg, services)
 
@@ -177,19 +196,22 @@ def test_failed_judge_call_is_excluded_not_zero(frozen_sweep: Path) -> None:
 PLACES = bs.Concretiser.from_places(BUILTIN_PLACES_EN + BUILTIN_PLACES_ZH + ("Lisbon",))
 
 
-@pytest.mark.parametrize(("rewrite", "sources", "expected"), [
-    ("best universities for AI, 2019", ["best universities for AI"], {"year": {"2019"}}),
-    ("best universities for AI, 2019", ["best universities for AI", "2019"], {}),
-    ("best universities for AI in Europe", ["best universities for AI"], {"region": {"Europe"}}),
-    ("best universities for AI in Europe", ["best universities for AI", "Europe"], {}),
-    ("best universities for AI at Stanford", ["best universities for AI"], {"entity": {"Stanford"}}),
-    ("Best universities for AI", ["best universities for AI"], {}),  # capital at sentence start
-    ("1755 Lisbon earthquake", ["earthquake"], {"year": {"1755"}, "region": {"Lisbon"}}),
-    ("History of China", ["history"], {"region": {"China"}}),
-    ("最好的大学，北京", ["最好的大学"], {"region": {"北京"}}),
-    ("《三体》的读后感", ["读后感"], {"entity": {"三体"}}),
-    ("最好的大学，2019年", ["最好的大学"], {"year": {"2019"}}),
-])
+@pytest.mark.parametrize(
+    ("rewrite", "sources", "expected"),
+    [
+        ("best universities for AI, 2019", ["best universities for AI"], {"year": {"2019"}}),
+        ("best universities for AI, 2019", ["best universities for AI", "2019"], {}),
+        ("best universities for AI in Europe", ["best universities for AI"], {"region": {"Europe"}}),
+        ("best universities for AI in Europe", ["best universities for AI", "Europe"], {}),
+        ("best universities for AI at Stanford", ["best universities for AI"], {"entity": {"Stanford"}}),
+        ("Best universities for AI", ["best universities for AI"], {}),  # capital at sentence start
+        ("1755 Lisbon earthquake", ["earthquake"], {"year": {"1755"}, "region": {"Lisbon"}}),
+        ("History of China", ["history"], {"region": {"China"}}),
+        ("最好的大学，北京", ["最好的大学"], {"region": {"北京"}}),
+        ("《三体》的读后感", ["读后感"], {"entity": {"三体"}}),
+        ("最好的大学，2019年", ["最好的大学"], {"year": {"2019"}}),
+    ],
+)
 def test_concretiser_finds_unsupported_terms(rewrite: str, sources: list[str], expected: dict[str, set[str]]) -> None:
     added = PLACES.added(rewrite, sources)
     assert {k: v for k, v in added.items() if v} == expected
@@ -231,13 +253,24 @@ class SilentUA(YearOnlyUA):
 
 
 def stability_sweep(root: Path) -> Path:
-    recs = [Record(id=i, k=2, questions=("Which year?", "Which country?"), question_types=(("time",), ("region",)),
-                   answers=(UNKNOWN, UNKNOWN)) for i in ("a", "b")]
+    recs = [
+        Record(
+            id=i,
+            k=2,
+            questions=("Which year?", "Which country?"),
+            question_types=(("time",), ("region",)),
+            answers=(UNKNOWN, UNKNOWN),
+        )
+        for i in ("a", "b")
+    ]
     write_job(root, "sys_a", recs)
     return root
 
 
-CAREFUL = {"ua": {"_target_": f"{HERE}.YearOnlyUA"}, "rewriter": {"_target_": "cts.roles.baselines.BracketRewriterBaseline"}}
+CAREFUL = {
+    "ua": {"_target_": f"{HERE}.YearOnlyUA"},
+    "rewriter": {"_target_": "cts.roles.baselines.BracketRewriterBaseline"},
+}
 
 
 def backbone_task(tmp_path: Path, backbones: dict[str, Any]) -> tuple[Any, Path]:
@@ -251,20 +284,31 @@ def backbone_task(tmp_path: Path, backbones: dict[str, Any]) -> tuple[Any, Path]
 
 
 def test_backbone_stability_table11_with_a_concretising_baseline(tmp_path: Path) -> None:
-    cfg, out = backbone_task(tmp_path, {
-        "careful": CAREFUL,
-        "leaky": {"ua": {"_target_": f"{HERE}.SilentUA"},
-                  "rewriter": {"_target_": "cts.roles.baselines.ConcretisingRewriterBaseline", "year": "2024"}},
-    })
+    cfg, out = backbone_task(
+        tmp_path,
+        {
+            "careful": CAREFUL,
+            "leaky": {
+                "ua": {"_target_": f"{HERE}.SilentUA"},
+                "rewriter": {"_target_": "cts.roles.baselines.ConcretisingRewriterBaseline", "year": "2024"},
+            },
+        },
+    )
     Forbidden.built, YearOnlyUA.calls = 0, 0
     assert run_task(cfg, Services(cache_dir=tmp_path)) is None
     assert Forbidden.built == 0 and YearOnlyUA.calls == 2 * 4  # 2 backbones x 2 items x 2 frozen questions
 
     per = pd.read_csv(out / "backbone_protocol.csv").set_index("backbone")
     assert per.loc["careful", ["unknown_rate", "unknown_preservation", "unsupported_concretisation"]].tolist() == [
-        0.75, 1.0, 0.0]
+        0.75,
+        1.0,
+        0.0,
+    ]
     assert per.loc["leaky", ["unknown_rate", "unknown_preservation", "unsupported_concretisation"]].tolist() == [
-        1.0, 0.0, 1.0]
+        1.0,
+        0.0,
+        1.0,
+    ]
     pair = pd.read_csv(out / "backbone_table11.csv").iloc[0]
     assert pair["pair"] == "careful vs. leaky"
     assert pair["ua_agree"] == 0.75 and pair["unknown_preservation"] == 0.5
@@ -279,9 +323,18 @@ def test_backbone_stability_offline_rule_roles_from_config(tmp_path: Path, servi
     out = tmp_path / "out"
     out.mkdir()
     sweep = tmp_path / "sweep"
-    recs = [Record(id="a", k=2, questions=("Which time period of “tell me about a” are you asking about?",
-                                           "Which region or place are you asking about?"),
-                   question_types=(("time",), ("region",)), answers=("1999", UNKNOWN))]
+    recs = [
+        Record(
+            id="a",
+            k=2,
+            questions=(
+                "Which time period of “tell me about a” are you asking about?",
+                "Which region or place are you asking about?",
+            ),
+            question_types=(("time",), ("region",)),
+            answers=("1999", UNKNOWN),
+        )
+    ]
     write_job(sweep, "rules_region", recs)
     cfg = compose_task("backbone_stability", out, sweep)
     assert set(cfg.robustness.backbones) == {"rules", "strict-bracket", "leaky-control"}
@@ -304,7 +357,7 @@ class FlakyUA(YearOnlyUA):
     """Fails for good on instance ``b`` (after the re-asks the LLM layer already made)."""
 
     async def answer(self, fused_query: str, question: str) -> str:
-        from cts.types import UnscoredError
+        from cts.core.types import UnscoredError
 
         if fused_query.startswith("tell me about b"):
             raise UnscoredError("UA gave two lines")
@@ -312,10 +365,13 @@ class FlakyUA(YearOnlyUA):
 
 
 def test_backbone_stability_excludes_an_item_a_backbone_failed(tmp_path: Path) -> None:
-    cfg, out = backbone_task(tmp_path, {
-        "careful": CAREFUL,
-        "flaky": {**CAREFUL, "ua": {"_target_": f"{HERE}.FlakyUA"}},
-    })
+    cfg, out = backbone_task(
+        tmp_path,
+        {
+            "careful": CAREFUL,
+            "flaky": {**CAREFUL, "ua": {"_target_": f"{HERE}.FlakyUA"}},
+        },
+    )
     assert run_task(cfg, Services(cache_dir=tmp_path)) is None
     metrics = json.loads((out / "robustness_metrics.json").read_text())
     assert metrics["n_items"] == 1 and metrics["n_failed_items"] == 1  # both backbones compared on item a only

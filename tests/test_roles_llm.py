@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
 from helpers import built
+from hydra import compose, initialize_config_dir
 from llm_fakes import protocol_reply
 from llm_server import (
     ScriptedServer,
@@ -18,7 +18,17 @@ from llm_server import (
     llm_settings,
 )
 
-from cts.app import build_node
+from cts.compose.app import build_node
+from cts.compose.services import Services
+from cts.core.types import (
+    QA,
+    UNKNOWN,
+    Evidence,
+    GoldDraft,
+    Instance,
+    Nugget,
+    UnscoredError,
+)
 from cts.llm import ModelSpec
 from cts.roles.llm import (
     LLMClarifier,
@@ -28,8 +38,6 @@ from cts.roles.llm import (
     LLMUserAnswerer,
 )
 from cts.roles.parse import normalise_answer
-from cts.services import Services
-from cts.types import QA, UNKNOWN, Evidence, GoldDraft, Instance, Nugget, UnscoredError
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 SPEC = {
@@ -54,9 +62,7 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-def test_clarifier_parses_questions_and_sends_prompt_a(
-    llm_server: ScriptedServer, services: Services
-) -> None:
+def test_clarifier_parses_questions_and_sends_prompt_a(llm_server: ScriptedServer, services: Services) -> None:
     llm_server.script('["Which year?", "Which country?"]')
     clarifier = built(LLMClarifier, services, model=SPEC, prompt="clarifier")
     assert run(clarifier.ask("best universities for AI", 2)) == ["Which year?", "Which country?"]
@@ -79,13 +85,19 @@ def test_clarifier_repairs_malformed_json_without_reask(
     reply: str, llm_server: ScriptedServer, services: Services
 ) -> None:
     llm_server.script(reply)
-    assert run(built(LLMClarifier, services, model=SPEC, prompt="clarifier").ask("q", 2)) == ["Which year?", "Which country?"]
+    assert run(built(LLMClarifier, services, model=SPEC, prompt="clarifier").ask("q", 2)) == [
+        "Which year?",
+        "Which country?",
+    ]
     assert len(llm_server.requests) == 1
 
 
 def test_clarifier_reasks_truncated_json(llm_server: ScriptedServer, services: Services) -> None:
     llm_server.script('["Which year?", "Which reg', '["Which year?", "Which region?"]')
-    assert run(built(LLMClarifier, services, model=SPEC, prompt="clarifier").ask("q", 2)) == ["Which year?", "Which region?"]
+    assert run(built(LLMClarifier, services, model=SPEC, prompt="clarifier").ask("q", 2)) == [
+        "Which year?",
+        "Which region?",
+    ]
     first, second = (r.body["messages"] for r in llm_server.requests)
     assert second[: len(first)] == first
     assert second[len(first)] == {"role": "assistant", "content": '["Which year?", "Which reg'}
@@ -173,9 +185,7 @@ def test_judge_accepts_list_form(llm_server: ScriptedServer, services: Services)
         '{"n1": "full", "n2": "no',  # truncated
     ],
 )
-def test_judge_invalid_labels_reask_then_unscored(
-    bad: str, llm_server: ScriptedServer, services: Services
-) -> None:
+def test_judge_invalid_labels_reask_then_unscored(bad: str, llm_server: ScriptedServer, services: Services) -> None:
     llm_server.default = bad
     with pytest.raises(UnscoredError):
         run(built(LLMJudge, services, model=SPEC, prompt="judge", max_reasks=1).judge("x", NUGGETS))
@@ -210,7 +220,11 @@ def test_extractor_builds_grounded_gold(llm_server: ScriptedServer, services: Se
         "unsupported_claims": "a claim",
     }
     llm_server.script(json.dumps(gold))
-    draft = run(built(LLMExtractor, services, model=SPEC, prompt="extractor").extract("AI unis in Europe", "Oxford...", EVIDENCE))
+    draft = run(
+        built(LLMExtractor, services, model=SPEC, prompt="extractor").extract(
+            "AI unis in Europe", "Oxford...", EVIDENCE
+        )
+    )
     assert isinstance(draft, GoldDraft)
     assert [(n.id, n.weight, n.evidence_ids) for n in draft.nuggets] == [
         ("n1", 3, ("e1",)),
@@ -229,9 +243,7 @@ def test_extractor_builds_grounded_gold(llm_server: ScriptedServer, services: Se
         {"text": "", "weight": 2, "evidence_ids": ["e1"]},  # empty
     ],
 )
-def test_extractor_rejects_invalid_nuggets(
-    nugget: dict, llm_server: ScriptedServer, services: Services
-) -> None:
+def test_extractor_rejects_invalid_nuggets(nugget: dict, llm_server: ScriptedServer, services: Services) -> None:
     llm_server.default = json.dumps({"nuggets": [nugget]})
     with pytest.raises(UnscoredError):
         run(built(LLMExtractor, services, model=SPEC, prompt="extractor", max_reasks=0).extract("q", "a", EVIDENCE))
@@ -241,18 +253,17 @@ def test_extractor_rejects_invalid_nuggets(
 CANARIES = ("CANARY-7f3a9c", "金丝雀暗号九七")
 
 
-def test_fused_query_never_reaches_clarifier_or_rewriter(
-    llm_server: ScriptedServer, services: Services
-) -> None:
+def test_fused_query_never_reaches_clarifier_or_rewriter(llm_server: ScriptedServer, services: Services) -> None:
     instance = Instance(
         id="c1",
         blurred_query="best universities for AI",
         fused_query=f"best universities for AI in Europe for master's study {CANARIES[0]} {CANARIES[1]}",
     )
-    llm_server.handler = lambda body: (
-        "Europe" if "Intent query:" in json.dumps(body) else protocol_reply(body)
+    llm_server.handler = lambda body: "Europe" if "Intent query:" in json.dumps(body) else protocol_reply(body)
+    clarifier, ua = (
+        built(LLMClarifier, services, model=SPEC, prompt="clarifier"),
+        built(LLMUserAnswerer, services, model=SPEC, prompt="ua"),
     )
-    clarifier, ua = built(LLMClarifier, services, model=SPEC, prompt="clarifier"), built(LLMUserAnswerer, services, model=SPEC, prompt="ua")
     rewriter = built(LLMRewriter, services, model=SPEC, prompt="rewriter")
 
     async def protocol() -> str:
@@ -297,15 +308,22 @@ def test_every_llm_option_composes_and_instantiates(services: Services, llm_serv
                 assert role.client.role == group
                 params = role.client.spec.params  # temperature 0, or a reasoning level where refused (gpt)
                 assert params.get("temperature") == 0 or (
-                    params.get("reasoning_effort") and "temperature" in role.client.spec.request.rejected)
+                    params.get("reasoning_effort") and "temperature" in role.client.spec.request.rejected
+                )
                 assert role.client.spec.input_cost_per_token > 0 and role.client.spec.api_key_env
     assert llm_server.requests == []
 
 
 def test_full_protocol_over_http_with_protocol_reply(llm_server: ScriptedServer, services: Services) -> None:
     llm_server.handler = protocol_reply
-    clarifier, ua = built(LLMClarifier, services, model=SPEC, prompt="clarifier"), built(LLMUserAnswerer, services, model=SPEC, prompt="ua")
-    rewriter, judge = built(LLMRewriter, services, model=SPEC, prompt="rewriter"), built(LLMJudge, services, model=SPEC, prompt="judge")
+    clarifier, ua = (
+        built(LLMClarifier, services, model=SPEC, prompt="clarifier"),
+        built(LLMUserAnswerer, services, model=SPEC, prompt="ua"),
+    )
+    rewriter, judge = (
+        built(LLMRewriter, services, model=SPEC, prompt="rewriter"),
+        built(LLMJudge, services, model=SPEC, prompt="judge"),
+    )
     extractor = built(LLMExtractor, services, model=SPEC, prompt="extractor")
 
     async def protocol() -> tuple:

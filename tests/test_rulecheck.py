@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from cts.app import preflight_problems_of, task_groups
+from cts.compose.app import preflight_problems_of, task_groups
 from cts.llm._rules import RequestRules, request_params, rule_violations
 from cts.llm.rulecheck import rule_problems
 
@@ -52,8 +52,11 @@ def test_gpt_5_2_is_sent_a_reasoning_effort_and_its_cap_as_max_completion_tokens
     gpt = composed("clarifier=gpt").clarifier.model
     rules = RequestRules.coerce(gpt.request)
     assert "temperature" not in gpt.params and gpt.params.reasoning_effort == "low"
-    assert (rules.cap_param, rules.cap_includes_reasoning, rules.reasoning_allowance) == ("max_completion_tokens", True,
-                                                                                          4096)
+    assert (rules.cap_param, rules.cap_includes_reasoning, rules.reasoning_allowance) == (
+        "max_completion_tokens",
+        True,
+        4096,
+    )
     assert request_params(rules, dict(gpt.params), 64) == {"reasoning_effort": "low", "max_completion_tokens": 4160}
 
 
@@ -73,10 +76,25 @@ def test_the_card_command_with_temperature_0_on_gpt_fails_at_start_within_second
     keys = {k: "dummy" for k in ("OPENAI_API_KEY", "QIANFAN_API_KEY", "ANTHROPIC_API_KEY")}
     env = {**os.environ, **keys, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, str(REPO / "run.py"), "--config-path", str(conf), "-m",
-                           "clarifier=gpt,ernie,claude", "k=1,2,3", f"hydra.sweep.dir={tmp_path / 'sweep'}",
-                           f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"],
-                          check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "run.py"),
+            "--config-path",
+            str(conf),
+            "-m",
+            "clarifier=gpt,ernie,claude",
+            "k=1,2,3",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        ],
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     elapsed = time.monotonic() - started
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "cts pre-flight failed; nothing was run" in proc.stderr and GPT_RULE in proc.stderr
@@ -86,8 +104,14 @@ def test_the_card_command_with_temperature_0_on_gpt_fails_at_start_within_second
 
 
 def test_effort_none_is_gpt_5_2s_documented_way_to_take_temperature() -> None:
-    assert rule_problems(composed("clarifier=gpt", "clarifier.model.params.reasoning_effort=none",
-                                  "+clarifier.model.params.temperature=0")) == []
+    assert (
+        rule_problems(
+            composed(
+                "clarifier=gpt", "clarifier.model.params.reasoning_effort=none", "+clarifier.model.params.temperature=0"
+            )
+        )
+        == []
+    )
     problems = rule_problems(composed("clarifier=gpt", "clarifier.model.params.reasoning_effort=minimal"))
     assert len(problems) == 1 and "`reasoning_effort=minimal`" in problems[0]
 
@@ -107,25 +131,43 @@ def test_claude_refuses_temperature_with_top_p_from_any_two_sources() -> None:
 
 
 def test_role_params_and_summary_params_reach_their_models() -> None:
-    cfg = composed("model@search.summary_model=gemini", "search.summary_params.temperature=0",
-                   "+search.summary_params.reasoning_effort=none", "clarifier=gpt", "+clarifier.params.top_p=0.5")
+    cfg = composed(
+        "model@search.summary_model=gemini",
+        "search.summary_params.temperature=0",
+        "+search.summary_params.reasoning_effort=none",
+        "clarifier=gpt",
+        "+clarifier.params.top_p=0.5",
+    )
     problems = rule_problems(cfg)
-    assert any(p.startswith("clarifier.model (gpt)") and p.endswith("[set in clarifier.params.top_p]")
-               for p in problems), problems
-    assert any(p.startswith("search.summary_model (gemini)") and "`reasoning_effort=none`" in p
-               and p.endswith("[set in search.summary_params.reasoning_effort]") for p in problems), problems
+    assert any(
+        p.startswith("clarifier.model (gpt)") and p.endswith("[set in clarifier.params.top_p]") for p in problems
+    ), problems
+    assert any(
+        p.startswith("search.summary_model (gemini)")
+        and "`reasoning_effort=none`" in p
+        and p.endswith("[set in search.summary_params.reasoning_effort]")
+        for p in problems
+    ), problems
 
 
 def test_one_server_for_every_role_is_not_checked_against_the_hosted_providers_rules() -> None:
-    cfg = composed("clarifier=gpt", "+clarifier.model.params.temperature=0", "services.llm.api_base=http://127.0.0.1:9/v1")
+    cfg = composed(
+        "clarifier=gpt", "+clarifier.model.params.temperature=0", "services.llm.api_base=http://127.0.0.1:9/v1"
+    )
     assert rule_problems(cfg) == []
 
 
 def test_rules_reject_values_combinations_and_honour_exceptions_and_defaults() -> None:
-    rules = RequestRules.coerce({
-        "rejected": {"temperature": "only 1"}, "rejected_values": {"effort": {"off": "cannot turn off"}},
-        "accepted_with": {"temperature": [{"effort": "none"}, {"temperature": 1}]}, "defaults": {"effort": "none"},
-        "together": [{"params": ["a", "b"], "rule": "one of a, b"}], "source": "https://example.org/doc"})
+    rules = RequestRules.coerce(
+        {
+            "rejected": {"temperature": "only 1"},
+            "rejected_values": {"effort": {"off": "cannot turn off"}},
+            "accepted_with": {"temperature": [{"effort": "none"}, {"temperature": 1}]},
+            "defaults": {"effort": "none"},
+            "together": [{"params": ["a", "b"], "rule": "one of a, b"}],
+            "source": "https://example.org/doc",
+        }
+    )
     assert rules.refused({"temperature": 0}) == []  # the provider's default effort is none
     assert rules.refused({"temperature": 0, "effort": "low"}) == [("temperature", "only 1")]
     assert rules.refused({"temperature": 1.0, "effort": "low"}) == []
@@ -138,7 +180,8 @@ def test_rules_reject_values_combinations_and_honour_exceptions_and_defaults() -
 def test_an_output_cap_is_never_a_rejected_parameter_but_renamed() -> None:
     with pytest.raises(ValueError, match="output cap"):
         RequestRules.coerce({"rejected": {"max_tokens": "use max_completion_tokens"}})
-    rules = RequestRules.coerce({"cap_param": "max_completion_tokens", "cap_includes_reasoning": True,
-                                 "reasoning_allowance": 100})
+    rules = RequestRules.coerce(
+        {"cap_param": "max_completion_tokens", "cap_includes_reasoning": True, "reasoning_allowance": 100}
+    )
     assert request_params(rules, {"max_tokens": 50, "x": 1}, None) == {"x": 1, "max_completion_tokens": 50}
     assert request_params(rules, {"max_tokens": 500}, 64) == {"max_completion_tokens": 164}

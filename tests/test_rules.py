@@ -2,10 +2,16 @@ import asyncio
 
 import pytest
 
-from cts.qtypes import classify_question
-from cts.roles.rules import NoClarifier, RuleClarifier, RuleRewriter, RuleUserAnswerer, head_term
-from cts.services import place_lexicon
-from cts.types import QA, UNKNOWN
+from cts.compose.services import place_lexicon
+from cts.core.types import QA, UNKNOWN
+from cts.roles.rules import (
+    NoClarifier,
+    RuleClarifier,
+    RuleRewriter,
+    RuleUserAnswerer,
+    head_term,
+)
+from cts.text.qtypes import classify_question
 
 
 def run(coro):
@@ -64,9 +70,21 @@ def questions():
 @pytest.mark.parametrize(
     ("blurred", "fused", "expected"),
     [
-        ("Tell me about Mercury", "Tell me about Mercury, the planet", {"scope": "planet", "time": UNKNOWN, "region": UNKNOWN}),
-        ("Eastern Front", "Eastern Front during World War I", {"scope": "World War I", "time": "World War I", "region": UNKNOWN}),
-        ("What was the Great Famine?", "What was the Great Famine in Ireland?", {"scope": "Ireland", "time": UNKNOWN, "region": "Ireland"}),
+        (
+            "Tell me about Mercury",
+            "Tell me about Mercury, the planet",
+            {"scope": "planet", "time": UNKNOWN, "region": UNKNOWN},
+        ),
+        (
+            "Eastern Front",
+            "Eastern Front during World War I",
+            {"scope": "World War I", "time": "World War I", "region": UNKNOWN},
+        ),
+        (
+            "What was the Great Famine?",
+            "What was the Great Famine in Ireland?",
+            {"scope": "Ireland", "time": UNKNOWN, "region": "Ireland"},
+        ),
         ("Jin dynasty", "Jin dynasty (266–420)", {"time": "266–420"}),
         ("Republic", "Republic by Plato", {"scope": "Plato", "time": UNKNOWN, "region": UNKNOWN}),
         ("Psycho", "Psycho, the 1960 film", {"scope": "1960 film", "time": "1960", "region": UNKNOWN}),
@@ -98,5 +116,8 @@ def test_rewriter_adds_known_answers_only():
     qa = [QA("Which sense?", "planet"), QA("Which region?", UNKNOWN)]
     assert run(rw.rewrite("Tell me about Mercury?", qa)) == "Tell me about Mercury, planet"
     assert run(rw.rewrite("Tell me about Mercury", [QA("q", UNKNOWN)])) == "Tell me about Mercury"
-    assert run(rw.rewrite("Eastern Front", [QA("a", "World War I"), QA("b", "World War I")])) == "Eastern Front, World War I"
+    assert (
+        run(rw.rewrite("Eastern Front", [QA("a", "World War I"), QA("b", "World War I")]))
+        == "Eastern Front, World War I"
+    )
     assert run(rw.rewrite("介绍一下长安", [QA("哪个时期？", "唐朝")])) == "介绍一下长安，唐朝"

@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from cts.scoring import restore_score
-from cts.types import Nugget
+from cts.core.scoring import restore_score
+from cts.core.types import Nugget
 
 
 def nuggets(*weights: int) -> list[Nugget]:
@@ -15,7 +15,7 @@ def nuggets(*weights: int) -> list[Nugget]:
     [
         ((3, 2, 1), ("full", "full", "full"), 100.0),
         ((3, 2, 1), ("none", "none", "none"), 0.0),
-        ((3, 2, 1), ("full", "none", "none"), 50.0),           # 3 / 6
+        ((3, 2, 1), ("full", "none", "none"), 50.0),  # 3 / 6
         ((3, 2, 1), ("partial", "partial", "partial"), 50.0),  # half credit everywhere
         ((3, 2, 1), ("none", "partial", "full"), 100 * 2 / 6),  # (0 + 1 + 1) / 6
         ((1,), ("partial",), 50.0),

@@ -1,7 +1,7 @@
 """The seams between composition and the rest: components and tasks get plain, typed arguments.
 
-Only the composition layer (``cts/app.py``) and its resource factories (``cts/services.py``)
-see the job's :class:`cts.services.Services`; every role, search backend, dataset loader and
+Only the composition layer (``cts/compose/app.py``) and its resource factories (``cts/compose/services.py``)
+see the job's :class:`cts.compose.services.Services`; every role, search backend, dataset loader and
 task receives exactly what it uses (a chat client, the index, the corpus, typed settings).
 """
 
@@ -15,12 +15,12 @@ import pytest
 from hydra import compose, initialize_config_dir
 from llm_server import llm_server, llm_settings  # noqa: F401  (fixture)
 
-from cts.app import build_node, preflight_problems_of, task_groups
-from cts.services import Services, component_arguments, resource_parameters
+from cts.compose.app import build_node, preflight_problems_of, task_groups
+from cts.compose.services import Services, component_arguments, resource_parameters
 
 REPO = Path(__file__).resolve().parents[1]
 PKG, CONF = REPO / "cts", REPO / "conf"
-COMPOSITION = {PKG / "app.py", PKG / "services.py"}
+COMPOSITION = {PKG / "compose" / "app.py", PKG / "compose" / "services.py"}
 
 
 def _functions(path: Path) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
@@ -36,8 +36,10 @@ def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.arg]:
 def test_nothing_outside_composition_takes_the_job_services() -> None:
     offenders = [
         f"{path.relative_to(REPO)}:{fn.lineno} {fn.name}({arg.arg})"
-        for path in sorted(PKG.rglob("*.py")) if path not in COMPOSITION
-        for fn in _functions(path) for arg in _parameters(fn)
+        for path in sorted(PKG.rglob("*.py"))
+        if path not in COMPOSITION
+        for fn in _functions(path)
+        for arg in _parameters(fn)
         if arg.arg == "services" or (arg.annotation is not None and "Services" in ast.unparse(arg.annotation))
     ]
     assert not offenders, "\n".join(offenders)
@@ -64,13 +66,20 @@ def test_components_and_tasks_do_not_import_the_services_module() -> None:
     from test_architecture import LAYERS, layer_of, module_name
 
     composition = [name for name, _ in LAYERS].index("composition")
-    offenders = [module_name(p) for p in sorted(PKG.rglob("*.py")) if p not in COMPOSITION
-                 and layer_of(module_name(p)) < composition and "cts.services" in _imports(p)]
+    offenders = [
+        module_name(p)
+        for p in sorted(PKG.rglob("*.py"))
+        if p not in COMPOSITION and layer_of(module_name(p)) < composition and "cts.compose.services" in _imports(p)
+    ]
     assert not offenders
 
 
-TASKS = ("evaluate.evaluate_task", "gold.gold_task", "judge_robustness.judge_robustness_task",
-         "backbone_stability.backbone_stability_task")
+TASKS = (
+    "evaluate.evaluate_task",
+    "gold.gold_task",
+    "judge_robustness.judge_robustness_task",
+    "backbone_stability.backbone_stability_task",
+)
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -85,7 +94,7 @@ def test_every_task_takes_typed_keyword_arguments_not_the_config(name: str) -> N
 
 
 def test_every_configured_task_has_a_composition() -> None:
-    from cts.app import TASKS as COMPOSED
+    from cts.compose.app import TASKS as COMPOSED
 
     targets = {str(compose_task(p.stem).task._target_) for p in (CONF / "task").glob("*.yaml")}
     assert targets == set(COMPOSED)
@@ -99,8 +108,10 @@ def compose_task(name: str):
 def test_llm_roles_get_a_client_booked_under_their_role_and_the_runtime_reask_default(llm_server, tmp_path) -> None:  # noqa: F811
     services = Services(cache_dir=tmp_path, settings={"llm": llm_settings(llm_server, max_reasks=3)})
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=["clarifier=gpt", "judge=ernie", "+judge.role=grader", "qtyper=llm",
-                                           "qtyper.max_reasks=1"])
+        cfg = compose(
+            "config",
+            overrides=["clarifier=gpt", "judge=ernie", "+judge.role=grader", "qtyper=llm", "qtyper.max_reasks=1"],
+        )
     clarifier, judge, typer = (build_node(cfg[g], services) for g in ("clarifier", "judge", "qtyper"))
     assert (clarifier.client.role, clarifier.client.spec.name, clarifier.max_reasks) == ("clarifier", "gpt", 3)
     assert (judge.client.role, judge.client.spec.name) == ("grader", "ernie")

@@ -10,14 +10,15 @@ from handwritten import INSTANCES
 from helpers import TableSearch, Typer, built, gold_for, mercury
 from llm_server import ScriptedServer, llm_server_fixture, llm_settings  # noqa: F401
 
+from cts.compose.services import Services
+from cts.core.contracts import SequentialClarifier
+from cts.core.records import read_records
+from cts.core.types import QA, UNKNOWN
+from cts.protocol.metrics import questions_asked_mean, summarize
+from cts.protocol.pipeline import Roles, clarify, clarify_mode, run_job
 from cts.roles.lexical import LexicalJudge
-from cts.metrics import questions_asked_mean, summarize
-from cts.pipeline import Roles, clarify, clarify_mode, run_job
-from cts.records import read_records
 from cts.roles.llm import InvalidOutput, LLMClarifier, parse_turn
 from cts.roles.rules import RuleClarifier, RuleRewriter, RuleUserAnswerer
-from cts.services import Services
-from cts.types import QA, UNKNOWN, SequentialClarifier
 
 
 class SpyClarifier:
@@ -35,8 +36,14 @@ class SpyClarifier:
 
 
 def roles(services, clarifier, table=None):
-    return Roles(clarifier=clarifier, ua=built(RuleUserAnswerer, services), rewriter=RuleRewriter(),
-                 search=TableSearch(table or {}), judge=LexicalJudge(), qtyper=Typer())
+    return Roles(
+        clarifier=clarifier,
+        ua=built(RuleUserAnswerer, services),
+        rewriter=RuleRewriter(),
+        search=TableSearch(table or {}),
+        judge=LexicalJudge(),
+        qtyper=Typer(),
+    )
 
 
 def test_rule_sequential_moves_on_after_unknown_and_stops_after_a_known_answer():
@@ -62,8 +69,9 @@ def test_sequential_turns_see_q_and_earlier_pairs_only_and_records_keep_order(se
     spy = SpyClarifier(RuleClarifier(order=["region", "time", "scope"], mode="sequential", stop_early=True))
     assert isinstance(spy, SequentialClarifier) and clarify_mode(spy) == "sequential"
     golds = {i.id: gold_for(i.id, (i.fused_query, 2)) for i in INSTANCES}
-    records, _ = asyncio.run(run_job(list(INSTANCES), golds, roles(services, spy), k=3, out_dir=tmp_path,
-                                     progress=False))
+    records, _ = asyncio.run(
+        run_job(list(INSTANCES), golds, roles(services, spy), k=3, out_dir=tmp_path, progress=False)
+    )
     intents = {i.fused_query for i in INSTANCES if i.fused_query != i.blurred_query}
     for blurred, qa in spy.seen:
         assert blurred in {i.blurred_query for i in INSTANCES}
@@ -110,9 +118,14 @@ def test_llm_sequential_clarifier_over_http(llm_server: ScriptedServer, tmp_path
     clarifier = built(LLMClarifier, services, model=spec, prompt="clarifier", mode="sequential", stop_early=True)
     from cts.roles.llm import LLMRewriter, LLMUserAnswerer
 
-    rs = Roles(clarifier=clarifier, ua=built(LLMUserAnswerer, services, model=spec, prompt="ua"),
-               rewriter=built(LLMRewriter, services, model=spec, prompt="rewriter"), search=TableSearch({}),
-               judge=LexicalJudge(), qtyper=Typer())
+    rs = Roles(
+        clarifier=clarifier,
+        ua=built(LLMUserAnswerer, services, model=spec, prompt="ua"),
+        rewriter=built(LLMRewriter, services, model=spec, prompt="rewriter"),
+        search=TableSearch({}),
+        judge=LexicalJudge(),
+        qtyper=Typer(),
+    )
     inter = asyncio.run(clarify(INSTANCES[3], 3, rs))
     assert inter.questions == ["哪一年？"] and [p.answer for p in inter.qa] == ["2023年"]
     turns = [r.body for r in llm_server.requests if "Earlier turns" in r.body["messages"][-1]["content"]]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from cts.stats import bootstrap_batch, paired_bootstrap_ci
+from cts.stats.bootstrap import bootstrap_batch, paired_bootstrap_ci
 
 
 def scores(n: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray]:
@@ -20,8 +20,14 @@ def scores(n: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("n", [7, 200, 2001])
 def test_batched_interval_equals_the_unbatched_scipy_draw(n: int) -> None:
     system, baseline = scores(n)
-    ref = sps.bootstrap((system - baseline,), np.mean, n_resamples=2_000, method="percentile",
-                        confidence_level=0.95, rng=np.random.default_rng(4)).confidence_interval
+    ref = sps.bootstrap(
+        (system - baseline,),
+        np.mean,
+        n_resamples=2_000,
+        method="percentile",
+        confidence_level=0.95,
+        rng=np.random.default_rng(4),
+    ).confidence_interval
     for max_values in (1, 3 * n, 999 * n, 10**9):  # 1 resample per batch ... all at once; odd batch sizes too
         mean, low, high = paired_bootstrap_ci(system, baseline, n_resamples=2_000, seed=4, max_values=max_values)
         assert (low, high) == (ref.low, ref.high), max_values

@@ -49,8 +49,10 @@ def test_8_processes_open_a_fresh_store_at_once_20_rounds(tmp_path: Path) -> Non
         uri = f"sqlite:///{tmp_path}/r{r}/mlflow.db"
         barrier = ctx.Barrier(N_PROCESSES)
         plan = [(open_like_jobs, 1)] * 6 + [(open_like_jobs, 2), (open_like_the_report, 0)]
-        procs = [ctx.Process(target=fn, args=(barrier, uri, str(tmp_path / f"r{r}" / f"p{p}"), n))
-                 for p, (fn, n) in enumerate(plan)]
+        procs = [
+            ctx.Process(target=fn, args=(barrier, uri, str(tmp_path / f"r{r}" / f"p{p}"), n))
+            for p, (fn, n) in enumerate(plan)
+        ]
         for proc in procs:
             proc.start()
         for proc in procs:
@@ -63,8 +65,9 @@ def test_8_processes_open_a_fresh_store_at_once_20_rounds(tmp_path: Path) -> Non
 
 def run_py(*args: str, cwd: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, *args], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
 
 
 @pytest.mark.slow
@@ -77,11 +80,21 @@ def test_real_jobs_a_multirun_and_the_report_start_at_once_on_a_fresh_store(tmp_
     for r in range(1):
         root = tmp_path / f"r{r}"
         root.mkdir()
-        common = ("experiment=offline", "limit=2", "sweep_report=false", f"tracking.uri=sqlite:///{root}/mlflow.db",
-                  "tracking.experiment=race", f"paths.cache_dir={cache_dir}")
-        procs = [run_py(run, *common, "clarifier=rules_scope", f"k={1 + i % 3}", f"hydra.run.dir={root}/j{i}", cwd=root)
-                 for i in range(6)]
-        procs.append(run_py(run, "-m", *common, "clarifier=rules_region,none", f"hydra.sweep.dir={root}/sweep", cwd=root))
+        common = (
+            "experiment=offline",
+            "limit=2",
+            "sweep_report=false",
+            f"tracking.uri=sqlite:///{root}/mlflow.db",
+            "tracking.experiment=race",
+            f"paths.cache_dir={cache_dir}",
+        )
+        procs = [
+            run_py(run, *common, "clarifier=rules_scope", f"k={1 + i % 3}", f"hydra.run.dir={root}/j{i}", cwd=root)
+            for i in range(6)
+        ]
+        procs.append(
+            run_py(run, "-m", *common, "clarifier=rules_region,none", f"hydra.sweep.dir={root}/sweep", cwd=root)
+        )
         report = run_py("-m", "cts.report", "race", "--tracking-uri", f"sqlite:///{root}/mlflow.db", cwd=root)
         outputs = [(p.communicate(timeout=600)[0], p.returncode) for p in [*procs, report]]
         for out, rc in outputs[:-1]:
@@ -140,10 +153,25 @@ def test_a_sweep_on_the_cts_launcher_with_a_broken_store_fails_every_job_with_th
     db = tmp_path / "garbage.db"
     db.write_bytes(b"not a database" * 100)
     proc = subprocess.run(
-        [sys.executable, str(REPO / "run.py"), "-m", "experiment=offline", "clarifier=rules_region,none", "limit=1",
-         "sweep_report=false", f"tracking.uri=sqlite:///{db}", f"paths.cache_dir={cache_dir}",
-         f"hydra.sweep.dir={tmp_path / 'sweep'}", "hydra/launcher=cts", "hydra.launcher.progress=false"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+        [
+            sys.executable,
+            str(REPO / "run.py"),
+            "-m",
+            "experiment=offline",
+            "clarifier=rules_region,none",
+            "limit=1",
+            "sweep_report=false",
+            f"tracking.uri=sqlite:///{db}",
+            f"paths.cache_dir={cache_dir}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+            "hydra/launcher=cts",
+            "hydra.launcher.progress=false",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-4000:]

@@ -17,7 +17,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from cts import tracking
-from cts.callbacks import pin_sweep_dir, report_or_exit
+from cts.compose.callbacks import pin_sweep_dir, report_or_exit
 from cts.report import ReportResult
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,8 +60,14 @@ def job_runs(clone: Path):  # noqa: ANN201 - a pandas DataFrame
 @pytest.mark.slow
 def test_the_readme_sweep_typed_as_written_puts_its_9_jobs_in_one_dir(tmp_path, cache_dir):
     clone = fresh_clone(tmp_path)
-    proc = subprocess.run([sys.executable, "run.py", *README_SWEEP], cwd=clone, env=clone_env(cache_dir),
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "run.py", *README_SWEEP],
+        cwd=clone,
+        env=clone_env(cache_dir),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (sweep,) = sweep_dirs(clone)  # before: 6 dirs, one of them holding only multirun.yaml
     expected = {f"clarifier={c},k={k}" for c in ("rules_scope", "rules_region", "none") for k in (1, 2, 3)}
@@ -79,10 +85,20 @@ def test_every_launcher_resolves_the_sweep_dir_once(tmp_path, cache_dir, launche
     clone = fresh_clone(tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    args = [*README_SWEEP, "limit=3", f"hydra/launcher={launcher}",
-            "hydra.sweep.dir=outputs/multirun/${now:%Y-%m-%d_%H-%M-%S_%f}"]
-    proc = subprocess.run([sys.executable, str(clone / "run.py"), *args], cwd=elsewhere, env=clone_env(cache_dir),
-                          capture_output=True, text=True, timeout=600)
+    args = [
+        *README_SWEEP,
+        "limit=3",
+        f"hydra/launcher={launcher}",
+        "hydra.sweep.dir=outputs/multirun/${now:%Y-%m-%d_%H-%M-%S_%f}",
+    ]
+    proc = subprocess.run(
+        [sys.executable, str(clone / "run.py"), *args],
+        cwd=elsewhere,
+        env=clone_env(cache_dir),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (sweep,) = [p for p in (elsewhere / "outputs" / "multirun").iterdir()]  # relative to where it was typed
     assert len(list(sweep.glob("*/summary.json"))) == 9 and (sweep / "multirun.yaml").is_file()
@@ -93,8 +109,14 @@ def test_every_launcher_resolves_the_sweep_dir_once(tmp_path, cache_dir, launche
 def test_a_report_that_finds_no_job_exits_1_with_an_error_line(tmp_path, cache_dir):
     clone = fresh_clone(tmp_path)
     args = ["-m", "experiment=offline", "k=1,2", "limit=2", "hydra.sweep.subdir=../../elsewhere/job${hydra:job.num}"]
-    proc = subprocess.run([sys.executable, "run.py", *args], cwd=clone, env=clone_env(cache_dir),
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "run.py", *args],
+        cwd=clone,
+        env=clone_env(cache_dir),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     (sweep,) = sweep_dirs(clone)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1] == f"error: sweep report: no finished job found in {sweep}"
@@ -103,8 +125,13 @@ def test_a_report_that_finds_no_job_exits_1_with_an_error_line(tmp_path, cache_d
 
 
 def _sweep_config(sweep_dir: str, hydra_overrides: list[str]):  # noqa: ANN202 - a DictConfig
-    return OmegaConf.create({"hydra": {"sweep": {"dir": sweep_dir}, "overrides": {"hydra": hydra_overrides}},
-                             "stats": {"n_resamples": 10, "confidence": 0.95}, "seed": 0})
+    return OmegaConf.create(
+        {
+            "hydra": {"sweep": {"dir": sweep_dir}, "overrides": {"hydra": hydra_overrides}},
+            "stats": {"n_resamples": 10, "confidence": 0.95},
+            "seed": 0,
+        }
+    )
 
 
 def test_the_pinned_dir_replaces_the_given_one_and_keeps_other_overrides_unresolved(tmp_path, monkeypatch):
@@ -130,17 +157,21 @@ def test_a_pinned_dir_holding_a_comma_is_quoted_for_hydra(tmp_path, monkeypatch)
 
 
 def test_a_report_without_every_job_of_the_sweep_is_an_error(tmp_path, monkeypatch):
-    import cts.callbacks
+    import cts.compose.callbacks
 
     config = _sweep_config(str(tmp_path), [])
     with pytest.raises(SystemExit, match=f"^error: sweep report: no finished job found in {tmp_path}$"):
         report_or_exit(config, 2)
     (tmp_path / "job0").mkdir()
     (tmp_path / "job0" / "summary.json").write_text("{}")
-    monkeypatch.setattr(cts.callbacks, "build_report", lambda c: ReportResult(str(tmp_path), tmp_path / "report"))
+    monkeypatch.setattr(
+        cts.compose.callbacks, "build_report", lambda c: ReportResult(str(tmp_path), tmp_path / "report")
+    )
     with pytest.raises(SystemExit, match=f"^error: sweep report: only 1 of the sweep's 2 jobs finished in {tmp_path}$"):
         report_or_exit(config, 2)
     assert report_or_exit(config, 1) == tmp_path / "report"
-    monkeypatch.setattr(cts.callbacks, "build_report", lambda c: ReportResult(str(tmp_path), None, errors=("E: x",)))
+    monkeypatch.setattr(
+        cts.compose.callbacks, "build_report", lambda c: ReportResult(str(tmp_path), None, errors=("E: x",))
+    )
     with pytest.raises(SystemExit, match="^error: sweep report: E: x$"):
         report_or_exit(config, 1)

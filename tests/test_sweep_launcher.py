@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llm_fakes import protocol_reply, sweep_reply
+from test_multirun import REPO, run_py
 
 from cts import tracking
-from llm_fakes import sweep_reply
-from llm_fakes import protocol_reply
-from test_multirun import REPO, run_py
 
 CARD = ("-m", "clarifier=gpt,ernie,claude", "k=1,2,3")
 OFFLINE = ("-m", "experiment=offline", "clarifier=rules_scope,rules_region,none", "k=1,2")
@@ -26,16 +25,23 @@ def _records(sweep: Path) -> dict[tuple[str, str], tuple[Any, ...]]:
     for path in sweep.glob("*/records.jsonl"):
         for line in path.read_text().splitlines():
             r = json.loads(line)
-            arms = tuple((a or {}).get(f) for a in (r["clarified"], r["orig"])
-                         for f in ("query", "answer", "labels", "score"))
+            arms = tuple(
+                (a or {}).get(f) for a in (r["clarified"], r["orig"]) for f in ("query", "answer", "labels", "score")
+            )
             out[(path.parent.name, r["id"])] = (r["questions"], r["answers"], r["rewritten_query"], arms)
     return out
 
 
 def _sweep(tmp_path: Path, name: str, *args: str) -> Path:
     sweep = tmp_path / name
-    run_py(*args, f"hydra.sweep.dir={sweep}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-           f"services.llm.cache.path={tmp_path}/{name}_llm.sqlite", "sweep_report=false", cwd=tmp_path)
+    run_py(
+        *args,
+        f"hydra.sweep.dir={sweep}",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"services.llm.cache.path={tmp_path}/{name}_llm.sqlite",
+        "sweep_report=false",
+        cwd=tmp_path,
+    )
     return sweep
 
 
@@ -64,9 +70,17 @@ def test_orig_arm_is_searched_and_judged_once_per_instance_per_sweep(tmp_path, l
     """With every cache off nothing else dedups: the 9 jobs' orig arms are one computation per instance."""
     llm_server.handler = sweep_reply
     n = 2
-    sweep = _sweep(tmp_path, "cts", *CARD, f"limit={n}", f"services.llm.api_base={llm_server.base_url}",
-                   f"paths.cache_dir={cache_dir}", "services.llm.cache.mode=off", "hydra/launcher=cts",
-                   "hydra.launcher.progress=false")
+    sweep = _sweep(
+        tmp_path,
+        "cts",
+        *CARD,
+        f"limit={n}",
+        f"services.llm.api_base={llm_server.base_url}",
+        f"paths.cache_dir={cache_dir}",
+        "services.llm.cache.mode=off",
+        "hydra/launcher=cts",
+        "hydra.launcher.progress=false",
+    )
     records = [json.loads(x) for p in sweep.glob("*/records.jsonl") for x in p.read_text().splitlines()]
     assert len(records) == 9 * n and not [r["error"] for r in records if r["error"]]
     blurred = {r["orig"]["query"] for r in records}
@@ -103,10 +117,27 @@ def test_a_failing_job_does_not_stop_the_others_and_the_exit_code_says_so(tmp_pa
     foreign.mkdir(parents=True)
     (foreign / "fingerprint.json").write_text('{"fingerprint": "0000000000000000"}')
     (foreign / "records.jsonl").write_text('{"id": "x", "k": 3}\n')
-    proc = subprocess.run([sys.executable, str(REPO / "run.py"), "-m", "experiment=offline", "clarifier=none",
-                           "k=1,3,2", "limit=5", "hydra/launcher=cts", f"hydra.sweep.dir={sweep}",
-                           f"tracking.uri=sqlite:///{tmp_path}/m.db", f"paths.cache_dir={cache_dir}",
-                           "sweep_report=false"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "run.py"),
+            "-m",
+            "experiment=offline",
+            "clarifier=none",
+            "k=1,3,2",
+            "limit=5",
+            "hydra/launcher=cts",
+            f"hydra.sweep.dir={sweep}",
+            f"tracking.uri=sqlite:///{tmp_path}/m.db",
+            f"paths.cache_dir={cache_dir}",
+            "sweep_report=false",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode != 0 and "holds records of another configuration" in proc.stdout + proc.stderr
     done = sorted(p.parent.name for p in sweep.glob("*/records.jsonl") if p.parent != foreign)
     assert done == ["k=1", "k=2"]  # jobs are named by the swept factors
@@ -117,11 +148,19 @@ def test_a_failing_job_does_not_stop_the_others_and_the_exit_code_says_so(tmp_pa
 def test_budget_applies_to_the_whole_sweep_and_stops_every_job_cleanly(tmp_path, llm_server, cache_dir):
     llm_server.handler = protocol_reply
     llm_server.latency_s = 0.05
-    sweep = _sweep(tmp_path, "cts", *CARD, "limit=6", f"services.llm.api_base={llm_server.base_url}",
-                   f"paths.cache_dir={cache_dir}", "services.llm.budget.max_usd=0.002", "hydra/launcher=cts",
-                   "services.llm.api_base_price.input_cost_per_token=1e-6",
-                   "services.llm.api_base_price.output_cost_per_token=4e-6",
-                   "hydra.launcher.progress=false")
+    sweep = _sweep(
+        tmp_path,
+        "cts",
+        *CARD,
+        "limit=6",
+        f"services.llm.api_base={llm_server.base_url}",
+        f"paths.cache_dir={cache_dir}",
+        "services.llm.budget.max_usd=0.002",
+        "hydra/launcher=cts",
+        "services.llm.api_base_price.input_cost_per_token=1e-6",
+        "services.llm.api_base_price.output_cost_per_token=4e-6",
+        "hydra.launcher.progress=false",
+    )
     summaries = [json.loads(p.read_text()) for p in sweep.glob("*/summary.json")]
     assert len(summaries) == 9 and {s["stop_reason"] for s in summaries} == {"budget"}
     spent = sum(s["metrics"]["cost_usd"] for s in summaries)

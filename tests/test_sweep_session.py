@@ -21,12 +21,12 @@ from llm_server import (
 from omegaconf import OmegaConf
 
 from cts import tracking
-from cts.budget import SPEND_FILE, Budget, run_within_budget
+from cts.core.types import BudgetExceeded, CallError, CircuitOpen
 from cts.llm import LLMRuntime, ModelSpec
+from cts.protocol.budget import SPEND_FILE, Budget, run_within_budget
 from cts.sweep import SweepSession
 from cts.sweep._compose import MemoConfigLoader, forget_composed
 from cts.sweep._joblog import routed_job_logs
-from cts.types import BudgetExceeded, CallError, CircuitOpen
 
 MESSAGES = [{"role": "user", "content": "Which year?"}]
 PRICE = {"input_cost_per_token": 1e-3, "output_cost_per_token": 0.0}
@@ -40,8 +40,9 @@ def _ask(rt: LLMRuntime, text: str, spec: ModelSpec | None = None) -> Any:
     return rt.client(spec or _spec(), "clarifier").complete([{"role": "user", "content": text}])
 
 
-def test_prior_spend_of_every_job_dir_adds_up_against_the_sweep_budget(llm_server: ScriptedServer,
-                                                                       tmp_path: Path) -> None:
+def test_prior_spend_of_every_job_dir_adds_up_against_the_sweep_budget(
+    llm_server: ScriptedServer, tmp_path: Path
+) -> None:
     """Resuming a sweep: each job dir's earlier spend counts, and the cap is the sweep's."""
     llm_server.default = Reply("ok", tokens_in=10, tokens_out=0)  # 0.01 USD per call
     rt = LLMRuntime.from_settings(llm_settings(llm_server, budget={"max_usd": 0.05}, api_base_price=PRICE), tmp_path)
@@ -72,6 +73,7 @@ def test_jobs_sharing_a_runtime_trace_each_llm_call_once(llm_server: ScriptedSer
     def sweep() -> None:
         with tracking.job_run(uri, "exp", "traced", {}):
             with SweepSession(progress=False) as session:
+
                 def job(i: int) -> None:
                     tracking.trace_llm_calls(rt)  # every job of the sweep asks for tracing
                     session.run(_ask(rt, f"question of job {i}"))
@@ -93,6 +95,7 @@ def test_log_lines_of_concurrent_jobs_land_in_their_own_files(tmp_path: Path) ->
     log.setLevel(logging.INFO)
     dirs = [tmp_path / f"job{i}" for i in range(3)]
     with routed_job_logs() as router, SweepSession(progress=False) as session:
+
         def job(i: int) -> None:
             with router.job(dirs[i], "run"):
                 log.info("setting up job %d", i)
@@ -148,8 +151,9 @@ def _dead_port() -> int:
         return int(s.getsockname()[1])  # closed again: nothing listens there
 
 
-def test_a_dead_endpoint_opens_only_its_own_breaker_in_a_shared_runtime(llm_server: ScriptedServer,
-                                                                        tmp_path: Path) -> None:
+def test_a_dead_endpoint_opens_only_its_own_breaker_in_a_shared_runtime(
+    llm_server: ScriptedServer, tmp_path: Path
+) -> None:
     settings = llm_settings(llm_server, api_base=None, max_attempts=1, breaker_failures=2)
     rt = LLMRuntime.from_settings(settings, tmp_path)
     dead = _spec("dead", f"http://127.0.0.1:{_dead_port()}/v1")

@@ -18,7 +18,7 @@ import pytest
 from llm_fakes import sweep_reply
 from test_sweep_dir import clone_env, fresh_clone, job_runs, sweep_dirs
 
-from cts.interrupt import resume_command
+from cts._util.interrupt import resume_command
 from cts.tracking import RUN_FILE
 
 CARD = ("-m", "clarifier=gpt,ernie,claude", "k=1,2,3")
@@ -71,9 +71,16 @@ def test_a_sweep_stopped_in_its_default_dir_resumes_from_another_directory(tmp_p
     llm_server.handler, llm_server.latency_s = sweep_reply, 0.1
     clone, elsewhere = fresh_clone(tmp_path), tmp_path / "elsewhere"
     elsewhere.mkdir()
-    argv = [sys.executable, str(clone / "run.py"), *CARD, f"limit={N}", f"services.llm.api_base={llm_server.base_url}",
-            f"services.llm.cache.path={tmp_path}/llm.sqlite", "hydra.launcher.job_concurrency=1",
-            "hydra.launcher.progress=false"]
+    argv = [
+        sys.executable,
+        str(clone / "run.py"),
+        *CARD,
+        f"limit={N}",
+        f"services.llm.api_base={llm_server.base_url}",
+        f"services.llm.cache.path={tmp_path}/llm.sqlite",
+        "hydra.launcher.job_concurrency=1",
+        "hydra.launcher.progress=false",
+    ]
     env = clone_env(cache_dir)
     rc, out, err, sweep = _stop_mid_sweep(clone, argv, env, sig)
     stopped, run_ids = _records(sweep), _run_ids(sweep)
@@ -81,7 +88,9 @@ def test_a_sweep_stopped_in_its_default_dir_resumes_from_another_directory(tmp_p
     runs = job_runs(clone)
     assert len(runs) == 9 and ("RUNNING" if sig == signal.SIGKILL else "KILLED") in set(runs["status"])
     assert set(runs["status"]) <= {"RUNNING" if sig == signal.SIGKILL else "KILLED", "FINISHED"}, (
-        runs[["tags.mlflow.runName", "status"]], err[-3000:])
+        runs[["tags.mlflow.runName", "status"]],
+        err[-3000:],
+    )
     command = _printed_command(sig, rc, out, err, argv, int((runs["status"] == "KILLED").sum()))
     assert f"hydra.sweep.dir={sweep}" in command and command.split()[1] == str(clone / "run.py")
 

@@ -19,10 +19,10 @@ from omegaconf import OmegaConf
 from test_budget import compose_job
 
 from cts import tracking
-from cts.budget import SPEND_FILE, Budget, within_budget
-from cts.callbacks import jobs_open_store_here
+from cts._util.startup import end_startup_gc
+from cts.compose.callbacks import jobs_open_store_here
 from cts.llm import LLMRuntime, ModelSpec
-from cts.startup import end_startup_gc
+from cts.protocol.budget import SPEND_FILE, Budget, within_budget
 from cts.sweep import SweepSession, start_async
 
 PRICE = {"input_cost_per_token": 1e-3, "output_cost_per_token": 0.0}
@@ -71,25 +71,28 @@ def test_a_failed_setup_stops_the_started_job_and_books_what_it_paid(tmp_path: P
             return [], "done"
 
         budget = Budget(max_usd=None, timeout_s=5.0, count_prior_spend=rt.count_prior_spend)
-        with SweepSession(progress=False), pytest.raises(RuntimeError, match="store is broken"), \
-                within_budget(job, tmp_path, budget):
+        with (
+            SweepSession(progress=False),
+            pytest.raises(RuntimeError, match="store is broken"),
+            within_budget(job, tmp_path, budget),
+        ):
             _wait_for(lambda: len(server.requests) == 1)
             time.sleep(0.1)  # the reply is booked
             raise RuntimeError("the store is broken")
         assert len(server.requests) == 1
     assert cancelled.is_set()
     booked = [json.loads(line) for line in (tmp_path / SPEND_FILE).read_text().splitlines()]
-    assert booked == [{"unrecorded_usd": pytest.approx(0.01), "stop_reason": "setup_failed",
-                       "time": booked[0]["time"]}]
+    assert booked == [{"unrecorded_usd": pytest.approx(0.01), "stop_reason": "setup_failed", "time": booked[0]["time"]}]
 
 
-def _one_job_in_a_sweep(tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, *,
-                        wait_for_a_request: bool, **changes: Any) -> list[int]:
+def _one_job_in_a_sweep(
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, *, wait_for_a_request: bool, **changes: Any
+) -> list[int]:
     """Run the evaluate job as a sweep's only job; return the requests served as its MLflow run opened.
 
     With ``wait_for_a_request`` the run opens only once the server has had a request (at most 10 s).
     """
-    from cts.app import build_services, run_task
+    from cts.compose.app import build_services, run_task
 
     real_job_run = tracking.job_run
     seen: list[int] = []
@@ -125,11 +128,13 @@ def test_in_a_sweep_a_job_sends_requests_while_its_mlflow_run_is_set_up(
     assert summary["metrics"]["n_instances"] == 8 and summary["stop_reason"] == "done"
 
 
-def test_instance_traces_do_not_hold_the_requests_back(tmp_path: Path, cache_dir: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_instance_traces_do_not_hold_the_requests_back(
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Instances traced into the job's run still start before it exists; their traces wait for it."""
-    seen = _one_job_in_a_sweep(tmp_path, cache_dir, monkeypatch, wait_for_a_request=True,
-                               **{"tracking.instance_traces": True, "limit": 2})
+    seen = _one_job_in_a_sweep(
+        tmp_path, cache_dir, monkeypatch, wait_for_a_request=True, **{"tracking.instance_traces": True, "limit": 2}
+    )
     assert seen and seen[0] > 0
     run_id = json.loads((tmp_path / "job" / "summary.json").read_text())["run_id"]
     traces = tracking.search_traces(f"sqlite:///{tmp_path / 'mlflow.db'}", "cts")
@@ -208,7 +213,7 @@ def test_a_single_job_turns_the_gc_back_on_as_it_starts(gc_off: None) -> None:
     """``run.py`` turns the GC off; a single job (here one that stops at once on bad input) turns it on."""
     from hydra import compose, initialize_config_dir
 
-    from cts.app import run
+    from cts.compose.app import run
 
     with initialize_config_dir(version_base="1.3", config_dir=str(Path(__file__).resolve().parents[1] / "conf")):
         cfg = compose("config", overrides=["dataset=jsonl"])  # its path and gold_path are missing

@@ -23,9 +23,17 @@ ENV = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "PYTHONPAT
 
 
 def _cts_sweep(tmp_path: Path, *args: str) -> list[str]:
-    return [sys.executable, str(REPO / "run.py"), *args, "hydra/launcher=cts", "hydra.launcher.progress=false",
-            f"hydra.sweep.dir={tmp_path / 'sweep'}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-            "tracking.experiment=sig", "sweep_report=false"]
+    return [
+        sys.executable,
+        str(REPO / "run.py"),
+        *args,
+        "hydra/launcher=cts",
+        "hydra.launcher.progress=false",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        "tracking.experiment=sig",
+        "sweep_report=false",
+    ]
 
 
 def _lines(sweep: Path) -> dict[str, list[str]]:
@@ -40,16 +48,24 @@ def _job_runs(tmp_path: Path):  # noqa: ANN202 - a pandas DataFrame
 @pytest.mark.slow
 @pytest.mark.serial  # the signal must land while the sweep runs, between two record counts
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_stops_every_job_cleanly_and_the_printed_command_resumes_the_sweep(tmp_path, llm_server, cache_dir,
-                                                                                   sig):
+def test_a_signal_stops_every_job_cleanly_and_the_printed_command_resumes_the_sweep(
+    tmp_path, llm_server, cache_dir, sig
+):
     llm_server.handler = sweep_reply
     llm_server.latency_s = 0.1
     n = 6
-    args = (*CARD, f"limit={n}", f"services.llm.api_base={llm_server.base_url}", f"paths.cache_dir={cache_dir}",
-            f"services.llm.cache.path={tmp_path}/llm.sqlite", "hydra.launcher.job_concurrency=1")
+    args = (
+        *CARD,
+        f"limit={n}",
+        f"services.llm.api_base={llm_server.base_url}",
+        f"paths.cache_dir={cache_dir}",
+        f"services.llm.cache.path={tmp_path}/llm.sqlite",
+        "hydra.launcher.job_concurrency=1",
+    )
     sweep = tmp_path / "sweep"
-    proc = subprocess.Popen(_cts_sweep(tmp_path, *args), cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _cts_sweep(tmp_path, *args), cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:  # every job started, a few instances finished
         if len(list(sweep.glob("*/mlflow_run.json"))) == 9 and sum(map(len, _lines(sweep).values())) >= 4:
@@ -74,8 +90,9 @@ def test_a_signal_stops_every_job_cleanly_and_the_printed_command_resumes_the_sw
     assert sum(line.startswith(f"cts: stopped by {sig.name}: ") for line in err.splitlines()) == killed, err[-3000:]
     command = shlex.split(resumes.pop())
     assert command[:2] == [sys.executable, str(REPO / "run.py")] and f"hydra.sweep.dir={sweep}" in command
-    done = subprocess.run([sys.executable, *command[1:]], cwd=tmp_path, env=ENV, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [sys.executable, *command[1:]], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     resumed = _lines(sweep)
     assert len(resumed) == 9
@@ -98,15 +115,27 @@ def test_a_dead_endpoint_stops_only_the_jobs_that_use_it(tmp_path, llm_server, c
     llm_server.handler = sweep_reply
     live, dead = llm_server.base_url, _dead_base()
     roles = [f"{role}.model.api_base={live}" for role in ("ua", "rewriter", "judge")]
-    args = ("-m", "clarifier=gpt", f"clarifier.model.api_base={dead},{live}", "limit=6", *roles,
-            f"search.model.api_base={live}", f"search.summary_model.api_base={live}",
-            "hydra.sweep.subdir=job${hydra:job.num}", "services.llm.preflight_probe=false",
-            "services.llm.preflight_completion=false",
-            "services.llm.max_attempts=1", "services.llm.breaker_failures=2", f"paths.cache_dir={cache_dir}",
-            f"services.llm.cache.path={tmp_path}/llm.sqlite", "hydra.launcher.job_concurrency=1")
+    args = (
+        "-m",
+        "clarifier=gpt",
+        f"clarifier.model.api_base={dead},{live}",
+        "limit=6",
+        *roles,
+        f"search.model.api_base={live}",
+        f"search.summary_model.api_base={live}",
+        "hydra.sweep.subdir=job${hydra:job.num}",
+        "services.llm.preflight_probe=false",
+        "services.llm.preflight_completion=false",
+        "services.llm.max_attempts=1",
+        "services.llm.breaker_failures=2",
+        f"paths.cache_dir={cache_dir}",
+        f"services.llm.cache.path={tmp_path}/llm.sqlite",
+        "hydra.launcher.job_concurrency=1",
+    )
     env = {**ENV, "OPENAI_API_KEY": "sk-test", "QIANFAN_API_KEY": "sk-test"}
-    proc = subprocess.run(_cts_sweep(tmp_path, *args), cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        _cts_sweep(tmp_path, *args), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
     assert "1 of 2 jobs failed: job0\n" in out, out[-3000:]

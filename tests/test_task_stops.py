@@ -24,16 +24,29 @@ from omegaconf import open_dict
 from test_robustness import compose_task, frozen_sweep, stability_sweep  # noqa: F401 - fixture
 
 from cts import tracking
-from cts.app import build_services, run, run_task
-from cts.data import write_instances_jsonl
+from cts.compose.app import build_services, run, run_task
+from cts.core.records import infra_stop
+from cts.core.types import (
+    BudgetExceeded,
+    CallError,
+    CircuitOpen,
+    GoldDraft,
+    Instance,
+    SearchResult,
+    UnscoredError,
+)
+from cts.data.jsonl import write_instances_jsonl
 from cts.demo import load_demo
 from cts.gold import build_gold
-from cts.records import infra_stop
-from cts.types import BudgetExceeded, CallError, CircuitOpen, GoldDraft, Instance, SearchResult, UnscoredError
 
 REPO = Path(__file__).resolve().parents[1]
-FAST_RETRIES = ("services.llm.max_attempts=2", "services.llm.backoff.initial=0.01", "services.llm.backoff.max=0.01",
-                "services.llm.backoff.jitter=0", "services.llm.breaker_failures=2")
+FAST_RETRIES = (
+    "services.llm.max_attempts=2",
+    "services.llm.backoff.initial=0.01",
+    "services.llm.backoff.max=0.01",
+    "services.llm.backoff.jitter=0",
+    "services.llm.breaker_failures=2",
+)
 
 
 def dead_base_url() -> str:
@@ -94,8 +107,11 @@ class _Extractor:
 
 def test_gold_build_stops_on_the_infrastructure_and_reports_item_failures() -> None:
     inst = [Instance("a", "q", "intent a"), Instance("b", "q", "intent b")]
-    for error in (CircuitOpen("http://h:1/v1", 2, "connection: refused"), CallError("server_error", "500"),
-                  BudgetExceeded("cap")):
+    for error in (
+        CircuitOpen("http://h:1/v1", 2, "connection: refused"),
+        CallError("server_error", "500"),
+        BudgetExceeded("cap"),
+    ):
         with pytest.raises(type(error)):
             asyncio.run(build_gold(inst, _Search(), _Extractor(error), provenance={}))
     with pytest.raises(CallError, match="connection: boom") as e:  # a search run ended by a dead endpoint
@@ -113,22 +129,37 @@ def test_gold_build_stops_on_the_infrastructure_and_reports_item_failures() -> N
 @pytest.fixture(scope="module")
 def instances_file(services, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("instances") / "demo3.jsonl"
-    write_instances_jsonl(load_demo(services.corpus, services.index, services.cache_dir, n=200, seed=0).instances[:3], path)
+    write_instances_jsonl(
+        load_demo(services.corpus, services.index, services.cache_dir, n=200, seed=0).instances[:3], path
+    )
     return path
 
 
 def gold_cfg(tmp: Path, cache_dir: Path, instances: Path, api_base: str, *overrides: str) -> Any:
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose("config", overrides=[
-            "experiment=gold", "search=extractive", "extractor=gpt", f"gold.instances={instances}",
-            f"gold.out_dir={tmp}/gold", f"services.llm.api_base={api_base}", f"paths.cache_dir={cache_dir}",
-            f"paths.output_dir={tmp}/out", f"tracking.uri=sqlite:///{tmp}/mlflow.db",
-            f"services.llm.cache.path={tmp}/llm_cache.sqlite", *FAST_RETRIES,
-            "services.llm.preflight_completion=false", *overrides])  # these tests fail the endpoint mid-run
+        return compose(
+            "config",
+            overrides=[
+                "experiment=gold",
+                "search=extractive",
+                "extractor=gpt",
+                f"gold.instances={instances}",
+                f"gold.out_dir={tmp}/gold",
+                f"services.llm.api_base={api_base}",
+                f"paths.cache_dir={cache_dir}",
+                f"paths.output_dir={tmp}/out",
+                f"tracking.uri=sqlite:///{tmp}/mlflow.db",
+                f"services.llm.cache.path={tmp}/llm_cache.sqlite",
+                *FAST_RETRIES,
+                "services.llm.preflight_completion=false",
+                *overrides,
+            ],
+        )  # these tests fail the endpoint mid-run
 
 
-def test_gold_task_stops_on_500s_fails_its_run_and_archives_nothing(tmp_path, cache_dir, instances_file,
-                                                                    llm_server) -> None:
+def test_gold_task_stops_on_500s_fails_its_run_and_archives_nothing(
+    tmp_path, cache_dir, instances_file, llm_server
+) -> None:
     llm_server.handler = lambda body: Reply.error(500, "internal error")
     cfg = gold_cfg(tmp_path, cache_dir, instances_file, llm_server.base_url)
     line = stopped(lambda: run(cfg))
@@ -140,8 +171,9 @@ def test_gold_task_stops_on_500s_fails_its_run_and_archives_nothing(tmp_path, ca
 
 
 def test_gold_task_stops_when_the_endpoint_refuses_connections(tmp_path, cache_dir, instances_file) -> None:
-    cfg = gold_cfg(tmp_path, cache_dir, instances_file, dead_base_url(), "services.llm.preflight_probe=false",
-                   "concurrency=1")
+    cfg = gold_cfg(
+        tmp_path, cache_dir, instances_file, dead_base_url(), "services.llm.preflight_probe=false", "concurrency=1"
+    )
     line = stopped(lambda: run(cfg))
     assert f"connection at {cfg.services.llm.api_base}" in line and "All connection attempts failed" in line, line
     run_row = the_task_run(f"sqlite:///{tmp_path}/mlflow.db")
@@ -152,9 +184,16 @@ def test_gold_task_stops_when_the_endpoint_refuses_connections(tmp_path, cache_d
 def test_judge_robustness_stops_on_a_refused_judge(frozen_sweep: Path, tmp_path: Path) -> None:  # noqa: F811
     out = tmp_path / "out"
     out.mkdir()
-    cfg = compose_task("judge_robustness", out, frozen_sweep, "+judge@robustness.judges.llm=gpt",
-                       f"services.llm.api_base={dead_base_url()}", f"paths.cache_dir={tmp_path}", *FAST_RETRIES,
-                       "services.llm.breaker_failures=1")  # the first refused connection opens the breaker
+    cfg = compose_task(
+        "judge_robustness",
+        out,
+        frozen_sweep,
+        "+judge@robustness.judges.llm=gpt",
+        f"services.llm.api_base={dead_base_url()}",
+        f"paths.cache_dir={tmp_path}",
+        *FAST_RETRIES,
+        "services.llm.breaker_failures=1",
+    )  # the first refused connection opens the breaker
     line = stopped(lambda: run_task(cfg, build_services(cfg)))
     assert line.startswith("cts: judge_robustness stopped") and "circuit breaker open" in line, line
     run_row = the_task_run(f"sqlite:///{out}/unused.db")
@@ -166,11 +205,21 @@ def test_backbone_stability_stops_on_500s(tmp_path: Path, llm_server) -> None:
     llm_server.handler = lambda body: Reply.error(503, "overloaded")
     out = tmp_path / "out"
     out.mkdir()
-    cfg = compose_task("backbone_stability", out, stability_sweep(tmp_path / "sweep"),
-                       f"services.llm.api_base={llm_server.base_url}", f"paths.cache_dir={tmp_path}", *FAST_RETRIES)
+    cfg = compose_task(
+        "backbone_stability",
+        out,
+        stability_sweep(tmp_path / "sweep"),
+        f"services.llm.api_base={llm_server.base_url}",
+        f"paths.cache_dir={tmp_path}",
+        *FAST_RETRIES,
+    )
     with open_dict(cfg):
-        cfg.robustness.backbones = {"llm": {"ua": cfg.robustness.backbones.rules.ua, "rewriter": {
-            "_target_": "cts.roles.baselines.BracketRewriterBaseline"}}}
+        cfg.robustness.backbones = {
+            "llm": {
+                "ua": cfg.robustness.backbones.rules.ua,
+                "rewriter": {"_target_": "cts.roles.baselines.BracketRewriterBaseline"},
+            }
+        }
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         ua = compose("config", overrides=["ua=gpt"]).ua
     with open_dict(cfg):
@@ -186,15 +235,31 @@ def test_backbone_stability_stops_on_500s(tmp_path: Path, llm_server) -> None:
 @pytest.mark.slow
 def test_gold_command_exits_1_with_one_line_and_no_traceback(tmp_path, cache_dir, instances_file, llm_server) -> None:
     llm_server.handler = lambda body: Reply.error(500, "internal error")
-    args = ["experiment=gold", "search=extractive", "extractor=gpt", f"gold.instances={instances_file}",
-            f"gold.out_dir={tmp_path}/gold", f"services.llm.api_base={llm_server.base_url}",
-            f"paths.cache_dir={cache_dir}", f"hydra.run.dir={tmp_path}/run", f"tracking.uri=sqlite:///{tmp_path}/m.db",
-            f"services.llm.cache.path={tmp_path}/llm_cache.sqlite", *FAST_RETRIES,
-            "services.llm.preflight_completion=false"]  # the endpoint fails mid-run, not at the pre-flight
+    args = [
+        "experiment=gold",
+        "search=extractive",
+        "extractor=gpt",
+        f"gold.instances={instances_file}",
+        f"gold.out_dir={tmp_path}/gold",
+        f"services.llm.api_base={llm_server.base_url}",
+        f"paths.cache_dir={cache_dir}",
+        f"hydra.run.dir={tmp_path}/run",
+        f"tracking.uri=sqlite:///{tmp_path}/m.db",
+        f"services.llm.cache.path={tmp_path}/llm_cache.sqlite",
+        *FAST_RETRIES,
+        "services.llm.preflight_completion=false",
+    ]  # the endpoint fails mid-run, not at the pre-flight
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     env["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
-    proc = subprocess.run([sys.executable, str(REPO / "run.py"), *args], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300, check=False, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "run.py"), *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1].startswith("cts: gold stopped by an infrastructure failure")

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from cts.compose.services import Services, tool_cache
 from cts.search.toolcache import (
     TOOL_CACHE_FILE,
     ToolCache,
     search_args,
     visit_args,
 )
-from cts.services import Services, tool_cache
 
 
 def lookup(cache: ToolCache, args: dict, value: dict | None = None, **kwargs) -> tuple[dict, bool, int]:
@@ -54,8 +54,11 @@ def test_miss_then_hit_and_counters(tmp_path: Path):
 def test_key_separates_source_and_tool(tmp_path: Path):
     cache = ToolCache(tmp_path / "t.sqlite")
     args = search_args("paris", 10)
-    keys = {cache.key("serper:a", "search", args), cache.key("serper:b", "search", args),
-            cache.key("serper:a", "visit", args)}
+    keys = {
+        cache.key("serper:a", "search", args),
+        cache.key("serper:b", "search", args),
+        cache.key("serper:a", "visit", args),
+    }
     assert len(keys) == 3
 
 
@@ -73,8 +76,9 @@ def test_transient_results_are_not_stored(tmp_path: Path):
     assert lookup(cache, args)[1:] == (True, 0)
 
 
-@pytest.mark.parametrize(("mode", "stores", "serves"), [("read_write", True, True), ("read_only", False, True),
-                                                         ("off", False, False)])
+@pytest.mark.parametrize(
+    ("mode", "stores", "serves"), [("read_write", True, True), ("read_only", False, True), ("off", False, False)]
+)
 def test_modes(tmp_path: Path, mode: str, stores: bool, serves: bool):
     path = tmp_path / "t.sqlite"
     lookup(ToolCache(path), search_args("seeded", 10), {"hits": ["s"]})

@@ -13,13 +13,15 @@ from cts import tracking
 from cts.analysis import backbone_stability as bs
 from cts.analysis import judge_robustness as jr
 from cts.analysis.common import feedback_on_traces
-from cts.pipeline import Roles, run_job
+from cts.core.types import QA, UNKNOWN, Instance, SearchResult
+from cts.protocol.pipeline import Roles, run_job
 from cts.report.jobs import Job
 from cts.roles.lexical import LexicalJudge
-from cts.types import QA, UNKNOWN, Instance, SearchResult
 
-INSTANCES = [Instance("a", "tell me about alpha", "tell me about alpha beta"),
-             Instance("b", "tell me about gamma", "tell me about gamma delta")]
+INSTANCES = [
+    Instance("a", "tell me about alpha", "tell me about alpha beta"),
+    Instance("b", "tell me about gamma", "tell me about gamma delta"),
+]
 GOLD = {"a": gold_for("a", ("alpha beta", 2), ("zeta eta", 1)), "b": gold_for("b", ("gamma delta", 1))}
 
 
@@ -54,8 +56,17 @@ def _traced_job(tmp_path: Path) -> tuple[str, Job]:
     tracer = tracking.InstanceTraces()
     with tracking.job_run(uri, "cts", "job", {}) as run_id:
         tracer.attach(run_id)
-        records, _ = asyncio.run(run_job(INSTANCES, GOLD, Roles(roles, roles, roles, roles, LexicalJudge(), Typer()),
-                                         k=1, out_dir=tmp_path / "job", progress=False, on_instance=tracer))
+        records, _ = asyncio.run(
+            run_job(
+                INSTANCES,
+                GOLD,
+                Roles(roles, roles, roles, roles, LexicalJudge(), Typer()),
+                k=1,
+                out_dir=tmp_path / "job",
+                progress=False,
+                on_instance=tracer,
+            )
+        )
     mlflow.flush_trace_async_logging()
     return uri, Job("one_question", 1, tuple(records), run_id=run_id)
 
@@ -65,7 +76,9 @@ def _feedback(uri: str, run_id: str, name: str) -> dict[str, object]:
     exp = mlflow.get_experiment_by_name("cts")
     found = {}
     for t in mlflow.search_traces(locations=[exp.experiment_id], run_id=run_id, return_type="list"):
-        found.update({t.info.tags["cts.instance_id"]: a for a in t.info.assessments if a.name == name})
+        for a in t.info.assessments:
+            if a.name == name:
+                found[t.info.tags["cts.instance_id"]] = a
     return found
 
 
@@ -74,8 +87,10 @@ def test_each_judge_of_the_robustness_analysis_scores_the_instance_on_its_trace(
     judges = {"lexical": LexicalJudge(), "strict": Strict()}
     _, labels = asyncio.run(jr.rejudge([job], GOLD, judges))
     assert feedback_on_traces(jr.judge_feedback([job], GOLD, labels)) == 2 * len(INSTANCES)
-    same, strict = _feedback(uri, job.run_id, "restore_score_100.lexical"), _feedback(uri, job.run_id,
-                                                                                     "restore_score_100.strict")
+    same, strict = (
+        _feedback(uri, job.run_id, "restore_score_100.lexical"),
+        _feedback(uri, job.run_id, "restore_score_100.strict"),
+    )
     records = {r.id: r for r in job.records}
     assert sorted(same) == sorted(strict) == ["a", "b"]
     for i, a in same.items():  # the run's own judge again: the run's score, full agreement

@@ -48,9 +48,21 @@ def test_llm_calls_become_trace_spans(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/m.db"
     listeners = []
     tracking.trace_llm_calls(SimpleNamespace(add_listener=listeners.append))
-    event = SimpleNamespace(role="clarifier", spec_name="gpt", model="openai/gpt-5.2", messages=({"role": "user", "content": "q"},),
-                            params={"temperature": 0}, prompt_version="abc", text='["Which year?"]', tokens_in=10,
-                            tokens_out=5, cost_usd=0.001, cached=False, latency_s=0.2, error=None)
+    event = SimpleNamespace(
+        role="clarifier",
+        spec_name="gpt",
+        model="openai/gpt-5.2",
+        messages=({"role": "user", "content": "q"},),
+        params={"temperature": 0},
+        prompt_version="abc",
+        text='["Which year?"]',
+        tokens_in=10,
+        tokens_out=5,
+        cost_usd=0.001,
+        cached=False,
+        latency_s=0.2,
+        error=None,
+    )
     with tracking.job_run(uri, "exp", "traced", {}):
         listeners[0](event)
     traces = tracking.search_traces(uri, "exp")
@@ -78,9 +90,11 @@ def test_mlflow_telemetry_is_off_once_cts_tracking_is_imported() -> None:
     import subprocess
     import sys
 
-    code = ("import cts.tracking, mlflow; from mlflow.telemetry.utils import is_telemetry_disabled; "
-            "from mlflow.environment_variables import MLFLOW_DISABLE_TELEMETRY as V; "
-            "print(V.get(), is_telemetry_disabled())")
+    code = (
+        "import cts.tracking, mlflow; from mlflow.telemetry.utils import is_telemetry_disabled; "
+        "from mlflow.environment_variables import MLFLOW_DISABLE_TELEMETRY as V; "
+        "print(V.get(), is_telemetry_disabled())"
+    )
     unset = ("MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK", "PYTEST_CURRENT_TEST", "CI")
     env = {k: v for k, v in os.environ.items() if k not in unset}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
@@ -105,7 +119,8 @@ def test_a_new_experiment_gets_its_kind_once_and_a_kind_chosen_later_stays(tmp_p
 def test_the_tracking_config_reaches_the_tasks() -> None:
     from cts.tasks.job import tracking_settings
 
-    settings = tracking_settings({"uri": "sqlite:///x.db", "experiment": "e", "instance_traces": False,
-                                  "experiment_kind": "genai_development"})
+    settings = tracking_settings(
+        {"uri": "sqlite:///x.db", "experiment": "e", "instance_traces": False, "experiment_kind": "genai_development"}
+    )
     assert (settings.instance_traces, settings.records_table, settings.evaluation_dataset) == (False, True, True)
     assert settings.experiment_kind == "genai_development"

@@ -13,21 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
 from helpers import built
+from hydra import compose, initialize_config_dir
 from llm_server import Reply, llm_server, llm_settings  # noqa: F401  (fixture)
 from test_providers import ARTICLE, FakeHTTP, fake_http  # noqa: F401  (fixture)
 
-from cts.app import build_node
+from cts._util.prompts import load_prompt
+from cts.compose.app import build_node
+from cts.compose.services import Services
+from cts.core.contracts import SearchBackend, SearchHit
+from cts.core.types import CallError, RequestRejected
 from cts.llm import Completion, ModelSpec
-from cts.prompts import load_prompt
 from cts.search.fetchers import HttpFetcher, LocalCorpusFetcher, RoutingFetcher
-from cts.search.providers import (
-    LocalWikiProvider,
-    SearchHit,
-    SearxngProvider,
-    SerperProvider,
-)
+from cts.search.providers import LocalWikiProvider, SearxngProvider, SerperProvider
 from cts.search.react import (
     DEFAULT_STOP,
     RESULT_SEP,
@@ -41,15 +39,17 @@ from cts.search.react import (
     restore_think,
 )
 from cts.search.webdancer import WebDancerSearch
-from cts.services import Services
-from cts.types import CallError, RequestRejected, SearchBackend
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 MODEL = ModelSpec(name="webdancer", model="openai/WebDancer-32B")
 QUESTION = "Which city is the capital of France? 法国的首都是哪里？"
-SUMMARY = json.dumps({"rational": "The page names the capital.",
-                      "evidence": "Paris is the capital and largest city of France.",
-                      "summary": "The page states that Paris is the capital of France."})
+SUMMARY = json.dumps(
+    {
+        "rational": "The page names the capital.",
+        "evidence": "Paris is the capital and largest city of France.",
+        "summary": "The page states that Paris is the capital of France.",
+    }
+)
 ANSWER = "<think>The page confirms it.</think>\n<answer>Paris is the capital of France.</answer>"
 
 
@@ -82,8 +82,10 @@ def web(fake_http: FakeHTTP, monkeypatch: pytest.MonkeyPatch) -> FakeHTTP:
     """Serper-compatible search endpoint and two pages on the fake web server."""
     monkeypatch.setenv("SERPER_API_KEY", "test-key")
     paris, lyon = fake_http.url + "/paris", fake_http.url + "/lyon"
-    organic = [{"title": "Paris - Wikipedia", "link": paris, "snippet": "Paris is the capital of France."},
-               {"title": "Lyon", "link": lyon, "snippet": "Lyon is a city in France."}]
+    organic = [
+        {"title": "Paris - Wikipedia", "link": paris, "snippet": "Paris is the capital of France."},
+        {"title": "Lyon", "link": lyon, "snippet": "Lyon is a city in France."},
+    ]
     fake_http.route("POST", "/search", (200, "application/json", json.dumps({"organic": organic})))
     fake_http.route("GET", "/paris", (200, "text/html; charset=utf-8", ARTICLE))
     return fake_http
@@ -157,7 +159,10 @@ def test_episode_message_formats(tmp_path, llm_server, web):
     assert summ["temperature"] == 0.7 and "stop" not in summ
 
     assert (result.answer, result.answer_rule, result.end_reason) == (
-        "Paris is the capital of France.", "answer_tag", "answer")
+        "Paris is the capital of France.",
+        "answer_tag",
+        "answer",
+    )
 
 
 def test_episode_evidence_trace_and_summary(tmp_path, llm_server, web):
@@ -170,14 +175,41 @@ def test_episode_evidence_trace_and_summary(tmp_path, llm_server, web):
     assert (page.source, page.snippet) == (paris, "Paris is the capital and largest city of France.")
     assert page.title  # from the HTML page
     assert [t["type"] for t in result.trace] == [
-        "prompt", "llm", "tool_call", "tool_result", "llm", "tool_call", "tool_result", "llm", "end"]
+        "prompt",
+        "llm",
+        "tool_call",
+        "tool_result",
+        "llm",
+        "tool_call",
+        "tool_result",
+        "llm",
+        "end",
+    ]
     assert result.trace[3]["evidence_ids"] == [evidence_id("S", paris), evidence_id("S", lyon)]
     assert result.trace[6]["pages"] == [{"url": paris, "evidence_id": v_id, "rule": "summary", "cached": False}]
     summary = dict(result.summary)
-    assert {k: summary[k] for k in ("llm_calls", "summary_calls", "tool_calls", "searches", "visits",
-                                    "tool_errors", "tool_cache_hits", "evidence")} == {
-        "llm_calls": 3, "summary_calls": 1, "tool_calls": 2, "searches": 2, "visits": 1,
-        "tool_errors": 0, "tool_cache_hits": 0, "evidence": 3}
+    assert {
+        k: summary[k]
+        for k in (
+            "llm_calls",
+            "summary_calls",
+            "tool_calls",
+            "searches",
+            "visits",
+            "tool_errors",
+            "tool_cache_hits",
+            "evidence",
+        )
+    } == {
+        "llm_calls": 3,
+        "summary_calls": 1,
+        "tool_calls": 2,
+        "searches": 2,
+        "visits": 1,
+        "tool_errors": 0,
+        "tool_cache_hits": 0,
+        "evidence": 3,
+    }
     assert summary["tokens_in"] > 0 and summary["tokens_out"] > 0
     assert (summary["end_reason"], summary["answer_rule"]) == ("answer", "answer_tag")
     searches = [s for s in web.seen if s.path == "/search"]
@@ -191,7 +223,9 @@ def test_episode_evidence_trace_and_summary(tmp_path, llm_server, web):
 
 def test_malformed_tool_call_json_is_reported_and_the_agent_continues(tmp_path, llm_server, web):
     broken = "<think>t</think>\n<tool_call>\nsearch for the capital please\n</tool_call>"
-    repairable = '<think>again</think>\n<tool_call>\n{"name": "search", "arguments": {"query": ["capital"]}\n</tool_call>'
+    repairable = (
+        '<think>again</think>\n<tool_call>\n{"name": "search", "arguments": {"query": ["capital"]}\n</tool_call>'
+    )
     script(llm_server, [broken, repairable, ANSWER])
     result = search(make_agent(make_services(tmp_path, llm_server), web))
     _, b1, b2 = agent_bodies(llm_server)
@@ -202,11 +236,14 @@ def test_malformed_tool_call_json_is_reported_and_the_agent_continues(tmp_path, 
 
 
 def test_unknown_tool_and_bad_arguments_are_answered_with_errors(tmp_path, llm_server, web):
-    script(llm_server, [tool_call("browse", url="x"), tool_call("search", query=[]), tool_call("visit", url=["u"]),
-                        ANSWER])
+    script(
+        llm_server, [tool_call("browse", url="x"), tool_call("search", query=[]), tool_call("visit", url=["u"]), ANSWER]
+    )
     result = search(make_agent(make_services(tmp_path, llm_server), web))
     replies = [b["messages"][-1]["content"] for b in agent_bodies(llm_server)[1:]]
-    assert replies[0] == "<tool_response>\nError: unknown tool 'browse'. Available tools: search, visit.\n</tool_response>"
+    assert (
+        replies[0] == "<tool_response>\nError: unknown tool 'browse'. Available tools: search, visit.\n</tool_response>"
+    )
     assert "[search] Invalid request" in replies[1] and "[visit] Invalid request" in replies[2]
     assert result.summary["tool_errors"] == 3 and result.end_reason == "answer"
     assert not web.seen
@@ -229,8 +266,11 @@ def test_lone_closing_tag_and_plain_text_end_the_run(tmp_path, llm_server, web):
     assert (result.answer, result.answer_rule, result.end_reason) == ("Paris.", "no_tags", "answer")
 
 
-@pytest.mark.xfail(not hasattr(Completion, "reasoning"), strict=True,
-                   reason="the LLM layer drops the <think> block litellm moves to reasoning_content")
+@pytest.mark.xfail(
+    not hasattr(Completion, "reasoning"),
+    strict=True,
+    reason="the LLM layer drops the <think> block litellm moves to reasoning_content",
+)
 def test_reasoning_stays_in_the_history(tmp_path, llm_server, web):
     script(llm_server, episode(web))
     search(make_agent(make_services(tmp_path, llm_server), web))
@@ -265,8 +305,7 @@ def test_call_budget_forces_a_final_answer(tmp_path, llm_server, web):
 
 def test_call_budget_without_forced_answer(tmp_path, llm_server, web):
     script(llm_server, [tool_call("search", query=["paris"])] * 2)
-    result = search(make_agent(make_services(tmp_path, llm_server), web, max_llm_calls=2,
-                               force_final_answer=False))
+    result = search(make_agent(make_services(tmp_path, llm_server), web, max_llm_calls=2, force_final_answer=False))
     assert len(agent_bodies(llm_server)) == 2
     assert (result.end_reason, result.answer_rule, result.answer) == ("call_budget", "empty", "")
 
@@ -371,16 +410,23 @@ def test_rerun_with_warm_caches_sends_no_request(tmp_path, llm_server, web):
 def without_cache_flags(value: Any) -> Any:
     """The trace without what legitimately differs on a replay (cache flags, latency, cost, times)."""
     if isinstance(value, dict):
-        return {k: without_cache_flags(v) for k, v in value.items()
-                if k not in ("cached", "latency_s", "cost_usd", "t_ns")}
+        return {
+            k: without_cache_flags(v) for k, v in value.items() if k not in ("cached", "latency_s", "cost_usd", "t_ns")
+        }
     if isinstance(value, (list, tuple)):
         return [without_cache_flags(v) for v in value]
     return value
 
 
 def test_tool_cache_is_shared_across_query_spellings(tmp_path, llm_server, web):
-    script(llm_server, [tool_call("search", query=["Capital of France"]),
-                        tool_call("search", query=["  capital   OF france"]), ANSWER])
+    script(
+        llm_server,
+        [
+            tool_call("search", query=["Capital of France"]),
+            tool_call("search", query=["  capital   OF france"]),
+            ANSWER,
+        ],
+    )
     result = search(make_agent(make_services(tmp_path, llm_server, cache=True), web))
     assert len([s for s in web.seen if s.path == "/search"]) == 1
     assert result.summary["tool_cache_hits"] == 1
@@ -393,8 +439,14 @@ def test_offline_stack_searches_and_reads_the_local_corpus(tmp_path, llm_server,
     memo = {"corpus": services.corpus, "index": services.index}
     local = make_services(tmp_path, llm_server, memo=memo)
     top = services.index.search("Mercury planet closest to the Sun", 1)[0].doc
-    script(llm_server, [tool_call("search", query=["Mercury planet closest to the Sun"]),
-                        tool_call("visit", url=[top.url], goal="orbit of Mercury"), ANSWER])
+    script(
+        llm_server,
+        [
+            tool_call("search", query=["Mercury planet closest to the Sun"]),
+            tool_call("visit", url=[top.url], goal="orbit of Mercury"),
+            ANSWER,
+        ],
+    )
     fetcher = RoutingFetcher({"local": LocalCorpusFetcher(local.corpus)})
     agent = built(WebDancerSearch, local, model=MODEL, provider=LocalWikiProvider(local.index), fetcher=fetcher)
     result = search(agent, "Which planet is closest to the Sun?")
@@ -410,15 +462,21 @@ def test_offline_stack_searches_and_reads_the_local_corpus(tmp_path, llm_server,
 
 def test_config_builds_the_agent_with_released_defaults(tmp_path):
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        cfg = compose("config", overrides=["search=webdancer", "search/provider=searxng",
-                                           f"paths.cache_dir={tmp_path}"])
+        cfg = compose(
+            "config", overrides=["search=webdancer", "search/provider=searxng", f"paths.cache_dir={tmp_path}"]
+        )
     agent = build_node(cfg.search, Services(cache_dir=tmp_path))
     assert isinstance(agent.provider, SearxngProvider)
     assert sorted(agent.fetcher.routes) == ["http", "https", "local"]
     assert agent.agent.spec.model == "openai/WebDancer-32B" and agent.summariser.spec.name == "webdancer"
     assert (agent.agent.role, agent.summariser.role) == ("search", "visit_summary")
-    assert (agent.max_llm_calls, agent.max_context_tokens, agent.results_per_query,
-            agent.max_queries_per_call, agent.max_page_chars) == (50, 31 * 1024 - 500, 10, 3, 150_000)
+    assert (
+        agent.max_llm_calls,
+        agent.max_context_tokens,
+        agent.results_per_query,
+        agent.max_queries_per_call,
+        agent.max_page_chars,
+    ) == (50, 31 * 1024 - 500, 10, 3, 150_000)
     assert agent.params == {"temperature": 0.6, "top_p": 0.95, "stop": list(DEFAULT_STOP)}
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
         default = compose("config", overrides=["search=webdancer"])
@@ -432,14 +490,23 @@ def test_config_builds_the_agent_with_released_defaults(tmp_path):
     ("text", "expected"),
     [
         ("no call here", None),
-        ('<tool_call>{"name": "search", "arguments": {"query": ["a"]}}</tool_call>',
-         ToolCall("search", {"query": ["a"]}, '{"name": "search", "arguments": {"query": ["a"]}}')),
-        ('<tool_call>\n{"name": "visit", "arguments": "{\\"url\\": [\\"u\\"], \\"goal\\": \\"g\\"}"}\n',
-         ToolCall("visit", {"url": ["u"], "goal": "g"},
-                  '{"name": "visit", "arguments": "{\\"url\\": [\\"u\\"], \\"goal\\": \\"g\\"}"}')),
+        (
+            '<tool_call>{"name": "search", "arguments": {"query": ["a"]}}</tool_call>',
+            ToolCall("search", {"query": ["a"]}, '{"name": "search", "arguments": {"query": ["a"]}}'),
+        ),
+        (
+            '<tool_call>\n{"name": "visit", "arguments": "{\\"url\\": [\\"u\\"], \\"goal\\": \\"g\\"}"}\n',
+            ToolCall(
+                "visit",
+                {"url": ["u"], "goal": "g"},
+                '{"name": "visit", "arguments": "{\\"url\\": [\\"u\\"], \\"goal\\": \\"g\\"}"}',
+            ),
+        ),
         ("<tool_call>[1, 2]</tool_call>", ToolCall("", {}, "[1, 2]", TOOL_CALL_ERROR)),
-        ('<tool_call>{"name": "search", "arguments": 3}</tool_call>',
-         ToolCall("search", {}, '{"name": "search", "arguments": 3}', TOOL_CALL_ERROR)),
+        (
+            '<tool_call>{"name": "search", "arguments": 3}</tool_call>',
+            ToolCall("search", {}, '{"name": "search", "arguments": 3}', TOOL_CALL_ERROR),
+        ),
         ('<think>maybe <tool_call>{"name": "x"}</tool_call></think>no call after thinking', None),
     ],
 )
@@ -470,8 +537,12 @@ def test_render_hits_and_evidence_ids():
 
 @pytest.mark.parametrize(
     ("name", "placeholders"),
-    [("webdancer_system", set()), ("webdancer_user", {"tools", "question"}), ("webdancer_final", {"limit"}),
-     ("visit_summary", {"webpage_content", "goal"})],
+    [
+        ("webdancer_system", set()),
+        ("webdancer_user", {"tools", "question"}),
+        ("webdancer_final", {"limit"}),
+        ("visit_summary", {"webpage_content", "goal"}),
+    ],
 )
 def test_prompt_placeholders_match_the_code(name, placeholders):
     assert load_prompt(name).placeholders == placeholders

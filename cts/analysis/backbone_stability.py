@@ -9,8 +9,6 @@ search call is made.
 
 from __future__ import annotations
 
-from cts.analysis.common import bounded
-
 import asyncio
 import difflib
 import functools
@@ -27,23 +25,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cts.lexicon import place_pattern
-
-from cts.qtypes import classify_question
-from cts.records import Record, infra_stop
+from cts.analysis.common import bounded
+from cts.core.contracts import Rewriter, UserAnswerer
+from cts.core.records import Record, infra_stop
+from cts.core.types import QA, UNKNOWN, CallError, Instance, UnscoredError
 from cts.report.jobs import Job
 from cts.report.tables import Table
-from cts.text import STOPWORDS_EN, tokenize
+from cts.text.lexicon import place_pattern
+from cts.text.qtypes import classify_question
+from cts.text.tokens import STOPWORDS_EN, tokenize
 from cts.tracking import Assessed
-from cts.types import (
-    QA,
-    UNKNOWN,
-    CallError,
-    Instance,
-    Rewriter,
-    UnscoredError,
-    UserAnswerer,
-)
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +78,9 @@ def frozen_items(jobs: Sequence[Job], instances: Iterable[Instance]) -> list[Fro
 
 
 def _types(r: Record) -> tuple[tuple[str, ...], ...]:
-    return tuple(r.question_types[i] if i < len(r.question_types) else classify_question(q)
-                 for i, q in enumerate(r.questions))
+    return tuple(
+        r.question_types[i] if i < len(r.question_types) else classify_question(q) for i, q in enumerate(r.questions)
+    )
 
 
 async def replay(item: FrozenItem, backbone: Backbone) -> Replay:
@@ -112,7 +104,7 @@ class Concretiser:
 
     @classmethod
     def from_places(cls, places: Iterable[str]) -> Concretiser:
-        """Build from a place lexicon (see :func:`cts.services.concretiser_places`)."""
+        """Build from a place lexicon (see :func:`cts.compose.services.concretiser_places`)."""
         return cls(place_pattern(tuple(places)))
 
     def added(self, rewrite: str, sources: Sequence[str]) -> dict[str, set[str]]:
@@ -179,11 +171,27 @@ def backbone_rows(
             added = concretiser.added(out.rewrite, [item.instance.blurred_query, *known])
             keep += preserved(item, out, added)
             unsupported.append(any(added.values()))
-        rows.append({"backbone": name, "n_items": len(outs), "n_answers": len(answers),
-                     "unknown_rate": _mean([a == UNKNOWN for a in answers]),
-                     "unknown_preservation": _mean(keep), "unsupported_concretisation": _mean(unsupported)})
-    return pd.DataFrame(rows, columns=["backbone", "n_items", "n_answers", "unknown_rate",
-                                       "unknown_preservation", "unsupported_concretisation"])
+        rows.append(
+            {
+                "backbone": name,
+                "n_items": len(outs),
+                "n_answers": len(answers),
+                "unknown_rate": _mean([a == UNKNOWN for a in answers]),
+                "unknown_preservation": _mean(keep),
+                "unsupported_concretisation": _mean(unsupported),
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "backbone",
+            "n_items",
+            "n_answers",
+            "unknown_rate",
+            "unknown_preservation",
+            "unsupported_concretisation",
+        ],
+    )
 
 
 def _mean(flags: Sequence[bool] | Sequence[float]) -> float:
@@ -203,12 +211,22 @@ def pair_rows(outputs: Mapping[str, Sequence[Replay]], per_backbone: pd.DataFram
     keep = per_backbone.set_index("backbone")["unknown_preservation"]
     rows = []
     for a, b in itertools.combinations(outputs, 2):
-        agree = [(x == UNKNOWN) == (y == UNKNOWN)
-                 for oa, ob in zip(outputs[a], outputs[b]) for x, y in zip(oa.answers, ob.answers)]
+        agree = [
+            (x == UNKNOWN) == (y == UNKNOWN)
+            for oa, ob in zip(outputs[a], outputs[b])
+            for x, y in zip(oa.answers, ob.answers)
+        ]
         sims = [rewrite_similarity(oa.rewrite, ob.rewrite) for oa, ob in zip(outputs[a], outputs[b])]
         both = [v for v in (keep[a], keep[b]) if math.isfinite(v)]
-        rows.append({"pair": f"{a} vs. {b}", "n_items": len(sims), "ua_agree": _mean(agree),
-                     "rewrite_sim": _mean(sims), "unknown_preservation": float(np.mean(both)) if both else NAN})
+        rows.append(
+            {
+                "pair": f"{a} vs. {b}",
+                "n_items": len(sims),
+                "ua_agree": _mean(agree),
+                "rewrite_sim": _mean(sims),
+                "unknown_preservation": float(np.mean(both)) if both else NAN,
+            }
+        )
     return pd.DataFrame(rows, columns=["pair", "n_items", "ua_agree", "rewrite_sim", "unknown_preservation"])
 
 
@@ -218,21 +236,40 @@ def _fmt(v: Any) -> str:
 
 def stability_tables(pairs: pd.DataFrame, per_backbone: pd.DataFrame) -> list[Table]:
     """Table 11 (pairs) and the per-backbone protocol table."""
-    p_display = pd.DataFrame({"Pair": pairs["pair"], "n": pairs["n_items"], "UA agree": pairs["ua_agree"].map(_fmt),
-                              "Rewrite sim.": pairs["rewrite_sim"].map(_fmt),
-                              "Unknown preserv.": pairs["unknown_preservation"].map(_fmt)})
-    b_display = pd.DataFrame({
-        "Backbone": per_backbone["backbone"], "n": per_backbone["n_items"],
-        "unknown rate": per_backbone["unknown_rate"].map(_fmt),
-        "unknown preserv.": per_backbone["unknown_preservation"].map(_fmt),
-        "unsupported concretisation": per_backbone["unsupported_concretisation"].map(_fmt),
-    })
+    p_display = pd.DataFrame(
+        {
+            "Pair": pairs["pair"],
+            "n": pairs["n_items"],
+            "UA agree": pairs["ua_agree"].map(_fmt),
+            "Rewrite sim.": pairs["rewrite_sim"].map(_fmt),
+            "Unknown preserv.": pairs["unknown_preservation"].map(_fmt),
+        }
+    )
+    b_display = pd.DataFrame(
+        {
+            "Backbone": per_backbone["backbone"],
+            "n": per_backbone["n_items"],
+            "unknown rate": per_backbone["unknown_rate"].map(_fmt),
+            "unknown preserv.": per_backbone["unknown_preservation"].map(_fmt),
+            "unsupported concretisation": per_backbone["unsupported_concretisation"].map(_fmt),
+        }
+    )
     return [
-        Table("backbone_table11", "Table 11. Supporting-backbone stability: known/unknown agreement of UA answers, "
-              "normalised rewrite similarity, unknown preservation (mean of the pair).", pairs, p_display),
-        Table("backbone_protocol", "Per backbone: UA unknown rate, unknown preservation and unsupported "
-              "concretisation (a rewrite adds a year, region or entity that neither q nor a known answer "
-              "contains).", per_backbone, b_display),
+        Table(
+            "backbone_table11",
+            "Table 11. Supporting-backbone stability: known/unknown agreement of UA answers, "
+            "normalised rewrite similarity, unknown preservation (mean of the pair).",
+            pairs,
+            p_display,
+        ),
+        Table(
+            "backbone_protocol",
+            "Per backbone: UA unknown rate, unknown preservation and unsupported "
+            "concretisation (a rewrite adds a year, region or entity that neither q nor a known answer "
+            "contains).",
+            per_backbone,
+            b_display,
+        ),
     ]
 
 
@@ -280,9 +317,13 @@ def stability_metrics(tables: Sequence[Table]) -> dict[str, float]:
         key = str(r.pair).replace(" vs. ", "_vs_")
         out.update({f"ua_agree.{key}": r.ua_agree, f"rewrite_sim.{key}": r.rewrite_sim})
     for r in per_backbone.itertuples():
-        out.update({f"unknown_rate.{r.backbone}": r.unknown_rate,
-                    f"unknown_preservation.{r.backbone}": r.unknown_preservation,
-                    f"unsupported_concretisation.{r.backbone}": r.unsupported_concretisation})
+        out.update(
+            {
+                f"unknown_rate.{r.backbone}": r.unknown_rate,
+                f"unknown_preservation.{r.backbone}": r.unknown_preservation,
+                f"unsupported_concretisation.{r.backbone}": r.unsupported_concretisation,
+            }
+        )
     return {k: float(v) for k, v in out.items()}
 
 
@@ -290,9 +331,11 @@ def write_replays(items: Sequence[FrozenItem], outputs: Mapping[str, Sequence[Re
     """One JSON line per item with every backbone's answers and rewrite (for auditing)."""
     with path.open("w", encoding="utf-8") as f:
         for i, item in enumerate(items):
-            row = {"id": item.instance.id, "questions": list(item.questions),
-                   "backbones": {n: {"answers": list(o[i].answers), "rewrite": o[i].rewrite}
-                                 for n, o in outputs.items()}}
+            row = {
+                "id": item.instance.id,
+                "questions": list(item.questions),
+                "backbones": {n: {"answers": list(o[i].answers), "rewrite": o[i].rewrite} for n, o in outputs.items()},
+            }
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     return path
 
@@ -321,8 +364,12 @@ def backbone_feedback(
 def _replayed(name: str, replay: Replay, record: Record) -> Assessed:
     agree = [(a == UNKNOWN) == (b == UNKNOWN) for a, b in zip(replay.answers, record.answers)]
     missing = None if agree else ("no_answers", "the run recorded no answers to compare with")
-    meta = {"analysis": "backbone_stability", "unknown_answers": str(sum(a == UNKNOWN for a in replay.answers)),
-            "rewrite_similarity": f"{rewrite_similarity(replay.rewrite, record.rewritten_query or ''):.3f}"}
+    meta = {
+        "analysis": "backbone_stability",
+        "unknown_answers": str(sum(a == UNKNOWN for a in replay.answers)),
+        "rewrite_similarity": f"{rewrite_similarity(replay.rewrite, record.rewritten_query or ''):.3f}",
+    }
     why = f"answers: {json.dumps(list(replay.answers), ensure_ascii=False)}; rewrite: {replay.rewrite}"
-    return Assessed(f"ua_agreement.{name}", _mean(agree) if agree else None, "CODE", f"backbone:{name}", why[:4000],
-                    meta, missing)
+    return Assessed(
+        f"ua_agreement.{name}", _mean(agree) if agree else None, "CODE", f"backbone:{name}", why[:4000], meta, missing
+    )

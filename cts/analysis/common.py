@@ -10,11 +10,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-
 from cts import tracking
 from cts.report.jobs import Job
-
-
 from cts.report.tables import Table, markdown, write_table
 
 log = logging.getLogger(__name__)
@@ -38,8 +35,9 @@ def write_tables(tables: Sequence[Table], out_dir: Path, title: str) -> list[Pat
     out_dir.mkdir(parents=True, exist_ok=True)
     files = [p for t in tables for p in write_table(t, out_dir)]
     page = out_dir / f"{title}.md"
-    page.write_text("\n".join([f"# {title}\n"] + [f"## {t.caption}\n\n{markdown(t.display)}" for t in tables]),
-                    encoding="utf-8")
+    page.write_text(
+        "\n".join([f"# {title}\n"] + [f"## {t.caption}\n\n{markdown(t.display)}" for t in tables]), encoding="utf-8"
+    )
     return [*files, page]
 
 

@@ -9,8 +9,6 @@ call is made.
 
 from __future__ import annotations
 
-from cts.analysis.common import bounded
-
 import itertools
 import logging
 import math
@@ -21,19 +19,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cts.analysis.common import bounded
+from cts.core.contracts import Judge
+from cts.core.records import infra_stop
+from cts.core.scoring import restore_score
+from cts.core.types import LABELS, Gold, Label
 from cts.report.jobs import ORIG, Job
-
-from cts.records import infra_stop
-from cts.tracking import Assessed
 from cts.report.tables import Table
-from cts.scoring import restore_score
-from cts.stats import cohen_kappa, kendall_tau
-from cts.types import (
-    LABELS,
-    Gold,
-    Judge,
-    Label,
-)
+from cts.stats.bootstrap import cohen_kappa, kendall_tau
+from cts.tracking import Assessed
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +114,15 @@ def score_frame(
 ) -> pd.DataFrame:
     """Long table ``judge, system, instance_id, score`` (orig answers of one instance averaged)."""
     rows = [
-        {"judge": j, "system": a.system, "instance_id": a.instance_id,
-         "score": _score(by_key.get(a.key), gold[a.instance_id])}
-        for j, by_key in labels.items() for a in arms if a.instance_id in gold
+        {
+            "judge": j,
+            "system": a.system,
+            "instance_id": a.instance_id,
+            "score": _score(by_key.get(a.key), gold[a.instance_id]),
+        }
+        for j, by_key in labels.items()
+        for a in arms
+        if a.instance_id in gold
     ]
     df = pd.DataFrame(rows, columns=["judge", "system", "instance_id", "score"])
     df["score"] = df["score"].astype(float)
@@ -173,16 +173,24 @@ def table9(means: pd.DataFrame, reference: str) -> Table:
     display["Ordering"] = data["ordering"]
     display[f"same as {reference}"] = data["same_ordering"].map({True: "yes", False: "no"})
     display["Kendall τ"] = data["kendall_tau"].map(lambda v: "–" if not math.isfinite(v) else f"{v:.3f}")
-    caption = (f"Table 9. Judge robustness: mean restore_score_100 per system under each judge "
-               f"(instances scored by every judge); ordering and Kendall's tau vs. {reference}.")
+    caption = (
+        f"Table 9. Judge robustness: mean restore_score_100 per system under each judge "
+        f"(instances scored by every judge); ordering and Kendall's tau vs. {reference}."
+    )
     return Table("judge_table9", caption, data, display)
 
 
 def tau_table(means: pd.DataFrame) -> Table:
     """Kendall's tau between the system rankings of every pair of judges."""
-    rows = [{"judge_a": a, "judge_b": b, "n_systems": len(means.columns),
-             "kendall_tau": kendall_tau(means.loc[a].values, means.loc[b].values)}
-            for a, b in itertools.combinations(means.index, 2)]
+    rows = [
+        {
+            "judge_a": a,
+            "judge_b": b,
+            "n_systems": len(means.columns),
+            "kendall_tau": kendall_tau(means.loc[a].values, means.loc[b].values),
+        }
+        for a, b in itertools.combinations(means.index, 2)
+    ]
     data = pd.DataFrame(rows, columns=["judge_a", "judge_b", "n_systems", "kendall_tau"])
     display = data.assign(kendall_tau=data["kendall_tau"].map(lambda v: "–" if not math.isfinite(v) else f"{v:.3f}"))
     return Table("judge_tau", "Kendall's tau between the system rankings of each pair of judges.", data, display)
@@ -192,18 +200,29 @@ def kappa_table(labels: Mapping[str, Mapping[tuple[str, str], Mapping[str, Label
     """Cohen's kappa on full/partial/none per nugget, for every pair of judges."""
     rows = []
     for a, b in itertools.combinations(labels, 2):
-        pairs = [(la[n], lb[n])
-                 for key, la in labels[a].items() if la and (lb := labels[b].get(key))
-                 for n in la if n in lb]
+        pairs = [
+            (la[n], lb[n]) for key, la in labels[a].items() if la and (lb := labels[b].get(key)) for n in la if n in lb
+        ]
         xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
         agree = float(np.mean([x == y for x, y in pairs])) if pairs else NAN
-        rows.append({"judge_a": a, "judge_b": b, "n_labels": len(pairs), "agreement": agree,
-                     "kappa": cohen_kappa(xs, ys, LABELS)})
+        rows.append(
+            {
+                "judge_a": a,
+                "judge_b": b,
+                "n_labels": len(pairs),
+                "agreement": agree,
+                "kappa": cohen_kappa(xs, ys, LABELS),
+            }
+        )
     data = pd.DataFrame(rows, columns=["judge_a", "judge_b", "n_labels", "agreement", "kappa"])
     fmt = {c: (lambda v: "–" if not math.isfinite(v) else f"{v:.3f}") for c in ("agreement", "kappa")}
     display = data.assign(**{c: data[c].map(f) for c, f in fmt.items()})
-    return Table("judge_kappa", "Per-nugget agreement (full/partial/none) between judges: raw agreement and "
-                 "Cohen's kappa.", data, display)
+    return Table(
+        "judge_kappa",
+        "Per-nugget agreement (full/partial/none) between judges: raw agreement and Cohen's kappa.",
+        data,
+        display,
+    )
 
 
 def recorded_labels(arms: Sequence[FrozenArm]) -> dict[tuple[str, str], Mapping[str, Label] | None]:
@@ -212,8 +231,12 @@ def recorded_labels(arms: Sequence[FrozenArm]) -> dict[tuple[str, str], Mapping[
 
 
 async def rejudge(
-    jobs: Sequence[Job], gold: Mapping[str, Gold], judges: Mapping[str, Judge], *,
-    include_recorded: bool = True, concurrency: int = 8,
+    jobs: Sequence[Job],
+    gold: Mapping[str, Gold],
+    judges: Mapping[str, Judge],
+    *,
+    include_recorded: bool = True,
+    concurrency: int = 8,
 ) -> tuple[pd.DataFrame, dict[str, dict[tuple[str, str], Mapping[str, Label] | None]]]:
     """Re-judge the frozen answers of ``jobs``: per-instance scores and labels per judge."""
     arms = frozen_arms(jobs)

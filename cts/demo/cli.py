@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
 
-log = logging.getLogger(__name__)
-T = TypeVar("T")
-
+from cts.core.types import CacheDir
 from cts.demo.loading import demo_dir, load_demo
 from cts.demo.selection import kind_counts
-from cts.types import CacheDir
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _default_cache_dir() -> Path:
@@ -24,9 +24,11 @@ def _default_cache_dir() -> Path:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """``cts-demo``: build (or reuse) the cached demo set and print where it is."""
-    from cts.services import Services
+    from cts.compose.services import Services
 
-    parser = argparse.ArgumentParser(prog="cts-demo", description="Build (or reuse) the cached demo set and print where it is.")
+    parser = argparse.ArgumentParser(
+        prog="cts-demo", description="Build (or reuse) the cached demo set and print where it is."
+    )
     parser.add_argument("--n", type=int, default=200, help="number of instances")
     parser.add_argument("--seed", type=int, default=0, help="generation seed")
     parser.add_argument(
@@ -44,4 +46,3 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"instances: {len(data.instances)} ({time.perf_counter() - t0:.2f}s)")
     for kind, count in kind_counts(data.instances).items():
         print(f"  {kind:<12} {count}")
-

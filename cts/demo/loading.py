@@ -10,20 +10,21 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cts.index import tokenizer_version
-from cts.io import atomic_dir
+from cts._util.io import atomic_dir
+from cts.corpus.index import tokenizer_version
 
 if TYPE_CHECKING:
-    from cts.corpus import Corpus
-    from cts.data import Dataset
-    from cts.index import CorpusIndex
-    from cts.types import CacheDir
+    from cts.core.types import CacheDir
+    from cts.corpus.index import CorpusIndex
+    from cts.corpus.wiki import Corpus
+    from cts.data.jsonl import Dataset
 
-log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 from cts.demo.mining import DEMO_VERSION
 from cts.demo.selection import build_demo_instances, kind_counts
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 GOLD_SEARCH: dict[str, Any] = {"top_k": 3, "max_chars": 1500}
 """The fixed gold search backend of the demo set (gold is static: not the job's backend)."""
@@ -66,7 +67,7 @@ def _gold_provenance(corpus: Corpus, n: int, seed: int) -> dict[str, Any]:
 
 def _build_demo(corpus: Corpus, index: CorpusIndex, n: int, seed: int, path: Path) -> None:
     """Build instances and their static gold, then install them at ``path`` atomically."""
-    from cts.data import write_instances_jsonl
+    from cts.data.jsonl import write_instances_jsonl
     from cts.gold import build_gold_archive
     from cts.roles.nuggets import RuleExtractor
     from cts.search.extractive import ExtractiveSearch
@@ -112,7 +113,7 @@ def load_demo(corpus: Corpus, index: CorpusIndex, cache_dir: CacheDir, n: int = 
     Raises:
         ValueError: The corpus is not English, or an instance lacks gold.
     """
-    from cts.data import Dataset, read_instances_jsonl
+    from cts.data.jsonl import Dataset, read_instances_jsonl
     from cts.gold import load_gold
 
     if not corpus.lang.startswith("en"):

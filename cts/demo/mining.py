@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from cts.corpus import QUALIFIED_TITLE, Corpus, Doc, base_title, place_names
+from cts.corpus.wiki import QUALIFIED_TITLE, Corpus, Doc, base_title, place_names
 
 if TYPE_CHECKING:
     pass
@@ -42,9 +42,7 @@ _WORKS = frozenset(
 _PLACE_TYPES = frozenset({"state", "city", "country", "continent", "island", "province"})
 _PLACE_TYPES_MULTI = ("autonomous community",)
 _LIFESPAN = re.compile(r"\(.*\d.*\)|\bborn \d")
-_FIELD_DESC = re.compile(
-    r"\b(?:study|science|scientific|branch|field|discipline|art)\b", re.IGNORECASE
-)
+_FIELD_DESC = re.compile(r"\b(?:study|science|scientific|branch|field|discipline|art)\b", re.IGNORECASE)
 _FIELD_SUFFIX = ("ics", "logy", "nomy", "istry", "metry", "graphy", "sophy")
 _FIELDS = frozenset(
     "architecture law arts medicine cooking tennis nutrition finance computing metalworking "  # noqa: SIM905
@@ -56,9 +54,7 @@ _DATED_PREFIX = re.compile(
 )
 _DATED_SUFFIX = re.compile(r"(?P<head>.+) of (?P<q>(?:1[0-9]|20)\d{2})")
 _PLACED = re.compile(r"(?P<head>[A-Z].+?) (?:of|in) (?P<place>.+)")
-_BY = re.compile(
-    r"\bby (?P<name>[A-Z][\w.'’-]*\.?(?: (?:(?:van|von|da|de|di|del|der|la|le) )?[A-Z][\w.'’-]*\.?)*)"
-)
+_BY = re.compile(r"\bby (?P<name>[A-Z][\w.'’-]*\.?(?: (?:(?:van|von|da|de|di|del|der|la|le) )?[A-Z][\w.'’-]*\.?)*)")
 _WORK_DESC = re.compile(
     r"^(?P<q>(?:1[0-9]|20)\d{2}(?:[–-]\d{2,4})? (?:[\w'-]+ ){0,2}?"
     r"(?:film|novel|novella|album|opera|ballet|painting|play|poem|book|single|musical|song))\b"
@@ -96,9 +92,7 @@ class Candidate:
 def _is_person(doc: Doc) -> bool:
     if QUALIFIED_TITLE.fullmatch(doc.title) or " of " in doc.title:
         return False
-    return doc.topic == "People" or (
-        doc.topic == "Uncategorized" and bool(_LIFESPAN.search(doc.description))
-    )
+    return doc.topic == "People" or (doc.topic == "Uncategorized" and bool(_LIFESPAN.search(doc.description)))
 
 
 def _person_names(docs: Iterable[Doc]) -> frozenset[str]:
@@ -118,9 +112,7 @@ def build_lexicons(corpus: Corpus) -> Lexicons:
     bases: dict[str, list[str]] = defaultdict(list)
     for d in corpus.docs:
         bases[base_title(d.title)].append(d.title)
-    alternatives = "|".join(
-        re.escape(p) for p in sorted(places, key=len, reverse=True) if len(p) > 2
-    )
+    alternatives = "|".join(re.escape(p) for p in sorted(places, key=len, reverse=True) if len(p) > 2)
     return Lexicons(
         places=places,
         persons=_person_names(corpus.docs),
@@ -212,9 +204,7 @@ def sibling_description_candidates(corpus: Corpus, lex: Lexicons) -> Iterator[Ca
             continue
         q = _lower_first(d.description)
         kind = "region" if find_place(q, lex) else "sense"
-        yield Candidate(
-            d.id, kind, d.title, q, f"{d.title}, the {q}", d.title, "sibling_description"
-        )
+        yield Candidate(d.id, kind, d.title, q, f"{d.title}, the {q}", d.title, "sibling_description")
 
 
 def dated_title_candidates(corpus: Corpus, lex: Lexicons) -> Iterator[Candidate]:
@@ -254,9 +244,7 @@ def creator_description_candidates(corpus: Corpus, lex: Lexicons) -> Iterator[Ca
         name = m.group("name").rstrip(".")
         if name in d.title or not (name in lex.persons or name.split()[-1] in lex.persons):
             continue
-        yield Candidate(
-            d.id, "creator", d.title, name, f"{d.title} by {name}", d.title, "creator_description"
-        )
+        yield Candidate(d.id, "creator", d.title, name, f"{d.title} by {name}", d.title, "creator_description")
 
 
 def work_description_candidates(corpus: Corpus, lex: Lexicons) -> Iterator[Candidate]:
@@ -265,9 +253,7 @@ def work_description_candidates(corpus: Corpus, lex: Lexicons) -> Iterator[Candi
         m = _WORK_DESC.match(d.description)
         if m and not QUALIFIED_TITLE.fullmatch(d.title):
             q = m.group("q")
-            yield Candidate(
-                d.id, "description", d.title, q, f"{d.title}, the {q}", d.title, "work_description"
-            )
+            yield Candidate(d.id, "description", d.title, q, f"{d.title}, the {q}", d.title, "work_description")
 
 
 SOURCES = (

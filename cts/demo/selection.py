@@ -9,16 +9,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from cts.corpus import Corpus
-from cts.index import CorpusIndex
-from cts.text import content_tokens
-from cts.types import Instance
+from cts.core.types import Instance
+from cts.corpus.index import CorpusIndex
+from cts.corpus.wiki import Corpus
+from cts.text.tokens import content_tokens
 
 if TYPE_CHECKING:
     pass
 
-log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 from cts.demo.mining import (
     KINDS,
@@ -30,6 +28,9 @@ from cts.demo.mining import (
     build_lexicons,
     find_place,
 )
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _digest(*parts: object) -> int:
@@ -108,9 +109,7 @@ def _round_robin(by_kind: Mapping[str, list[_Checked]], n: int) -> list[_Checked
     return out
 
 
-def build_demo_instances(
-    corpus: Corpus, index: CorpusIndex, n: int = 200, seed: int = 0
-) -> list[Instance]:
+def build_demo_instances(corpus: Corpus, index: CorpusIndex, n: int = 200, seed: int = 0) -> list[Instance]:
     """Mine ``n`` (blurred, fused) pairs from the corpus, balanced across ambiguity kinds.
 
     Args:

@@ -1,7 +1,7 @@
 """Static gold (paper section 4.2): built once per ``fused_query``, then read-only.
 
 Stage 1 runs the search backend once on each intent query ``q*`` and archives
-its answer and evidence trace; stage 2 has an :class:`~cts.types.Extractor`
+its answer and evidence trace; stage 2 has an :class:`~cts.core.types.Extractor`
 turn ``q*``, the answer and the evidence into weighted nuggets that cite
 evidence ids. Gold that does not validate is reported as a failure and never
 written; :func:`load_gold` refuses such a file instead of rebuilding it.
@@ -15,9 +15,9 @@ Archive layout written by :func:`build_gold_archive` (files are chmod 0444)::
 """
 
 from cts.gold.archive import (
+    FAILURES_FILE,
     GOLD_FILE,
     GoldError,
-    FAILURES_FILE,
     GoldReport,
     failure_summary,
     gold_to_dict,

@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from cts.io import write_jsonl
-from cts.types import (
+from cts._util.io import write_jsonl
+from cts.core.types import (
     Gold,
     Nugget,
 )
@@ -68,10 +68,7 @@ def restore_nugget_ids(nuggets: Iterable[Nugget]) -> tuple[Nugget, ...]:
     Extractors (LLMs in particular) may return missing or clashing ids; the
     judge's labels are keyed by these ids, so gold owns them.
     """
-    return tuple(
-        replace(n, id=f"n{i}", evidence_ids=tuple(n.evidence_ids))
-        for i, n in enumerate(nuggets, start=1)
-    )
+    return tuple(replace(n, id=f"n{i}", evidence_ids=tuple(n.evidence_ids)) for i, n in enumerate(nuggets, start=1))
 
 
 def duplicate_ids(kind: str, ids: Sequence[str]) -> list[str]:
@@ -163,18 +160,14 @@ def _check_manifest(path: Path) -> None:
     except (json.JSONDecodeError, AttributeError) as e:
         raise GoldError([f"{manifest}: unreadable manifest ({e})"]) from e
     if expected and expected != file_sha256(path):
-        raise GoldError(
-            [f"{path}: sha256 differs from {manifest} (gold was modified after archiving)"]
-        )
+        raise GoldError([f"{path}: sha256 differs from {manifest} (gold was modified after archiving)"])
 
 
 def _parse_gold_line(raw: bytes) -> tuple[Gold | None, list[str]]:
     try:
         gold = _GOLD_SCHEMA.validate_json(raw, strict=True)
     except ValidationError as e:
-        return None, [
-            f"{'.'.join(map(str, err['loc'])) or '<row>'}: {err['msg']}" for err in e.errors()
-        ]
+        return None, [f"{'.'.join(map(str, err['loc'])) or '<row>'}: {err['msg']}" for err in e.errors()]
     return gold, validate_gold(gold)
 
 

@@ -1,7 +1,7 @@
 """Building the static gold: the search backend on each intent, then the nugget extractor.
 
 An instance whose search or extraction fails (or whose gold does not validate) is
-reported as a failure; a failure of the infrastructure (:func:`cts.records.infra_stop`:
+reported as a failure; a failure of the infrastructure (:func:`cts.core.records.infra_stop`:
 budget, open circuit, connection, 5xx after the retries, cache) stops the whole build
 before anything is archived, since it says nothing about the instance.
 """
@@ -14,24 +14,14 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-
-from cts.io import atomic_write_text, write_jsonl
-from cts.records import infra_stop, search_call_error
-from cts.types import (
-    Extractor,
-    Gold,
-    GoldDraft,
-    Instance,
-    SearchBackend,
-    SearchResult,
-)
-
-log = logging.getLogger(__name__)
-
+from cts._util.io import atomic_write_text, write_jsonl
+from cts.core.contracts import Extractor, SearchBackend
+from cts.core.records import infra_stop, search_call_error
+from cts.core.types import Gold, GoldDraft, Instance, SearchResult
 from cts.gold.archive import (
     ARCHIVE_FILES,
     FAILURES_FILE,
@@ -46,6 +36,8 @@ from cts.gold.archive import (
     write_gold,
 )
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class _GoldRun:
@@ -58,12 +50,10 @@ class _GoldRun:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _assemble(
-    fused_query: str, result: SearchResult, draft: GoldDraft, provenance: Mapping[str, Any]
-) -> Gold:
+def _assemble(fused_query: str, result: SearchResult, draft: GoldDraft, provenance: Mapping[str, Any]) -> Gold:
     """Gold (instance id left empty) citing the subset of the run's evidence its nuggets use."""
     nuggets = restore_nugget_ids(draft.nuggets)
     cited = {eid for n in nuggets for eid in n.evidence_ids}
@@ -222,9 +212,7 @@ def _write_archive(out: Path, runs: list[_GoldRun], provenance: Mapping[str, Any
         "provenance": dict(provenance),
         "sha256": sha,
     }
-    atomic_write_text(
-        out / MANIFEST_FILE, json.dumps(manifest, ensure_ascii=False, indent=2) + "\n"
-    )
+    atomic_write_text(out / MANIFEST_FILE, json.dumps(manifest, ensure_ascii=False, indent=2) + "\n")
     for f in ARCHIVE_FILES:
         os.chmod(out / f, 0o444)
     return GoldReport(out, len(runs), len(golds), tuple(failures), sha[GOLD_FILE])

@@ -4,9 +4,10 @@ Importing this package does not import litellm (that happens on the first call),
 so config checks such as :mod:`cts.llm.preflight` stay fast.
 """
 
-from cts.llm._adaptive import Adaptive, AdaptiveLimiter, InFlight, calls_in_flight, priority_scope
-from cts.llm._calls import CallEvent, Completion, route_for
-from cts.llm._client import Chat, ChatClient
+from cts.core.contracts import Chat, Completion, InFlight
+from cts.llm._adaptive import Adaptive, AdaptiveLimiter, calls_in_flight, priority_scope
+from cts.llm._calls import CallEvent, route_for
+from cts.llm._client import ChatClient
 from cts.llm._localserver import LocalLLMServer, LocalServerError
 from cts.llm._runtime import LLMRuntime, settled
 from cts.llm._settings import Backoff, LLMSettings

@@ -49,6 +49,7 @@ import weakref
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
+from cts.core.contracts import InFlight
 from cts.llm._retry import classify
 
 CONGESTION_KINDS = frozenset({"rate_limit", "timeout", "server_error"})
@@ -102,19 +103,6 @@ class LimiterStats:
     """Age of the oldest request in flight (0 when none)."""
 
 
-@dataclass(frozen=True)
-class InFlight:
-    """Requests on the wire now, over every endpoint of the running event loop."""
-
-    calls: int
-    oldest_s: float
-    """Seconds the oldest of them has waited for its answer (0 when none)."""
-
-    def postfix(self) -> dict[str, str]:
-        """What a progress bar shows of them (tqdm's postfix): how many, and the oldest's age."""
-        return {"in_flight": str(self.calls), "oldest": f"{self.oldest_s:.0f}s"}
-
-
 def calls_in_flight() -> InFlight:
     """Requests in flight on the running loop's limiters, and the age of the oldest."""
     loop = asyncio.get_running_loop()
@@ -134,8 +122,15 @@ class AdaptiveLimiter:
         max_pause_s: Cap on a Retry-After pause.
     """
 
-    def __init__(self, ceiling: int, floor: int = 1, initial: int | None = None, decrease: float = 0.9,
-                 adaptive: bool = True, max_pause_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        ceiling: int,
+        floor: int = 1,
+        initial: int | None = None,
+        decrease: float = 0.9,
+        adaptive: bool = True,
+        max_pause_s: float = 60.0,
+    ) -> None:
         self.ceiling = max(1, ceiling)
         self.floor = max(1, min(floor, self.ceiling))
         start = self.ceiling if not adaptive or initial is None else initial
@@ -150,21 +145,23 @@ class AdaptiveLimiter:
         self._paused_until = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._congested_at = float("inf")
-        self._waiters: list[tuple[float, int, asyncio.Future[tuple[int, int]]]] = []  # heap: (priority, arrival, future)
+        self._waiters: list[
+            tuple[float, int, asyncio.Future[tuple[int, int]]]
+        ] = []  # heap: (priority, arrival, future)
         self._retries: list[tuple[float, int, asyncio.Future[tuple[int, int]]]] = []  # the same, retried calls
         self._since: dict[int, float] = {}  # slot -> monotonic time it was taken
         self.loop: asyncio.AbstractEventLoop | None = None
         _LIVE.add(self)
 
     @classmethod
-    def from_settings(cls, ceiling: int, settings: Adaptive, floor: int | None = None,
-                      max_pause_s: float = 60.0) -> AdaptiveLimiter:
+    def from_settings(
+        cls, ceiling: int, settings: Adaptive, floor: int | None = None, max_pause_s: float = 60.0
+    ) -> AdaptiveLimiter:
         """A limiter with ``ceiling`` and the ``services.llm.adaptive`` settings (``floor`` overrides).
 
         ``max_pause_s`` bounds a Retry-After pause (``services.llm.backoff.max_retry_after``).
         """
-        return cls(ceiling, floor or settings.floor, settings.initial, settings.decrease, settings.enabled,
-                   max_pause_s)
+        return cls(ceiling, floor or settings.floor, settings.initial, settings.decrease, settings.enabled, max_pause_s)
 
     @property
     def capacity(self) -> int:
@@ -175,8 +172,9 @@ class AdaptiveLimiter:
         """Current counters."""
         starts = self.started()
         oldest = time.monotonic() - min(starts) if starts else 0.0
-        return LimiterStats(self.limit, self.in_flight, self._peak, self._admitted, self._congestion, self._cuts,
-                            oldest)
+        return LimiterStats(
+            self.limit, self.in_flight, self._peak, self._admitted, self._congestion, self._cuts, oldest
+        )
 
     def started(self) -> list[float]:
         """Monotonic start times of the requests holding a slot."""

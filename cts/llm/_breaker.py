@@ -8,7 +8,7 @@ takes a whole request timeout, so an endpoint that never answers in time would
 otherwise hold the job for ``breaker_failures`` timeouts; with ``breaker_timeouts``
 it stops within about that many timeouts (fewer when calls run in parallel).
 Once open, the breaker stays open for the rest of the job: every call to that
-endpoint raises :class:`cts.types.CircuitOpen` at once, so the job stops cleanly
+endpoint raises :class:`cts.core.types.CircuitOpen` at once, so the job stops cleanly
 instead of burning through every instance; a resume runs the rest.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cts.types import CircuitOpen
+from cts.core.types import CircuitOpen
 
 BREAKER_KINDS = frozenset({"connection", "timeout", "auth", "not_found", "storage"})
 

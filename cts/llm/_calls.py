@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from cts.core.contracts import Completion, Route
 from cts.llm._pricing import Prices, call_cost
 from cts.llm._settings import LLMSettings
 from cts.llm._spec import ModelSpec
@@ -17,50 +18,8 @@ from cts.llm._spec import ModelSpec
 log = logging.getLogger(__name__)
 _DUMMY_KEY = "sk-no-key-needed"  # OpenAI-compatible servers without auth still want a key field
 T = TypeVar("T")
-TRUNCATED_REASONS = frozenset({"length", "max_tokens", "MAX_TOKENS"})
-"""``finish_reason`` values of a reply cut at the output cap (litellm maps the providers' to ``length``)."""
 # Requests sent and not yet answered, per event loop (see settled()).
 _IN_FLIGHT: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Future[Any]]] = weakref.WeakKeyDictionary()
-
-
-@dataclass(frozen=True)
-class Completion:
-    """One model reply and what it cost."""
-
-    text: str
-    tokens_in: int
-    tokens_out: int
-    cost_usd: float
-    """USD billed to this job (0 for a cache hit)."""
-    cached: bool
-    latency_s: float
-    reasoning: str = ""
-    """Reasoning the provider returned apart from ``text`` (litellm moves ``<think>`` blocks here)."""
-    finish_reason: str = ""
-    """Why the reply ended as the provider says (``stop``, ``length`` = cut at the output cap, ...)."""
-    tokens_reasoning: int = 0
-    """Hidden reasoning tokens, a part of ``tokens_out`` (billed as output)."""
-
-    @property
-    def truncated(self) -> bool:
-        """Whether the reply stopped at the output cap (it may be incomplete)."""
-        return self.finish_reason in TRUNCATED_REASONS
-
-
-@dataclass(frozen=True)
-class Route:
-    """Where a spec's calls go after the global overrides."""
-
-    model: str
-    api_base: str | None
-    api_key: str | None
-    endpoint: str
-    """Concurrency-limit key: the api_base, or the provider for hosted APIs."""
-    limit: int
-    missing_key: str | None = None
-    """Name of the unset key variable, if any (raised only when a request is due)."""
-    floor: int | None = None
-    """Floor of the endpoint's adaptive limit (the model's ``min_concurrency``)."""
 
 
 @dataclass(frozen=True)
@@ -104,8 +63,7 @@ def route_for(spec: ModelSpec, settings: LLMSettings) -> Route:
     if key is None and spec.api_base and not missing:
         key = _DUMMY_KEY
     limit = spec.max_concurrency or settings.concurrency_per_endpoint
-    return Route(spec.model, spec.api_base, key, spec.api_base or spec.provider, limit, missing,
-                 spec.min_concurrency)
+    return Route(spec.model, spec.api_base, key, spec.api_base or spec.provider, limit, missing, spec.min_concurrency)
 
 
 def cache_value(completion: Completion) -> dict[str, Any]:
@@ -143,9 +101,17 @@ def completion_of(prices: Prices, response: Any) -> Completion:
 
 def cached_completion(value: Mapping[str, Any]) -> Completion:
     """A completion served from the cache (nothing billed to this call)."""
-    return Completion(value["text"], value["tokens_in"], value["tokens_out"], 0.0, True, 0.0,
-                      value.get("reasoning", ""), value.get("finish_reason", ""),
-                      int(value.get("tokens_reasoning", 0) or 0))
+    return Completion(
+        value["text"],
+        value["tokens_in"],
+        value["tokens_out"],
+        0.0,
+        True,
+        0.0,
+        value.get("reasoning", ""),
+        value.get("finish_reason", ""),
+        int(value.get("tokens_reasoning", 0) or 0),
+    )
 
 
 async def settled(job: Awaitable[T], timeout_s: float = 120.0) -> T:

@@ -1,47 +1,32 @@
 """What a role holds to call its model: the :class:`Chat` Protocol and the runtime's :class:`ChatClient`.
 
 Roles and search agents receive a :class:`Chat` from the composition layer
-(:mod:`cts.services` builds it from the model registry); they never see the runtime
+(:mod:`cts.compose.services` builds it from the model registry); they never see the runtime
 or provider details.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
-from cts.llm._calls import Completion, Route, route_for
+from cts.core.contracts import Completion, Route
+from cts.llm._calls import route_for
 from cts.llm._settings import LLMSettings
 from cts.llm._spec import ModelSpec
-
-
-@runtime_checkable
-class Chat(Protocol):
-    """A chat model bound to one accounting role."""
-
-    spec: ModelSpec
-    role: str
-
-    @property
-    def route(self) -> Route:
-        """Where the calls go (model id and endpoint after the ``services.llm`` overrides)."""
-        ...
-
-    def with_role(self, role: str) -> Chat:
-        """The same model, its usage booked under ``role``."""
-        ...
-
-    async def complete(
-        self, messages: list[dict[str, str]], *, prompt_version: str = "", max_output_tokens: int | None = None,
-        **params: Any,
-    ) -> Completion: ...
 
 
 class _Runtime(Protocol):
     settings: LLMSettings
 
-    async def _complete(self, client: ChatClient, messages: list[dict[str, str]], version: str,
-                        params: Mapping[str, Any], max_output_tokens: int | None = None) -> Completion: ...
+    async def _complete(
+        self,
+        client: ChatClient,
+        messages: list[dict[str, str]],
+        version: str,
+        params: Mapping[str, Any],
+        max_output_tokens: int | None = None,
+    ) -> Completion: ...
 
 
 class ChatClient:
@@ -65,7 +50,11 @@ class ChatClient:
         return self if role == self.role else ChatClient(self.runtime, self.spec, role)
 
     async def complete(
-        self, messages: list[dict[str, str]], *, prompt_version: str = "", max_output_tokens: int | None = None,
+        self,
+        messages: list[dict[str, str]],
+        *,
+        prompt_version: str = "",
+        max_output_tokens: int | None = None,
         **params: Any,
     ) -> Completion:
         """Return the model's reply to ``messages``.
@@ -81,6 +70,6 @@ class ChatClient:
             CallError: The call failed for good (``kind``: rate_limit, timeout, ...).
             BudgetExceeded: The job's ``budget.max_usd`` is spent (checked before sending).
             CircuitOpen: The endpoint failed ``breaker_failures`` times in a row (the job stops);
-                :class:`cts.types.RequestRejected` when the provider refused the request as invalid.
+                :class:`cts.core.types.RequestRejected` when the provider refused the request as invalid.
         """
         return await self.runtime._complete(self, messages, prompt_version, params, max_output_tokens)

@@ -11,8 +11,8 @@ import asyncio
 import weakref
 from typing import Any
 
+from cts.core.contracts import Route
 from cts.llm._adaptive import AdaptiveLimiter, LimiterStats
-from cts.llm._calls import Route
 from cts.llm._settings import LLMSettings
 from cts.llm._singleflight import SingleFlight
 
@@ -26,8 +26,9 @@ class EndpointState:
         self._inflight: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SingleFlight[Any]]
         self._inflight = weakref.WeakKeyDictionary()
 
-    def share(self, loop: asyncio.AbstractEventLoop, limits: dict[str, AdaptiveLimiter],
-              inflight: SingleFlight[Any]) -> None:
+    def share(
+        self, loop: asyncio.AbstractEventLoop, limits: dict[str, AdaptiveLimiter], inflight: SingleFlight[Any]
+    ) -> None:
         """On ``loop``, use these limiters and in-flight table (shared by a sweep's runtimes)."""
         self._limits[loop] = limits
         self._inflight[loop] = inflight
@@ -41,7 +42,8 @@ class EndpointState:
         per_loop = self._limits.setdefault(asyncio.get_running_loop(), {})
         if route.endpoint not in per_loop:
             per_loop[route.endpoint] = AdaptiveLimiter.from_settings(
-                route.limit, settings.adaptive, route.floor, settings.backoff.max_retry_after)
+                route.limit, settings.adaptive, route.floor, settings.backoff.max_retry_after
+            )
         return per_loop[route.endpoint]
 
     def stats(self) -> dict[str, LimiterStats]:

@@ -101,13 +101,23 @@ class LocalLLMServer:
         log_path = job_dir / LOG_FILE
         with log_path.open("ab") as out, _sigterm_stops():
             start = time.monotonic()
-            process = subprocess.Popen(self.command(model, port), stdout=out, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
+            process = subprocess.Popen(
+                self.command(model, port),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             try:
                 api_base = f"http://127.0.0.1:{port}/v1"
                 wait_ready(process, api_base, self.startup_timeout_s, log_path)
-                log.info("local LLM server %s (%s) ready in %.1f s; its log: %s", api_base, model.name,
-                         time.monotonic() - start, log_path)
+                log.info(
+                    "local LLM server %s (%s) ready in %.1f s; its log: %s",
+                    api_base,
+                    model.name,
+                    time.monotonic() - start,
+                    log_path,
+                )
                 yield api_base
             finally:
                 stop(process, self.stop_timeout_s)
@@ -115,14 +125,20 @@ class LocalLLMServer:
 
     def command(self, model: Path, port: int) -> list[str]:
         """The server's command line (this interpreter, ``llama_cpp.server`` and its arguments)."""
-        args = {"--model": str(model), "--model_alias": self.served_name, "--host": "127.0.0.1",
-                "--port": str(port), "--n_ctx": str(self.n_ctx), "--seed": str(self.seed),
-                "--n_threads": str(self.n_threads or os.cpu_count() or 1),
-                "--n_threads_batch": str(self.n_threads or os.cpu_count() or 1),
-                # The server's default keeps every token's logits (no role asks for logprobs): with a
-                # 262k vocabulary that is 1 MB per prompt token, measured 3.1 GB RSS and 10x slower
-                # prompt evaluation for a 1,500-token prompt (0.56 GB without).
-                "--logits_all": "False"}
+        args = {
+            "--model": str(model),
+            "--model_alias": self.served_name,
+            "--host": "127.0.0.1",
+            "--port": str(port),
+            "--n_ctx": str(self.n_ctx),
+            "--seed": str(self.seed),
+            "--n_threads": str(self.n_threads or os.cpu_count() or 1),
+            "--n_threads_batch": str(self.n_threads or os.cpu_count() or 1),
+            # The server's default keeps every token's logits (no role asks for logprobs): with a
+            # 262k vocabulary that is 1 MB per prompt token, measured 3.1 GB RSS and 10x slower
+            # prompt evaluation for a 1,500-token prompt (0.56 GB without).
+            "--logits_all": "False",
+        }
         if self.chat_format:
             args["--chat_format"] = self.chat_format
         flat = [part for pair in args.items() for part in pair]
@@ -178,14 +194,16 @@ def wait_ready(process: subprocess.Popen[bytes], api_base: str, timeout_s: float
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise LocalServerError(f"the local LLM server exited with {process.returncode} before it was ready"
-                                   f"{log_tail(log_path)}")
+            raise LocalServerError(
+                f"the local LLM server exited with {process.returncode} before it was ready{log_tail(log_path)}"
+            )
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{api_base}/models", timeout=2.0).status_code == 200:
                 return
         time.sleep(0.2)
-    raise LocalServerError(f"the local LLM server did not answer GET {api_base}/models within {timeout_s:g} s"
-                           f"{log_tail(log_path)}")
+    raise LocalServerError(
+        f"the local LLM server did not answer GET {api_base}/models within {timeout_s:g} s{log_tail(log_path)}"
+    )
 
 
 def stop(process: subprocess.Popen[bytes], timeout_s: float) -> None:
@@ -218,7 +236,7 @@ def _note(log: IO[bytes], line: str) -> None:
 @contextlib.contextmanager
 def _sigterm_stops() -> Iterator[None]:
     """SIGTERM while the server starts or runs ends the block like Ctrl-C, so the server is stopped."""
-    from cts.interrupt import sigterm_as_sigint
+    from cts._util.interrupt import sigterm_as_sigint
 
     with sigterm_as_sigint():
         yield

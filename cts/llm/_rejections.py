@@ -4,7 +4,7 @@ A 400/422 answer says the request itself is wrong (a parameter the model does no
 take, a model the key may not use, a prompt over the context): sending the same kind
 of request again cannot succeed, and recording it as an instance's result would
 commit a configuration mistake as data. The first such answer per (endpoint, model,
-role) raises :class:`cts.types.RequestRejected`, which stops the job like an open
+role) raises :class:`cts.core.types.RequestRejected`, which stops the job like an open
 circuit breaker; later calls of that model in that role raise it at once.
 """
 
@@ -14,9 +14,9 @@ import json
 import re
 from typing import Any
 
-from cts.llm._calls import Route
+from cts.core.contracts import Route
+from cts.core.types import RequestRejected
 from cts.llm._spec import ModelSpec
-from cts.types import RequestRejected
 
 REJECTED_KINDS = frozenset({"bad_request"})
 """Call failure kinds (:func:`cts.llm._retry.classify`) that mean the request is invalid."""
@@ -47,8 +47,11 @@ def provider_message(exc: BaseException) -> str:
     """The provider's own words for a rejected request: its error message and parameter, when its body says."""
     text = " ".join(str(exc).split())
     body = getattr(exc, "body", None)  # litellm / openai errors carry the parsed error object
-    body = body if isinstance(body, dict) and body.get("message") else _error_body(getattr(
-        getattr(exc, "response", None), "text", None) or text)
+    body = (
+        body
+        if isinstance(body, dict) and body.get("message")
+        else _error_body(getattr(getattr(exc, "response", None), "text", None) or text)
+    )
     if not body:
         return text[:500]
     message = str(body.get("message") or "").strip()

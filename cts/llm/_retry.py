@@ -10,7 +10,6 @@ time bound, while a timed-out request is retried only a few times.
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import random
 import time
@@ -216,8 +215,13 @@ class Retrying:
         """Run ``attempt(*args)`` until it succeeds or its failure has no retry left (re-raised)."""
         from tenacity import AsyncRetrying, retry_if_exception
 
-        policy = AsyncRetrying(stop=self._stop, wait=self._wait, before_sleep=self._before_sleep, reraise=True,
-                               retry=retry_if_exception(lambda exc: classify(exc).retryable))
+        policy = AsyncRetrying(
+            stop=self._stop,
+            wait=self._wait,
+            before_sleep=self._before_sleep,
+            reraise=True,
+            retry=retry_if_exception(lambda exc: classify(exc).retryable),
+        )
         return await policy(attempt, *args)
 
     def _decide(self, state: Any) -> float | None:

@@ -87,8 +87,14 @@ class RequestRules:
         if caps:
             raise ValueError(f"request.rejected may not name an output cap ({caps}): cap_param says which one is sent")
         object.__setattr__(self, "rejected", {str(k): str(v) for k, v in (self.rejected or {}).items()})
-        object.__setattr__(self, "rejected_values", {str(k): {str(v): str(r) for v, r in dict(values).items()}
-                                                     for k, values in (self.rejected_values or {}).items()})
+        object.__setattr__(
+            self,
+            "rejected_values",
+            {
+                str(k): {str(v): str(r) for v, r in dict(values).items()}
+                for k, values in (self.rejected_values or {}).items()
+            },
+        )
         object.__setattr__(self, "accepted_with", dict(self.accepted_with or {}))
         object.__setattr__(self, "defaults", dict(self.defaults or {}))
         object.__setattr__(self, "together", tuple(Together.coerce(t) for t in self.together or ()))
@@ -113,8 +119,13 @@ class RequestRules:
         sent = {k: v for k, v in params.items() if v is not None}
         seen = {**self.defaults, **sent}
         found = [(key, rule) for key, rule in self.rejected.items() if key in sent and not self._excepted(key, seen)]
-        found += [(f"{key}={value}", rule) for key, values in self.rejected_values.items() if key in sent
-                  for value, rule in values.items() if _same(sent[key], value) and not self._excepted(key, seen)]
+        found += [
+            (f"{key}={value}", rule)
+            for key, values in self.rejected_values.items()
+            if key in sent
+            for value, rule in values.items()
+            if _same(sent[key], value) and not self._excepted(key, seen)
+        ]
         found += [(" + ".join(t.params), t.rule) for t in self.together if all(p in sent for p in t.params)]
         return found
 

@@ -11,14 +11,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from cts.core.contracts import Completion, Route
+from cts.core.types import BudgetExceeded, CallError, CircuitOpen
 from cts.llm._adaptive import AdaptiveLimiter, LimiterStats
 from cts.llm._breaker import CircuitBreaker
 from cts.llm._calls import (
     _IN_FLIGHT,
     CallEvent,
-    Completion,
     Listener,
-    Route,
     cache_value,
     cached_completion,
     completion_of,
@@ -38,7 +38,6 @@ from cts.llm._spec import ModelSpec
 from cts.llm._transport import Sender, openai_compatible
 from cts.llm._usage import CallUsage, Usage, add_call, add_to_scopes, check_budget
 from cts.llm.cache import ResponseCache
-from cts.types import BudgetExceeded, CallError, CircuitOpen
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +135,11 @@ class LLMRuntime:
             self._listeners.append(listener)
 
     async def _complete(
-        self, client: ChatClient, messages: list[dict[str, str]], version: str, params: Mapping[str, Any],
+        self,
+        client: ChatClient,
+        messages: list[dict[str, str]],
+        version: str,
+        params: Mapping[str, Any],
         max_output_tokens: int | None = None,
     ) -> Completion:
         start = time.perf_counter()
@@ -289,9 +292,17 @@ class LLMRuntime:
         if done.cancelled() or done.exception() is not None:
             return  # no reply, nothing billed that we could know of
         reply = completion_of(prices, done.result())
-        usage = CallUsage(cached=False, failed=False, requests=0, tokens_in=reply.tokens_in,
-                          tokens_out=reply.tokens_out, cost_usd=reply.cost_usd, latency_s=0.0, new_call=False,
-                          tokens_reasoning=reply.tokens_reasoning)
+        usage = CallUsage(
+            cached=False,
+            failed=False,
+            requests=0,
+            tokens_in=reply.tokens_in,
+            tokens_out=reply.tokens_out,
+            cost_usd=reply.cost_usd,
+            latency_s=0.0,
+            new_call=False,
+            tokens_reasoning=reply.tokens_reasoning,
+        )
         self._spent += usage.cost_usd
         add_call(self._usage, call.client.role, usage)
         add_to_scopes(call.client.role, usage)

@@ -87,8 +87,15 @@ class LLMSettings:
         adaptive = raw.pop("adaptive", None) or {}
         raw["role_timeout_s"] = _role_timeouts(raw.pop("role_timeout_s", None) or {})
         _check_retry_keys(raw)
-        known = {f.name for f in fields(cls)} - {"cache_mode", "cache_path", "cache_url", "max_usd", "backoff",
-                                                 "api_base_price", "adaptive"}
+        known = {f.name for f in fields(cls)} - {
+            "cache_mode",
+            "cache_path",
+            "cache_url",
+            "max_usd",
+            "backoff",
+            "api_base_price",
+            "adaptive",
+        }
         unknown = set(raw) - known
         if unknown:
             raise ValueError(f"unknown services.llm keys: {sorted(unknown)}")
@@ -117,14 +124,17 @@ def _role_timeouts(raw: Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
         if seconds is None:
             continue
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
-            raise ValueError(f"services.llm.role_timeout_s.{role} must be a positive number of seconds, "
-                             f"got {seconds!r}")
+            raise ValueError(
+                f"services.llm.role_timeout_s.{role} must be a positive number of seconds, got {seconds!r}"
+            )
         pairs.append((str(role), float(seconds)))
     return tuple(sorted(pairs))
 
 
 _LOWER_BOUNDS: dict[str, tuple[float, bool]] = {
-    "timeout_s": (0.0, False), "max_attempts": (1, True), "max_timeout_attempts": (1, True),
+    "timeout_s": (0.0, False),
+    "max_attempts": (1, True),
+    "max_timeout_attempts": (1, True),
     "rate_limit_wait_s": (0.0, True),
 }
 """Retry and timeout keys: (least value, whether it is allowed); a 0 timeout would never answer."""
@@ -138,5 +148,4 @@ def _check_retry_keys(raw: Mapping[str, Any]) -> None:
             continue
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not number or value < least or (value == least and not allowed):
-            raise ValueError(f"services.llm.{key} must be a number {'>=' if allowed else '>'} {least:g}, "
-                             f"got {value!r}")
+            raise ValueError(f"services.llm.{key} must be a number {'>=' if allowed else '>'} {least:g}, got {value!r}")

@@ -7,7 +7,7 @@ import contextvars
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from cts.types import BudgetExceeded
+from cts.core.types import BudgetExceeded
 
 USAGE_KEYS: tuple[str, ...] = (
     "calls",

@@ -88,8 +88,11 @@ def completion_probes(cfgs: Sequence[DictConfig]) -> list[Probe]:
                 continue
             sent, _ = call_params(cfg, path, spec, paths_of_specs)
             params = {k: v for k, v in sent.items() if k not in CAP_FIELDS}  # the probe's own cap replaces them
-            key = json.dumps([route.model, route.api_base, spec.get("params"), spec.get("request"), params],
-                             sort_keys=True, default=str)
+            key = json.dumps(
+                [route.model, route.api_base, spec.get("params"), spec.get("request"), params],
+                sort_keys=True,
+                default=str,
+            )
             probe, paths = found.setdefault(key, (Probe(spec, params, raw, ()), {}))
             paths[path] = None
     return [Probe(p.spec, p.params, p.settings, tuple(paths), key) for key, (p, paths) in found.items()]
@@ -119,12 +122,12 @@ async def _run_all(probes: Sequence[Probe], cache_dir: Path) -> list[ProbeResult
 
 
 async def _run_one(probe: Probe, cache_dir: Path) -> ProbeResult:
+    from cts.core.types import CallError, CircuitOpen
     from cts.llm._runtime import LLMRuntime
-    from cts.types import CallError, CircuitOpen
 
-    runtime = LLMRuntime.from_settings({**probe.settings, "max_attempts": 2, "max_timeout_attempts": 1,
-                                        "budget": {"max_usd": None}},
-                                       cache_dir)
+    runtime = LLMRuntime.from_settings(
+        {**probe.settings, "max_attempts": 2, "max_timeout_attempts": 1, "budget": {"max_usd": None}}, cache_dir
+    )
     client = runtime.client(probe.spec, "preflight")
     try:
         done = await client.complete(list(PROBE_MESSAGES), max_output_tokens=PROBE_TOKENS, **dict(probe.params))
@@ -139,8 +142,7 @@ def probe_report(results: Sequence[ProbeResult], elapsed_s: float) -> str:
     """One line: how many probes passed, in what time, at what cost."""
     cost = sum(r.cost_usd for r in results)
     tokens = sum(r.tokens for r in results)
-    return (f"cts pre-flight: {len(results)} completion probe(s) in {elapsed_s:.1f} s, "
-            f"{tokens} tokens, ${cost:.6f}")
+    return f"cts pre-flight: {len(results)} completion probe(s) in {elapsed_s:.1f} s, {tokens} tokens, ${cost:.6f}"
 
 
 def check_completions(cfgs: Sequence[DictConfig], cache_dir: Path, done: set[str]) -> tuple[list[str], str]:
@@ -152,4 +154,3 @@ def check_completions(cfgs: Sequence[DictConfig], cache_dir: Path, done: set[str
     results = run_probes(probes, cache_dir)
     done.update(r.probe.key for r in results if r.problem is None)
     return [r.problem for r in results if r.problem], probe_report(results, time.perf_counter() - start)
-

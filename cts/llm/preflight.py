@@ -191,8 +191,12 @@ def _warn_unlisted(endpoint: Endpoint, response: Any) -> None:
         return
     missing = [m for m in endpoint.models if listed and m not in listed]
     if response.status_code == 200 and missing:
-        log.warning("endpoint %s does not list model(s) %s (it lists %s); calls may fail with 404",
-                    endpoint.api_base, missing, sorted(listed)[:10])
+        log.warning(
+            "endpoint %s does not list model(s) %s (it lists %s); calls may fail with 404",
+            endpoint.api_base,
+            missing,
+            sorted(listed)[:10],
+        )
 
 
 def serves_locally(cfg: DictConfig) -> bool:

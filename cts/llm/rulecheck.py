@@ -30,11 +30,29 @@ from cts.llm.preflight import find_model_specs, resolved
 
 __all__ = ["SAMPLING_KEYS", "call_params", "rule_problems"]
 
-SAMPLING_KEYS: frozenset[str] = frozenset({
-    "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens", "max_output_tokens",
-    "stop", "seed", "n", "presence_penalty", "frequency_penalty", "repetition_penalty", "logprobs",
-    "top_logprobs", "reasoning_effort", "thinking", "enable_thinking", "response_format",
-})
+SAMPLING_KEYS: frozenset[str] = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "max_tokens",
+        "max_completion_tokens",
+        "max_output_tokens",
+        "stop",
+        "seed",
+        "n",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "logprobs",
+        "top_logprobs",
+        "reasoning_effort",
+        "thinking",
+        "enable_thinking",
+        "response_format",
+    }
+)
 """Top-level keys of a component node that it sends as decoding parameters of its ``model``."""
 
 
@@ -66,8 +84,9 @@ def rule_problems(cfg: DictConfig) -> list[str]:
     return problems
 
 
-def call_params(cfg: DictConfig, path: str, spec: Mapping[str, Any],
-                spec_paths: set[str]) -> tuple[dict[str, Any], dict[str, str]]:
+def call_params(
+    cfg: DictConfig, path: str, spec: Mapping[str, Any], spec_paths: set[str]
+) -> tuple[dict[str, Any], dict[str, str]]:
     """The parameters the model at ``path`` is called with, and the config path of each.
 
     Args:
@@ -86,8 +105,9 @@ def call_params(cfg: DictConfig, path: str, spec: Mapping[str, Any],
     return params, origin
 
 
-def _sources(cfg: DictConfig, path: str, spec: Mapping[str, Any],
-             spec_paths: set[str]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+def _sources(
+    cfg: DictConfig, path: str, spec: Mapping[str, Any], spec_paths: set[str]
+) -> Iterator[tuple[str, Mapping[str, Any]]]:
     yield f"{path}.params", dict(spec.get("params") or {})
     parent_path, _, key = path.rpartition(".")
     parent = resolved(OmegaConf.select(cfg, parent_path, default=None)) if parent_path else None
@@ -106,8 +126,13 @@ def _sources(cfg: DictConfig, path: str, spec: Mapping[str, Any],
 
 def _orphan_params(parent: Mapping[str, Any], parent_path: str, spec_paths: set[str]) -> list[str]:
     """``<x>_params`` keys of ``parent`` with no ``<x>_model`` spec beside them."""
-    return [k for k in parent if k.endswith("_params") and k != "extra_params"
-            and f"{parent_path}.{k[: -len('params')]}model" not in spec_paths]
+    return [
+        k
+        for k in parent
+        if k.endswith("_params")
+        and k != "extra_params"
+        and f"{parent_path}.{k[: -len('params')]}model" not in spec_paths
+    ]
 
 
 def _params_of(what: str) -> list[str]:

@@ -130,7 +130,9 @@ class SQLiteStore:
 
     def put(self, key: str, value: str) -> None:
         """See :class:`KVStore`."""
-        sql = f"INSERT INTO {self.table} (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+        sql = (
+            f"INSERT INTO {self.table} (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+        )
         self._run(sql, (key, value), commit=True)
 
     def claim(self, key: str, owner: str, ttl_s: float) -> bool:

@@ -7,7 +7,7 @@ from the records, so a report never depends on which metrics a job logged:
 
 * Tables 2/6  ``scores``: mean (delta vs orig), p50, p90 per system and k;
   the orig row pools the orig arms of the jobs at that k.
-* Table 3     ``delta_ci``: paired bootstrap CI of the delta (:func:`cts.stats.paired_bootstrap_ci`).
+* Table 3     ``delta_ci``: paired bootstrap CI of the delta (:func:`cts.stats.bootstrap.paired_bootstrap_ci`).
 * Table 4     ``ua_diagnostics``: ua_unknown_rate, cq_region_rate.
 * Table 5     ``region_only``: #region-only questions, region-only unknown rate.
 * Table 7     ``all_unknown``: all_unknown rate and known_cnt distribution.

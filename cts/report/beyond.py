@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cts.core.records import Record
+from cts.protocol.metrics import interaction_metrics, questions_asked_mean
 from cts.report.gating import evaluate_gate
-from cts.metrics import interaction_metrics, questions_asked_mean
-from cts.records import Record
 from cts.report.jobs import ORIG
 from cts.report.plots import _pyplot
 from cts.report.tables import Table
 from cts.roles.gates import AlwaysGate, NeverGate, OracleGate, RuleGate
-from cts.stats import paired_bootstrap_ci
+from cts.stats.bootstrap import paired_bootstrap_ci
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +56,32 @@ def sequential_rows(jobs: Sequence[Any], stats: Any) -> pd.DataFrame:
         clarified_s, orig_s = _paired(j.records)
         delta, low, high = paired_bootstrap_ci(clarified_s, orig_s, **vars(stats))
         scores = [r.score for r in j.records if r.score is not None]
-        rows.append({"k": j.k, "system": j.label, "mode": j.mode,
-                     "n": float(len(scores)), "score": float(np.mean(scores)) if scores else NAN,
-                     "delta": delta, "delta_ci_low": low, "delta_ci_high": high,
-                     "all_unknown_rate": interaction_metrics(list(j.records), j.k)["all_unknown_rate"],
-                     "questions_asked_mean": questions_asked_mean(j.records)})
-    cols = ["k", "system", "mode", "n", "score", "delta", "delta_ci_low", "delta_ci_high",
-            "all_unknown_rate", "questions_asked_mean"]
+        rows.append(
+            {
+                "k": j.k,
+                "system": j.label,
+                "mode": j.mode,
+                "n": float(len(scores)),
+                "score": float(np.mean(scores)) if scores else NAN,
+                "delta": delta,
+                "delta_ci_low": low,
+                "delta_ci_high": high,
+                "all_unknown_rate": interaction_metrics(list(j.records), j.k)["all_unknown_rate"],
+                "questions_asked_mean": questions_asked_mean(j.records),
+            }
+        )
+    cols = [
+        "k",
+        "system",
+        "mode",
+        "n",
+        "score",
+        "delta",
+        "delta_ci_low",
+        "delta_ci_high",
+        "all_unknown_rate",
+        "questions_asked_mean",
+    ]
     return pd.DataFrame(rows, columns=cols).sort_values(["k", "system", "mode"]).reset_index(drop=True)
 
 
@@ -70,16 +89,23 @@ def sequential_table(rows: pd.DataFrame, confidence: float) -> Any:
     """Batch and sequential side by side per k (consecutive rows of one system)."""
 
     pct = f"{confidence:.0%}"
-    display = pd.DataFrame({
-        "k": rows["k"], "System": rows["system"], "mode": rows["mode"],
-        "n": rows["n"].map(lambda v: str(int(v))), "score": rows["score"].map(_fmt),
-        "Δ vs. orig": rows["delta"].map(lambda v: _fmt(v, True)),
-        f"{pct} CI": [f"[{_fmt(a)}, {_fmt(b)}]" for a, b in zip(rows["delta_ci_low"], rows["delta_ci_high"])],
-        "all_unknown": rows["all_unknown_rate"].map(_fmt),
-        "questions asked": rows["questions_asked_mean"].map(_fmt),
-    })
-    caption = ("Batch vs. sequential clarification per k: restore_score_100, paired Δ vs. orig with "
-               f"bootstrap {pct} CI, all_unknown rate and mean questions asked per instance.")
+    display = pd.DataFrame(
+        {
+            "k": rows["k"],
+            "System": rows["system"],
+            "mode": rows["mode"],
+            "n": rows["n"].map(lambda v: str(int(v))),
+            "score": rows["score"].map(_fmt),
+            "Δ vs. orig": rows["delta"].map(lambda v: _fmt(v, True)),
+            f"{pct} CI": [f"[{_fmt(a)}, {_fmt(b)}]" for a, b in zip(rows["delta_ci_low"], rows["delta_ci_high"])],
+            "all_unknown": rows["all_unknown_rate"].map(_fmt),
+            "questions asked": rows["questions_asked_mean"].map(_fmt),
+        }
+    )
+    caption = (
+        "Batch vs. sequential clarification per k: restore_score_100, paired Δ vs. orig with "
+        f"bootstrap {pct} CI, all_unknown rate and mean questions asked per instance."
+    )
     return Table("batch_vs_sequential", caption, rows, display)
 
 
@@ -87,10 +113,10 @@ def sequential_table(rows: pd.DataFrame, confidence: float) -> Any:
 
 
 def default_gates() -> dict[str, Any]:
-    """The gates every report evaluates post hoc (no LLM: the LLM gate runs via ``python -m cts.gate``)."""
+    """The gates every report evaluates post hoc (no LLM: the LLM gate runs via ``python -m cts.gating``)."""
     gates: dict[str, Any] = {"always": AlwaysGate(), "never": NeverGate(), "oracle": OracleGate()}
     try:
-        from cts.corpus import load_corpus
+        from cts.corpus.wiki import load_corpus
 
         gates["rules"] = RuleGate(titles=[d.title for d in load_corpus("en-us").docs])
     except Exception as e:  # noqa: BLE001 - the corpus package missing must not stop the report
@@ -108,8 +134,18 @@ def gating_rows(jobs: Sequence[Any], stats: Any, gates: Mapping[str, Any]) -> pd
             result, decisions = evaluate_gate(j.records, gate, **vars(stats))
             asked = {i for i, d in decisions.items() if d.ask}
             cost, unit = _clarify_cost(j.records, asked)
-            rows.append({"k": j.k, "system": j.label, "mode": j.mode, "setting": j.setting, "gate": name,
-                         **asdict(result), "cost_per_instance": cost, "cost_unit": unit})
+            rows.append(
+                {
+                    "k": j.k,
+                    "system": j.label,
+                    "mode": j.mode,
+                    "setting": j.setting,
+                    "gate": name,
+                    **asdict(result),
+                    "cost_per_instance": cost,
+                    "cost_unit": unit,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -117,18 +153,28 @@ def gating_table(rows: pd.DataFrame, confidence: float) -> Any:
     """Ask rate, gated score, Δ vs orig (paired CI), Δ vs always, precision/recall vs oracle, questions."""
 
     pct = f"{confidence:.0%}"
-    display = pd.DataFrame({
-        "k": rows["k"], "System": rows["system"], "mode": rows["mode"], "gate": rows["gate"], "n": rows["n"],
-        "ask_rate": rows["ask_rate"].map(_fmt), "score": rows["score_mean"].map(_fmt),
-        "Δ vs. orig": rows["delta_vs_orig"].map(lambda v: _fmt(v, True)),
-        f"{pct} CI": [f"[{_fmt(a)}, {_fmt(b)}]" for a, b in zip(rows["delta_ci_low"], rows["delta_ci_high"])],
-        "Δ vs. always": rows["delta_vs_always"].map(lambda v: _fmt(v, True)),
-        "precision": rows["precision"].map(_fmt), "recall": rows["recall"].map(_fmt),
-        "questions/instance": rows["questions_per_instance"].map(_fmt),
-    })
-    caption = ("Ask-or-not gating, evaluated post hoc over the finished records (0 search and 0 judge calls): "
-               "the gated score takes the clarified arm where the gate asks and orig elsewhere; precision and "
-               "recall are against the oracle (ask iff clarification beat orig).")
+    display = pd.DataFrame(
+        {
+            "k": rows["k"],
+            "System": rows["system"],
+            "mode": rows["mode"],
+            "gate": rows["gate"],
+            "n": rows["n"],
+            "ask_rate": rows["ask_rate"].map(_fmt),
+            "score": rows["score_mean"].map(_fmt),
+            "Δ vs. orig": rows["delta_vs_orig"].map(lambda v: _fmt(v, True)),
+            f"{pct} CI": [f"[{_fmt(a)}, {_fmt(b)}]" for a, b in zip(rows["delta_ci_low"], rows["delta_ci_high"])],
+            "Δ vs. always": rows["delta_vs_always"].map(lambda v: _fmt(v, True)),
+            "precision": rows["precision"].map(_fmt),
+            "recall": rows["recall"].map(_fmt),
+            "questions/instance": rows["questions_per_instance"].map(_fmt),
+        }
+    )
+    caption = (
+        "Ask-or-not gating, evaluated post hoc over the finished records (0 search and 0 judge calls): "
+        "the gated score takes the clarified arm where the gate asks and orig elsewhere; precision and "
+        "recall are against the oracle (ask iff clarification beat orig)."
+    )
     return Table("gating", caption, rows.drop(columns=["cost_unit"]), display)
 
 
@@ -144,8 +190,12 @@ def _clarify_cost(records: Sequence[Record], asked: set[str]) -> tuple[float, st
     if not records:
         return NAN, "questions"
     for unit, fields in (("usd", ("cost_usd",)), ("tokens", ("tokens_in", "tokens_out"))):
-        per = [sum(float(u.get(f, 0.0)) for role, u in r.usage.items() if role in CLARIFY_ROLES for f in fields)
-               if r.id in asked else 0.0 for r in records]
+        per = [
+            sum(float(u.get(f, 0.0)) for role, u in r.usage.items() if role in CLARIFY_ROLES for f in fields)
+            if r.id in asked
+            else 0.0
+            for r in records
+        ]
         if any(per):
             return float(np.mean(per)), unit
     return float(np.mean([len(r.questions) if r.id in asked else 0 for r in records])), "questions"
@@ -170,12 +220,31 @@ def frontier_rows(gating: pd.DataFrame) -> pd.DataFrame:
     """
     if gating.empty:
         return pd.DataFrame()
-    cols = ["system", "k", "mode", "setting", "gate", "score_mean", "cost_per_instance", "cost_unit",
-            "questions_per_instance"]
+    cols = [
+        "system",
+        "k",
+        "mode",
+        "setting",
+        "gate",
+        "score_mean",
+        "cost_per_instance",
+        "cost_unit",
+        "questions_per_instance",
+    ]
     df = gating.assign(setting=gating.get("setting", ""))[cols]
-    never = df[df["gate"] == "never"].groupby("setting", as_index=False, sort=True).agg(
-        {"gate": "first", "score_mean": "mean", "cost_per_instance": "first", "cost_unit": "first",
-         "questions_per_instance": "first"})
+    never = (
+        df[df["gate"] == "never"]
+        .groupby("setting", as_index=False, sort=True)
+        .agg(
+            {
+                "gate": "first",
+                "score_mean": "mean",
+                "cost_per_instance": "first",
+                "cost_unit": "first",
+                "questions_per_instance": "first",
+            }
+        )
+    )
     never = never.assign(system=[f"{ORIG}[{s}]" if s else ORIG for s in never["setting"]], mode="–", k="any")
     df = pd.concat([df[df["gate"] != "never"], never[cols]], ignore_index=True).drop(columns=["setting"])
     units = set(df["cost_unit"])
@@ -192,14 +261,22 @@ def frontier_table(rows: pd.DataFrame) -> Any:
     """The cost-quality table (``*`` marks the Pareto frontier)."""
 
     unit = rows["cost_unit"].iloc[0] if len(rows) else "questions"
-    display = pd.DataFrame({
-        "System": rows["system"], "k": rows["k"].astype(str), "mode": rows["mode"], "gate": rows["gate"],
-        "score": rows["score_mean"].map(_fmt), f"cost/instance ({unit})": rows["cost_per_instance"].map(_fmt),
-        "questions/instance": rows["questions_per_instance"].map(_fmt),
-        "Pareto": rows["pareto"].map(lambda p: "*" if p else ""),
-    })
-    caption = (f"Cost-quality frontier: mean restore score vs. clarification cost per instance ({unit}); "
-               "* = Pareto-optimal (the oracle is an upper bound and never counts).")
+    display = pd.DataFrame(
+        {
+            "System": rows["system"],
+            "k": rows["k"].astype(str),
+            "mode": rows["mode"],
+            "gate": rows["gate"],
+            "score": rows["score_mean"].map(_fmt),
+            f"cost/instance ({unit})": rows["cost_per_instance"].map(_fmt),
+            "questions/instance": rows["questions_per_instance"].map(_fmt),
+            "Pareto": rows["pareto"].map(lambda p: "*" if p else ""),
+        }
+    )
+    caption = (
+        f"Cost-quality frontier: mean restore score vs. clarification cost per instance ({unit}); "
+        "* = Pareto-optimal (the oracle is an upper bound and never counts)."
+    )
     return Table("frontier", caption, rows, display)
 
 
@@ -216,8 +293,13 @@ def plot_frontier(rows: pd.DataFrame, path: Path, x: str, xlabel: str, title: st
     for (px, py), tied in front.groupby([x, "score_mean"], sort=False):
         first = tied.iloc[0]
         more = f" (+{len(tied) - 1} tied)" if len(tied) > 1 else ""
-        ax.annotate(f"{first['system']} k={first['k']} {first['mode']} {first['gate']}{more}", (px, py),
-                    fontsize=6, textcoords="offset points", xytext=(4, -8))
+        ax.annotate(
+            f"{first['system']} k={first['k']} {first['mode']} {first['gate']}{more}",
+            (px, py),
+            fontsize=6,
+            textcoords="offset points",
+            xytext=(4, -8),
+        )
     ax.set_xlabel(xlabel)
     ax.set_ylabel("mean restore_score_100")
     ax.set_title(title)
@@ -238,10 +320,20 @@ def extra_report(jobs: Sequence[Any], stats: Any, out_dir: Path) -> tuple[list[A
     tables = [sequential_table(seq, stats.confidence), gating_table(gating, stats.confidence), frontier_table(front)]
     unit = front["cost_unit"].iloc[0]
     plots = [
-        plot_frontier(front, out_dir / "frontier.png", "cost_per_instance", f"clarification cost per instance ({unit})",
-                      "Cost-quality frontier"),
-        plot_frontier(front, out_dir / "score_vs_questions.png", "questions_per_instance",
-                      "questions asked per instance (user burden)", "Score vs. questions asked"),
+        plot_frontier(
+            front,
+            out_dir / "frontier.png",
+            "cost_per_instance",
+            f"clarification cost per instance ({unit})",
+            "Cost-quality frontier",
+        ),
+        plot_frontier(
+            front,
+            out_dir / "score_vs_questions.png",
+            "questions_per_instance",
+            "questions asked per instance (user burden)",
+            "Score vs. questions asked",
+        ),
     ]
     return tables, plots, _metrics(seq, gating)
 

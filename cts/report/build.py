@@ -21,7 +21,6 @@ from cts.report.tables import Table, build_tables, markdown, write_table
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class ReportResult:
     """What :func:`build_sweep_report` produced (never raised: see ``errors``)."""
@@ -59,8 +58,12 @@ def sweep_metrics(scores: pd.DataFrame, diag: pd.DataFrame) -> dict[str, float]:
 
     out: dict[str, float] = {}
     for row in scores.to_dict("records"):
-        for name, col in (("score_mean", "mean"), ("delta_mean", "delta"), ("delta_ci_low", "delta_ci_low"),
-                          ("delta_ci_high", "delta_ci_high")):
+        for name, col in (
+            ("score_mean", "mean"),
+            ("delta_mean", "delta"),
+            ("delta_ci_low", "delta_ci_low"),
+            ("delta_ci_high", "delta_ci_high"),
+        ):
             out[key(name, row)] = float(row[col])
     for row in diag.to_dict("records"):
         for name in ("ua_unknown_rate", "cq_region_rate", "region_only_unknown_rate", "all_unknown_rate"):
@@ -82,14 +85,22 @@ def write_report(jobs: Sequence[Job], out_dir: Path, stats: Stats, source: str =
     tables += more_tables
     files += [p for t in more_tables for p in write_table(t, out_dir)] + more_plots
     files.append(write_index(tables, [p for p in files if p.suffix == ".png"], out_dir, source, len(jobs)))
-    return ReportResult(source, out_dir, {t.name: t.data for t in tables}, tuple(files),
-                        {**sweep_metrics(scores, diag), **more_metrics}, len(jobs))
+    return ReportResult(
+        source,
+        out_dir,
+        {t.name: t.data for t in tables},
+        tuple(files),
+        {**sweep_metrics(scores, diag), **more_metrics},
+        len(jobs),
+    )
 
 
 def write_index(tables: Sequence[Table], plots: Sequence[Path], out_dir: Path, source: str, n_jobs: int) -> Path:
     """Write ``report.md``: every table and plot on one page."""
-    head = (f"# Sweep report\n\nSource: `{source}` ({n_jobs} jobs). Files: CSV (numbers), "
-            "Markdown and LaTeX (formatted) per table.\n")
+    head = (
+        f"# Sweep report\n\nSource: `{source}` ({n_jobs} jobs). Files: CSV (numbers), "
+        "Markdown and LaTeX (formatted) per table.\n"
+    )
     parts = [head]
     parts += [f"## {t.caption}\n\n{markdown(t.display)}" for t in tables]
     parts += [f"![{p.stem}]({p.name})\n" for p in plots]
@@ -154,8 +165,14 @@ def log_sweep_report(result: ReportResult, tracking_uri: str, experiment: str) -
 
     try:
         metrics = {**result.metrics, "n_jobs": float(result.n_jobs)}
-        return tracking.log_report_run(tracking_uri, experiment, f"report:{Path(result.source).name}",
-                                       metrics, [result.out_dir], tags={"cts.sweep_dir": result.source})
+        return tracking.log_report_run(
+            tracking_uri,
+            experiment,
+            f"report:{Path(result.source).name}",
+            metrics,
+            [result.out_dir],
+            tags={"cts.sweep_dir": result.source},
+        )
     except Exception:
         log.exception("logging the sweep report of %s failed", result.source)
         return None

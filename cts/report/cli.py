@@ -13,7 +13,6 @@ from cts.report.build import build_sweep_report, log_sweep_report
 log = logging.getLogger(__name__)
 
 
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m cts.report <sweep dir | experiment> [--tracking-uri URI] [--out DIR] [--log]``."""
     parser = argparse.ArgumentParser(prog="python -m cts.report", description=__doc__.split("\n")[0])
@@ -22,8 +21,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="output dir (default: <sweep>/report)")
     parser.add_argument("--n-resamples", type=int, default=10_000)
     parser.add_argument("--confidence", type=float, default=0.95)
-    parser.add_argument("--log", metavar="EXPERIMENT", default=None,
-                        help="also log the report as an MLflow run in EXPERIMENT (needs --tracking-uri)")
+    parser.add_argument(
+        "--log",
+        metavar="EXPERIMENT",
+        default=None,
+        help="also log the report as an MLflow run in EXPERIMENT (needs --tracking-uri)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     source = args.source[0] if len(args.source) == 1 else args.source
@@ -42,4 +45,3 @@ def _default_uri() -> str:
     import os
 
     return os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///outputs/mlflow.db")
-

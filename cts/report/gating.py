@@ -16,9 +16,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from cts.records import Record
-from cts.roles.gates import Decision, Gate, OutcomeGate, gate_kind
-from cts.stats import paired_bootstrap_ci
+from cts.core.contracts import Decision, Gate, OutcomeGate
+from cts.core.records import Record
+from cts.roles.gates import gate_kind
+from cts.stats.bootstrap import paired_bootstrap_ci
 
 NAN = float("nan")
 T = TypeVar("T")
@@ -29,9 +30,7 @@ def gateable(records: Sequence[Record]) -> list[Record]:
     return [r for r in records if r.score is not None and r.orig_score is not None and r.orig is not None]
 
 
-async def decide_all(
-    records: Sequence[Record], gate: Gate | OutcomeGate, concurrency: int = 8
-) -> dict[str, Decision]:
+async def decide_all(records: Sequence[Record], gate: Gate | OutcomeGate, concurrency: int = 8) -> dict[str, Decision]:
     """The gate's decision for every record, by instance id.
 
     A query gate sees ``r.orig.query`` (the blurred query ``q``) only; the oracle reads the record.
@@ -93,8 +92,12 @@ def _precision_recall(asks: Sequence[bool], oracle: Sequence[bool]) -> tuple[flo
 
 
 def gate_stats(
-    records: Sequence[Record], decisions: Mapping[str, Decision], *, n_resamples: int = 10_000,
-    confidence: float = 0.95, seed: int = 0,
+    records: Sequence[Record],
+    decisions: Mapping[str, Decision],
+    *,
+    n_resamples: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
 ) -> GateStats:
     """Gated score, deltas (paired CI vs orig), precision/recall vs the oracle, questions asked."""
     rs = gateable(records)
@@ -109,16 +112,28 @@ def gate_stats(
     precision, recall = _precision_recall(asks, oracle)
     asked_q = [len(r.questions) if a else 0 for r, a in zip(rs, asks)]
     return GateStats(
-        n=len(rs), ask_rate=float(np.mean(asks)), score_mean=float(np.mean(gated)),
-        orig_mean=float(np.mean(orig)), always_mean=float(np.mean(always)), delta_vs_orig=delta,
-        delta_ci_low=low, delta_ci_high=high, delta_vs_always=float(np.mean(gated) - np.mean(always)),
-        precision=precision, recall=recall, questions_per_instance=float(np.mean(asked_q)),
+        n=len(rs),
+        ask_rate=float(np.mean(asks)),
+        score_mean=float(np.mean(gated)),
+        orig_mean=float(np.mean(orig)),
+        always_mean=float(np.mean(always)),
+        delta_vs_orig=delta,
+        delta_ci_low=low,
+        delta_ci_high=high,
+        delta_vs_always=float(np.mean(gated) - np.mean(always)),
+        precision=precision,
+        recall=recall,
+        questions_per_instance=float(np.mean(asked_q)),
     )
 
 
 def evaluate_gate(
-    records: Sequence[Record], gate: Gate | OutcomeGate, *, n_resamples: int = 10_000,
-    confidence: float = 0.95, seed: int = 0,
+    records: Sequence[Record],
+    gate: Gate | OutcomeGate,
+    *,
+    n_resamples: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
 ) -> tuple[GateStats, dict[str, Decision]]:
     """Decide for every gateable record, then score the gated system (synchronous wrapper)."""
     rs = gateable(records)

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from cts import naming
-from cts.job_files import RECORDS_FILE
-from cts.records import Record, read_records
+from cts._util import naming
+from cts.core.records import Record, read_records
+from cts.protocol.job_files import RECORDS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def _legacy_factors(run_name: str) -> dict[str, str]:
 
 
 def _overridden(summary: Mapping[str, Any]) -> dict[str, str]:
-    """The swept factors of a job, from its stored overrides (:func:`cts.naming.factors`)."""
+    """The swept factors of a job, from its stored overrides (:func:`cts._util.naming.factors`)."""
     overrides = summary.get("overrides")
     if not isinstance(overrides, list):
         return _legacy_factors(str(summary.get("run_name") or ""))
@@ -110,8 +110,15 @@ def job_from_summary(summary: Mapping[str, Any], records: Sequence[Record], job_
     setting = {g: v for g, v in {**chosen, **swept}.items() if g not in _NOT_FACTORS and not _clarifier_only(g)}
     variant = {g: v for g, v in swept.items() if _clarifier_only(g) and g != _REBIND}
     k = int(summary.get("k") or (records[0].k if records else 0))
-    return Job(system, k, tuple(records), setting, job_dir or str(summary.get("job_dir", "")),
-               str(summary.get("run_id") or ""), variant=variant)
+    return Job(
+        system,
+        k,
+        tuple(records),
+        setting,
+        job_dir or str(summary.get("job_dir", "")),
+        str(summary.get("run_id") or ""),
+        variant=variant,
+    )
 
 
 def load_job_dir(path: str | Path) -> Job:
@@ -135,9 +142,9 @@ def _is_artifact_copy(job_dir: Path) -> bool:
         original = json.loads((job_dir / SUMMARY_FILE).read_text(encoding="utf-8")).get("job_dir")
     except (OSError, ValueError):
         return False
-    return bool(original) and Path(original).resolve() != job_dir.resolve() and (
-        Path(original) / SUMMARY_FILE
-    ).is_file()
+    return (
+        bool(original) and Path(original).resolve() != job_dir.resolve() and (Path(original) / SUMMARY_FILE).is_file()
+    )
 
 
 def load_mlflow_jobs(experiment: str, tracking_uri: str) -> list[Job]:

@@ -14,7 +14,6 @@ from cts.report.jobs import ORIG
 log = logging.getLogger(__name__)
 
 
-
 def _pyplot() -> Any:
     import matplotlib
 
@@ -39,8 +38,10 @@ def plot_scores(scores: pd.DataFrame, path: Path) -> Path:
             right.errorbar(rows["k"] + 0.03 * i, rows["delta"], yerr=d_err, capsize=4, label=system, **style)
     right.axhline(0.0, color="0.4", linestyle="--", linewidth=1)
     ks = sorted(scores["k"].unique())
-    for ax, ylabel, title in ((left, "mean restore_score_100", "Score vs. clarification budget"),
-                              (right, "Δ vs. orig (paired)", "Improvement over orig")):
+    for ax, ylabel, title in (
+        (left, "mean restore_score_100", "Score vs. clarification budget"),
+        (right, "Δ vs. orig (paired)", "Improvement over orig"),
+    ):
         ax.set_xticks(ks)
         ax.set_xlabel("k (questions)")
         ax.set_ylabel(ylabel)
@@ -57,10 +58,23 @@ def plot_unknown_vs_region(diag: pd.DataFrame, path: Path) -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.8), constrained_layout=True)
     for system, rows in diag.sort_values("k").groupby("system", sort=True):
-        (line,) = ax.plot(rows["cq_region_rate"], rows["ua_unknown_rate"], marker="o", markersize=8,
-                          linewidth=1, alpha=0.8, label=system)
-        ax.scatter(rows["cq_region_rate"], rows["region_only_unknown_rate"], s=60, marker="^",
-                   facecolors="none", edgecolors=line.get_color())
+        (line,) = ax.plot(
+            rows["cq_region_rate"],
+            rows["ua_unknown_rate"],
+            marker="o",
+            markersize=8,
+            linewidth=1,
+            alpha=0.8,
+            label=system,
+        )
+        ax.scatter(
+            rows["cq_region_rate"],
+            rows["region_only_unknown_rate"],
+            s=60,
+            marker="^",
+            facecolors="none",
+            edgecolors=line.get_color(),
+        )
         _annotate_ks(ax, rows)
     ax.scatter([], [], marker="^", facecolors="none", edgecolors="0.3", label="region-only unknown rate")
     ax.set_xlim(-0.05, 1.05)

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from cts.diagnostics import diagnostics
+from cts.protocol.diagnostics import diagnostics
 from cts.report.jobs import NO_MODE, ORIG, Job
-from cts.stats import mean_ci, paired_bootstrap_ci
+from cts.stats.bootstrap import mean_ci, paired_bootstrap_ci
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +36,7 @@ def _dist(scores: Sequence[float]) -> dict[str, float]:
     a = np.asarray(scores, dtype=float)
     if a.size == 0:
         return {"n": 0.0, "mean": NAN, "p50": NAN, "p90": NAN}
-    return {"n": float(a.size), "mean": float(a.mean()), "p50": float(np.median(a)),
-            "p90": float(np.percentile(a, 90))}
+    return {"n": float(a.size), "mean": float(a.mean()), "p50": float(np.median(a)), "p90": float(np.percentile(a, 90))}
 
 
 def orig_scores(jobs: Sequence[Job]) -> dict[str, float]:
@@ -61,8 +60,10 @@ def _settings(jobs: Sequence[Job]) -> list[tuple[int, str, list[Job]]]:
         groups.setdefault((j.k, tuple(sorted(j.factors.items()))), []).append(j)
     keys = sorted({key for _, f in groups for key, _ in f})
     varying = [key for key in keys if len({dict(f).get(key) for _, f in groups}) > 1]
-    return [(k, ",".join(f"{key}={dict(f).get(key)}" for key in varying), js)
-            for (k, f), js in sorted(groups.items(), key=lambda g: (g[0][0], str(g[0][1])))]
+    return [
+        (k, ",".join(f"{key}={dict(f).get(key)}" for key in varying), js)
+        for (k, f), js in sorted(groups.items(), key=lambda g: (g[0][0], str(g[0][1])))
+    ]
 
 
 def paired(job: Job) -> tuple[list[float], list[float]]:
@@ -77,10 +78,20 @@ def score_rows(jobs: Sequence[Job], stats: Stats) -> pd.DataFrame:
     for k, setting, at_k in _settings(jobs):
         origs = orig_scores(at_k)  # pooled only over jobs of one setting (search, judge, dataset ...)
         _, low, high = mean_ci(list(origs.values()), **vars(stats))
-        rows.append({"k": k, "system": f"{ORIG}[{setting}]" if setting else ORIG, "mode": NO_MODE,
-                     **_dist(list(origs.values())),
-                     "mean_ci_low": low, "mean_ci_high": high, "n_paired": NAN, "delta": NAN,
-                     "delta_ci_low": NAN, "delta_ci_high": NAN})
+        rows.append(
+            {
+                "k": k,
+                "system": f"{ORIG}[{setting}]" if setting else ORIG,
+                "mode": NO_MODE,
+                **_dist(list(origs.values())),
+                "mean_ci_low": low,
+                "mean_ci_high": high,
+                "n_paired": NAN,
+                "delta": NAN,
+                "delta_ci_low": NAN,
+                "delta_ci_high": NAN,
+            }
+        )
         for j in at_k:
             if j.is_orig:
                 continue
@@ -88,19 +99,35 @@ def score_rows(jobs: Sequence[Job], stats: Stats) -> pd.DataFrame:
             _, low, high = mean_ci(scores, **vars(stats))
             clarified_s, orig_s = paired(j)
             delta, d_low, d_high = paired_bootstrap_ci(clarified_s, orig_s, **vars(stats))
-            rows.append({"k": k, "system": j.label, "mode": j.mode, **_dist(scores), "mean_ci_low": low,
-                         "mean_ci_high": high, "n_paired": float(len(clarified_s)), "delta": delta,
-                         "delta_ci_low": d_low, "delta_ci_high": d_high})
+            rows.append(
+                {
+                    "k": k,
+                    "system": j.label,
+                    "mode": j.mode,
+                    **_dist(scores),
+                    "mean_ci_low": low,
+                    "mean_ci_high": high,
+                    "n_paired": float(len(clarified_s)),
+                    "delta": delta,
+                    "delta_ci_low": d_low,
+                    "delta_ci_high": d_high,
+                }
+            )
     return pd.DataFrame(rows)
 
 
 def diagnostic_rows(jobs: Sequence[Job]) -> pd.DataFrame:
     """Per system job: interaction metrics (unknown rates, known counts) and diagnostics."""
-    from cts.metrics import interaction_metrics
+    from cts.protocol.metrics import interaction_metrics
 
     rows = [
-        {"k": j.k, "system": j.label, "mode": j.mode, **interaction_metrics(list(j.records), j.k),
-         **diagnostics(j.records)}
+        {
+            "k": j.k,
+            "system": j.label,
+            "mode": j.mode,
+            **interaction_metrics(list(j.records), j.k),
+            **diagnostics(j.records),
+        }
         for j in jobs
         if not j.is_orig
     ]

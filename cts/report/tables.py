@@ -11,8 +11,8 @@ from typing import Any
 
 import pandas as pd
 
-from cts.qtypes import QTYPES
 from cts.report.jobs import NO_MODE
+from cts.text.qtypes import QTYPES
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +54,19 @@ def _with_mode(display: pd.DataFrame, data: pd.DataFrame) -> pd.DataFrame:
 def scores_table(scores: pd.DataFrame) -> Table:
     """Tables 2/6: mean (delta vs orig), p50, p90 per system and k."""
     data = scores[["k", "system", "mode", "n", "mean", "delta", "p50", "p90"]]
-    display = pd.DataFrame({
-        "k": data["k"], "System": data["system"], "n": data["n"].map(_count),
-        "mean (Δ)": [_num(m) if mode == NO_MODE else f"{_num(m)} ({_signed(d)})"
-                     for mode, m, d in zip(data["mode"], data["mean"], data["delta"])],
-        "p50": data["p50"].map(_num), "p90": data["p90"].map(_num),
-    })
+    display = pd.DataFrame(
+        {
+            "k": data["k"],
+            "System": data["system"],
+            "n": data["n"].map(_count),
+            "mean (Δ)": [
+                _num(m) if mode == NO_MODE else f"{_num(m)} ({_signed(d)})"
+                for mode, m, d in zip(data["mode"], data["mean"], data["delta"])
+            ],
+            "p50": data["p50"].map(_num),
+            "p90": data["p90"].map(_num),
+        }
+    )
     display = _with_mode(display, data)
     caption = "Tables 2/6. restore_score_100 per system and budget k; Δ is the paired mean difference vs. orig."
     return Table("scores", caption, data.reset_index(drop=True), display.reset_index(drop=True))
@@ -67,21 +74,31 @@ def scores_table(scores: pd.DataFrame) -> Table:
 
 def delta_ci_table(scores: pd.DataFrame, confidence: float) -> Table:
     """Table 3: mean delta vs orig with its paired bootstrap CI."""
-    data = scores[scores["mode"] != NO_MODE][["k", "system", "mode", "n_paired", "delta", "delta_ci_low",
-                                              "delta_ci_high"]]
+    data = scores[scores["mode"] != NO_MODE][
+        ["k", "system", "mode", "n_paired", "delta", "delta_ci_low", "delta_ci_high"]
+    ]
     pct = f"{confidence:.0%}"
-    display = pd.DataFrame({
-        "k": data["k"], "System": data["system"], "n": data["n_paired"].map(_count),
-        "mean Δ vs. orig": data["delta"].map(_signed),
-        f"{pct} CI": [f"[{_num(lo)}, {_num(hi)}]" for lo, hi in zip(data["delta_ci_low"], data["delta_ci_high"])],
-    })
+    display = pd.DataFrame(
+        {
+            "k": data["k"],
+            "System": data["system"],
+            "n": data["n_paired"].map(_count),
+            "mean Δ vs. orig": data["delta"].map(_signed),
+            f"{pct} CI": [f"[{_num(lo)}, {_num(hi)}]" for lo, hi in zip(data["delta_ci_low"], data["delta_ci_high"])],
+        }
+    )
     display = _with_mode(display.reset_index(drop=True), data.reset_index(drop=True))
     caption = f"Table 3. Mean improvement over orig with paired bootstrap {pct} CIs."
     return Table("delta_ci", caption, data.reset_index(drop=True), display.reset_index(drop=True))
 
 
-def _rate_table(name: str, caption: str, diag: pd.DataFrame, cols: Mapping[str, str],
-                fmt: Mapping[str, Callable[[Any], str]] | None = None) -> Table:
+def _rate_table(
+    name: str,
+    caption: str,
+    diag: pd.DataFrame,
+    cols: Mapping[str, str],
+    fmt: Mapping[str, Callable[[Any], str]] | None = None,
+) -> Table:
     fmt = fmt or {}
     data = diag[["k", "system", "mode", *cols]].reset_index(drop=True)
     display = _with_mode(pd.DataFrame({"k": data["k"], "System": data["system"]}), data)
@@ -95,8 +112,13 @@ def known_cnt_table(diag: pd.DataFrame) -> Table:
     kmax = int(diag["k"].max()) if len(diag) else 0
     cols = {"all_unknown_rate": "all_unknown"}
     cols.update({f"known_cnt_{i}": f"known_cnt={i}" for i in range(1, kmax + 1)})
-    table = _rate_table("all_unknown", "Table 7. Interaction-level UA unknown diagnostics: all_unknown = all k "
-                        "answers unknown; known_cnt = number of non-unknown answers.", diag, cols)
+    table = _rate_table(
+        "all_unknown",
+        "Table 7. Interaction-level UA unknown diagnostics: all_unknown = all k "
+        "answers unknown; known_cnt = number of non-unknown answers.",
+        diag,
+        cols,
+    )
     for i in range(1, kmax + 1):  # a budget of k cannot have more than k known answers
         table.display.loc[table.data["k"] < i, f"known_cnt={i}"] = "–"
     return table
@@ -105,21 +127,33 @@ def known_cnt_table(diag: pd.DataFrame) -> Table:
 def turn_table(diag: pd.DataFrame) -> Table:
     """Table 10: region-only count and unknown rate per (system, turn)."""
     rows = [
-        {"k": row.k, "system": row.system, "mode": row["mode"], "turn": t,
-         "region_only_count": row[f"region_only_count_t{t}"],
-         "region_only_unknown_rate": row[f"region_only_unknown_rate_t{t}"]}
-        for _, row in diag.iterrows() for t in range(1, int(row.k) + 1)
+        {
+            "k": row.k,
+            "system": row.system,
+            "mode": row["mode"],
+            "turn": t,
+            "region_only_count": row[f"region_only_count_t{t}"],
+            "region_only_unknown_rate": row[f"region_only_unknown_rate_t{t}"],
+        }
+        for _, row in diag.iterrows()
+        for t in range(1, int(row.k) + 1)
         if row[f"region_only_count_t{t}"] > 0  # like the paper, only turns with region-only questions
     ]
-    data = pd.DataFrame(rows, columns=["k", "system", "mode", "turn", "region_only_count",
-                                       "region_only_unknown_rate"])
-    display = _with_mode(pd.DataFrame({
-        "k": data["k"], "(System, turn)": [f"({s}, {t})" for s, t in zip(data["system"], data["turn"])],
-        "#region-only": data["region_only_count"].map(_count),
-        "region-only unknown": data["region_only_unknown_rate"].map(_num),
-    }), data)
-    return Table("turn_region_only", "Table 10. Turn-level UA unknown rate conditioned on region-only questions.",
-                 data, display)
+    data = pd.DataFrame(rows, columns=["k", "system", "mode", "turn", "region_only_count", "region_only_unknown_rate"])
+    display = _with_mode(
+        pd.DataFrame(
+            {
+                "k": data["k"],
+                "(System, turn)": [f"({s}, {t})" for s, t in zip(data["system"], data["turn"])],
+                "#region-only": data["region_only_count"].map(_count),
+                "region-only unknown": data["region_only_unknown_rate"].map(_num),
+            }
+        ),
+        data,
+    )
+    return Table(
+        "turn_region_only", "Table 10. Turn-level UA unknown rate conditioned on region-only questions.", data, display
+    )
 
 
 def range_table(turns: pd.DataFrame) -> Table:
@@ -127,16 +161,28 @@ def range_table(turns: pd.DataFrame) -> Table:
     rows = []
     for k, group in turns.groupby("k"):
         rates = group["region_only_unknown_rate"].dropna()
-        rows.append({"k": k, "n_cells": float(len(rates)), "min": rates.min() if len(rates) else NAN,
-                     "max": rates.max() if len(rates) else NAN})
+        rows.append(
+            {
+                "k": k,
+                "n_cells": float(len(rates)),
+                "min": rates.min() if len(rates) else NAN,
+                "max": rates.max() if len(rates) else NAN,
+            }
+        )
     data = pd.DataFrame(rows, columns=["k", "n_cells", "min", "max"])
-    display = pd.DataFrame({
-        "Setting": [f"k={k}" for k in data["k"]],
-        "Region-only unknown range": [f"{_num(a)}–{_num(b)}" for a, b in zip(data["min"], data["max"])],
-        "(system, turn) cells": data["n_cells"].map(_count),
-    })
-    return Table("region_only_range", "Table 8. Range of UA unknown rates of region-only questions across "
-                 "systems and turns.", data, display)
+    display = pd.DataFrame(
+        {
+            "Setting": [f"k={k}" for k in data["k"]],
+            "Region-only unknown range": [f"{_num(a)}–{_num(b)}" for a, b in zip(data["min"], data["max"])],
+            "(system, turn) cells": data["n_cells"].map(_count),
+        }
+    )
+    return Table(
+        "region_only_range",
+        "Table 8. Range of UA unknown rates of region-only questions across systems and turns.",
+        data,
+        display,
+    )
 
 
 def build_tables(scores: pd.DataFrame, diag: pd.DataFrame, confidence: float) -> list[Table]:
@@ -152,28 +198,39 @@ def build_tables(scores: pd.DataFrame, diag: pd.DataFrame, confidence: float) ->
     return [
         scores_table(scores),
         delta_ci_table(scores, confidence),
-        _rate_table("ua_diagnostics", "Table 4. UA diagnostics: ua_unknown_rate = fraction of answers that are "
-                    "unknown; cq_region_rate = fraction of questions about region.", diag,
-                    {"ua_unknown_rate": "ua_unknown_rate", "cq_region_rate": "cq_region_rate"}),
-        _rate_table("region_only", "Table 5. Region-only questions: count and UA unknown rate conditioned on "
-                    "region-only.", diag,
-                    {"region_only_count": "#region-only", "region_only_unknown_rate": "region-only unknown"},
-                    {"region_only_count": _count}),
+        _rate_table(
+            "ua_diagnostics",
+            "Table 4. UA diagnostics: ua_unknown_rate = fraction of answers that are "
+            "unknown; cq_region_rate = fraction of questions about region.",
+            diag,
+            {"ua_unknown_rate": "ua_unknown_rate", "cq_region_rate": "cq_region_rate"},
+        ),
+        _rate_table(
+            "region_only",
+            "Table 5. Region-only questions: count and UA unknown rate conditioned on region-only.",
+            diag,
+            {"region_only_count": "#region-only", "region_only_unknown_rate": "region-only unknown"},
+            {"region_only_count": _count},
+        ),
         known_cnt_table(diag),
         range_table(turns.data),
         turns,
-        _rate_table("qtype_unknown", "Question types: share of questions per type and UA unknown rate per type.",
-                    diag, qtype_cols),
+        _rate_table(
+            "qtype_unknown",
+            "Question types: share of questions per type and UA unknown rate per type.",
+            diag,
+            qtype_cols,
+        ),
     ]
 
 
 def markdown(df: pd.DataFrame) -> str:
     """A GitHub-style Markdown table of ``df``'s cells (as strings)."""
+
     def cell(v: Any) -> str:
         return str(v).replace("|", "\\|").replace("\n", " ")
 
-    lines = ["| " + " | ".join(cell(c) for c in df.columns) + " |",
-             "| " + " | ".join("---" for _ in df.columns) + " |"]
+    lines = ["| " + " | ".join(cell(c) for c in df.columns) + " |", "| " + " | ".join("---" for _ in df.columns) + " |"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
     return "\n".join(lines) + "\n"
 
@@ -182,8 +239,12 @@ def latex(table: Table) -> str:
     """A booktabs LaTeX table of the formatted cells (special characters escaped)."""
     styler = table.display.style.hide(axis="index").format(escape="latex")
     styler = styler.format_index(escape="latex", axis=1)
-    tex = styler.to_latex(caption=table.caption.replace("_", r"\_").replace("%", r"\%"),
-                          label=f"tab:{table.name}", hrules=True, position_float="centering")
+    tex = styler.to_latex(
+        caption=table.caption.replace("_", r"\_").replace("%", r"\%"),
+        label=f"tab:{table.name}",
+        hrules=True,
+        position_float="centering",
+    )
     return tex.replace("Δ", r"$\Delta$").replace("–", "--")
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cts.lexicon import PlaceLexicon
-from cts.qtypes import classify_question
-from cts.types import QA, UNKNOWN
+from cts.core.types import QA, UNKNOWN
+from cts.text.lexicon import PlaceLexicon
+from cts.text.qtypes import classify_question
 
 
 class TypeRestrictedUserAnswerer:

@@ -11,42 +11,29 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from cts.corpus import Corpus
+from cts.core.contracts import Decision, Gate, OutcomeGate
+from cts.core.records import Record
+from cts.corpus.wiki import Corpus
 from cts.llm import Chat
-from cts.records import Record
 from cts.roles.llm import _LLMRole
 from cts.roles.parse import _load_json
 from cts.roles.reask import DEFAULT_MAX_REASKS, InvalidOutput
 from cts.roles.rules import head_term
-from cts.text import STOPWORDS_ZH, content_tokens, is_cjk, normalize
+from cts.text.tokens import STOPWORDS_ZH, content_tokens, is_cjk, normalize
 
-__all__ = ["AlwaysGate", "Decision", "Gate", "LLMGate", "NeverGate", "OracleGate", "OutcomeGate", "RuleGate",
-           "parse_decision"]
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Whether to ask, with the gate's confidence in that choice (0..1)."""
-
-    ask: bool
-    confidence: float = 1.0
-
-
-@runtime_checkable
-class Gate(Protocol):
-    """Decides from the blurred query alone."""
-
-    async def decide(self, blurred_query: str) -> Decision: ...
-
-
-@runtime_checkable
-class OutcomeGate(Protocol):
-    """Decides from a finished record (only the oracle: an upper bound, not a system)."""
-
-    def decide_outcome(self, record: Record) -> Decision: ...
+__all__ = [
+    "AlwaysGate",
+    "Decision",
+    "Gate",
+    "LLMGate",
+    "NeverGate",
+    "OracleGate",
+    "OutcomeGate",
+    "RuleGate",
+    "parse_decision",
+]
 
 
 class AlwaysGate:
@@ -177,12 +164,27 @@ class LLMGate(_LLMRole):
     default_role = "gate"
     default_cap = 128  # {"ask": ..., "confidence": ...}
 
-    def __init__(self, model: Chat, prompt: str, min_confidence: float = 0.0, role: str | None = None,
-                 max_reasks: int = DEFAULT_MAX_REASKS, prompts_dir: str | None = None,
-                 params: Mapping[str, Any] | None = None, max_output_tokens: int | None = None) -> None:
+    def __init__(
+        self,
+        model: Chat,
+        prompt: str,
+        min_confidence: float = 0.0,
+        role: str | None = None,
+        max_reasks: int = DEFAULT_MAX_REASKS,
+        prompts_dir: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        max_output_tokens: int | None = None,
+    ) -> None:
         # Explicit parameters: the pre-flight names a misspelt key by the signature.
-        super().__init__(model, prompt, role=role, max_reasks=max_reasks, prompts_dir=prompts_dir,
-                         params=params, max_output_tokens=max_output_tokens)
+        super().__init__(
+            model,
+            prompt,
+            role=role,
+            max_reasks=max_reasks,
+            prompts_dir=prompts_dir,
+            params=params,
+            max_output_tokens=max_output_tokens,
+        )
         self.min_confidence = min_confidence
 
     async def decide(self, blurred_query: str) -> Decision:
@@ -198,4 +200,3 @@ def gate_kind(gate: object) -> str:
     if isinstance(gate, Gate):
         return "query"
     raise TypeError(f"{type(gate).__name__} is not a gate (needs decide or decide_outcome)")
-

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cts.text import content_tokens
-from cts.types import Label, Nugget
+from cts.core.types import Label, Nugget
+from cts.text.tokens import content_tokens
 
 
 class LexicalJudge:
     """Labels a nugget by the recall of its content tokens in the answer.
 
-    CJK text is matched on character bigrams (see :func:`cts.text.tokenize`), so
+    CJK text is matched on character bigrams (see :func:`cts.text.tokens.tokenize`), so
     the judge works on the Chinese benchmark too.
     """
 

@@ -5,10 +5,10 @@ chat client (:class:`cts.llm.Chat`: cache, retries, accounting), built by
 the composition layer from the model registry, then repairs and
 validates the reply. An invalid reply is re-asked (the bad reply plus a short
 correction is appended to the conversation) at most ``max_reasks`` times; then
-the role raises :class:`cts.types.UnscoredError`, and the item is recorded as
+the role raises :class:`cts.core.types.UnscoredError`, and the item is recorded as
 unscored, never as 0.
 
-Signatures follow :mod:`cts.types`: the Clarifier and Rewriter take no
+Signatures follow :mod:`cts.core.types`: the Clarifier and Rewriter take no
 ``fused_query``, so the hidden intent cannot reach them.
 
 The User Answerer's "don't know" is always the protocol token ``unknown``:
@@ -22,8 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
+from cts._util.prompts import Prompt, load_prompt
+from cts.core.contracts import ClarifyMode
+from cts.core.types import QA, Evidence, GoldDraft, Label, Nugget, UnscoredError
 from cts.llm import Chat
-from cts.prompts import Prompt, load_prompt
 from cts.roles.parse import (
     STOP_ALLOWED,
     STOP_FORBIDDEN,
@@ -34,8 +36,12 @@ from cts.roles.parse import (
     parse_questions,
     parse_turn,
 )
-from cts.roles.reask import DEFAULT_MAX_REASKS, InvalidOutput, Truncated, ask_until_valid
-from cts.types import QA, ClarifyMode, Evidence, GoldDraft, Label, Nugget, UnscoredError
+from cts.roles.reask import (
+    DEFAULT_MAX_REASKS,
+    InvalidOutput,
+    Truncated,
+    ask_until_valid,
+)
 
 T = TypeVar("T")
 
@@ -80,12 +86,19 @@ class _LLMRole:
     async def _ask(self, parse: Callable[[str], T], prompt: Prompt | None = None, **values: Any) -> T:
         prompt = prompt or self.prompt
         try:
-            return await ask_until_valid(self.client, prompt.messages(**values), parse,
-                                         max_reasks=self.max_reasks, prompt_version=prompt.version,
-                                         params=self.params, max_output_tokens=self.max_output_tokens)
+            return await ask_until_valid(
+                self.client,
+                prompt.messages(**values),
+                parse,
+                max_reasks=self.max_reasks,
+                prompt_version=prompt.version,
+                params=self.params,
+                max_output_tokens=self.max_output_tokens,
+            )
         except Truncated as exc:
-            raise UnscoredError(f"{self.role}: truncated after {self.max_reasks} re-ask(s): {exc}",
-                                kind="truncated") from exc
+            raise UnscoredError(
+                f"{self.role}: truncated after {self.max_reasks} re-ask(s): {exc}", kind="truncated"
+            ) from exc
         except InvalidOutput as exc:
             raise UnscoredError(f"{self.role}: invalid output after {self.max_reasks} re-ask(s): {exc}") from exc
 
@@ -115,8 +128,15 @@ class LLMClarifier(_LLMRole):
         max_output_tokens: int | None = None,
     ) -> None:
         # Explicit parameters (no **kwargs): the pre-flight names a misspelt key by the signature.
-        super().__init__(model, prompt, role=role, max_reasks=max_reasks, prompts_dir=prompts_dir,
-                         params=params, max_output_tokens=max_output_tokens)
+        super().__init__(
+            model,
+            prompt,
+            role=role,
+            max_reasks=max_reasks,
+            prompts_dir=prompts_dir,
+            params=params,
+            max_output_tokens=max_output_tokens,
+        )
         if mode not in ("batch", "sequential"):
             raise ValueError(f"mode must be batch or sequential, got {mode!r}")
         self.mode: ClarifyMode = mode
@@ -130,11 +150,17 @@ class LLMClarifier(_LLMRole):
         if self.turn_prompt is None:
             raise ValueError("next_question needs mode=sequential")
         earlier = "\n".join(f"Q{i}: {p.question}\nA{i}: {p.answer}" for i, p in enumerate(qa, 1)) or "(none)"
-        stop_rule = (STOP_ALLOWED if self.stop_early else STOP_FORBIDDEN)
+        stop_rule = STOP_ALLOWED if self.stop_early else STOP_FORBIDDEN
         asked = [p.question for p in qa]
-        return await self._ask(lambda text: parse_turn(text, asked, self.stop_early), self.turn_prompt,
-                               blurred_query=blurred_query, qa_pairs=earlier, turn=len(qa) + 1, k=k,
-                               stop_rule=stop_rule)
+        return await self._ask(
+            lambda text: parse_turn(text, asked, self.stop_early),
+            self.turn_prompt,
+            blurred_query=blurred_query,
+            qa_pairs=earlier,
+            turn=len(qa) + 1,
+            k=k,
+            stop_rule=stop_rule,
+        )
 
     async def ask(self, blurred_query: str, k: int) -> list[str]:
         """Return exactly ``k`` distinct clarification questions about ``blurred_query``."""

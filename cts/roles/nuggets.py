@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cts.text import content_tokens, normalize, split_sentences
-from cts.types import Evidence, GoldDraft, Nugget
+from cts.core.types import Evidence, GoldDraft, Nugget
+from cts.text.tokens import content_tokens, normalize, split_sentences
 
 
-def unsupported_claims(
-    answer: str, evidence: Sequence[Evidence], support: float
-) -> tuple[str, ...]:
+def unsupported_claims(answer: str, evidence: Sequence[Evidence], support: float) -> tuple[str, ...]:
     """Sentences of ``answer`` that no single evidence document supports lexically.
 
     Args:
@@ -46,7 +44,7 @@ def unsupported_claims(
 class RuleExtractor:
     """Non-LLM baseline extractor: lead sentences of the top evidence documents.
 
-    Nuggets are the sentences (``cts.text.split_sentences``, CJK-aware) of the
+    Nuggets are the sentences (``cts.text.tokens.split_sentences``, CJK-aware) of the
     first ``max_docs`` evidence documents that yield any sentence, in search-rank
     order, skipping fragments with fewer than ``min_tokens`` content tokens and
     repeated sentences. The k-th kept sentence of a document gets
@@ -92,9 +90,7 @@ class RuleExtractor:
         return self.weights[min(position, len(self.weights) - 1)]
 
     def _sentences(self, doc: Evidence) -> list[str]:
-        return [
-            s for s in split_sentences(doc.snippet) if len(content_tokens(s)) >= self.min_tokens
-        ]
+        return [s for s in split_sentences(doc.snippet) if len(content_tokens(s)) >= self.min_tokens]
 
     def nuggets(self, evidence: Sequence[Evidence]) -> tuple[Nugget, ...]:
         """Lead-sentence nuggets of the top documents (ids ``n1``, ``n2``, ...)."""
@@ -115,9 +111,7 @@ class RuleExtractor:
             docs += kept > 0
         return tuple(out)
 
-    async def extract(
-        self, fused_query: str, answer: str, evidence: Sequence[Evidence]
-    ) -> GoldDraft:
+    async def extract(self, fused_query: str, answer: str, evidence: Sequence[Evidence]) -> GoldDraft:
         """Build a gold draft from the evidence (see the class docstring).
 
         Args:

@@ -9,8 +9,8 @@ from typing import Any
 
 import json_repair
 
+from cts.core.types import LABELS, UNKNOWN, GoldDraft, Label, Nugget
 from cts.roles.reask import InvalidOutput
-from cts.types import LABELS, UNKNOWN, GoldDraft, Label, Nugget
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"^```[\w-]*\s*|\s*```$")
@@ -41,7 +41,6 @@ _UNKNOWN_FORMS = frozenset(
         "无法回答",
     }
 )
-
 
 
 def _strip_reply(text: str) -> str:
@@ -90,9 +89,7 @@ def parse_questions(text: str, k: int) -> list[str]:
     return questions
 
 
-STOP_ALLOWED = (
-    'If the answers so far already pin down what the user wants, reply {"stop": true} instead of asking.'
-)
+STOP_ALLOWED = 'If the answers so far already pin down what the user wants, reply {"stop": true} instead of asking.'
 STOP_FORBIDDEN = "Always ask a question; do not stop."
 
 

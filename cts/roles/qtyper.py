@@ -1,6 +1,6 @@
 """Question typer roles: the lexicon typer (default) and a model-based typer.
 
-Both return labels from :data:`cts.qtypes.QTYPES`; see :mod:`cts.qtypes` for the rules.
+Both return labels from :data:`cts.text.qtypes.QTYPES`; see :mod:`cts.text.qtypes` for the rules.
 """
 
 from __future__ import annotations
@@ -8,19 +8,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import Protocol
 
 from cts.llm import Chat
-from cts.qtypes import QTYPES, classify_question, normalize_types
 from cts.roles.reask import DEFAULT_MAX_REASKS, InvalidOutput, ask_until_valid
+from cts.text.qtypes import QTYPES, classify_question, normalize_types
 
 log = logging.getLogger(__name__)
-
-
-class QuestionTyper(Protocol):
-    """Types one clarification question (multi-label, see :data:`QTYPES`)."""
-
-    async def classify(self, question: str) -> tuple[str, ...]: ...
 
 
 class LexiconQuestionTyper:
@@ -58,7 +51,7 @@ class LLMQuestionTyper:
         prompts_dir: Directory of prompt files (None = the repository's ``prompts/``).
         max_output_tokens: Output cap (a JSON array of a few labels); a cut reply falls back too.
         """
-        from cts.prompts import PromptError, load_prompt
+        from cts._util.prompts import PromptError, load_prompt
 
         self.prompt = load_prompt(prompt, prompts_dir)
         if self.prompt.placeholders != {"question"}:
@@ -70,9 +63,15 @@ class LLMQuestionTyper:
     async def classify(self, question: str) -> tuple[str, ...]:
         """Return the model's labels for ``question`` (lexicon labels after invalid output)."""
         try:
-            return await ask_until_valid(self.client, self.prompt.messages(question=question), _checked_types,
-                                         max_reasks=self.max_reasks, prompt_version=self.prompt.version,
-                                         reask=lambda _reason: _REASK, max_output_tokens=self.max_output_tokens)
+            return await ask_until_valid(
+                self.client,
+                self.prompt.messages(question=question),
+                _checked_types,
+                max_reasks=self.max_reasks,
+                prompt_version=self.prompt.version,
+                reask=lambda _reason: _REASK,
+                max_output_tokens=self.max_output_tokens,
+            )
         except InvalidOutput:
             log.warning("qtyper: invalid output after %d re-ask(s); lexicon fallback", self.max_reasks)
             return classify_question(question)

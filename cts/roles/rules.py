@@ -11,10 +11,11 @@ import re
 from collections.abc import Sequence
 from functools import lru_cache
 
-from cts.lexicon import ZH_PLACES_RULES, PlaceLexicon, place_pattern
-from cts.qtypes import classify_question
-from cts.text import STOPWORDS_EN, STOPWORDS_ZH, content_tokens, is_cjk, language
-from cts.types import QA, UNKNOWN, ClarifyMode
+from cts.core.contracts import ClarifyMode
+from cts.core.types import QA, UNKNOWN
+from cts.text.lexicon import ZH_PLACES_RULES, PlaceLexicon, place_pattern
+from cts.text.qtypes import classify_question
+from cts.text.tokens import STOPWORDS_EN, STOPWORDS_ZH, content_tokens, is_cjk, language
 
 DIMENSIONS = ("scope", "time", "region", "definition")
 

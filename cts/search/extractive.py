@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from cts.text import split_sentences
-from cts.types import Evidence, SearchResult
+from cts.core.types import Evidence, SearchResult
+from cts.text.tokens import split_sentences
 
 if TYPE_CHECKING:
-    from cts.index import CorpusIndex, Hit
+    from cts.corpus.index import CorpusIndex, Hit
 
 PASSAGE_SEP = "\n\n"
 
@@ -103,10 +103,7 @@ class ExtractiveSearch:
         """
         hits = self.index.search(query, self.top_k)
         passages = [f"{h.doc.title}: {h.doc.text}" for h in hits]
-        evidence = tuple(
-            Evidence(id=h.doc.id, source=h.doc.url, title=h.doc.title, snippet=h.doc.text)
-            for h in hits
-        )
+        evidence = tuple(Evidence(id=h.doc.id, source=h.doc.url, title=h.doc.title, snippet=h.doc.text) for h in hits)
         summary = {
             "calls": 1,
             "searches": 1,

@@ -3,7 +3,7 @@
 :class:`LocalCorpusFetcher` serves ``local://<id>`` urls from the embedded
 corpus; :class:`HttpFetcher` downloads a web page and keeps its main text
 (trafilatura strips navigation, ads and footers); :class:`RoutingFetcher`
-picks one of them by url scheme. Failures raise :class:`cts.types.CallError`
+picks one of them by url scheme. Failures raise :class:`cts.core.types.CallError`
 (kind ``fetch``, or ``network`` for transient failures), which the agent
 reports back as the page's content.
 """
@@ -12,41 +12,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import httpx
 
+from cts.core.contracts import Fetcher, Page
+from cts.core.types import CallError
 from cts.search.providers import NETWORK, RETRY_STATUS
-from cts.types import CallError
 
 if TYPE_CHECKING:
-    from cts.corpus import Corpus
+    from cts.corpus.wiki import Corpus
 
 _TEXT_TYPES = ("text/plain", "text/markdown")
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
-
-
-@dataclass(frozen=True)
-class Page:
-    """The readable content of one url."""
-
-    url: str
-    title: str
-    text: str
-
-
-@runtime_checkable
-class Fetcher(Protocol):
-    """Turns a url into a :class:`Page`."""
-
-    @property
-    def cache_id(self) -> str:
-        """Identity of the page source, part of every tool-cache key."""
-        ...
-
-    async def fetch(self, url: str) -> Page: ...
 
 
 class LocalCorpusFetcher:

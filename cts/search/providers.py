@@ -7,7 +7,7 @@ BM25 and needs nothing; ``serper`` (Google results, key from
 the web. Every network provider takes a configurable ``base_url`` so tests can
 point it at a fake server on 127.0.0.1.
 
-Failures raise :class:`cts.types.CallError` (kind ``search`` or ``config``);
+Failures raise :class:`cts.core.types.CallError` (kind ``search`` or ``config``);
 the agent turns them into a tool error message instead of ending the run.
 Kind ``network`` marks transient failures, which the tool cache never stores.
 """
@@ -18,15 +18,16 @@ import asyncio
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from cts.text import split_sentences
-from cts.types import CallError
+from cts.core.contracts import SearchHit
+from cts.core.types import CallError
+from cts.text.tokens import split_sentences
 
 if TYPE_CHECKING:
-    from cts.index import CorpusIndex
+    from cts.corpus.index import CorpusIndex
 
 SERPER_URL = "https://google.serper.dev/search"
 NETWORK = "network"
@@ -43,27 +44,6 @@ class HttpPolicy:
     """Tries on connection errors, 408, 429 and 5xx (the first one included)."""
     backoff_s: float = 1.0
     """Wait before the second try; doubled before each further one."""
-
-
-@dataclass(frozen=True)
-class SearchHit:
-    """One organic search result, Serper-style."""
-
-    title: str
-    link: str
-    snippet: str
-
-
-@runtime_checkable
-class SearchProvider(Protocol):
-    """Returns the top ``k`` hits of one query."""
-
-    @property
-    def cache_id(self) -> str:
-        """Identity of the result source, part of every tool-cache key."""
-        ...
-
-    async def search(self, query: str, k: int) -> list[SearchHit]: ...
 
 
 class LocalWikiProvider:
@@ -90,10 +70,7 @@ class LocalWikiProvider:
     async def search(self, query: str, k: int) -> list[SearchHit]:
         """Rank the corpus for ``query`` (zero-score hits are already dropped)."""
         hits = self.index.search(query, k)
-        return [
-            SearchHit(hit.doc.title, hit.doc.url, lead_snippet(hit.doc.text, self.snippet_chars))
-            for hit in hits
-        ]
+        return [SearchHit(hit.doc.title, hit.doc.url, lead_snippet(hit.doc.text, self.snippet_chars)) for hit in hits]
 
 
 def lead_snippet(text: str, max_chars: int) -> str:

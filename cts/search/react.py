@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import json_repair
 
-from cts.prompts import Prompt
-from cts.search.providers import SearchHit
-from cts.text import CJK_CHAR
-from cts.types import Evidence
+from cts._util.prompts import Prompt
+from cts.core.contracts import SearchHit
+from cts.core.types import Evidence
+from cts.text.tokens import CJK_CHAR
 
 if TYPE_CHECKING:
     from cts.llm import Completion
@@ -138,8 +138,13 @@ def tool_schemas(results_per_query: int, max_queries_per_call: int) -> list[dict
         ),
         "parameters": {
             "type": "object",
-            "properties": {"query": {"type": "array", "items": {"type": "string"},
-                                     "description": "Complementary search queries, searched together."}},
+            "properties": {
+                "query": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Complementary search queries, searched together.",
+                }
+            },
             "required": ["query"],
         },
     }
@@ -149,8 +154,11 @@ def tool_schemas(results_per_query: int, max_queries_per_call: int) -> list[dict
         "parameters": {
             "type": "object",
             "properties": {
-                "url": {"type": "array", "items": {"type": "string"},
-                        "description": "The URL(s) of the webpage(s) to visit."},
+                "url": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "The URL(s) of the webpage(s) to visit.",
+                },
                 "goal": {"type": "string", "description": "The information goal of the visit."},
             },
             "required": ["url", "goal"],

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cts.llm.cache import CacheMode, ResponseCache
-from cts.text import normalize
+from cts.text.tokens import normalize
 
 TOOL_CACHE_FILE = "tool_cache.sqlite"
 TOOL_TABLE = "tool_results"  # in a database shared with the LLM cache

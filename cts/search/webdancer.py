@@ -10,7 +10,7 @@ user message ``<tool_response>\\n...\\n</tool_response>``. The run ends at
 or the context budget runs out, one last message asks for the answer now.
 
 Every search hit and every visited page becomes a citable
-:class:`~cts.types.Evidence` whose id is derived from its url (``S-<hash>`` for
+:class:`~cts.core.types.Evidence` whose id is derived from its url (``S-<hash>`` for
 a search snippet, ``V-<hash>`` for a page read for a goal), so ids are stable
 across reruns and across the runs of a sweep. Tool results are cached
 (:mod:`cts.search.toolcache`), so with warm caches a rerun replays exactly
@@ -19,55 +19,51 @@ without a single network or LLM request.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from cts._util.prompts import load_prompt
+from cts.core.contracts import Fetcher, SearchProvider
+from cts.core.types import CallError, SearchResult
 from cts.llm import Chat
-from cts.prompts import load_prompt
 from cts.search.answer import extract_answer
-from cts.search.fetchers import Fetcher
-from cts.search.providers import NETWORK, SearchHit, SearchProvider
 from cts.search.react import (
     DEFAULT_STOP,
-    RESULT_SEP,
     Episode,
     ToolCall,
     ToolOutput,
-    _loads,
-    as_list,
-    as_text,
-    evidence_id,
     is_final,
     messages_tokens,
     parse_tool_call,
     render,
-    render_hits,
     restore_think,
     tool_schemas,
     turn_text,
 )
-from cts.search.toolcache import ToolCache, search_args, visit_args
-from cts.text import normalize
-from cts.types import CallError, Evidence, SearchResult
+from cts.search.toolcache import ToolCache
+from cts.search.webtools import FATAL_KINDS, WebTools
 
-DEFAULT_PROMPTS = {"system": "webdancer_system", "user": "webdancer_user",
-                   "final": "webdancer_final", "summary": "visit_summary"}
+DEFAULT_PROMPTS = {
+    "system": "webdancer_system",
+    "user": "webdancer_user",
+    "final": "webdancer_final",
+    "summary": "visit_summary",
+}
 RELEASED_SUMMARY_PARAMS = {"temperature": 0.7}
-CUT_TURN = ("Your last turn was cut off at the length limit ({cap} tokens). Think briefly, then give "
-            "exactly one <tool_call> or your <answer>.")
-"""Shown to the agent after a turn that stopped at its output cap (the cut turn stays in the conversation)."""
 """Decoding params of WebSailor's page summariser."""
-FATAL_KINDS = frozenset({"config", "auth"})
-"""Error kinds that abort the run instead of being reported to the agent (a missing key)."""
+CUT_TURN = (
+    "Your last turn was cut off at the length limit ({cap} tokens). Think briefly, then give "
+    "exactly one <tool_call> or your <answer>."
+)
+"""Shown to the agent after a turn that stopped at its output cap (the cut turn stays in the conversation)."""
 _LIMITS = {
     "call_budget": "the maximum number of tool calls you can make",
     "context_budget": "the maximum context length you can handle",
 }
 
 
-class WebDancerSearch:
+class WebDancerSearch(WebTools):
     """ReAct deep-search agent in the WebDancer / WebSailor format.
 
     Defaults are those of the released demo code: ``max_llm_calls`` 50 (the
@@ -147,12 +143,17 @@ class WebDancerSearch:
         self.max_output_tokens, self.summary_max_output_tokens = max_output_tokens, summary_max_output_tokens
         self.max_truncated_turns = max_truncated_turns
         sampling = {"temperature": temperature, "top_p": top_p}
-        self.params = {**{k: v for k, v in sampling.items() if v is not None},
-                       "stop": list(stop), **dict(extra_params or {})}
+        self.params = {
+            **{k: v for k, v in sampling.items() if v is not None},
+            "stop": list(stop),
+            **dict(extra_params or {}),
+        }
         self.summary_params = dict(RELEASED_SUMMARY_PARAMS if summary_params is None else summary_params)
         self.prompts = {role: load_prompt(name) for role, name in {**DEFAULT_PROMPTS, **dict(prompts or {})}.items()}
         self.tools: dict[str, Callable[[Episode, Mapping[str, Any]], Awaitable[ToolOutput]]] = {
-            "search": self._tool_search, "visit": self._tool_visit}
+            "search": self._tool_search,
+            "visit": self._tool_visit,
+        }
         schemas = tool_schemas(results_per_query, max_queries_per_call)
         self.tools_text = ",\n".join(json.dumps(s, ensure_ascii=False, indent=2) for s in schemas)
         self.prompt_version = "+".join(self.prompts[r].version for r in ("system", "user", "final"))
@@ -172,16 +173,21 @@ class WebDancerSearch:
                 failure before the agent wrote anything (nothing to answer from).
         """
         run = Episode(self.initial_messages(query))
-        run.trace.append({"type": "prompt", "messages": [dict(m) for m in run.messages],
-                          "prompt_version": self.prompt_version, "model": self.agent.spec.name})
+        run.trace.append(
+            {
+                "type": "prompt",
+                "messages": [dict(m) for m in run.messages],
+                "prompt_version": self.prompt_version,
+                "model": self.agent.spec.name,
+            }
+        )
         try:
             end_reason = await self._loop(run)
         except CallError as exc:
             if exc.kind in FATAL_KINDS or not run.assistant:
                 raise
             end_reason = "error"
-            run.trace.append({"type": "error", "kind": exc.kind, "message": exc.message,
-                              "endpoint": exc.endpoint})
+            run.trace.append({"type": "error", "kind": exc.kind, "message": exc.message, "endpoint": exc.endpoint})
         answer = extract_answer(run.assistant)
         run.trace.append({"type": "end", "end_reason": end_reason, "answer_rule": answer.rule})
         return SearchResult(
@@ -219,8 +225,11 @@ class WebDancerSearch:
 
     async def _agent_turn(self, run: Episode) -> str:
         completion = await self.agent.complete(
-            list(run.messages), prompt_version=self.prompt_version, max_output_tokens=self.max_output_tokens,
-            **self.params)
+            list(run.messages),
+            prompt_version=self.prompt_version,
+            max_output_tokens=self.max_output_tokens,
+            **self.params,
+        )
         run.book(completion, "llm_calls")
         run.cut_turns = run.cut_turns + 1 if completion.truncated else 0
         # Servers that ignore stop sequences run on into an imagined tool response.
@@ -228,12 +237,21 @@ class WebDancerSearch:
         text = text.strip()
         run.messages.append({"role": "assistant", "content": text})
         run.assistant.append(text)
-        run.trace.append({
-            "type": "llm", "turn": int(run.counts["llm_calls"]), "text": text, "think_restored": restored,
-            "tokens_in": completion.tokens_in, "tokens_out": completion.tokens_out,
-            "cost_usd": completion.cost_usd, "cached": completion.cached, "latency_s": completion.latency_s,
-            "finish_reason": completion.finish_reason, "tokens_reasoning": completion.tokens_reasoning,
-        })
+        run.trace.append(
+            {
+                "type": "llm",
+                "turn": int(run.counts["llm_calls"]),
+                "text": text,
+                "think_restored": restored,
+                "tokens_in": completion.tokens_in,
+                "tokens_out": completion.tokens_out,
+                "cost_usd": completion.cost_usd,
+                "cached": completion.cached,
+                "latency_s": completion.latency_s,
+                "finish_reason": completion.finish_reason,
+                "tokens_reasoning": completion.tokens_reasoning,
+            }
+        )
         return text
 
     async def _force_final(self, run: Episode, reason: str) -> str:
@@ -248,16 +266,23 @@ class WebDancerSearch:
             last["content"] = note if replace else f"{last['content']}\n\n{note}"
         else:
             run.messages.append({"role": "user", "content": note})
-        run.trace.append({"type": "final_prompt", "reason": reason, "content": note,
-                          "replaced_tool_response": replace})
+        run.trace.append({"type": "final_prompt", "reason": reason, "content": note, "replaced_tool_response": replace})
         await self._agent_turn(run)
         return reason
 
     async def _run_tool(self, run: Episode, call: ToolCall) -> ToolOutput:
         turn = int(run.counts.get("llm_calls", 0))
         run.add("tool_calls")
-        run.trace.append({"type": "tool_call", "turn": turn, "name": call.name,
-                          "arguments": dict(call.arguments), "raw": call.raw, "error": call.error})
+        run.trace.append(
+            {
+                "type": "tool_call",
+                "turn": turn,
+                "name": call.name,
+                "arguments": dict(call.arguments),
+                "raw": call.raw,
+                "error": call.error,
+            }
+        )
         tool = self.tools.get(call.name)
         if call.error is not None:
             output = ToolOutput(call.error, errors=1)
@@ -269,125 +294,38 @@ class WebDancerSearch:
         for ev in output.evidence:
             run.evidence.setdefault(ev.id, ev)
         run.add("tool_errors", output.errors)
-        run.trace.append({"type": "tool_result", "turn": turn, "name": call.name, "content": output.content,
-                          "evidence_ids": list(dict.fromkeys(e.id for e in output.evidence)),
-                          **output.details})
+        run.trace.append(
+            {
+                "type": "tool_result",
+                "turn": turn,
+                "name": call.name,
+                "content": output.content,
+                "evidence_ids": list(dict.fromkeys(e.id for e in output.evidence)),
+                **output.details,
+            }
+        )
         return output
 
-    async def _tool_search(self, run: Episode, args: Mapping[str, Any]) -> ToolOutput:
-        queries = as_list(args.get("query"))[: self.max_queries_per_call]
-        if not queries:
-            return ToolOutput("[search] Invalid request: 'query' must be a non-empty array of strings.", errors=1)
-        results = await asyncio.gather(*(self._search_one(q) for q in queries))
-        run.add("searches", len(queries))
-        blocks, evidence, errors = [], [], 0
-        for query, (value, _) in zip(queries, results):
-            if "error" in value:
-                blocks.append(f"[search] Search for '{query}' failed: {value['error']}")
-                errors += 1
-                continue
-            hits = [SearchHit(**h) for h in value["hits"]]
-            blocks.append(render_hits(query, hits))
-            evidence += [Evidence(evidence_id("S", h.link), h.link, h.title, h.snippet) for h in hits]
-        cached = [c for _, c in results]
-        run.add("tool_cache_hits", sum(cached))
-        details = {"queries": queries, "cached": cached}
-        return ToolOutput(RESULT_SEP.join(blocks), tuple(evidence), details, errors)
-
-    async def _search_one(self, query: str) -> tuple[dict[str, Any], bool]:
-        async def compute() -> dict[str, Any]:
-            try:
-                hits = await self.provider.search(query, self.results_per_query)
-            except CallError as exc:
-                if exc.kind in FATAL_KINDS:
-                    raise
-                return {"error": exc.message, "kind": exc.kind, "transient": exc.kind == NETWORK}
-            return {"hits": [{"title": h.title, "link": h.link, "snippet": h.snippet} for h in hits]}
-
-        key_args = search_args(query, self.results_per_query)
-        return await self.tool_cache.get_or_compute(
-            self.provider.cache_id, "search", key_args, compute, store=_storable)
-
-    async def _tool_visit(self, run: Episode, args: Mapping[str, Any]) -> ToolOutput:
-        urls = as_list(args.get("url"))[: self.max_urls_per_call or None]
-        goal = str(args.get("goal") or "").strip()
-        if not urls or not goal:
-            return ToolOutput("[visit] Invalid request: give 'url' (an array of urls) and a 'goal'.", errors=1)
-        results = await asyncio.gather(*(self._visit_one(u, goal) for u in urls))
-        run.add("visits", len(urls))
-        evidence, pages = [], []
-        for url, (value, cached) in zip(urls, results):
-            if not cached:
-                for key, amount in value.get("usage", {}).items():
-                    run.add(key, amount)
-            eid = evidence_id("V", url, normalize(goal)) if value["ok"] else None
-            if eid:
-                evidence.append(Evidence(eid, url, value["title"] or url, value["snippet"]))
-            pages.append({"url": url, "evidence_id": eid, "rule": value["rule"], "cached": cached})
-        run.add("tool_cache_hits", sum(c for _, c in results))
-        errors = sum(1 for v, _ in results if not v["ok"])
-        content = RESULT_SEP.join(v["content"] for v, _ in results)
-        return ToolOutput(content, tuple(evidence), {"goal": goal, "pages": pages}, errors)
-
-    async def _visit_one(self, url: str, goal: str) -> tuple[dict[str, Any], bool]:
-        async def compute() -> dict[str, Any]:
-            try:
-                page = await self.fetcher.fetch(url)
-            except CallError as exc:
-                if exc.kind in FATAL_KINDS:
-                    raise
-                return {"ok": False, "rule": "error", "content": f"[visit] Failed to read page {url}: {exc.message}",
-                        "transient": exc.kind == NETWORK}
-            return await self._read_page(url, page.title, page.text[: self.max_page_chars], goal)
-
-        route = self.summariser.route  # the model actually called
-        source = "|".join((self.fetcher.cache_id, route.model, str(route.api_base),
-                           self.prompts["summary"].version, json.dumps(self.summary_params, sort_keys=True)))
-        key_args = {**visit_args(url, goal, self.max_page_chars), "fallback_chars": self.fallback_page_chars}
-        return await self.tool_cache.get_or_compute(source, "visit", key_args, compute, store=_storable)
-
-    async def _read_page(self, url: str, title: str, text: str, goal: str) -> dict[str, Any]:
-        extracted, usage, transient = await self._summarise(text, goal)
-        head = f"The useful information in {url} for user goal {goal} as follows: \n\n"
-        if extracted is None:
-            page = text[: self.fallback_page_chars]
-            content = f"{head}No summary could be extracted; the page begins:\n{page}"
-            return {"ok": True, "rule": "fallback", "title": title, "content": content, "snippet": page,
-                    "usage": usage, "transient": transient}
-        evidence, summary = as_text(extracted.get("evidence")), as_text(extracted.get("summary"))
-        content = f"{head}Evidence in page: \n{evidence}\n\nSummary: \n{summary}\n\n"
-        return {"ok": True, "rule": "summary", "title": title, "content": content,
-                "snippet": evidence or summary, "usage": usage, "transient": False}
-
-    async def _summarise(self, text: str, goal: str) -> tuple[Mapping[str, Any] | None, dict[str, float], bool]:
-        """Ask the summary model for ``{"rational", "evidence", "summary"}`` (repaired JSON)."""
-        prompt = self.prompts["summary"]
-        messages = [{"role": "user", "content": render(prompt, webpage_content=text, goal=goal)}]
-        try:
-            completion = await self.summariser.complete(
-                messages, prompt_version=prompt.version, max_output_tokens=self.summary_max_output_tokens,
-                **self.summary_params)
-        except CallError as exc:
-            if exc.kind in FATAL_KINDS:
-                raise
-            return None, {}, True
-        usage = {"summary_calls": 1, "tokens_in": completion.tokens_in,
-                 "tokens_out": completion.tokens_out, "cost_usd": completion.cost_usd}
-        parsed = None if completion.truncated else _loads(completion.text)  # a cut JSON is no summary
-        if isinstance(parsed, Mapping) and (parsed.get("evidence") or parsed.get("summary")):
-            return parsed, usage, False
-        return None, usage, False
-
     def _summary(self, run: Episode, end_reason: str, answer_rule: str) -> dict[str, Any]:
-        counts = {key: int(run.counts.get(key, 0)) for key in (
-            "llm_calls", "summary_calls", "tool_calls", "searches", "visits", "tool_errors",
-            "tool_cache_hits", "tokens_in", "tokens_out")}
-        return {**counts, "cost_usd": round(run.counts.get("cost_usd", 0.0), 6),
-                "context_tokens": messages_tokens(run.messages), "evidence": len(run.evidence),
-                "end_reason": end_reason, "answer_rule": answer_rule}
-
-
-def _storable(value: Mapping[str, Any]) -> bool:
-    return not value.get("transient")
-
-
+        counts = {
+            key: int(run.counts.get(key, 0))
+            for key in (
+                "llm_calls",
+                "summary_calls",
+                "tool_calls",
+                "searches",
+                "visits",
+                "tool_errors",
+                "tool_cache_hits",
+                "tokens_in",
+                "tokens_out",
+            )
+        }
+        return {
+            **counts,
+            "cost_usd": round(run.counts.get("cost_usd", 0.0), 6),
+            "context_tokens": messages_tokens(run.messages),
+            "evidence": len(run.evidence),
+            "end_reason": end_reason,
+            "answer_rule": answer_rule,
+        }

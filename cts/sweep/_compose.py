@@ -1,7 +1,7 @@
 """Compose each job's config of a sweep once per process.
 
 Hydra composes every job of a multirun three times in the launching process: the
-pre-flight (``cts.callbacks``), the sweeper's ``validate_batch_is_legal`` and the
+pre-flight (``cts.compose.callbacks``), the sweeper's ``validate_batch_is_legal`` and the
 launcher. Composition is the slow part of starting a sweep (about a quarter of a
 second per job here), so the first result is kept and later callers get a copy.
 """

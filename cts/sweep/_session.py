@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tqdm.auto import tqdm
 
+from cts._util.startup import end_startup_gc
 from cts.llm._singleflight import SingleFlight
-from cts.startup import end_startup_gc
 
 if TYPE_CHECKING:
+    from cts.core.records import ArmResult, Record
     from cts.llm import InFlight, LLMRuntime
-    from cts.records import ArmResult, Record
 
 T = TypeVar("T")
 ArmOutcome = tuple["ArmResult", dict[str, Any]]
@@ -99,7 +99,7 @@ class SweepSession:
         self._setting_up = 0
 
     def expect_jobs(self, n: int) -> None:
-        """``n`` jobs will take turns; once each has set up (or ended), start-up is over (:mod:`cts.startup`)."""
+        """``n`` jobs will take turns; once each has set up (or ended), start-up is over (:mod:`cts._util.startup`)."""
         with self._lock:
             self._setting_up = n
         if n <= 0:

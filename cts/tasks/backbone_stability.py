@@ -8,8 +8,8 @@ from pathlib import Path
 
 from cts.analysis.backbone_stability import (
     Backbone,
-    backbone_feedback,
     Concretiser,
+    backbone_feedback,
     frozen_items,
     replay_all,
     replayed_by_all,
@@ -17,16 +17,27 @@ from cts.analysis.backbone_stability import (
     stability_report,
     write_replays,
 )
-from cts.analysis.common import feedback_on_traces, select_budgets, write_metrics, write_tables
+from cts.analysis.common import (
+    feedback_on_traces,
+    select_budgets,
+    write_metrics,
+    write_tables,
+)
+from cts.core.types import Instance
 from cts.report.jobs import load_jobs
 from cts.report.tables import markdown
 from cts.tasks.job import RunInfo, log_task_outputs, task_run
-from cts.types import Instance
 
 
 def backbone_stability_task(
-    *, source: str | Sequence[str], instances: Sequence[Instance], backbones: Mapping[str, Backbone],
-    places: Sequence[str], run: RunInfo, out_dir: Path, budgets: Sequence[int] | None = None,
+    *,
+    source: str | Sequence[str],
+    instances: Sequence[Instance],
+    backbones: Mapping[str, Backbone],
+    places: Sequence[str],
+    run: RunInfo,
+    out_dir: Path,
+    budgets: Sequence[int] | None = None,
     concurrency: int = 8,
 ) -> None:
     """Task ``backbone_stability``: replay the frozen questions of finished runs with ``backbones``.

@@ -10,21 +10,21 @@ from pathlib import Path
 from typing import Any
 
 from cts import tracking
-from cts.budget import (
+from cts._util.interrupt import interruptible_job
+from cts.core.records import Record, read_records
+from cts.data.jsonl import Dataset, dataset_metrics, select_instances
+from cts.llm import usage_scope
+from cts.protocol.budget import (
     Budget,
     budget_metrics,
     run_within_budget,
     stop_note,
     within_budget,
 )
-from cts.data import Dataset, dataset_metrics, select_instances
-from cts.interrupt import interruptible_job
-from cts.job_files import RECORDS_FILE, TRACES_FILE
-from cts.llm import usage_scope
-from cts.metrics import metric_view, summarize
-from cts.outcome import finish, read_outcome
-from cts.pipeline import Roles, run_job
-from cts.records import Record, read_records
+from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE
+from cts.protocol.metrics import metric_view, summarize
+from cts.protocol.outcome import finish, read_outcome
+from cts.protocol.pipeline import Roles, run_job
 from cts.sweep import orig_share_for, sweep_progress
 from cts.tasks.job import (
     RunInfo,
@@ -36,6 +36,7 @@ from cts.tasks.job import (
 )
 
 log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class EvalProtocol:
@@ -71,8 +72,17 @@ def check_job(k: Any, job_dir: Path, resume: Resume) -> None:
 
 
 def evaluate_task(
-    *, dataset: Dataset, roles: Roles, protocol: EvalProtocol, run: RunInfo, resume: Resume, budget: Budget,
-    models: Mapping[str, str], orig_parts: Mapping[str, Any], limit: int | None = None, concurrency: int = 8,
+    *,
+    dataset: Dataset,
+    roles: Roles,
+    protocol: EvalProtocol,
+    run: RunInfo,
+    resume: Resume,
+    budget: Budget,
+    models: Mapping[str, str],
+    orig_parts: Mapping[str, Any],
+    limit: int | None = None,
+    concurrency: int = 8,
     resource_stats: Callable[[], Mapping[str, float]] = dict,
 ) -> float | None:
     """Run the protocol (clarified + orig arms) over the dataset and track the job.
@@ -98,31 +108,56 @@ def evaluate_task(
     tracer = instance_tracer(run)
 
     def job() -> Any:
-        return run_job(instances, dataset.gold, roles, k=k, out_dir=ctx.job_dir, concurrency=concurrency,
-                       usage_scope=usage_scope, models=models, keep=metric_view, on_instance=tracer,
-                       progress=sweep_progress() or True, orig_share=orig_share_for(orig_parts))
+        return run_job(
+            instances,
+            dataset.gold,
+            roles,
+            k=k,
+            out_dir=ctx.job_dir,
+            concurrency=concurrency,
+            usage_scope=usage_scope,
+            models=models,
+            keep=metric_view,
+            on_instance=tracer,
+            progress=sweep_progress() or True,
+            orig_share=orig_share_for(orig_parts),
+        )
 
     # In a sweep the instances start before the job's MLflow run is set up (their traces wait for it),
     # unless the store already failed another job.
     late = tracking.store_failed(run.tracking.uri)
     early = contextlib.nullcontext() if late else within_budget(job, ctx.job_dir, budget)
-    with interruptible_job(ctx.job_dir, len(instances), lambda: count_done(ctx.job_dir, instances), ctx.sweep_dir), \
-            early as started, \
-            tracking.job_run(run.tracking.uri, run.tracking.experiment, ctx.run_name,
-                             tracking.flatten(dict(run.config)), dict(run.tags), job_dir=ctx.job_dir,
-                             experiment_kind=run.tracking.experiment_kind) as run_id:
+    with (
+        interruptible_job(ctx.job_dir, len(instances), lambda: count_done(ctx.job_dir, instances), ctx.sweep_dir),
+        early as started,
+        tracking.job_run(
+            run.tracking.uri,
+            run.tracking.experiment,
+            ctx.run_name,
+            tracking.flatten(dict(run.config)),
+            dict(run.tags),
+            job_dir=ctx.job_dir,
+            experiment_kind=run.tracking.experiment_kind,
+        ) as run_id,
+    ):
         if tracer is not None:
             tracer.attach(run_id)  # the instances that finished while the run was set up are traced now
-        tracking.log_dataset_input(dataset.name, instances, dataset.gold,
-                                   evaluation_dataset=run.tracking.evaluation_dataset)
+        tracking.log_dataset_input(
+            dataset.name, instances, dataset.gold, evaluation_dataset=run.tracking.evaluation_dataset
+        )
         records, stop = started.result() if started else run_within_budget(job, ctx.job_dir, budget)
         if run.tracking.records_table:
             log_job_records_table(ctx.job_dir, [i.id for i in dataset.instances], run_id, tracer)
         ended = read_outcome(ctx.job_dir, stop, len(instances), len(records))
         planned = budget_metrics(ctx.job_dir, records, len(instances))  # over this run's instances
         records = job_dir_records(ctx.job_dir, records, [i.id for i in dataset.instances], keep=metric_view)
-        metrics = {**summarize(records, k=k, seed=protocol.seed, **protocol.stats), **resource_stats(),
-                   **dataset_metrics(dataset), "n_infra_failures": float(ended.n_infra), **planned}
+        metrics = {
+            **summarize(records, k=k, seed=protocol.seed, **protocol.stats),
+            **resource_stats(),
+            **dataset_metrics(dataset),
+            "n_infra_failures": float(ended.n_infra),
+            **planned,
+        }
         log_job_run(run, k, metrics, run_id, stop)
         print_metrics(ctx.run_name, metrics)
         if note := stop_note(stop, metrics):
@@ -158,14 +193,18 @@ def job_dir_records(
     (which reads ``records.jsonl``) all count the same instances.
 
     Args:
-        keep: What to hold of each extra record (e.g. :func:`cts.metrics.metric_view`).
+        keep: What to hold of each extra record (e.g. :func:`cts.protocol.metrics.metric_view`).
     """
     have = {r.id for r in records}
     extra = {r.id: keep(r) for r in read_records(job_dir / RECORDS_FILE) if r.id not in have}
     if not extra:
         return list(records)
-    log.info("%s holds %d finished instances beyond this run's limit; metrics cover all %d",
-             job_dir, len(extra), len(records) + len(extra))
+    log.info(
+        "%s holds %d finished instances beyond this run's limit; metrics cover all %d",
+        job_dir,
+        len(extra),
+        len(records) + len(extra),
+    )
     rank = {i: n for n, i in enumerate(dataset_ids)}
     return sorted([*records, *extra.values()], key=lambda r: rank.get(r.id, len(rank)))
 
@@ -177,8 +216,9 @@ def instance_tracer(run: RunInfo) -> tracking.InstanceTraces | None:
     return tracking.InstanceTraces({k: v for k, v in run.tags.items() if k in ("cts.system", "cts.sweep_dir")})
 
 
-def log_job_records_table(job_dir: Path, order: Sequence[str], run_id: str,
-                          tracer: tracking.InstanceTraces | None) -> None:
+def log_job_records_table(
+    job_dir: Path, order: Sequence[str], run_id: str, tracer: tracking.InstanceTraces | None
+) -> None:
     """Log every record of the job dir as the run's table, in dataset order, with each instance's trace id.
 
     Instances an earlier invocation of a resumed job traced are found in the store.

@@ -9,15 +9,23 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cts.core.contracts import Extractor, SearchBackend
+from cts.core.types import Instance
 from cts.tasks.job import RunInfo, log_task_outputs, prompt_versions, task_run
-from cts.types import Extractor, Instance, SearchBackend
 
 log = logging.getLogger(__name__)
 
 
 def gold_task(
-    *, instances: Sequence[Instance], search: SearchBackend, extractor: Extractor, out_dir: Path,
-    provenance: Mapping[str, Any], run: RunInfo, concurrency: int = 8, overwrite: bool = False,
+    *,
+    instances: Sequence[Instance],
+    search: SearchBackend,
+    extractor: Extractor,
+    out_dir: Path,
+    provenance: Mapping[str, Any],
+    run: RunInfo,
+    concurrency: int = 8,
+    overwrite: bool = False,
     allow_partial: bool = False,
 ) -> float:
     """Build the static gold once per ``fused_query`` and archive it read-only (paper 4.2).
@@ -43,10 +51,17 @@ def gold_task(
     from cts.gold import build_gold_archive
 
     with task_run(run, "gold"):  # an infrastructure failure stops the build: nothing archived, exit 1
-        report = asyncio.run(build_gold_archive(
-            instances, search, extractor, out_dir, provenance={**provenance, "prompts": prompt_versions()},
-            concurrency=concurrency, overwrite=overwrite,
-        ))
+        report = asyncio.run(
+            build_gold_archive(
+                instances,
+                search,
+                extractor,
+                out_dir,
+                provenance={**provenance, "prompts": prompt_versions()},
+                concurrency=concurrency,
+                overwrite=overwrite,
+            )
+        )
         counts = {"n_instances": report.n_instances, "n_gold": report.n_gold, "n_failures": len(report.failures)}
         archive = sorted(p for p in Path(report.out_dir).iterdir() if p.is_file())
         log_task_outputs({k: float(v) for k, v in counts.items()}, archive)
@@ -67,5 +82,7 @@ def stop_on_partial_gold(report: Any, allow_partial: bool) -> None:
     if allow_partial:
         log.warning("%s (accepted: gold.allow_partial=true)", line)
         return
-    sys.exit(f"{line}\nRebuild (gold.overwrite=true), accept the partial archive (gold.allow_partial=true), "
-             "or evaluate only the instances with gold (dataset.only_with_gold=true).")
+    sys.exit(
+        f"{line}\nRebuild (gold.overwrite=true), accept the partial archive (gold.allow_partial=true), "
+        "or evaluate only the instances with gold (dataset.only_with_gold=true)."
+    )

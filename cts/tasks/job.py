@@ -1,6 +1,6 @@
 """Where a job sits and what it leaves behind: Hydra context, tags, summary, fingerprint, tracking.
 
-Shared by every task. The composition layer (:mod:`cts.app`) reads the config with the
+Shared by every task. The composition layer (:mod:`cts.compose.app`) reads the config with the
 ``cfg`` helpers here (:func:`job_context`, :func:`job_tags`, :func:`protocol_config` ...)
 and hands each task plain, typed arguments (a :class:`RunInfo`, built components);
 a task itself never reads the config.
@@ -22,19 +22,44 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from cts import tracking
-from cts.job_files import RECORDS_FILE
-from cts.naming import current_swept, override_items
-from cts.outcome import stop_reason, stop_task
-from cts.records import infra_stop
-from cts.secrets import scrub, scrub_tree
+from cts._util.naming import current_swept, override_items
+from cts._util.secrets import scrub, scrub_tree
+from cts.core.records import infra_stop
+from cts.protocol.job_files import RECORDS_FILE
+from cts.protocol.outcome import stop_reason, stop_task
 
 # Keys that change where things go or how fast, not what is measured.
-_NON_PROTOCOL_KEYS = ("paths", "tracking", "concurrency", "limit", "hydra", "task", "sweep_report", "debug",
-                      "gate")  # the gate is applied after the fact, over finished records
-_LLM_OPERATIONAL = ("concurrency_per_endpoint", "adaptive", "timeout_s", "max_attempts", "backoff", "cache", "budget",
-                    "tracing", "transport", "breaker_failures", "preflight_probe", "preflight_timeout_s",
-                    "api_base_price", "role_timeout_s", "max_timeout_attempts", "rate_limit_wait_s",
-                    "breaker_timeouts", "preflight_completion")
+_NON_PROTOCOL_KEYS = (
+    "paths",
+    "tracking",
+    "concurrency",
+    "limit",
+    "hydra",
+    "task",
+    "sweep_report",
+    "debug",
+    "gate",
+)  # the gate is applied after the fact, over finished records
+_LLM_OPERATIONAL = (
+    "concurrency_per_endpoint",
+    "adaptive",
+    "timeout_s",
+    "max_attempts",
+    "backoff",
+    "cache",
+    "budget",
+    "tracing",
+    "transport",
+    "breaker_failures",
+    "preflight_probe",
+    "preflight_timeout_s",
+    "api_base_price",
+    "role_timeout_s",
+    "max_timeout_attempts",
+    "rate_limit_wait_s",
+    "breaker_timeouts",
+    "preflight_completion",
+)
 _LOCAL_LLM_OPERATIONAL = ("port", "startup_timeout_s", "stop_timeout_s")  # services.local_llm: where, not what
 
 
@@ -107,7 +132,7 @@ def job_context(cfg: DictConfig) -> JobContext:
 
 def job_run_name(overrides: list[str], multirun: bool, fallback: str) -> str:
     """The MLflow run name: the swept factors in a multirun (as the job dir), else ``fallback``."""
-    from cts.naming import current_swept, job_name
+    from cts._util.naming import current_swept, job_name
 
     swept = current_swept() if multirun else ()
     return job_name(overrides, swept, fallback) if swept != () else fallback
@@ -170,13 +195,14 @@ def check_resume(out_dir: Path, fingerprint: str, config: Mapping[str, Any] | No
     path.write_text(json.dumps({"fingerprint": fingerprint, "config": config}, default=str, ensure_ascii=False))
 
 
-def resume_refusal(out_dir: Path, stored: Mapping[str, Any], fingerprint: str,
-                   config: Mapping[str, Any] | None) -> str:
+def resume_refusal(out_dir: Path, stored: Mapping[str, Any], fingerprint: str, config: Mapping[str, Any] | None) -> str:
     """The message of a refused resume: the fingerprints and every key that differs."""
-    from cts.confdiff import config_diff
+    from cts._util.confdiff import config_diff
 
-    head = (f"{out_dir} holds records of another configuration (fingerprint {stored['fingerprint']} != "
-            f"{fingerprint}); use a fresh output dir.")
+    head = (
+        f"{out_dir} holds records of another configuration (fingerprint {stored['fingerprint']} != "
+        f"{fingerprint}); use a fresh output dir."
+    )
     if not isinstance(stored.get("config"), Mapping) or config is None:
         return head + " (the dir predates stored configs: the differing keys are unknown)"
     lines = "\n".join(f"  {line}" for line in config_diff(stored["config"], config))
@@ -188,7 +214,7 @@ def task_run(run: RunInfo, task: str) -> Iterator[str]:
     """Track a non-evaluate task (gold, robustness analyses) as one MLflow run, open while the task works.
 
     The run ends ``FINISHED``, ``KILLED`` on SIGINT, else ``FAILED``. An infrastructure
-    failure (:func:`cts.records.infra_stop`: the budget, an open circuit breaker, a dead
+    failure (:func:`cts.core.records.infra_stop`: the budget, an open circuit breaker, a dead
     or failing endpoint, a broken cache) ends the run ``FAILED`` with the tag
     ``stop_reason``, and the task with one line and exit status 1 instead of a traceback.
 
@@ -197,8 +223,13 @@ def task_run(run: RunInfo, task: str) -> Iterator[str]:
     """
     tags = {**run.tags, "cts.kind": task}
     try:
-        with tracking.job_run(run.tracking.uri, run.tracking.experiment, f"{task}:{run.context.run_name}",
-                              tracking.flatten(dict(run.config)), tags) as run_id:
+        with tracking.job_run(
+            run.tracking.uri,
+            run.tracking.experiment,
+            f"{task}:{run.context.run_name}",
+            tracking.flatten(dict(run.config)),
+            tags,
+        ) as run_id:
             try:
                 yield run_id
             except Exception as e:
@@ -259,10 +290,27 @@ def write_summary(run: RunInfo, k: int, metrics: Mapping[str, float], run_id: st
 
 
 _TABLE_KEYS = (
-    "n_instances", "n_unscored", "n_errors", "score_mean", "score_p50", "score_p90", "score_min",
-    "score_max", "orig_score_mean", "delta_mean", "delta_ci_low", "delta_ci_high",
-    "ua_unknown_rate", "all_unknown_rate", "cq_region_rate", "llm_calls", "cache_hits", "cost_usd",
-    "cost_total_usd", "n_missing", "n_infra_failures",
+    "n_instances",
+    "n_unscored",
+    "n_errors",
+    "score_mean",
+    "score_p50",
+    "score_p90",
+    "score_min",
+    "score_max",
+    "orig_score_mean",
+    "delta_mean",
+    "delta_ci_low",
+    "delta_ci_high",
+    "ua_unknown_rate",
+    "all_unknown_rate",
+    "cq_region_rate",
+    "llm_calls",
+    "cache_hits",
+    "cost_usd",
+    "cost_total_usd",
+    "n_missing",
+    "n_infra_failures",
 )
 
 
@@ -279,14 +327,14 @@ def print_metrics(name: str, metrics: Mapping[str, float]) -> None:
 
 def prompt_files() -> list[Path]:
     """Prompt files the job's components loaded (logged with every run)."""
-    from cts.prompts import used_prompts
+    from cts._util.prompts import used_prompts
 
     return [p.path for p in used_prompts().values() if p.path is not None]
 
 
 def prompt_versions() -> dict[str, str]:
     """Name -> content hash of every prompt loaded, plus ``_all``: one hash over them."""
-    from cts.prompts import prompts_version, used_prompts
+    from cts._util.prompts import prompts_version, used_prompts
 
     used = used_prompts()
     return {**{n: p.version for n, p in sorted(used.items())}, "_all": prompts_version()} if used else {}

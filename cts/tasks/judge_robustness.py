@@ -6,18 +6,36 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from cts.analysis.common import feedback_on_traces, select_budgets, write_metrics, write_tables
-from cts.analysis.judge_robustness import judge_feedback, judge_metrics, judge_report, rejudge
+from cts.analysis.common import (
+    feedback_on_traces,
+    select_budgets,
+    write_metrics,
+    write_tables,
+)
+from cts.analysis.judge_robustness import (
+    judge_feedback,
+    judge_metrics,
+    judge_report,
+    rejudge,
+)
+from cts.core.contracts import Judge
+from cts.core.types import Gold
 from cts.report.jobs import load_jobs
 from cts.report.tables import markdown
 from cts.tasks.job import RunInfo, log_task_outputs, task_run
-from cts.types import Gold, Judge
 
 
 def judge_robustness_task(
-    *, source: str | Sequence[str], gold: Mapping[str, Gold], judges: Mapping[str, Judge], run: RunInfo,
-    out_dir: Path, budgets: Sequence[int] | None = None, reference: str | None = None,
-    include_recorded: bool = True, concurrency: int = 8,
+    *,
+    source: str | Sequence[str],
+    gold: Mapping[str, Gold],
+    judges: Mapping[str, Judge],
+    run: RunInfo,
+    out_dir: Path,
+    budgets: Sequence[int] | None = None,
+    reference: str | None = None,
+    include_recorded: bool = True,
+    concurrency: int = 8,
 ) -> None:
     """Task ``judge_robustness``: re-judge the frozen answers of finished runs with ``judges``.
 
@@ -35,8 +53,9 @@ def judge_robustness_task(
     jobs = select_budgets(load_jobs(source, run.tracking.uri), budgets)
     reference = reference or next(iter(judges))
     with task_run(run, "judge_robustness"):  # an infrastructure failure stops the analysis: exit 1
-        scores, labels = asyncio.run(rejudge(jobs, gold, judges, include_recorded=include_recorded,
-                                             concurrency=concurrency))
+        scores, labels = asyncio.run(
+            rejudge(jobs, gold, judges, include_recorded=include_recorded, concurrency=concurrency)
+        )
         feedback_on_traces(judge_feedback(jobs, gold, labels))  # each judge's score on the runs' instance traces
         out = Path(out_dir)
         tables = judge_report(scores, labels, reference)

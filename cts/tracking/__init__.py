@@ -17,8 +17,9 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cts.naming import factors
-from cts.secrets import scrub
+from cts._util.naming import factors
+from cts._util.secrets import scrub
+from cts._util.versions import package_versions
 from cts.tracking._assessments import Assessed, log_assessments, trace_ids_of_runs
 from cts.tracking._datasets import dataset_digest, dataset_rows, log_dataset_input
 from cts.tracking._instance import InstanceTraces, log_instance_trace, search_turns
@@ -32,14 +33,38 @@ from cts.tracking._store import (
 )
 from cts.tracking._tables import RECORDS_TABLE, log_records_table
 from cts.tracking._traces import trace_llm_calls
-from cts.versions import package_versions
 
 __all__ = [
-    "RECORDS_TABLE", "Assessed", "InstanceTraces", "TrackingStoreError", "broken_store_message", "dataset_digest",
-    "dataset_rows", "download_artifact", "experiment_id", "flatten", "job_run", "job_runs", "log_artifacts", "log_assessments",
-    "log_dataset_input", "log_instance_trace", "log_metrics", "log_records_table", "log_report_run",
-    "one_run_per_job_dir", "override_tags", "prepare_store", "search_runs", "search_traces", "search_turns", "set_tags",
-    "store_failed", "store_lock_path", "trace_ids_of_runs", "trace_llm_calls",
+    "RECORDS_TABLE",
+    "Assessed",
+    "InstanceTraces",
+    "TrackingStoreError",
+    "broken_store_message",
+    "dataset_digest",
+    "dataset_rows",
+    "download_artifact",
+    "experiment_id",
+    "flatten",
+    "job_run",
+    "job_runs",
+    "log_artifacts",
+    "log_assessments",
+    "log_dataset_input",
+    "log_instance_trace",
+    "log_metrics",
+    "log_records_table",
+    "log_report_run",
+    "one_run_per_job_dir",
+    "override_tags",
+    "prepare_store",
+    "search_runs",
+    "search_traces",
+    "search_turns",
+    "set_tags",
+    "store_failed",
+    "store_lock_path",
+    "trace_ids_of_runs",
+    "trace_llm_calls",
 ]
 
 _PARAM_VALUE_MAX = 6000  # MLflow's limit on a param value
@@ -74,8 +99,9 @@ def override_tags(overrides: Sequence[str], swept: Collection[str] | None) -> di
     tags = {"cts.overrides": json.dumps(kept, ensure_ascii=False)}
     if len(kept) < len(overrides):
         tags["cts.overrides_truncated"] = str(len(overrides) - len(kept))
-    tags.update({f"cts.factor.{_TAG_KEY_UNSAFE.sub('_', k)}": v[:_TAG_VALUE_MAX]
-                 for k, v in factors(overrides, swept).items()})
+    tags.update(
+        {f"cts.factor.{_TAG_KEY_UNSAFE.sub('_', k)}": v[:_TAG_VALUE_MAX] for k, v in factors(overrides, swept).items()}
+    )
     return tags
 
 
@@ -109,7 +135,7 @@ def job_run(
 
     Yields:
         The run id. The run ends ``KILLED`` on KeyboardInterrupt (SIGINT, or SIGTERM
-        via :mod:`cts.interrupt`), ``FAILED`` when the body raises anything else, else
+        via :mod:`cts._util.interrupt`), ``FAILED`` when the body raises anything else, else
         ``FINISHED``.
     """
     mlflow = _mlflow()
@@ -297,9 +323,7 @@ def download_artifact(uri: str, run_id: str, artifact_path: str, dst: Path) -> P
     prepare_store(uri)
     mlflow.set_tracking_uri(uri)
     dst.mkdir(parents=True, exist_ok=True)
-    local = mlflow.artifacts.download_artifacts(
-        run_id=run_id, artifact_path=artifact_path, dst_path=str(dst)
-    )
+    local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=artifact_path, dst_path=str(dst))
     return Path(local)
 
 

@@ -14,8 +14,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cts.core.types import UNKNOWN
 from cts.tracking._store import _mlflow
-from cts.types import UNKNOWN
 
 SCORE = "restore_score_100"
 ORIG_SCORE = "orig_restore_score_100"
@@ -71,19 +71,22 @@ def _labels(record: Any, judge: str, nuggets: Mapping[str, Any]) -> Assessed | N
     if arm is None or not arm.labels:
         return None
     orig_labels = dict(orig.labels) if orig is not None else {}
-    why = "\n".join(f"{nid} (weight {nuggets[nid].weight if nid in nuggets else '?'}): {label}, orig "
-                    f"{orig_labels.get(nid, '-')}: {nuggets[nid].text if nid in nuggets else '?'}"
-                    for nid, label in arm.labels.items())
-    return Assessed(LABELS, label_string(arm.labels), "LLM_JUDGE", judge, why[:4000],
-                    {"orig_labels": label_string(orig_labels)})
+    why = "\n".join(
+        f"{nid} (weight {nuggets[nid].weight if nid in nuggets else '?'}): {label}, orig "
+        f"{orig_labels.get(nid, '-')}: {nuggets[nid].text if nid in nuggets else '?'}"
+        for nid, label in arm.labels.items()
+    )
+    return Assessed(
+        LABELS, label_string(arm.labels), "LLM_JUDGE", judge, why[:4000], {"orig_labels": label_string(orig_labels)}
+    )
 
 
 def instance_assessments(record: Any, gold: Any) -> list[Assessed]:
     """What the job knows of one instance, as assessments: both scores, the delta, labels, unknowns, gold.
 
     Args:
-        record: The instance's :class:`cts.records.Record`.
-        gold: Its :class:`cts.types.Gold` (the nuggets become one expectation).
+        record: The instance's :class:`cts.core.records.Record`.
+        gold: Its :class:`cts.core.types.Gold` (the nuggets become one expectation).
     """
     judge = str(record.models.get("judge") or "judge")
     nuggets = {n.id: n for n in gold.nuggets}
@@ -93,12 +96,24 @@ def instance_assessments(record: Any, gold: Any) -> list[Assessed]:
         _labels(record, judge, nuggets),
     ]
     if record.score is not None and record.orig_score is not None:
-        found.append(Assessed(DELTA, float(record.score - record.orig_score),
-                              rationale=f"{SCORE} {record.score:g} - {ORIG_SCORE} {record.orig_score:g}"))
-    found.append(Assessed(N_UNKNOWN, sum(a == UNKNOWN for a in record.answers),
-                          rationale=f"of {len(record.answers)} answers"))
-    found.append(Assessed(NUGGETS, [{"id": n.id, "text": n.text, "weight": n.weight} for n in gold.nuggets],
-                          source_id="gold", expectation=True))
+        found.append(
+            Assessed(
+                DELTA,
+                float(record.score - record.orig_score),
+                rationale=f"{SCORE} {record.score:g} - {ORIG_SCORE} {record.orig_score:g}",
+            )
+        )
+    found.append(
+        Assessed(N_UNKNOWN, sum(a == UNKNOWN for a in record.answers), rationale=f"of {len(record.answers)} answers")
+    )
+    found.append(
+        Assessed(
+            NUGGETS,
+            [{"id": n.id, "text": n.text, "weight": n.weight} for n in gold.nuggets],
+            source_id="gold",
+            expectation=True,
+        )
+    )
     return [a for a in found if a is not None]
 
 
@@ -110,12 +125,20 @@ def log_assessments(trace_id: str, assessed: Sequence[Assessed]) -> None:
     for a in assessed:
         source = AssessmentSource(source_type=a.source_type, source_id=a.source_id)
         if a.expectation:
-            mlflow.log_expectation(trace_id=trace_id, name=a.name, value=a.value, source=source,
-                                   metadata=dict(a.metadata) or None)
+            mlflow.log_expectation(
+                trace_id=trace_id, name=a.name, value=a.value, source=source, metadata=dict(a.metadata) or None
+            )
             continue
         error = AssessmentError(error_code=a.error[0], error_message=a.error[1]) if a.error else None
-        mlflow.log_feedback(trace_id=trace_id, name=a.name, value=a.value, source=source, error=error,
-                            rationale=a.rationale, metadata=dict(a.metadata) or None)
+        mlflow.log_feedback(
+            trace_id=trace_id,
+            name=a.name,
+            value=a.value,
+            source=source,
+            error=error,
+            rationale=a.rationale,
+            metadata=dict(a.metadata) or None,
+        )
 
 
 def trace_ids_of_runs(run_ids: Sequence[str]) -> dict[tuple[str, str], str]:

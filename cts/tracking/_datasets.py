@@ -30,8 +30,14 @@ def dataset_rows(instances: Sequence[Any], gold: Mapping[str, Any]) -> list[dict
     for inst in instances:
         g = gold.get(inst.id)
         nuggets = [{"id": n.id, "text": n.text, "weight": n.weight} for n in (g.nuggets if g else ())]
-        rows.append({"instance_id": inst.id, "blurred_query": inst.blurred_query, "fused_query": inst.fused_query,
-                     "gold_nuggets": nuggets})
+        rows.append(
+            {
+                "instance_id": inst.id,
+                "blurred_query": inst.blurred_query,
+                "fused_query": inst.fused_query,
+                "gold_nuggets": nuggets,
+            }
+        )
     return rows
 
 
@@ -44,8 +50,9 @@ def dataset_digest(rows: Sequence[Mapping[str, Any]]) -> str:
     return h.hexdigest()[:16]
 
 
-def log_dataset_input(name: str, instances: Sequence[Any], gold: Mapping[str, Any], *,
-                      evaluation_dataset: bool = True) -> str:
+def log_dataset_input(
+    name: str, instances: Sequence[Any], gold: Mapping[str, Any], *, evaluation_dataset: bool = True
+) -> str:
     """Log the instances a job evaluates as an input of the active run (and an evaluation dataset).
 
     Args:
@@ -63,8 +70,10 @@ def log_dataset_input(name: str, instances: Sequence[Any], gold: Mapping[str, An
     mlflow = _mlflow()
     rows = dataset_rows(instances, gold)
     digest = dataset_digest(rows)
-    frame = pd.DataFrame([{**r, "gold_nuggets": json.dumps(r["gold_nuggets"], ensure_ascii=False)} for r in rows],
-                         columns=["instance_id", "blurred_query", "fused_query", "gold_nuggets"])
+    frame = pd.DataFrame(
+        [{**r, "gold_nuggets": json.dumps(r["gold_nuggets"], ensure_ascii=False)} for r in rows],
+        columns=["instance_id", "blurred_query", "fused_query", "gold_nuggets"],
+    )
     mlflow.log_input(mlflow.data.from_pandas(frame, name=name, digest=digest), context=CONTEXT)
     if evaluation_dataset:
         experiment = mlflow.active_run().info.experiment_id
@@ -83,7 +92,12 @@ def ensure_evaluation_dataset(name: str, digest: str, rows: Sequence[Mapping[str
         if len(search_datasets(experiment_ids=[experiment], filter_string=f"name = '{name}'", max_results=1)):
             return
         dataset = create_dataset(name=name, experiment_id=[experiment], tags={"cts.digest": digest})
-        dataset.merge_records([{
-            "inputs": {"instance_id": r["instance_id"], "blurred_query": r["blurred_query"]},
-            "expectations": {"gold_nuggets": r["gold_nuggets"], "fused_query": r["fused_query"]},
-        } for r in rows])
+        dataset.merge_records(
+            [
+                {
+                    "inputs": {"instance_id": r["instance_id"], "blurred_query": r["blurred_query"]},
+                    "expectations": {"gold_nuggets": r["gold_nuggets"], "fused_query": r["fused_query"]},
+                }
+                for r in rows
+            ]
+        )

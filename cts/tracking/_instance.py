@@ -1,6 +1,6 @@
 """One MLflow trace per instance, built from the stage times the pipeline recorded as they happened.
 
-The pipeline's trace lines (``cts.pipeline.run_instance``) carry when the instance and each
+The pipeline's trace lines (``cts.protocol.pipeline.run_instance``) carry when the instance and each
 stage ran: ``arm: instance`` (clarify, UA answers, rewrite, qtype), and per arm its search
 and judge; a WebDancer search stamps every step (``t_ns``). Spans take those times, so a
 span's duration is its stage's, and the trace's is the instance's wall time.
@@ -13,7 +13,11 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from cts.tracking._assessments import instance_assessments, label_string, log_assessments
+from cts.tracking._assessments import (
+    instance_assessments,
+    label_string,
+    log_assessments,
+)
 from cts.tracking._store import _mlflow
 
 log = logging.getLogger(__name__)
@@ -34,14 +38,33 @@ def clip(value: Any) -> Any:
     return value
 
 
-def _open(parent: Any, name: str, span_type: str, start_ns: int, inputs: Any = None,
-          attributes: Mapping[str, Any] | None = None) -> Any:
-    return _mlflow().start_span_no_context(name=name, span_type=span_type, parent_span=parent, inputs=clip(inputs),
-                                           attributes=dict(attributes or {}), start_time_ns=start_ns)
+def _open(
+    parent: Any,
+    name: str,
+    span_type: str,
+    start_ns: int,
+    inputs: Any = None,
+    attributes: Mapping[str, Any] | None = None,
+) -> Any:
+    return _mlflow().start_span_no_context(
+        name=name,
+        span_type=span_type,
+        parent_span=parent,
+        inputs=clip(inputs),
+        attributes=dict(attributes or {}),
+        start_time_ns=start_ns,
+    )
 
 
-def _span(parent: Any, name: str, span_type: str, when: Window, inputs: Any, outputs: Any,
-          attributes: Mapping[str, Any] | None = None) -> None:
+def _span(
+    parent: Any,
+    name: str,
+    span_type: str,
+    when: Window,
+    inputs: Any,
+    outputs: Any,
+    attributes: Mapping[str, Any] | None = None,
+) -> None:
     _open(parent, name, span_type, when[0], inputs, attributes).end(outputs=clip(outputs), end_time_ns=when[1])
 
 
@@ -100,8 +123,13 @@ def _steps(items: Sequence[Mapping[str, Any]], turn: Window) -> Iterator[tuple[s
         elif kind == "llm":
             yield "agent llm", "LLM", (_start_of(item) or turn[0], at), None, _inputs(item)
         elif not kind:  # a backend's single step (extractive search, a test's table)
-            yield f"tool: {name or 'search'}", "TOOL", turn, _inputs(item, drop=("result", "hits")), \
-                item.get("result", item.get("hits"))
+            yield (
+                f"tool: {name or 'search'}",
+                "TOOL",
+                turn,
+                _inputs(item, drop=("result", "hits")),
+                item.get("result", item.get("hits")),
+            )
         else:
             yield f"step: {kind}", "UNKNOWN", (at, at), None, _inputs(item)
     for name, call in pending.items():  # a call whose result never came (the run stopped)
@@ -120,30 +148,43 @@ def _search_span(arm_span: Any, result: Any, entries: Sequence[Mapping[str, Any]
         for name, span_type, step, inputs, outputs in _steps(items, window):
             _span(turn_span, name, span_type, step, inputs, outputs)
         turn_span.end(end_time_ns=window[1])
-    search.end(outputs={"answer": clip(result.answer), "answer_rule": result.answer_rule,
-                        "end_reason": result.end_reason}, end_time_ns=when[1])
+    search.end(
+        outputs={"answer": clip(result.answer), "answer_rule": result.answer_rule, "end_reason": result.end_reason},
+        end_time_ns=when[1],
+    )
 
 
 # ----------------------------------------------------------------------------- arms and interaction
 
 
-def _arm_span(root: Any, arm: str, result: Any, line: Mapping[str, Any], nuggets: Mapping[str, Any],
-              default: Window, reused: bool) -> None:
+def _arm_span(
+    root: Any, arm: str, result: Any, line: Mapping[str, Any], nuggets: Mapping[str, Any], default: Window, reused: bool
+) -> None:
     """An arm: its search (one child per turn, one grandchild per step) and its judge, at their times."""
     stages = {s["stage"]: s for s in line.get("stages") or []}
     search = _window(stages.get("search"), default)
     judge = _window(stages.get("judge"), (search[1], search[1]))
     when = (search[0], max(search[1], judge[1]) if "judge" in stages else search[1])
-    span = _open(root, f"{arm} arm", "CHAIN", when[0], {"query": result.query},
-                 {"reuses": "orig arm"} if reused else None)
+    span = _open(
+        root, f"{arm} arm", "CHAIN", when[0], {"query": result.query}, {"reuses": "orig arm"} if reused else None
+    )
     _search_span(span, result, list(line.get("trace") or []), search)
     if "judge" in stages:
         labels = {nid: {"label": label, **nuggets.get(nid, {})} for nid, label in result.labels.items()}
-        _span(span, "judge", "EVALUATOR", judge, {"answer": result.answer, "nuggets": list(nuggets.values())},
-              {"labels": labels, "restore_score_100": result.score},
-              {f"label.{nid}": label for nid, label in result.labels.items()})
-    span.end(outputs={"restore_score_100": result.score, "error": result.error and result.error.message},
-             end_time_ns=when[1], status="ERROR" if result.error else "OK")
+        _span(
+            span,
+            "judge",
+            "EVALUATOR",
+            judge,
+            {"answer": result.answer, "nuggets": list(nuggets.values())},
+            {"labels": labels, "restore_score_100": result.score},
+            {f"label.{nid}": label for nid, label in result.labels.items()},
+        )
+    span.end(
+        outputs={"restore_score_100": result.score, "error": result.error and result.error.message},
+        end_time_ns=when[1],
+        status="ERROR" if result.error else "OK",
+    )
 
 
 def _stage_io(name: str, instance: Any, record: Any) -> tuple[str, Any, Any]:
@@ -155,11 +196,17 @@ def _stage_io(name: str, instance: Any, record: Any) -> tuple[str, Any, Any]:
     if name == "clarify":
         return "LLM", {"blurred_query": instance.blurred_query, "k": record.k}, {"questions": qs}
     if head == "clarify turn":
-        return "LLM", {"blurred_query": instance.blurred_query, "k": record.k, "earlier": qa[:i]}, \
-            {"question": qs[i] if i < len(qs) else None}
+        return (
+            "LLM",
+            {"blurred_query": instance.blurred_query, "k": record.k, "earlier": qa[:i]},
+            {"question": qs[i] if i < len(qs) else None},
+        )
     if head == "ua answer":  # the only place the hidden intent appears: the closed-book UA sees it by protocol
-        return "LLM", {"fused_query": instance.fused_query, "question": qs[i] if i < len(qs) else None}, \
-            {"answer": answers[i] if i < len(answers) else None}
+        return (
+            "LLM",
+            {"fused_query": instance.fused_query, "question": qs[i] if i < len(qs) else None},
+            {"answer": answers[i] if i < len(answers) else None},
+        )
     if name == "rewrite":
         return "LLM", {"blurred_query": instance.blurred_query, "qa": qa}, {"rewritten_query": record.rewritten_query}
     return "PARSER", {"questions": qs}, {"question_types": [list(t) for t in record.question_types]}
@@ -181,8 +228,14 @@ def _root_window(line: Mapping[str, Any] | None, record: Any) -> Window:
     return end - int(record.elapsed_s * 1e9), end
 
 
-def log_instance_trace(instance: Any, gold: Any, record: Any, traces: list[Mapping[str, Any]],
-                       tags: Mapping[str, str] | None = None, run: tuple[str, str] | None = None) -> str:
+def log_instance_trace(
+    instance: Any,
+    gold: Any,
+    record: Any,
+    traces: list[Mapping[str, Any]],
+    tags: Mapping[str, str] | None = None,
+    run: tuple[str, str] | None = None,
+) -> str:
     """Log one instance's interaction as one MLflow trace (linked to the active run), with its assessments.
 
     Spans, at the times the stages ran: clarify (per turn when sequential), each UA answer,
@@ -204,14 +257,23 @@ def log_instance_trace(instance: Any, gold: Any, record: Any, traces: list[Mappi
     nuggets = {n.id: {"text": n.text, "weight": n.weight} for n in gold.nuggets}
     lines = {str(t.get("arm")): t for t in traces}
     when = _root_window(lines.get("instance"), record)
-    all_tags = {"cts.instance_id": record.id, "cts.k": str(record.k), "cts.mode": record.mode,
-                **{f"cts.model.{role}": str(m) for role, m in record.models.items()},
-                **{k: v for k, v in (tags or {}).items() if v}}  # each tag is one more store write
+    all_tags = {
+        "cts.instance_id": record.id,
+        "cts.k": str(record.k),
+        "cts.mode": record.mode,
+        **{f"cts.model.{role}": str(m) for role, m in record.models.items()},
+        **{k: v for k, v in (tags or {}).items() if v},
+    }  # each tag is one more store write
     root = mlflow.start_span_no_context(
-        name=f"instance {record.id}", span_type="CHAIN", tags=all_tags, start_time_ns=when[0],
-        metadata={"mlflow.sourceRun": run[0]} if run else None, experiment_id=run[1] if run else None,
+        name=f"instance {record.id}",
+        span_type="CHAIN",
+        tags=all_tags,
+        start_time_ns=when[0],
+        metadata={"mlflow.sourceRun": run[0]} if run else None,
+        experiment_id=run[1] if run else None,
         inputs={"instance_id": record.id, "blurred_query": instance.blurred_query},
-        attributes={"k": record.k, "mode": record.mode, "elapsed_s": record.elapsed_s})
+        attributes={"k": record.k, "mode": record.mode, "elapsed_s": record.elapsed_s},
+    )
     _interaction_spans(root, instance, record, (lines.get("instance") or {}).get("stages") or [])
     for arm, result in (("clarified", record.clarified), ("orig", record.orig)):
         if result is not None:  # a clarified arm without its own line reused the orig search (same query)
@@ -225,12 +287,20 @@ def log_instance_trace(instance: Any, gold: Any, record: Any, traces: list[Mappi
 
 def _summary(record: Any) -> dict[str, Any]:
     """The trace's outputs: what a reader checks first (the labels also as one line), then both arms."""
-    arms = {arm: {"query": r.query, "restore_score_100": r.score, "labels": dict(r.labels)}
-            for arm, r in (("clarified", record.clarified), ("orig", record.orig)) if r is not None}
+    arms = {
+        arm: {"query": r.query, "restore_score_100": r.score, "labels": dict(r.labels)}
+        for arm, r in (("clarified", record.clarified), ("orig", record.orig))
+        if r is not None
+    }
     labels = label_string(record.clarified.labels) if record.clarified else ""
-    return {"questions": list(record.questions), "answers": list(record.answers),
-            "rewritten_query": record.rewritten_query, "nugget_labels": labels, **arms,
-            "error": record.error and f"{record.error.stage}: {record.error.message}"}
+    return {
+        "questions": list(record.questions),
+        "answers": list(record.answers),
+        "rewritten_query": record.rewritten_query,
+        "nugget_labels": labels,
+        **arms,
+        "error": record.error and f"{record.error.stage}: {record.error.message}",
+    }
 
 
 class InstanceTraces:

@@ -95,18 +95,24 @@ def broken_store_message(uri: str, error: BaseException) -> str:
     first = (str(error).strip().splitlines() or [""])[0][:300]
     head = f"cts: the MLflow store {uri} cannot be opened ({type(error).__name__}: {first})."
     if not uri.startswith("sqlite:///"):
-        return (f"{head} Check that the store is reachable; if its schema is old, back it up and run "
-                f"`mlflow db upgrade {uri}`.")
+        return (
+            f"{head} Check that the store is reachable; if its schema is old, back it up and run "
+            f"`mlflow db upgrade {uri}`."
+        )
     db = Path(uri.removeprefix("sqlite:///"))
     n_runs, leftovers = _sqlite_state(db)
     other = f"or start a new store with tracking.uri=sqlite:///{db.with_name('mlflow-new.db')}"
     if not n_runs:
-        return (f"{head} It holds no readable runs (an earlier process probably died while creating it): "
-                f"delete {db} and rerun, {other}.")
+        return (
+            f"{head} It holds no readable runs (an earlier process probably died while creating it): "
+            f"delete {db} and rerun, {other}."
+        )
     drop = "; ".join(f"DROP TABLE {t}" for t in leftovers)
     fix = f"sqlite3 {db} '{drop}' && " if leftovers else ""
-    return (f"{head} It holds {n_runs} runs; a schema migration was probably cut short. Back it up "
-            f"(cp {db} {db}.bak), then repair it: {fix}mlflow db upgrade {uri}; {other}.")
+    return (
+        f"{head} It holds {n_runs} runs; a schema migration was probably cut short. Back it up "
+        f"(cp {db} {db}.bak), then repair it: {fix}mlflow db upgrade {uri}; {other}."
+    )
 
 
 def _sqlite_state(db: Path) -> tuple[int, list[str]]:

@@ -8,18 +8,25 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cts.core.types import UNKNOWN
 from cts.tracking._store import _mlflow
-from cts.types import UNKNOWN
 
 RECORDS_TABLE = "records_table.json"
 
 
 def _row(r: Any, run_id: str, trace_id: str) -> dict[str, Any]:
     return {
-        "instance_id": r.id, "run_id": run_id, "trace_id": trace_id, "k": r.k, "mode": r.mode,
-        "questions": "\n".join(r.questions), "answers": "\n".join(r.answers),
-        "n_unknown": sum(a == UNKNOWN for a in r.answers), "rewritten_query": r.rewritten_query or "",
-        "score": r.score, "orig_score": r.orig_score,
+        "instance_id": r.id,
+        "run_id": run_id,
+        "trace_id": trace_id,
+        "k": r.k,
+        "mode": r.mode,
+        "questions": "\n".join(r.questions),
+        "answers": "\n".join(r.answers),
+        "n_unknown": sum(a == UNKNOWN for a in r.answers),
+        "rewritten_query": r.rewritten_query or "",
+        "score": r.score,
+        "orig_score": r.orig_score,
         "delta": None if r.score is None or r.orig_score is None else r.score - r.orig_score,
         "clarified_labels": json.dumps(dict(r.clarified.labels) if r.clarified else {}, ensure_ascii=False),
         "orig_labels": json.dumps(dict(r.orig.labels) if r.orig else {}, ensure_ascii=False),
@@ -27,8 +34,12 @@ def _row(r: Any, run_id: str, trace_id: str) -> dict[str, Any]:
     }
 
 
-def log_records_table(records: Iterable[Any], order: Sequence[str] = (), trace_ids: Mapping[str, str] | None = None,
-                      artifact_file: str = RECORDS_TABLE) -> None:
+def log_records_table(
+    records: Iterable[Any],
+    order: Sequence[str] = (),
+    trace_ids: Mapping[str, str] | None = None,
+    artifact_file: str = RECORDS_TABLE,
+) -> None:
     """Log the records as an MLflow table of the active run (one row per instance).
 
     Rows follow ``order`` (the dataset's ids; ids not in it go last, as they come), so two
@@ -69,5 +80,20 @@ def _write_table(run_id: str, frame: Any, artifact_file: str) -> None:
 
 
 def _row_columns() -> Iterable[str]:
-    return ("instance_id", "run_id", "trace_id", "k", "mode", "questions", "answers", "n_unknown", "rewritten_query",
-            "score", "orig_score", "delta", "clarified_labels", "orig_labels", "error")
+    return (
+        "instance_id",
+        "run_id",
+        "trace_id",
+        "k",
+        "mode",
+        "questions",
+        "answers",
+        "n_unknown",
+        "rewritten_query",
+        "score",
+        "orig_score",
+        "delta",
+        "clarified_labels",
+        "orig_labels",
+        "error",
+    )

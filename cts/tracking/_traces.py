@@ -8,7 +8,6 @@ from typing import Any
 
 from cts.tracking._store import _mlflow
 
-
 _TRACED: contextvars.ContextVar[bool] = contextvars.ContextVar("cts_trace_llm_calls", default=False)
 
 
@@ -36,10 +35,17 @@ def _span_of_call(event: Any) -> None:
         name=f"{event.role}:{event.spec_name}",
         span_type="LLM",
         inputs={"messages": list(event.messages), "params": dict(event.params)},
-        attributes={"role": event.role, "model": event.model, "prompt_version": event.prompt_version,
-                    "tokens_in": event.tokens_in, "tokens_out": event.tokens_out,
-                    "cost_usd": event.cost_usd, "cached": event.cached},
+        attributes={
+            "role": event.role,
+            "model": event.model,
+            "prompt_version": event.prompt_version,
+            "tokens_in": event.tokens_in,
+            "tokens_out": event.tokens_out,
+            "cost_usd": event.cost_usd,
+            "cached": event.cached,
+        },
         start_time_ns=end - int(event.latency_s * 1e9),
     )
-    span.end(outputs={"text": event.text, "error": event.error}, end_time_ns=end,
-             status="ERROR" if event.error else "OK")
+    span.end(
+        outputs={"text": event.text, "error": event.error}, end_time_ns=end, status="ERROR" if event.error else "OK"
+    )

@@ -43,8 +43,13 @@ ROLES: dict[str, dict[str, Any]] = {
     # max_output_tokens: the role's output cap (a reply that stops at it is re-asked, then
     # unscored as `truncated`), sized to what the role must write; the model's reasoning
     # allowance is added where reasoning counts against the cap (conf/model/<name>.yaml request:).
-    "clarifier": {"_target_": "cts.roles.llm.LLMClarifier", "prompt": "clarifier",
-                  "mode": "batch", "stop_early": False, "max_output_tokens": 512},
+    "clarifier": {
+        "_target_": "cts.roles.llm.LLMClarifier",
+        "prompt": "clarifier",
+        "mode": "batch",
+        "stop_early": False,
+        "max_output_tokens": 512,
+    },
     "ua": {"_target_": "cts.roles.llm.LLMUserAnswerer", "prompt": "ua", "max_output_tokens": 128},
     "rewriter": {"_target_": "cts.roles.llm.LLMRewriter", "prompt": "rewriter", "max_output_tokens": 256},
     "judge": {"_target_": "cts.roles.llm.LLMJudge", "prompt": "judge", "max_output_tokens": 1024},
@@ -76,8 +81,7 @@ def register(config_dirs: Sequence[Traversable], store: ConfigStore | None = Non
     for model in names:
         for group in ROLES:
             if not any((d / group / f"{model}.yaml").is_file() for d in config_dirs):
-                store.store(group=group, name=model, node=role_node(group, model),
-                            provider="cts_model_roles")
+                store.store(group=group, name=model, node=role_node(group, model), provider="cts_model_roles")
     return names
 
 
@@ -85,7 +89,7 @@ def config_dir(path: str) -> Traversable | None:
     """The directory of one search path entry (``file://``, ``pkg://`` or a plain path), if it exists."""
     if path.startswith("pkg://"):
         try:
-            found: Traversable = importlib.resources.files(path[len("pkg://"):].replace("/", ".").rstrip("."))
+            found: Traversable = importlib.resources.files(path[len("pkg://") :].replace("/", ".").rstrip("."))
         except (ImportError, TypeError, ValueError):  # no such package: Hydra warns about it itself
             return None
     elif path and (path.startswith("file://") or "://" not in path):

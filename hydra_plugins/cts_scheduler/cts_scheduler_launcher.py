@@ -11,7 +11,6 @@ Each job logs to ``<job dir>/<task name>.log`` as under the basic launcher
 (:mod:`cts.sweep._joblog`).
 """
 
-
 import contextlib
 import logging
 import sys
@@ -20,11 +19,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
+from hydra.core.utils import (
+    JobReturn,
+    JobStatus,
+    configure_log,
+    filter_overrides,
+    run_job,
+    setup_globals,
+)
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -40,7 +46,7 @@ class CtsLauncherConf:
     _target_: str = "hydra_plugins.cts_scheduler.cts_scheduler_launcher.CtsLauncher"
     progress: bool = True
     """One progress bar for the sweep (instances done / total, requests, USD)."""
-    job_concurrency: Optional[int] = 64
+    job_concurrency: int | None = 64
     """Instances in flight per job (sets each job's ``concurrency``; null keeps it). The endpoint
     limiters bound the calls; jobs that share work (same UA questions, rewrites, orig arm) move
     in lockstep, so each needs more instances in flight than alone to keep the endpoints full.
@@ -55,9 +61,9 @@ class CtsLauncher(Launcher):
     """Launch every job of a batch concurrently in this process (see the module docstring)."""
 
     opens_store_in_jobs = True
-    """Jobs open the MLflow store here, in turn (``cts.callbacks.jobs_open_store_here``)."""
+    """Jobs open the MLflow store here, in turn (``cts.compose.callbacks.jobs_open_store_here``)."""
 
-    def __init__(self, progress: bool = True, job_concurrency: Optional[int] = 64) -> None:
+    def __init__(self, progress: bool = True, job_concurrency: int | None = 64) -> None:
         self.progress = progress
         self.job_concurrency = job_concurrency
         self.config: DictConfig | None = None
@@ -78,7 +84,7 @@ class CtsLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Run the jobs at once; return their results in order."""
-        from cts.interrupt import sweep_signals
+        from cts._util.interrupt import sweep_signals
         from cts.sweep import SweepSession
         from cts.sweep._joblog import routed_job_logs
 
@@ -90,13 +96,21 @@ class CtsLauncher(Launcher):
         log.info(f"Launching {len(job_overrides)} jobs on one cts schedule in {sweep_dir}")
         configs = [self._job_config(initial_job_idx + i, o) for i, o in enumerate(job_overrides)]
         results: list[JobReturn | None] = [None] * len(configs)
-        with routed_job_logs(_file_format(self.config)) as router, SweepSession(progress=self.progress) as session, \
-                sweep_signals():
+        with (
+            routed_job_logs(_file_format(self.config)) as router,
+            SweepSession(progress=self.progress) as session,
+            sweep_signals(),
+        ):
             session.expect_jobs(len(configs))
             ended = [threading.Event() for _ in configs]
-            threads = [threading.Thread(target=_then_set, name=f"cts-job-{i}",
-                                        args=(ended[i], self._run_one, session, router, c, results, i))
-                       for i, c in enumerate(configs)]
+            threads = [
+                threading.Thread(
+                    target=_then_set,
+                    name=f"cts-job-{i}",
+                    args=(ended[i], self._run_one, session, router, c, results, i),
+                )
+                for i, c in enumerate(configs)
+            ]
             for thread in threads:
                 thread.start()
             interrupted = _join_all(threads, ended, session)
@@ -120,8 +134,7 @@ class CtsLauncher(Launcher):
                 config.concurrency = self.job_concurrency
         return config
 
-    def _run_one(self, session: Any, router: Any, config: DictConfig, results: list[JobReturn | None],
-                 i: int) -> None:
+    def _run_one(self, session: Any, router: Any, config: DictConfig, results: list[JobReturn | None], i: int) -> None:
         assert self.hydra_context is not None and self.task_function is not None
         task_function = self.task_function
 
@@ -134,9 +147,14 @@ class CtsLauncher(Launcher):
         try:
             with session.job_turn():
                 # Hydra's logging set-up is process-global: configured once, by the launcher.
-                results[i] = run_job(hydra_context=self.hydra_context, task_function=logged_task,
-                                     config=config, job_dir_key="hydra.sweep.dir",
-                                     job_subdir_key="hydra.sweep.subdir", configure_logging=False)
+                results[i] = run_job(
+                    hydra_context=self.hydra_context,
+                    task_function=logged_task,
+                    config=config,
+                    job_dir_key="hydra.sweep.dir",
+                    job_subdir_key="hydra.sweep.subdir",
+                    configure_logging=False,
+                )
         except BaseException as exc:  # noqa: BLE001 - SystemExit or Ctrl-C in one job: record, keep the others
             results[i] = _failed(exc, list(config.hydra.overrides.task))
         ret = results[i]
@@ -197,19 +215,23 @@ def _stopped(sweep_dir: str, n_jobs: int) -> int:
     """Say once that the sweep was stopped, and how to resume it; the exit status (130 SIGINT, 143 SIGTERM)."""
     import signal
 
-    from cts.interrupt import resume_command, stop_signal
+    from cts._util.interrupt import resume_command, stop_signal
 
     signum = stop_signal()
     command = resume_command(sys.argv[1:], Path(sweep_dir), sweep_dir)
-    print(f"cts: sweep stopped by {signal.Signals(signum).name} ({n_jobs} jobs in {sweep_dir}, finished records "
-          f"kept); resume with: {command}", file=sys.stderr, flush=True)
+    print(
+        f"cts: sweep stopped by {signal.Signals(signum).name} ({n_jobs} jobs in {sweep_dir}, finished records "
+        f"kept); resume with: {command}",
+        file=sys.stderr,
+        flush=True,
+    )
     return 128 + signum
 
 
 def _report_failures(returns: Sequence[JobReturn], sweep_dir: str) -> None:
     """Log the failed jobs; Hydra then raises the first one's error (an incomplete job's names the resume command)."""
-    from cts.interrupt import resume_command
-    from cts.outcome import JobIncomplete
+    from cts._util.interrupt import resume_command
+    from cts.protocol.outcome import JobIncomplete
 
     failed = [(i, r) for i, r in enumerate(returns) if r.status == JobStatus.FAILED]
     if not failed:
@@ -223,12 +245,13 @@ def _report_failures(returns: Sequence[JobReturn], sweep_dir: str) -> None:
 def _interrupted(error: Any) -> bool:
     """Whether a job ended because the sweep was stopped (it said so itself)."""
     return isinstance(error, KeyboardInterrupt) or (
-        isinstance(error, SystemExit) and isinstance(error.code, int) and error.code > 128)
+        isinstance(error, SystemExit) and isinstance(error.code, int) and error.code > 128
+    )
 
 
 def _why(error: Any) -> str:
     """A failed job's error in one line (an incomplete job's without the sweep's resume command)."""
-    from cts.outcome import JobIncomplete
+    from cts.protocol.outcome import JobIncomplete
 
     return error.headline if isinstance(error, JobIncomplete) else repr(error)
 
@@ -249,6 +272,6 @@ def _failed(exc: BaseException, overrides: list[str] | None = None) -> JobReturn
 
 def _sets_concurrency(overrides: Sequence[str]) -> bool:
     """Whether the user set ``concurrency`` on the command line (it then wins over ``job_concurrency``)."""
-    from cts.naming import factors
+    from cts._util.naming import factors
 
     return "concurrency" in factors(overrides)

@@ -1,6 +1,6 @@
 """cts's Slurm launcher: submitit's, refusing literal secrets, reporting every job, the report as a dependent job.
 
-See cts.cluster. ``hydra/launcher=slurm`` (conf/hydra/launcher/slurm.yaml) extends the
+See hydra_plugins.cts_slurm_launcher.cluster. ``hydra/launcher=slurm`` (conf/hydra/launcher/slurm.yaml) extends the
 ``cts_slurm`` schema registered here: submitit's Slurm options plus ``wait``.
 """
 
@@ -16,7 +16,7 @@ from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 from omegaconf import OmegaConf, open_dict, read_write
 
-from cts.cluster import (
+from hydra_plugins.cts_slurm_launcher.cluster import (
     announce_queued,
     cancel_pending,
     job_return,

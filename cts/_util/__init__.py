@@ -1,0 +1,1 @@
+"""Private machinery with no protocol meaning: async helpers, file IO, names, secrets, start-up, versions."""

@@ -1,0 +1,77 @@
+"""Old module paths stay importable after the package restructure.
+
+Component ``_target_`` paths are part of a job's protocol fingerprint, and job dirs written
+before the move name modules at the root of ``cts`` (e.g. ``cts.callbacks.PrepareTrackingStore``
+in ``.hydra/hydra.yaml``). An old name imports the module at its new path: one module object
+under two names, never a copy, so state and monkeypatching stay shared.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+from types import ModuleType
+
+MOVED: dict[str, str] = {
+    "cts.aio": "cts._util.aio",
+    "cts.app": "cts.compose.app",
+    "cts.budget": "cts.protocol.budget",
+    "cts.callbacks": "cts.compose.callbacks",
+    "cts.checks": "cts.compose.checks",
+    "cts.confdiff": "cts._util.confdiff",
+    "cts.diagnostics": "cts.protocol.diagnostics",
+    "cts.errors": "cts.compose.errors",
+    "cts.gate": "cts.gating.evaluate",
+    "cts.goldfile": "cts.data.goldfile",
+    "cts.index": "cts.corpus.index",
+    "cts.interrupt": "cts._util.interrupt",
+    "cts.io": "cts._util.io",
+    "cts.job_files": "cts.protocol.job_files",
+    "cts.lexicon": "cts.text.lexicon",
+    "cts.metrics": "cts.protocol.metrics",
+    "cts.naming": "cts._util.naming",
+    "cts.outcome": "cts.protocol.outcome",
+    "cts.pipeline": "cts.protocol.pipeline",
+    "cts.prompts": "cts._util.prompts",
+    "cts.qtypes": "cts.text.qtypes",
+    "cts.records": "cts.core.records",
+    "cts.scoring": "cts.core.scoring",
+    "cts.secrets": "cts._util.secrets",
+    "cts.services": "cts.compose.services",
+    "cts.stages": "cts.protocol.stages",
+    "cts.startup": "cts._util.startup",
+    "cts.types": "cts.core.types",
+    "cts.validate": "cts.compose.validate",
+    "cts.versions": "cts._util.versions",
+}
+"""Old module name -> where it lives now."""
+
+
+class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """A finder that answers an old module name with the module at its new path."""
+
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        """A spec for ``fullname`` when it is an old name, else None (the normal finders go on)."""
+        if fullname not in MOVED:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        """The module at the new path, imported if need be."""
+        module = importlib.import_module(MOVED[spec.name])
+        module.__dict__.setdefault("_cts_real_spec", module.__spec__)
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Nothing to run: restore the module's own spec, which the import system just overwrote."""
+        module.__spec__ = module.__dict__["_cts_real_spec"]
+
+
+def install() -> None:
+    """Put the finder on ``sys.meta_path`` once."""
+    if not any(isinstance(f, MovedModules) for f in sys.meta_path):
+        sys.meta_path.append(MovedModules())

@@ -1,0 +1,206 @@
+"""Hydra callbacks: tracking-store set-up before jobs, the sweep report after them."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from cts import tracking
+from cts._util.interrupt import hydra_quote, remember_sweep
+from cts._util.naming import forget_swept, register_resolver, remember_swept
+
+if TYPE_CHECKING:
+    from cts.report import ReportResult
+
+log = logging.getLogger(__name__)
+# Hydra imports this module (to build the callbacks) in the launching process and in
+# launcher workers before any job's sub-dir is resolved: the naming resolver must exist by then.
+register_resolver()
+
+
+def sweep_job_configs(config: DictConfig) -> list[DictConfig]:
+    """The composed config of every job the sweep will launch, without launching any.
+
+    Expands the command line's sweep overrides the way Hydra's basic sweeper does and
+    composes each job's config with Hydra's own loader, so the pre-flight sees e.g.
+    ``clarifier=gpt`` as well as ``clarifier=claude`` before the first job starts.
+    """
+    from cts.sweep._compose import (
+        compose_job,  # kept: the sweeper and the cts launcher do not compose again
+    )
+
+    parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+    loader = GlobalHydra.instance().config_loader()
+    return [compose_job(loader, config, job) for job in sweep_jobs(parsed)]
+
+
+def sweep_jobs(overrides: list[Override]) -> list[list[str]]:
+    """The override list of every job of a sweep: the cartesian product of sweep values."""
+    choices = []
+    for o in overrides:
+        key = o.get_key_element()
+        values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
+        choices.append([f"{key}={v}" for v in values])
+    return [list(job) for job in itertools.product(*choices)]
+
+
+def jobs_open_store_here(config: DictConfig) -> bool:
+    """Whether the sweep's launcher runs every job in this process, one after another at the store.
+
+    Such a launcher (its class sets ``opens_store_in_jobs = True``, as ``hydra/launcher=cts`` does)
+    needs no preparation before the launch: the first job opens the store, under the same lock,
+    while its first requests are already in flight, and a broken store fails it and the jobs after it.
+    """
+    from hydra.utils import get_class
+
+    target = OmegaConf.select(config, "hydra.launcher._target_", default=None)
+    try:
+        return bool(target) and bool(getattr(get_class(str(target)), "opens_store_in_jobs", False))
+    except (ImportError, ValueError):
+        return False
+
+
+def pin_sweep_dir(config: DictConfig) -> str:
+    """Resolve the sweep dir once, absolute, and pin it into the sweep's config for every job.
+
+    Hydra resolves ``hydra.sweep.dir`` (``${now:...}``) in each job's config again, when the
+    job starts unless the launcher composed the job after the sweep's own value was resolved:
+    the cts launcher's jobs landed in as many dirs as seconds the sweep took to start them.
+    The value is set in the sweep's config and appended to ``hydra.overrides.hydra``, which
+    every launcher (cts, basic, joblib, Slurm) applies when it composes a job's config.
+
+    Returns:
+        The sweep dir.
+    """
+    sweep_dir = os.path.abspath(str(config.hydra.sweep.dir))  # resolving it fills the ${now:} cache jobs copy
+    pinned = f"hydra.sweep.dir={hydra_quote(sweep_dir)}"
+    given = OmegaConf.to_container(config.hydra.overrides.hydra, resolve=False)  # e.g. subdir=job${hydra:job.num}
+    assert isinstance(given, list)
+    hydra_overrides = [o for o in given if str(o).lstrip("+~").split("=", 1)[0] != "hydra.sweep.dir"]
+    with read_write(config.hydra), open_dict(config.hydra):
+        config.hydra.sweep.dir = sweep_dir
+        config.hydra.overrides.hydra = [*hydra_overrides, pinned]
+    return sweep_dir
+
+
+def report_or_exit(config: DictConfig, n_jobs: int) -> Path:
+    """Build the sweep report; exit 1 with ``error:`` lines when it fails or misses some of the sweep's jobs.
+
+    Args:
+        config: The sweep's config.
+        n_jobs: The jobs the sweep launched (0: unknown).
+    """
+    from cts.report.jobs import job_dirs
+
+    sweep_dir = str(config.hydra.sweep.dir)
+    found = len(job_dirs(sweep_dir)) if Path(sweep_dir).is_dir() else 0
+    if not found:
+        sys.exit(f"error: sweep report: no finished job found in {sweep_dir}")
+    result = build_report(config)
+    if not result.ok:
+        sys.exit("\n".join(f"error: sweep report: {e}" for e in result.errors))
+    if found < n_jobs:
+        sys.exit(f"error: sweep report: only {found} of the sweep's {n_jobs} jobs finished in {sweep_dir}")
+    assert result.out_dir is not None
+    return result.out_dir
+
+
+class PrepareTrackingStore(Callback):
+    """Create the MLflow schema once in the parent, before parallel jobs race to migrate it."""
+
+    def __init__(self) -> None:
+        self._n_jobs = 0  # the jobs of the sweep (on_multirun_start), which its report must cover
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Called by Hydra in the launching process, before any job starts.
+
+        Every job's config is pre-flighted here too, so a missing key stops the sweep
+        before it launches, and every distinct endpoint of the sweep is probed once.
+        """
+        from cts.compose.app import (
+            check_start,
+            preflight_problems_of,
+            probe_completions,
+            probe_endpoints,
+            stop_on_problems,
+            task_groups,
+        )
+
+        remember_swept(list(config.hydra.overrides.task))
+        sweep_dir = pin_sweep_dir(config)  # before any job's config is composed
+        remember_sweep(sweep_dir, sys.argv[1:])
+        jobs = sweep_job_configs(config)
+        self._n_jobs = len(jobs)
+        check_start(config, jobs)  # values, output places, input files: before any dir or store exists
+        stop_on_problems([p for job in jobs for p in preflight_problems_of(job, task_groups(job))])
+        probe_endpoints(jobs)  # every distinct endpoint of the sweep, once
+        probe_completions(jobs)  # one minimal completion per distinct request of the sweep
+        if not jobs_open_store_here(config):
+            tracking.prepare_store(config.tracking.uri)
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Single runs: the pre-flight (keys, endpoint probes) first, then the store (harmless when it exists)."""
+        from cts.compose.app import (
+            check_start,
+            preflight,
+            probe_completions,
+            probe_endpoints,
+            task_groups,
+        )
+
+        check_start(config, [config])  # values, output places, input files: before the run dir or store exists
+        preflight(config, groups=task_groups(config))
+        probe_endpoints([config])  # before the store: a dead endpoint fails fast and creates nothing
+        probe_completions([config])
+        tracking.prepare_store(config.tracking.uri)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """Build the paper-style sweep report and log it as a sweep-level run."""
+        from cts._util.startup import end_startup_gc
+        from cts.sweep._compose import forget_composed
+
+        end_startup_gc()  # a launcher whose jobs ran elsewhere (joblib, Slurm) left it off here
+        forget_swept()
+        forget_composed()
+        if config.get("sweep_report", True):
+            report_or_exit(config, self._n_jobs)
+
+
+def report_sweep(config: DictConfig) -> Path | None:
+    """Build the sweep report of ``config``'s sweep dir and log it to MLflow as a sweep-level run.
+
+    On Slurm a dependent job runs it after the last job (:func:`hydra_plugins.cts_slurm_launcher.cluster.report_job`).
+
+    Returns:
+        The report's dir, or None when it could not be built (the errors are logged).
+    """
+    result = build_report(config)
+    for error in result.errors:
+        log.error("sweep report: %s", error)
+    return result.out_dir if result.ok else None
+
+
+def build_report(config: DictConfig) -> ReportResult:
+    """Build the report of ``config``'s sweep dir; when built, log it as a sweep-level MLflow run."""
+    from cts.report.build import build_sweep_report, log_sweep_report
+
+    result = build_sweep_report(
+        config.hydra.sweep.dir,
+        n_resamples=config.stats.n_resamples,
+        confidence=config.stats.confidence,
+        seed=config.seed,
+    )
+    if result.ok:
+        log_sweep_report(result, config.tracking.uri, config.tracking.experiment)
+        log.info("sweep report written to %s", result.out_dir)
+    return result

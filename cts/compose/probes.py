@@ -1,0 +1,80 @@
+"""Pre-flight probes of a sweep's LLM endpoints: one GET per endpoint, one minimal completion per request.
+
+Each runs once per process for what it already checked (a sweep's jobs share it); a problem
+exits 1 before anything is created, one line per endpoint or model.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+
+def task_groups(cfg: DictConfig) -> tuple[str, ...]:
+    """The config keys whose models the task calls (``task.preflight``), plus ``services``."""
+    return (*cfg.task.get("preflight", ()), "services")
+
+
+_PROBED: set[tuple[str, str | None]] = set()
+
+
+_COMPLETED: set[str] = set()
+
+
+def probe_endpoints(cfgs: Sequence[DictConfig]) -> None:
+    """Probe every distinct endpoint of these jobs once; exit 1 naming each dead one.
+
+    Jobs with ``services.llm.preflight_probe=false`` are not probed (see :mod:`cts.llm.preflight`);
+    an endpoint that answered once in this process is not probed again.
+    """
+    from cts.llm.preflight import endpoints_of, probe_problems
+
+    jobs = [
+        OmegaConf.masked_copy(c, list(task_groups(c)))
+        for c in cfgs
+        if OmegaConf.select(c, "services.llm.preflight_probe", default=True)
+    ]
+    endpoints = [e for e in endpoints_of(jobs) if (e.api_base, e.api_key) not in _PROBED]
+    if not endpoints:
+        return
+    timeout = float(OmegaConf.select(jobs[0], "services.llm.preflight_timeout_s", default=5.0))
+    exit_on_probe_problems(
+        "cts pre-flight failed",
+        probe_problems(endpoints, timeout),
+        "Start the server or correct its URL (services.llm.api_base, or the model's api_base); "
+        "services.llm.preflight_probe=false skips this check.",
+    )
+    _PROBED.update((e.api_base, e.api_key) for e in endpoints)
+
+
+def probe_completions(cfgs: Sequence[DictConfig]) -> None:
+    """One minimal completion per distinct request of these jobs; exit 1 naming each failure.
+
+    Runs after :func:`probe_endpoints` (a dead server fails there, for free); see
+    :mod:`cts.llm.completion_probe`. Its cost is printed on stderr.
+    """
+    from cts.llm.completion_probe import check_completions
+
+    jobs = [OmegaConf.masked_copy(c, list(task_groups(c))) for c in cfgs]
+    if not jobs:
+        return
+    cache_dir = Path(str(OmegaConf.select(cfgs[0], "paths.cache_dir", default=".")))
+    problems, report = check_completions(jobs, cache_dir, _COMPLETED)
+    if report:
+        print(report, file=sys.stderr, flush=True)
+    exit_on_probe_problems(
+        "cts pre-flight failed (a minimal completion per model)",
+        problems,
+        "Fix the model file (conf/model/<name>.yaml: params, request) or the role's params; "
+        "services.llm.preflight_completion=false skips this check.",
+    )
+
+
+def exit_on_probe_problems(head: str, problems: Sequence[str], hint: str) -> None:
+    """Exit 1 with ``head``, one line per problem and ``hint``; nothing when there is no problem."""
+    if problems:
+        lines = "\n".join(f"  - {p}" for p in problems)
+        sys.exit(f"{head}; nothing was run:\n{lines}\n{hint}")

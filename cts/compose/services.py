@@ -1,0 +1,216 @@
+"""Composition-side resources of one job and the factories that hand them to components.
+
+:class:`Services` holds the job's shared resources (the offline corpus, the BM25 index,
+the LLM runtime, the tool cache), each built at most once per job and only when some
+component needs it. Components never see it: the builder (:func:`cts.compose.app.build_node`)
+calls :func:`component_arguments`, which gives each component exactly what its
+signature asks for, by parameter type:
+
+- ``Chat``: a chat client for the model spec the config gives under that key
+  (``clarifier.model`` -> the clarifier's client), from :func:`chat_client`;
+- ``Corpus``, ``CorpusIndex``, ``PlaceLexicon``, ``ToolCache``, ``CacheDir``: the job's one;
+- ``max_reasks`` left unset in the config: ``services.llm.max_reasks``.
+
+:func:`local_llm_served` runs the job inside its local LLM server (``services.local_llm``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import re
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from cts.core.types import CacheDir
+
+if TYPE_CHECKING:
+    from cts.corpus.index import CorpusIndex
+    from cts.corpus.wiki import Corpus
+    from cts.llm import Chat, LLMRuntime, LocalLLMServer, ModelSpec
+    from cts.search.toolcache import ToolCache
+    from cts.text.lexicon import PlaceLexicon
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Services:
+    """Per-job container of shared resources.
+
+    Attributes:
+        cache_dir: Directory outside git for indexes, datasets and response caches.
+        settings: The job's ``services`` config (corpus language, llm runtime, ...).
+    """
+
+    def __init__(self, cache_dir: Path, settings: Mapping[str, Any] | None = None) -> None:
+        self.cache_dir = Path(cache_dir)
+        self.settings: Mapping[str, Any] = settings or {}
+        self._memo: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"Services(cache_dir={str(self.cache_dir)!r})"
+
+    def memo(self, key: str, build: Callable[[], T]) -> T:
+        """Return the resource stored under ``key``, building it on first use."""
+        if key not in self._memo:
+            self._memo[key] = build()
+        return self._memo[key]  # type: ignore[no-any-return]
+
+    @property
+    def corpus(self) -> Corpus:
+        """The offline Wikipedia corpus (read from the installed package)."""
+        from cts.corpus.wiki import load_corpus
+
+        return self.memo("corpus", lambda: load_corpus(self.settings.get("corpus_lang", "en-us")))
+
+    @property
+    def index(self) -> CorpusIndex:
+        """BM25 index over :attr:`corpus`, cached on disk under :attr:`cache_dir`."""
+        from cts.corpus.index import load_or_build_index
+
+        return self.memo("index", lambda: load_or_build_index(self.corpus, self.cache_dir))
+
+    @property
+    def llm(self) -> LLMRuntime:
+        """The job's LLM runtime: response cache, per-endpoint limits, accounting."""
+        from cts.sweep import (
+            shared_llm_runtime,  # a sweep session shares one across its jobs
+        )
+
+        return self.memo("llm", lambda: shared_llm_runtime(self.settings.get("llm", {}), self.cache_dir))
+
+    def usage_scope(self) -> contextlib.AbstractContextManager[Mapping[str, Mapping[str, float]]]:
+        """Per-instance usage accounting of every LLM call made inside the block."""
+        from cts.llm import (
+            usage_scope,  # light: litellm is imported on the first call only
+        )
+
+        return usage_scope()
+
+    def stats(self) -> dict[str, float]:
+        """Counters of every built resource that keeps some (e.g. tool-cache hits)."""
+        out: dict[str, float] = {}
+        for resource in self._memo.values():
+            stats = getattr(resource, "stats", None)
+            if callable(stats):
+                out.update({k: float(v) for k, v in stats().items()})
+        return out
+
+
+@contextlib.contextmanager
+def local_llm_served(services: Services, server: LocalLLMServer | None, job_dir: Path) -> Iterator[Services]:
+    """The job's services, with its local LLM server running for the block when one is configured.
+
+    The server's ``api_base`` becomes ``services.llm.api_base`` (every role calls it) unless that
+    is set: an explicit one wins (a gateway or a logging proxy in front of the server). The
+    config keeps its own value, so the fingerprint does not change with the server's port.
+
+    Args:
+        services: The job's services (nothing built yet).
+        server: The ``services.local_llm`` component (None = no local server).
+        job_dir: Where the server's log goes.
+
+    Raises:
+        InputError: The server cannot start (a package missing, no answer in time), with the reason.
+    """
+    if server is None:
+        yield services
+        return
+    from cts.compose.errors import InputError
+    from cts.llm import LocalServerError
+
+    with contextlib.ExitStack() as stack:
+        try:
+            api_base = stack.enter_context(server.serve(job_dir, services.cache_dir))
+        except LocalServerError as exc:
+            raise InputError([str(exc)]) from exc
+        llm = dict(services.settings.get("llm") or {})
+        llm["api_base"] = llm.get("api_base") or api_base
+        yield Services(services.cache_dir, {**services.settings, "llm": llm})
+
+
+def chat_client(services: Services, model: ModelSpec | Mapping[str, Any], role: str) -> Chat:
+    """A client of ``model`` on the job's LLM runtime, its usage booked under ``role``."""
+    from cts.llm import ModelSpec
+
+    return services.llm.client(ModelSpec.coerce(model), role=role)
+
+
+def tool_cache(services: Services) -> ToolCache:
+    """The job's shared tool cache: the LLM cache's URL if set, else ``<cache_dir>/tool_cache.sqlite``."""
+    from cts.search.toolcache import TOOL_CACHE_FILE, TOOL_TABLE, ToolCache
+
+    cache = (services.settings.get("llm") or {}).get("cache") or {}
+    mode = cache.get("mode", "read_write")
+    url = cache.get("url")
+    if url:
+        return services.memo("tool_cache", lambda: ToolCache(url, mode, TOOL_TABLE))
+    return services.memo("tool_cache", lambda: ToolCache(Path(services.cache_dir) / TOOL_CACHE_FILE, mode))
+
+
+def place_lexicon(services: Services) -> PlaceLexicon:
+    """Place names of the offline corpus, once per job (see :func:`cts.text.lexicon.corpus_places`)."""
+    from cts.text.lexicon import PlaceLexicon
+
+    return services.memo("place_lexicon", lambda: PlaceLexicon.of_corpus(services.corpus))
+
+
+def concretiser_places(services: Services) -> tuple[str, ...]:
+    """Built-in places plus the offline corpus's places when a corpus is available (backbone stability)."""
+    from cts.text.lexicon import BUILTIN_PLACES_EN, BUILTIN_PLACES_ZH, corpus_places
+
+    places = set(BUILTIN_PLACES_EN) | set(BUILTIN_PLACES_ZH)
+    try:
+        places |= set(corpus_places(services.corpus))
+    except Exception as e:  # noqa: BLE001 - no corpus (package missing): the built-in list serves
+        log.info("no corpus place lexicon (%s); using the built-in list", e)
+    return tuple(sorted(p for p in places if len(p) >= 2))
+
+
+RESOURCES: dict[str, Callable[[Services], Any]] = {
+    "Corpus": lambda s: s.corpus,
+    "CorpusIndex": lambda s: s.index,
+    "PlaceLexicon": place_lexicon,
+    "ToolCache": tool_cache,
+    "CacheDir": lambda s: CacheDir(s.cache_dir),
+}
+"""Parameter type name -> the job's resource of that type (never a config key)."""
+CHAT = "Chat"
+_NAME = re.compile(r"[A-Za-z_][\w.]*")
+
+
+def type_name(annotation: Any) -> str:
+    """The one type an annotation names, optional or not (``"Chat | None"`` -> ``Chat``), else ``""``."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    names = [n.rsplit(".", 1)[-1] for n in _NAME.findall(text) if n not in ("None", "Optional", "typing.Optional")]
+    return names[0] if len(names) == 1 else ""
+
+
+def resource_parameters(target: Callable[..., Any]) -> set[str]:
+    """Parameters of ``target`` the builder fills from the job's resources (not config keys)."""
+    params = inspect.signature(target).parameters
+    return {name for name, p in params.items() if type_name(p.annotation) in RESOURCES}
+
+
+def component_arguments(target: Callable[..., Any], config: Mapping[str, Any], services: Services) -> dict[str, Any]:
+    """The arguments of ``target``: its config values, with chat clients and resources filled in.
+
+    Args:
+        target: The component's class or factory.
+        config: Its config values, nested components already built.
+        services: The job's resources.
+    """
+    params = inspect.signature(target).parameters
+    out = dict(config)
+    for name, p in params.items():
+        kind = type_name(p.annotation)
+        if kind == CHAT and out.get(name) is not None:
+            out[name] = chat_client(services, out[name], role=name)  # the component names its role
+        elif kind in RESOURCES:
+            out[name] = RESOURCES[kind](services)
+    if "max_reasks" in params and out.get("max_reasks") is None:
+        out["max_reasks"] = services.llm.settings.max_reasks
+    return out

@@ -1,0 +1,1 @@
+"""The contracts: records, instances, role and client Protocols, errors, and the score."""

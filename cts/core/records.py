@@ -1,0 +1,215 @@
+"""Per-instance records: frozen dataclasses serialised one JSON line each."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cts.core.types import (
+    INFRA_CALL_KINDS,
+    BudgetExceeded,
+    CallError,
+    CircuitOpen,
+    ErrorKind,
+    Label,
+    SearchResult,
+)
+
+# Exception classes whose failure is the machine's, not the instance's (cache or disk errors).
+INFRA_EXCEPTION_NAMES = frozenset(
+    {
+        "DatabaseError",
+        "OperationalError",
+        "InterfaceError",
+        "InternalError",
+        "OSError",
+        "PermissionError",
+        "ConnectionError",
+        "BrokenPipeError",
+        "ConnectionRefusedError",
+        "ConnectionResetError",
+        "TimeoutError",
+    }
+)
+
+
+def infra_exception(exc: BaseException) -> bool:
+    """Whether an unexpected exception is the machine's fault (e.g. ``sqlite3.DatabaseError``, a full disk)."""
+    return any(cls.__name__ in INFRA_EXCEPTION_NAMES for cls in type(exc).__mro__)
+
+
+def infra_stop(exc: BaseException) -> bool:
+    """Whether a failure on one item must stop a whole task rather than exclude the item.
+
+    True for what cts treats as infrastructure, never as a result: the spending cap
+    (:class:`~cts.core.types.BudgetExceeded`), an open circuit breaker
+    (:class:`~cts.core.types.CircuitOpen`), a call failure of an infrastructure kind
+    (:data:`~cts.core.types.INFRA_CALL_KINDS`: connection, timeout, 5xx or 429 after the
+    retries, auth, model not found, cache) and cache or disk errors. Not a missing or
+    existing file the user named (``FileNotFoundError``, ``FileExistsError``): that is bad
+    input, reported as such (:mod:`cts.compose.errors`).
+    """
+    if isinstance(exc, (BudgetExceeded, CircuitOpen)):
+        return True
+    if isinstance(exc, CallError):
+        return exc.infra
+    return not isinstance(exc, (FileNotFoundError, FileExistsError)) and infra_exception(exc)
+
+
+def search_call_error(result: SearchResult) -> CallError:
+    """The call failure that ended a search run (``end_reason == "error"``), from the last error event of its trace."""
+    event = next((e for e in reversed(result.trace) if e.get("type") == "error"), {})
+    return CallError(
+        str(event.get("kind") or "error"), str(event.get("message") or "search ended in error"), event.get("endpoint")
+    )
+
+
+# What older versions wrote when a deep-search run ended on a failed call mid-episode.
+_OLD_SEARCH_ERROR = "search ended in error"
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """Why an instance (or one arm of it) has no score."""
+
+    stage: str
+    """Pipeline stage: clarify, answer, rewrite, search, judge."""
+    kind: ErrorKind
+    """See :data:`cts.core.types.ErrorKind`: ``infra`` is never committed to ``records.jsonl``."""
+    message: str
+    endpoint: str | None = None
+    """The endpoint (api_base or provider) of an ``infra`` failure, when known."""
+
+    @property
+    def infra(self) -> bool:
+        """Whether this is an infrastructure failure (also as written by older versions).
+
+        Older versions wrote every failed call as ``api_error`` with the message
+        ``"<call kind>: ..."`` and cache errors as ``exception`` with ``"<class>: ..."``.
+        """
+        if self.kind == "infra":
+            return True
+        head = self.message.split(":", 1)[0].strip()
+        if self.kind == "api_error":
+            return head in INFRA_CALL_KINDS or self.message == _OLD_SEARCH_ERROR
+        return self.kind == "exception" and head in INFRA_EXCEPTION_NAMES
+
+
+@dataclass(frozen=True)
+class ArmResult:
+    """Search + judgement of one query (the clarified arm or the orig arm)."""
+
+    query: str
+    answer: str = ""
+    answer_rule: str = ""
+    end_reason: str = ""
+    trace_summary: Mapping[str, Any] = field(default_factory=dict)
+    labels: Mapping[str, Label] = field(default_factory=dict)
+    score: float | None = None
+    """restore_score_100, or None when unscored (never 0 by default)."""
+    error: ErrorInfo | None = None
+
+
+@dataclass(frozen=True)
+class Record:
+    """Everything one job produced for one instance."""
+
+    id: str
+    k: int
+    questions: tuple[str, ...] = ()
+    question_types: tuple[tuple[str, ...], ...] = ()
+    answers: tuple[str, ...] = ()
+    rewritten_query: str | None = None
+    clarified: ArmResult | None = None
+    """The clarified arm: the rewritten query ``q^`` searched and judged (JSON key ``clarified``)."""
+    orig: ArmResult | None = None
+    """The orig arm: the underspecified query ``q`` searched and judged."""
+    error: ErrorInfo | None = None
+    usage: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """Per role: calls, cache_hits, tokens_in, tokens_out, cost_usd, latency_s."""
+    models: Mapping[str, str] = field(default_factory=dict)
+    """Per role: the model id (or baseline name) that played it."""
+    elapsed_s: float = 0.0
+    mode: str = "batch"
+    """How the questions were asked: ``batch`` (k at once) or ``sequential`` (turns in order)."""
+
+    @property
+    def infra_error(self) -> ErrorInfo | None:
+        """The first infrastructure failure of the instance or its arms (None for a result)."""
+        found = (e for e in (self.error, _arm_error(self.clarified), _arm_error(self.orig)) if e is not None)
+        return next((e for e in found if e.infra), None)
+
+    @property
+    def score(self) -> float | None:
+        """The clarified arm's restore_score_100 (None if unscored)."""
+        return self.clarified.score if self.clarified else None
+
+    @property
+    def orig_score(self) -> float | None:
+        """The orig arm's restore_score_100 (None if unscored)."""
+        return self.orig.score if self.orig else None
+
+    def to_json(self) -> str:
+        """One JSON line (no trailing newline)."""
+        return json.dumps(asdict(self), ensure_ascii=False, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Record:
+        """Inverse of :meth:`to_json` after ``json.loads``.
+
+        Records written before the clarified arm was renamed store it under the key
+        ``system``; they load (and resume) the same.
+        """
+        return cls(
+            id=d["id"],
+            k=int(d["k"]),
+            questions=tuple(d.get("questions") or ()),
+            question_types=tuple(tuple(t) for t in d.get("question_types") or ()),
+            answers=tuple(d.get("answers") or ()),
+            rewritten_query=d.get("rewritten_query"),
+            clarified=_arm(d["clarified"] if "clarified" in d else d.get("system")),
+            orig=_arm(d.get("orig")),
+            error=_err(d.get("error")),
+            usage=d.get("usage") or {},
+            models=d.get("models") or {},
+            elapsed_s=float(d.get("elapsed_s") or 0.0),
+            mode=str(d.get("mode") or "batch"),
+        )
+
+
+def _arm_error(arm: ArmResult | None) -> ErrorInfo | None:
+    return arm.error if arm is not None else None
+
+
+def _err(d: Mapping[str, Any] | None) -> ErrorInfo | None:
+    return ErrorInfo(**d) if d else None
+
+
+def _arm(d: Mapping[str, Any] | None) -> ArmResult | None:
+    if not d:
+        return None
+    return ArmResult(**{**d, "error": _err(d.get("error"))})
+
+
+def read_records(path: str | Path) -> Iterator[Record]:
+    """Yield the records of a ``records.jsonl`` file; a torn last line is skipped.
+
+    Args:
+        path: The JSONL file (missing file yields nothing).
+    """
+    p = Path(path)
+    if not p.exists():
+        return
+    with p.open(encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line torn by a killed process; that instance reruns
+            yield Record.from_dict(d)

@@ -1,0 +1,1 @@
+"""The protocol run: stages, the per-instance pipeline, job files, metrics, diagnostics, outcome, budget."""

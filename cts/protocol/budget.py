@@ -1,0 +1,189 @@
+"""The LLM budget of one job dir: spend so far, what no record holds, how much is missing.
+
+A job dir's spend is the cost booked in its records plus a small ledger
+(``spend.jsonl``) of what was paid for instances that never got a record: calls
+in flight when the budget stopped the job, and calls of instances it stopped
+mid-way. ``services.llm.budget.max_usd`` caps that total across every run into
+the dir, so a resume with the same cap does not spend it again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cts._util.io import append_line
+from cts.core.records import Record, read_records
+
+log = logging.getLogger(__name__)
+
+RECORDS_FILE = "records.jsonl"
+SPEND_FILE = "spend.jsonl"
+_EPS = 1e-12
+
+JobResult = tuple[list[Record], str]
+
+
+def recorded_spend(records: Iterable[Record]) -> float:
+    """USD booked in ``records`` (every role's ``cost_usd``)."""
+    return sum(float(u.get("cost_usd", 0.0)) for r in records for u in r.usage.values())
+
+
+def unrecorded_spend(job_dir: Path) -> float:
+    """USD paid in ``job_dir`` for instances without a record (the ledger's total)."""
+    path = Path(job_dir) / SPEND_FILE
+    if not path.exists():
+        return 0.0
+    total = 0.0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            total += float(json.loads(line)["unrecorded_usd"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a line torn by a killed process
+    return total
+
+
+def spent_so_far(job_dir: Path) -> float:
+    """USD spent by every earlier run into ``job_dir``: its records plus the ledger."""
+    return recorded_spend(read_records(Path(job_dir) / RECORDS_FILE)) + unrecorded_spend(job_dir)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The job's LLM budget settings (``services.llm``), given by the composition layer.
+
+    Attributes:
+        max_usd: The cap over every run into the job dir (``budget.max_usd``; None = no cap).
+        timeout_s: How long in-flight requests may settle at the end (``timeout_s``).
+        count_prior_spend: Tells the LLM runtime what earlier runs into the dir (the second
+            argument) spent; the jobs of a sweep share one runtime, whose cap covers their sum.
+    """
+
+    max_usd: float | None
+    timeout_s: float
+    count_prior_spend: Callable[[float, str], None]
+
+
+def run_within_budget(job: Callable[[], Coroutine[Any, Any, JobResult]], job_dir: Path, budget: Budget) -> JobResult:
+    """Run one job's coroutine under the job dir's budget and book what no record holds.
+
+    Args:
+        job: Builds the job's coroutine (``cts.protocol.pipeline.run_job(...)``).
+        job_dir: The job dir (records and ledger).
+        budget: The cap and the runtime's prior-spend hook.
+
+    Returns:
+        What the job returned: all records and the stop reason.
+    """
+    with within_budget(job, job_dir, budget) as pending:
+        return pending.result()
+
+
+class BudgetedJob:
+    """A job's coroutine started under its budget (see :func:`within_budget`)."""
+
+    def __init__(self, job: Callable[[], Coroutine[Any, Any, JobResult]], job_dir: Path, budget: Budget) -> None:
+        from cts.llm import settled, usage_scope
+        from cts.sweep import start_async
+
+        self.job_dir = Path(job_dir)
+        self._before = recorded_spend(read_records(self.job_dir / RECORDS_FILE))
+        if budget.max_usd is not None:
+            budget.count_prior_spend(self._before + unrecorded_spend(self.job_dir), str(self.job_dir.resolve()))
+
+        async def started() -> JobResult:  # job() runs only now: a failed set-up leaves no unawaited coroutine
+            return await settled(job(), budget.timeout_s)
+
+        with usage_scope() as usage:  # the started coroutine keeps counting into ``usage`` after the block
+            self._started = start_async(started())  # the sweep's loop under hydra/launcher=cts
+        self._usage = usage
+        self._done = False
+
+    def result(self) -> JobResult:
+        """Wait for the job; book what it paid for instances without a record; return records and stop reason."""
+        try:
+            records, stop = self._started.result()
+        finally:
+            self._done = True  # a stopped sweep (KeyboardInterrupt) is not cancelled or booked again
+        self._book(stop)
+        return records, stop
+
+    def cancel(self, reason: str) -> None:
+        """Stop a job that has not been waited for (its set-up failed) and book what it paid."""
+        if self._done:
+            return
+        self._done = True
+        self._started.cancel()
+        self._book(reason)
+
+    def _book(self, stop: str) -> None:
+        paid = sum(float(u.get("cost_usd", 0.0)) for u in self._usage.values())
+        orphan = paid - (recorded_spend(read_records(self.job_dir / RECORDS_FILE)) - self._before)
+        if orphan > _EPS:
+            log.warning(
+                "%.6f USD paid for instances without a record (in flight at the stop); booked in %s", orphan, SPEND_FILE
+            )
+            _append(self.job_dir / SPEND_FILE, {"unrecorded_usd": orphan, "stop_reason": stop, "time": time.time()})
+
+
+@contextlib.contextmanager
+def within_budget(
+    job: Callable[[], Coroutine[Any, Any, JobResult]], job_dir: Path, budget: Budget
+) -> Iterator[BudgetedJob]:
+    """Start one job's coroutine under the job dir's budget; the block sets up the rest, then waits.
+
+    In a sweep session the coroutine runs on the shared loop from here on, so the
+    job's first requests go out while the block still sets up (its MLflow run);
+    elsewhere it runs when the block calls ``result()``. A block that raises
+    before ``result()`` stops the job, and what it paid is booked in the ledger.
+
+    Yields:
+        The started job: ``result()`` waits for it and returns records and stop reason.
+    """
+    pending = BudgetedJob(job, job_dir, budget)
+    try:
+        yield pending
+    except BaseException:
+        pending.cancel("setup_failed")
+        raise
+    else:
+        pending.cancel("not_awaited")  # a block that forgot result(): nothing runs on unseen
+
+
+def _append(path: Path, row: Mapping[str, Any]) -> None:
+    append_line(path, json.dumps(row) + "\n")  # one write: never a torn line (cts._util.io.LineFile)
+
+
+def budget_metrics(job_dir: Path, records: Iterable[Record], n_planned: int) -> dict[str, float]:
+    """How complete the job is and what its dir cost in total.
+
+    Returns:
+        ``n_planned`` (instances the job was asked to run), ``n_missing`` (those
+        without a record, e.g. after a budget stop), ``cost_unrecorded_usd`` (paid
+        for instances without a record) and ``cost_total_usd`` (every record of
+        the dir plus that: the figure ``budget.max_usd`` caps).
+    """
+    n_done = sum(1 for _ in records)
+    return {
+        "n_planned": float(n_planned),
+        "n_missing": float(n_planned - n_done),
+        "cost_unrecorded_usd": unrecorded_spend(job_dir),
+        "cost_total_usd": spent_so_far(job_dir),
+    }
+
+
+def stop_note(stop: str, metrics: Mapping[str, float]) -> str | None:
+    """One line for the console when the budget stopped the job (None otherwise)."""
+    if stop != "budget":
+        return None
+    return (
+        f"STOPPED BY THE LLM BUDGET: {metrics['n_missing']:.0f} of {metrics['n_planned']:.0f} instances have no "
+        f"record ({metrics['cost_total_usd']:.4f} USD spent in this job dir). Raise services.llm.budget.max_usd "
+        "and rerun into the same dir to finish them."
+    )

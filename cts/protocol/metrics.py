@@ -1,0 +1,128 @@
+"""Job metrics: pure functions over records, with the names the notebooks rely on."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from cts.core.records import ArmResult, Record
+from cts.core.types import UNKNOWN
+from cts.stats.bootstrap import paired_bootstrap_ci
+
+NAN = float("nan")
+USAGE_FIELDS = ("calls", "cache_hits", "tokens_in", "tokens_out", "tokens_reasoning", "truncated", "cost_usd")
+
+
+def metric_view(record: Record) -> Record:
+    """The record as the metrics read it: arms keep score and error only.
+
+    A job keeps this view of every finished instance in memory (the arms'
+    answers, labels and trace summaries stay in ``records.jsonl``), so memory
+    grows by a few hundred bytes per instance, not by the answers' text.
+    """
+    return replace(record, clarified=_arm_view(record.clarified), orig=_arm_view(record.orig), rewritten_query=None)
+
+
+def _arm_view(arm: ArmResult | None) -> ArmResult | None:
+    return None if arm is None else ArmResult(query="", score=arm.score, error=arm.error)
+
+
+def score_metrics(records: Sequence[Record], *, n_resamples: int, confidence: float, seed: int) -> dict[str, float]:
+    """Score distribution and the paired bootstrap CI of the delta against orig.
+
+    Unscored instances (score None) are excluded explicitly and counted in
+    ``n_unscored``; the delta uses only instances where both arms are scored.
+    """
+    scores = np.array([r.score for r in records if r.score is not None], dtype=float)
+    origs = [r.orig_score for r in records if r.orig_score is not None]
+    pairs = [(r.score, r.orig_score) for r in records if r.score is not None and r.orig_score is not None]
+    out = {
+        "n_instances": float(len(records)),
+        "n_unscored": float(len(records) - scores.size),
+        "n_errors": float(sum(1 for r in records if _has_error(r))),
+        "n_paired": float(len(pairs)),
+        "orig_score_mean": float(np.mean(origs)) if origs else NAN,
+    }
+    for name, fn in (
+        ("mean", np.mean),
+        ("p50", np.median),
+        ("p90", lambda a: np.percentile(a, 90)),
+        ("min", np.min),
+        ("max", np.max),
+    ):
+        out[f"score_{name}"] = float(fn(scores)) if scores.size else NAN
+    clarified_scores, orig_scores = zip(*pairs) if pairs else ((), ())
+    mean, low, high = paired_bootstrap_ci(
+        clarified_scores, orig_scores, n_resamples=n_resamples, confidence=confidence, seed=seed
+    )
+    out.update(delta_mean=mean, delta_ci_low=low, delta_ci_high=high)
+    return out
+
+
+def _has_error(r: Record) -> bool:
+    arms = (r.clarified, r.orig)
+    return r.error is not None or any(a is not None and a.error is not None for a in arms)
+
+
+def interaction_metrics(records: Sequence[Record], k: int) -> dict[str, float]:
+    """UA answerability: unknown rate per answer, all-unknown rate and known counts.
+
+    Only instances whose interaction completed (an answer per question) count.
+    An instance with no question has no grounded signal, so it counts as
+    all-unknown with ``known_cnt_0``; but a job that asked nothing at all (the
+    orig arm) has no interaction to describe: every rate is NaN there, as
+    ``ua_unknown_rate`` is (there is no answer to be unknown).
+    """
+    done = [r for r in records if len(r.answers) == len(r.questions) and not _failed_before_search(r)]
+    answers = [a for r in done for a in r.answers]
+    known = [sum(a != UNKNOWN for a in r.answers) for r in done] if answers else []
+    out = {
+        "ua_unknown_rate": float(np.mean([a == UNKNOWN for a in answers])) if answers else NAN,
+        "all_unknown_rate": float(np.mean([c == 0 for c in known])) if known else NAN,
+    }
+    for i in range(max(k, 3) + 1):
+        out[f"known_cnt_{i}"] = float(np.mean([c == i for c in known])) if known else NAN
+    return out
+
+
+def questions_asked_mean(records: Sequence[Record]) -> float:
+    """Mean number of questions asked per instance (k in batch mode; fewer when sequential stops early).
+
+    Instances whose clarifier failed have no interaction and are left out.
+    """
+    asked = [len(r.questions) for r in records if not (r.error is not None and r.error.stage == "clarify")]
+    return float(np.mean(asked)) if asked else NAN
+
+
+def _failed_before_search(r: Record) -> bool:
+    return r.error is not None and r.error.stage in ("clarify", "answer", "rewrite")
+
+
+def usage_metrics(records: Sequence[Record]) -> dict[str, float]:
+    """Calls, cache hits, tokens and cost per role and per job (summed over records)."""
+    out: dict[str, float] = {"llm_calls": 0.0, "cache_hits": 0.0, "cost_usd": 0.0}
+    for r in records:
+        for role, u in r.usage.items():
+            for f in USAGE_FIELDS:
+                out[f"{f}_{role}"] = out.get(f"{f}_{role}", 0.0) + float(u.get(f, 0.0))
+            out["llm_calls"] += float(u.get("calls", 0.0))
+            out["cache_hits"] += float(u.get("cache_hits", 0.0))
+            out["cost_usd"] += float(u.get("cost_usd", 0.0))
+    return out
+
+
+def summarize(
+    records: Sequence[Record], *, k: int, n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0
+) -> dict[str, float]:
+    """All job metrics: scores, CI, interaction diagnostics and usage."""
+    from cts.protocol.diagnostics import diagnostics
+
+    return {
+        **score_metrics(records, n_resamples=n_resamples, confidence=confidence, seed=seed),
+        **interaction_metrics(records, k),
+        "questions_asked_mean": questions_asked_mean(records),
+        **diagnostics(records),
+        **usage_metrics(records),
+    }

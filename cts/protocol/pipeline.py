@@ -1,0 +1,398 @@
+"""The clarify -> answer -> rewrite -> search -> judge protocol, per instance and per job.
+
+Each role is called with exactly what the closed-book protocol allows: the
+Clarifier and Rewriter get the blurred query (and Q&A pairs), never the intent;
+the User Answerer gets the intent and one question. Records stream to
+``records.jsonl`` as soon as an instance finishes, so an interrupted job resumes
+where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from cts._util.aio import bounded
+from cts.core.contracts import (
+    Clarifier,
+    Judge,
+    Progress,
+    QuestionTyper,
+    Rewriter,
+    SearchBackend,
+    SequentialClarifier,
+    UserAnswerer,
+)
+from cts.core.records import ArmResult, ErrorInfo, Record, search_call_error
+from cts.core.scoring import restore_score
+from cts.core.types import QA, BudgetExceeded, CircuitOpen, Gold, Instance, Label, SearchResult
+from cts.llm import calls_in_flight, priority_scope
+from cts.protocol.job_files import JobSink, read_results
+from cts.protocol.stages import StageClock, StageError, stage
+from cts.text.qtypes import classify_question
+
+log = logging.getLogger(__name__)
+
+
+STAGE_CALLS: collections.Counter[str] = collections.Counter()
+"""Process-wide count of search and judge calls made by :func:`run_arm` (post-hoc analyses prove 0 with it)."""
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The instantiated components of one job."""
+
+    clarifier: Clarifier
+    ua: UserAnswerer
+    rewriter: Rewriter
+    search: SearchBackend
+    judge: Judge
+    qtyper: QuestionTyper
+
+
+async def run_arm(query: str, gold: Gold, roles: Roles) -> tuple[ArmResult, dict[str, Any]]:
+    """Search one query and judge the answer against the gold nuggets.
+
+    Returns:
+        The arm result (score None with the error when a stage failed) and a trace line
+        (the backend's trace, and ``stages``: when its search and judge ran).
+    """
+    clock = StageClock()
+    trace_line: dict[str, Any] = {"query": query, "stages": clock.spans}  # filled as the stages run
+    try:
+        with clock.stage("search"):
+            STAGE_CALLS["search"] += 1
+            result = await roles.search.search(query)
+    except StageError as e:
+        return ArmResult(query=query, error=e.info), trace_line
+    trace_line["trace"] = list(result.trace)
+    if result.end_reason == "error":
+        # A backend that failed mid-run is not a bad answer: unscored, and not judged.
+        return _arm(query, result, {}, None, _search_error(result)), trace_line
+    if result.end_reason == "truncated":  # the agent's turns kept stopping at their output cap
+        cut = ErrorInfo("search", "truncated", "agent turns stopped at the output cap")
+        return _arm(query, result, {}, None, cut), trace_line
+    try:
+        with clock.stage("judge"):
+            STAGE_CALLS["judge"] += 1
+            labels = await roles.judge.judge(result.answer, gold.nuggets)
+            score = restore_score(labels, gold.nuggets)
+    except StageError as e:  # the answer was found: keep it (and why the search ended) in the record
+        return _arm(query, result, {}, None, e.info), trace_line
+    no_weight = ErrorInfo("judge", "no_weight", "gold has zero total weight")
+    return _arm(query, result, labels, score, None if score is not None else no_weight), trace_line
+
+
+def _search_error(result: SearchResult) -> ErrorInfo:
+    """The failure that ended a search run, from the last error event of its trace."""
+    failure = search_call_error(result)
+    return ErrorInfo("search", "infra" if failure.infra else "api_error", str(failure), failure.endpoint)
+
+
+def _arm(
+    query: str, result: SearchResult, labels: dict[str, Label], score: float | None, error: ErrorInfo | None
+) -> ArmResult:
+    return ArmResult(
+        query=query,
+        answer=result.answer,
+        answer_rule=result.answer_rule,
+        end_reason=result.end_reason,
+        trace_summary=dict(result.summary),
+        labels=labels,
+        score=score,
+        error=error,
+    )
+
+
+@dataclass
+class Interaction:
+    """Phase 1 of one instance, filled as it goes (kept when a later stage fails)."""
+
+    questions: list[str] = field(default_factory=list)
+    qa: list[QA] = field(default_factory=list)
+    rewritten: str | None = None
+    error: ErrorInfo | None = None
+    clock: StageClock = field(default_factory=StageClock)
+    """When each stage ran: clarify (per turn when sequential), each UA answer, rewrite."""
+
+
+async def clarify(instance: Instance, k: int, roles: Roles, clock: StageClock | None = None) -> Interaction:
+    """Phase 1 of the closed-book protocol: questions, answers, rewrite.
+
+    The Clarifier and Rewriter receive ``blurred_query`` only; the User Answerer
+    receives ``fused_query`` and one question at a time. A failing stage is
+    recorded in the result, with whatever the earlier stages produced.
+    """
+    out = Interaction(clock=clock or StageClock())
+    try:
+        if clarify_mode(roles.clarifier) == "sequential":
+            await _ask_sequentially(instance, k, roles, out)
+        else:
+            await _ask_batch(instance, k, roles, out)
+        if not out.questions:
+            out.rewritten = instance.blurred_query
+            return out
+        with out.clock.stage("rewrite"):
+            out.rewritten = await roles.rewriter.rewrite(instance.blurred_query, out.qa)
+    except StageError as e:
+        out.error = e.info
+    return out
+
+
+def clarify_mode(clarifier: Clarifier) -> str:
+    """``sequential`` for a clarifier configured so (``clarifier.mode``), else ``batch`` (the paper)."""
+    if isinstance(clarifier, SequentialClarifier) and clarifier.mode == "sequential":
+        return "sequential"
+    return "batch"
+
+
+async def _ask_batch(instance: Instance, k: int, roles: Roles, out: Interaction) -> None:
+    """The paper: k questions at once, then one independent UA call per question."""
+    with out.clock.stage("clarify"):
+        out.questions = list(await roles.clarifier.ask(instance.blurred_query, k))
+    with stage("answer"):
+        answers = await asyncio.gather(
+            *(
+                out.clock.call(f"ua answer {i}", roles.ua.answer(instance.fused_query, c))
+                for i, c in enumerate(out.questions, 1)
+            )
+        )
+    out.qa = [QA(c, a) for c, a in zip(out.questions, answers)]
+
+
+async def _ask_sequentially(instance: Instance, k: int, roles: Roles, out: Interaction) -> None:
+    """One turn at a time: turn i sees q and pairs 1..i-1 (never q*); None stops early."""
+    clarifier = roles.clarifier
+    assert isinstance(clarifier, SequentialClarifier)
+    for turn in range(1, k + 1):
+        with out.clock.stage("clarify", f"clarify turn {turn}"):
+            question = await clarifier.next_question(instance.blurred_query, tuple(out.qa), k)
+        if question is None:
+            return
+        out.questions.append(question)
+        with out.clock.stage("answer", f"ua answer {turn}"):
+            answer = await roles.ua.answer(instance.fused_query, question)
+        out.qa.append(QA(question, answer))
+
+
+async def type_questions(questions: Sequence[str], roles: Roles) -> tuple[tuple[str, ...], ...]:
+    """Question types for the diagnostics; an LLM typer that fails falls back to the lexicon."""
+    try:
+        with stage("qtype"):
+            found = await asyncio.gather(*(roles.qtyper.classify(c) for c in questions))
+    except StageError as e:
+        log.warning("question typing failed, using the lexicon: %s", e)
+        found = [classify_question(c) for c in questions]
+    return tuple(tuple(t) for t in found)
+
+
+ArmOutcome = tuple[ArmResult, dict[str, Any]]
+OrigShare = Callable[[str, Callable[[], Awaitable[ArmOutcome]]], Awaitable[ArmOutcome]]
+"""``share(instance_id, work)``: the orig arm of an instance, computed once for every job that shares it."""
+
+
+CALLS_EVERY_S = 1.0
+"""How often the progress bar's LLM calls in flight are refreshed."""
+
+
+async def _show_calls(bar: Any, shared: Progress | None) -> None:
+    """Until cancelled, show the requests in flight on ``shared`` or, without one, on the job's ``bar``.
+
+    A stuck call shows as an age that keeps growing while no instance finishes.
+    """
+    while True:
+        await asyncio.sleep(CALLS_EVERY_S)
+        in_flight = calls_in_flight()
+        if shared is not None:
+            shared.calls(in_flight)
+        else:
+            bar.set_postfix(in_flight.postfix())
+
+
+async def run_instance(
+    instance: Instance, gold: Gold, k: int, roles: Roles, orig_share: OrigShare | None = None
+) -> tuple[Record, list[dict[str, Any]]]:
+    """Run both arms (clarified and orig) for one instance.
+
+    Args:
+        orig_share: Computes the orig arm once for all jobs of a sweep that share it (None = here).
+
+    Returns:
+        The record and the trace lines: one per arm searched, then ``arm: instance`` with
+        when the instance and its clarify, UA answer, rewrite and qtype stages ran.
+    """
+    clock = StageClock()
+
+    def orig_work() -> Awaitable[ArmOutcome]:
+        return run_arm(instance.blurred_query, gold, roles)
+
+    orig_task = asyncio.ensure_future(orig_share(instance.id, orig_work) if orig_share else orig_work())
+    try:
+        inter = await clarify(instance, k, roles, clock)
+        orig, orig_trace = await orig_task
+    finally:
+        orig_task.cancel()  # a no-op once done; stops the spending when the budget ends the job
+    traces = [{"id": instance.id, "arm": "orig", **orig_trace}]
+    clarified: ArmResult | None = None
+    if inter.rewritten == instance.blurred_query:
+        clarified = orig  # the same query searched twice would give the same (cached) result
+    elif inter.rewritten is not None:
+        clarified, clarified_trace = await run_arm(inter.rewritten, gold, roles)
+        traces.append({"id": instance.id, "arm": "clarified", **clarified_trace})
+    question_types = await clock.call("qtype", type_questions(inter.questions, roles))
+    end_ns = clock.now_ns()
+    traces.append(
+        {"id": instance.id, "arm": "instance", "start_ns": clock.start_ns, "end_ns": end_ns, "stages": clock.spans}
+    )
+    record = Record(
+        id=instance.id,
+        k=k,
+        questions=tuple(inter.questions),
+        question_types=question_types,
+        answers=tuple(p.answer for p in inter.qa),
+        rewritten_query=inter.rewritten,
+        clarified=clarified,
+        orig=orig,
+        error=inter.error or (clarified.error if clarified else None),
+        elapsed_s=round((end_ns - clock.start_ns) / 1e9, 4),
+        mode=clarify_mode(roles.clarifier),
+    )
+    return record, traces
+
+
+UsageScope = Callable[[], contextlib.AbstractContextManager[Mapping[str, Mapping[str, float]]]]
+
+
+@contextlib.contextmanager
+def _no_usage() -> Iterator[Mapping[str, Mapping[str, float]]]:
+    yield {}
+
+
+async def run_job(
+    instances: Sequence[Instance],
+    gold: Mapping[str, Gold],
+    roles: Roles,
+    *,
+    k: int,
+    out_dir: Path,
+    concurrency: int = 8,
+    usage_scope: UsageScope = _no_usage,
+    models: Mapping[str, str] | None = None,
+    progress: bool | Progress = True,
+    keep: Callable[[Record], Record] = lambda r: r,
+    on_instance: InstanceHook | None = None,
+    orig_share: OrigShare | None = None,
+) -> tuple[list[Record], str]:
+    """Run every unfinished instance, streaming records to ``out_dir/records.jsonl``.
+
+    Finished ids found in an existing ``records.jsonl`` are skipped (resume). An
+    instance that failed on infrastructure is not finished: it is listed in
+    ``out_dir/infra_failures.jsonl`` (this invocation's failures) instead, and a
+    resume runs it again; so are infrastructure-failed records of older versions.
+    Only ``concurrency`` instances exist at a time, and an instance's traces are
+    dropped once written, so memory does not grow with the dataset beyond what
+    ``keep`` retains of each record.
+
+    Args:
+        keep: What of each committed record the returned list holds (e.g. only what
+            the metrics read; the file always has everything).
+        on_instance: ``on_instance(instance, gold, record, traces)`` runs after each
+            instance is committed (e.g. to log its MLflow trace); its failure is
+            logged, never fatal.
+        progress: Show this job's bar, or report to a shared :class:`Progress` (a sweep's bar).
+        orig_share: Share the orig arm with other jobs (see :class:`OrigShare`).
+
+    Returns:
+        The committed records of the job (old and new, as ``keep`` made them) and the
+        stop reason: ``done``, ``infra`` (some instances failed on infrastructure),
+        ``circuit_open`` (an endpoint kept failing, the job stopped) or ``budget``.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    finished = {r.id: keep(r) for r in read_results(out_dir)}
+    todo = [i for i in instances if i.id not in finished]
+    by_id = {i.id: i for i in todo}
+    hook = (
+        None if on_instance is None else (lambda r, t: _call_hook(on_instance, by_id[r.id], gold[r.id], r, t))
+    )  # gold may be read lazily
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(inst: Instance) -> tuple[Record, list[dict[str, Any]]]:
+        async with sem:
+            with usage_scope() as usage, priority_scope():
+                record, traces = await run_instance(inst, gold[inst.id], k, roles, orig_share)
+            return replace(record, usage={r: dict(u) for r, u in usage.items()}, models=dict(models or {})), traces
+
+    shared = None if isinstance(progress, bool) else progress
+    bar = tqdm(total=len(instances), initial=len(finished), desc=f"k={k}", disable=progress is not True, unit="q")
+    if shared is not None:
+        shared.add(len(instances), len(instances) - len(todo))
+        hook = _advancing(shared, hook)
+    with JobSink(out_dir) as sink:
+        ticker = asyncio.ensure_future(_show_calls(bar, shared)) if progress is not False else None
+        try:
+            stop = await _drain(bounded(map(one, todo), concurrency), sink, finished, bar, keep, hook)
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+            bar.close()
+    return [finished[i.id] for i in instances if i.id in finished], stop
+
+
+def _advancing(
+    shared: Progress, hook: Callable[[Record, list[dict[str, Any]]], None] | None
+) -> Callable[[Record, list[dict[str, Any]]], None]:
+    """``hook``, after telling a shared progress display that an instance was committed."""
+
+    def commit(record: Record, traces: list[dict[str, Any]]) -> None:
+        shared.advance(record)
+        if hook is not None:
+            hook(record, traces)
+
+    return commit
+
+
+async def _drain(
+    results: AsyncIterator[tuple[Record, list[dict[str, Any]]]],
+    sink: JobSink,
+    finished: dict[str, Record],
+    bar: Any,
+    keep: Callable[[Record], Record],
+    on_commit: Callable[[Record, list[dict[str, Any]]], None] | None = None,
+) -> str:
+    """Commit instances as they finish; the stop reason (see :func:`run_job`)."""
+    try:
+        async with contextlib.aclosing(results) as finishing:  # closing cancels the instances still running
+            async for record, traces in finishing:
+                if sink.write(record, traces):
+                    finished[record.id] = keep(record)
+                    bar.update(1)
+                    if on_commit is not None:
+                        on_commit(record, traces)
+    except BudgetExceeded as e:
+        log.warning("budget reached, stopping cleanly (finished records kept): %s", e)
+        return "budget"
+    except CircuitOpen as e:  # an open breaker, or a request the provider rejects (RequestRejected)
+        log.error("%s, stopping cleanly (finished records kept): %s", e.kind, e)
+        sink.write_failure({"id": None, "stage": "", "kind": e.kind, "message": str(e), "endpoint": e.endpoint})
+        return e.kind
+    return "infra" if sink.n_infra else "done"
+
+
+InstanceHook = Callable[[Instance, Gold, Record, list[dict[str, Any]]], Any]
+
+
+def _call_hook(
+    hook: InstanceHook, instance: Instance, gold: Gold, record: Record, traces: list[dict[str, Any]]
+) -> None:
+    try:
+        hook(instance, gold, record, traces)
+    except Exception:  # noqa: BLE001 - observability must not stop the job
+        log.exception("per-instance hook failed for %s", record.id)
