@@ -39,7 +39,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from llm_fakes import ScriptedServer, sweep_reply  # noqa: E402  (tests/ holds the fake server)
+from tests.llm_fakes import ScriptedServer, sweep_reply  # noqa: E402  (tests/ holds the fake server)
 
 CARD = ("clarifier=gpt,ernie,claude", "k=1,2,3")
 LAUNCHERS = {

@@ -11,7 +11,7 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
 
-from llm_server import llm_server_fixture  # noqa: E402,F401 - the scripted OpenAI-compatible server
+from tests.llm_server import llm_server_fixture  # noqa: E402,F401 - the scripted OpenAI-compatible server
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,7 +39,7 @@ def services(cache_dir: Path):  # noqa: ANN201 - Services (imported lazily)
 @pytest.fixture(scope="session")
 def pg():  # noqa: ANN201 - services.Postgres
     """A PostgreSQL server in a temp data dir."""
-    import services
+    from tests import services
 
     try:
         with services.postgres() as server:
@@ -51,7 +51,7 @@ def pg():  # noqa: ANN201 - services.Postgres
 @pytest.fixture(scope="session")
 def slurm_cluster():  # noqa: ANN201 - services.Slurm
     """A one-node Slurm cluster (munged, slurmctld, slurmd); sets SLURM_CONF for this process."""
-    import services
+    from tests import services
 
     try:
         with services.slurm() as cluster:
@@ -68,7 +68,7 @@ def slurm_cluster():  # noqa: ANN201 - services.Slurm
 @pytest.fixture(scope="session")
 def mlflow_server(pg):  # noqa: ANN001,ANN201 - services.MLflowServer
     """``mlflow server`` on a PostgreSQL backend store with a local artifact root."""
-    import services
+    from tests import services
 
     try:
         with services.mlflow_server(pg) as server:

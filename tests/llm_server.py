@@ -3,8 +3,8 @@
 The server class lives in ``tests/llm_fakes.py`` (the benchmark uses it too);
 read its module docstring for the full API. In short::
 
-    from llm_server import Reply
-    from llm_server import llm_server_fixture  # noqa: F401  (registers the `llm_server` fixture)
+    from tests.llm_server import Reply
+    from tests.llm_server import llm_server_fixture  # noqa: F401  (registers the `llm_server` fixture)
 
     def test_x(llm_server):
         llm_server.script('["Which year?"]', Reply.error(429, retry_after=0))
@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llm_fakes import Recorded, Reply, ScriptedServer
+
+from tests.llm_fakes import Recorded, Reply, ScriptedServer
 
 __all__ = ["Recorded", "Reply", "ScriptedServer", "llm_server", "llm_server_fixture", "llm_settings"]
 

@@ -45,7 +45,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from llm_fakes import approx_reply_tokens, protocol_reply
+from tests.llm_fakes import approx_reply_tokens, protocol_reply
 
 Handler = Callable[[Any], str]
 EFFORT_TOKENS = {"none": 0, "minimal": 16, "low": 96, "medium": 384, "high": 1536, "xhigh": 4096}

@@ -1,9 +1,9 @@
-"""The README's fenced blocks and the ``readme-test`` markers that classify them (tests/test_readme.py).
+"""The README's fenced blocks and the ``readme-test`` markers that classify them (tests/e2e/test_readme.py).
 
 Every fenced block of the README, whatever its language, carries a marker: an HTML comment
 on the last non-blank line before its opening fence (GitHub renders nothing for it)::
 
-    <!-- readme-test: run <recipe> -->     tests/test_readme.py runs this block (its <recipe> tests)
+    <!-- readme-test: run <recipe> -->     tests/e2e/test_readme.py runs this block (its <recipe> tests)
     <!-- readme-test: skip (<reason>) -->  not runnable in the tests; the test reports why
 
 A block with no marker, a malformed marker, a ``run`` of a recipe the tests do not know and a
@@ -98,7 +98,7 @@ def marker_problems(found: list[Block], recipes: set[str]) -> list[str]:
         elif parsed.action == "run":
             used.append(parsed.arg)
             if parsed.arg not in recipes:
-                problems.append(f"{where}: `run {parsed.arg}`, but tests/test_readme.py knows {sorted(recipes)}")
+                problems.append(f"{where}: `run {parsed.arg}`, but tests/e2e/test_readme.py knows {sorted(recipes)}")
     problems += [f"recipe {name!r} is run by more than one block" for name in sorted(set(used)) if used.count(name) > 1]
     problems += [f"recipe {name!r} has no README block marked `run {name}`" for name in sorted(recipes - set(used))]
     return problems

@@ -1,0 +1,177 @@
+"""One sweep, one dir: the sweep dir is resolved once per multirun, whatever the launcher, and its report
+covers every job (a report that finds none is an error, exit 1).
+
+The commands run from a fresh copy of the repo with no ``hydra.*.dir`` override, so ``outputs/`` is the
+default (``fresh_clone``; the other sweep tests import it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from cts import tracking
+from cts.compose.callbacks import pin_sweep_dir, report_or_exit
+from cts.report import ReportResult
+
+REPO = Path(__file__).resolve().parents[2]
+README_SWEEP = ("-m", "experiment=offline", "clarifier=rules_scope,rules_region,none", "k=1,2,3")
+_COPIED = ("run.py", "conf", "prompts", "cts", "hydra_plugins")
+_SWEEP_ENV = ("PROJECT_ROOT", "CTS_SWEEP_RESUME", "CTS_SWEPT_KEYS", "HYDRA_FULL_ERROR")
+
+
+def fresh_clone(root: Path) -> Path:
+    """A copy of the repo's code and configs in ``root/repo`` (no outputs, no caches)."""
+    clone = root / "repo"
+    clone.mkdir(parents=True)
+    for name in _COPIED:
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, clone / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(src, clone / name)
+    return clone
+
+
+def clone_env(cache_dir: Path, **extra: str) -> dict[str, str]:
+    """The environment of a user's shell: no sweep state of this process, the test session's data cache."""
+    env = {k: v for k, v in os.environ.items() if k not in _SWEEP_ENV}
+    return {**env, "CTS_CACHE_DIR": str(cache_dir), "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", **extra}
+
+
+def sweep_dirs(clone: Path) -> list[Path]:
+    """The dirs the clone's multiruns created under the default ``outputs/multirun``."""
+    root = clone / "outputs" / "multirun"
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def job_runs(clone: Path):  # noqa: ANN201 - a pandas DataFrame
+    """The job runs of the clone's default MLflow store (experiment ``cts``)."""
+    runs = tracking.search_runs(f"sqlite:///{clone}/outputs/mlflow.db", "cts")
+    return runs[runs["tags.cts.kind"] == "job"]
+
+
+@pytest.mark.slow
+def test_the_readme_sweep_typed_as_written_puts_its_9_jobs_in_one_dir(tmp_path, cache_dir):
+    clone = fresh_clone(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "run.py", *README_SWEEP],
+        cwd=clone,
+        env=clone_env(cache_dir),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (sweep,) = sweep_dirs(clone)  # before: 6 dirs, one of them holding only multirun.yaml
+    expected = {f"clarifier={c},k={k}" for c in ("rules_scope", "rules_region", "none") for k in (1, 2, 3)}
+    assert {p.parent.name for p in sweep.glob("*/summary.json")} == expected
+    assert "(9 jobs)" in (sweep / "report" / "report.md").read_text()
+    runs = job_runs(clone)
+    assert len(runs) == 9 and set(runs["status"]) == {"FINISHED"}
+    assert {Path(d).parent for d in runs["tags.cts.job_dir"]} == {sweep}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["cts", "basic", "joblib"])
+def test_every_launcher_resolves_the_sweep_dir_once(tmp_path, cache_dir, launcher):
+    """Microseconds in the dir: resolved per job, no two jobs would share it."""
+    clone = fresh_clone(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    args = [
+        *README_SWEEP,
+        "limit=3",
+        f"hydra/launcher={launcher}",
+        "hydra.sweep.dir=outputs/multirun/${now:%Y-%m-%d_%H-%M-%S_%f}",
+    ]
+    proc = subprocess.run(
+        [sys.executable, str(clone / "run.py"), *args],
+        cwd=elsewhere,
+        env=clone_env(cache_dir),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (sweep,) = [p for p in (elsewhere / "outputs" / "multirun").iterdir()]  # relative to where it was typed
+    assert len(list(sweep.glob("*/summary.json"))) == 9 and (sweep / "multirun.yaml").is_file()
+    assert "(9 jobs)" in (sweep / "report" / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_report_that_finds_no_job_exits_1_with_an_error_line(tmp_path, cache_dir):
+    clone = fresh_clone(tmp_path)
+    args = ["-m", "experiment=offline", "k=1,2", "limit=2", "hydra.sweep.subdir=../../elsewhere/job${hydra:job.num}"]
+    proc = subprocess.run(
+        [sys.executable, "run.py", *args],
+        cwd=clone,
+        env=clone_env(cache_dir),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    (sweep,) = sweep_dirs(clone)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == f"error: sweep report: no finished job found in {sweep}"
+    assert "Traceback" not in proc.stderr
+    assert len(list((clone / "outputs" / "elsewhere").glob("job*/summary.json"))) == 2  # the jobs ran
+
+
+def _sweep_config(sweep_dir: str, hydra_overrides: list[str]):  # noqa: ANN202 - a DictConfig
+    return OmegaConf.create(
+        {
+            "hydra": {"sweep": {"dir": sweep_dir}, "overrides": {"hydra": hydra_overrides}},
+            "stats": {"n_resamples": 10, "confidence": 0.95},
+            "seed": 0,
+        }
+    )
+
+
+def test_the_pinned_dir_replaces_the_given_one_and_keeps_other_overrides_unresolved(tmp_path, monkeypatch):
+    from hydra.core.utils import setup_globals
+
+    setup_globals()  # Hydra's ${now:}
+    monkeypatch.chdir(tmp_path)
+    config = _sweep_config("out/${now:%f}", ["hydra.sweep.dir=out/${now:%f}", "hydra.sweep.subdir=j${hydra:job.num}"])
+    OmegaConf.set_readonly(config.hydra, True)  # as Hydra hands it over
+    pinned = pin_sweep_dir(config)
+    assert Path(pinned).parent == tmp_path / "out" and config.hydra.sweep.dir == pinned  # absolute, fixed
+    given = OmegaConf.to_container(config.hydra.overrides.hydra, resolve=False)
+    assert given == ["hydra.sweep.subdir=j${hydra:job.num}", f"hydra.sweep.dir={pinned}"]
+
+
+def test_a_pinned_dir_holding_a_comma_is_quoted_for_hydra(tmp_path, monkeypatch):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    config = _sweep_config(str(tmp_path / "a=b,c d"), [])
+    pin_sweep_dir(config)
+    (override,) = OmegaConf.to_container(config.hydra.overrides.hydra)
+    assert OverridesParser.create().parse_override(override).value() == str(tmp_path / "a=b,c d")
+
+
+def test_a_report_without_every_job_of_the_sweep_is_an_error(tmp_path, monkeypatch):
+    import cts.compose.callbacks
+
+    config = _sweep_config(str(tmp_path), [])
+    with pytest.raises(SystemExit, match=f"^error: sweep report: no finished job found in {tmp_path}$"):
+        report_or_exit(config, 2)
+    (tmp_path / "job0").mkdir()
+    (tmp_path / "job0" / "summary.json").write_text("{}")
+    monkeypatch.setattr(
+        cts.compose.callbacks, "build_report", lambda c: ReportResult(str(tmp_path), tmp_path / "report")
+    )
+    with pytest.raises(SystemExit, match=f"^error: sweep report: only 1 of the sweep's 2 jobs finished in {tmp_path}$"):
+        report_or_exit(config, 2)
+    assert report_or_exit(config, 1) == tmp_path / "report"
+    monkeypatch.setattr(
+        cts.compose.callbacks, "build_report", lambda c: ReportResult(str(tmp_path), None, errors=("E: x",))
+    )
+    with pytest.raises(SystemExit, match="^error: sweep report: E: x$"):
+        report_or_exit(config, 1)

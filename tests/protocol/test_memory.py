@@ -1,0 +1,83 @@
+"""Flat memory: lazy instance scheduling, and a kept record view that loses nothing the metrics read."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from cts._util.aio import bounded
+from cts.core.records import read_records
+from cts.protocol.metrics import metric_view, summarize
+from cts.protocol.pipeline import run_job
+from tests.conftest import REPO
+
+
+def test_bounded_runs_at_most_limit_and_starts_jobs_lazily() -> None:
+    started: list[int] = []
+    running, peak = 0, 0
+
+    async def job(i: int) -> int:
+        nonlocal running, peak
+        started.append(i)
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.001 * (i % 3))
+        running -= 1
+        return i
+
+    async def main() -> list[int]:
+        return [r async for r in bounded((job(i) for i in range(50)), 4)]
+
+    assert sorted(asyncio.run(main())) == list(range(50)) and peak == 4
+
+
+def test_bounded_yields_finished_results_then_raises_and_cancels_the_rest() -> None:
+    cancelled: list[int] = []
+
+    async def job(i: int) -> int:
+        try:
+            await asyncio.sleep({0: 0, 1: 0, 2: 5}[i])
+        except asyncio.CancelledError:
+            cancelled.append(i)
+            raise
+        if i == 1:
+            raise RuntimeError("budget")
+        return i
+
+    async def main() -> list[int]:
+        got: list[int] = []
+        with pytest.raises(RuntimeError, match="budget"):
+            async for r in bounded((job(i) for i in range(3)), 3):
+                got.append(r)
+        return got
+
+    assert asyncio.run(main()) == [0] and cancelled == [2]
+
+
+def _same(a: dict[str, float], b: dict[str, float]) -> bool:
+    return a.keys() == b.keys() and all(a[k] == b[k] or (math.isnan(a[k]) and math.isnan(b[k])) for k in a)
+
+
+def test_metrics_of_the_kept_view_equal_those_of_the_full_records(services, tmp_path: Path) -> None:
+    from cts.compose.app import build_roles
+    from cts.demo import load_demo
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
+        cfg = compose("config", overrides=["experiment=offline", "k=2"])
+    data = load_demo(services.corpus, services.index, services.cache_dir, n=200)
+    instances = list(data.instances)[:40]
+    kept, stop = asyncio.run(
+        run_job(
+            instances, data.gold, build_roles(cfg, services), k=2, out_dir=tmp_path, progress=False, keep=metric_view
+        )
+    )
+    on_disk = {r.id: r for r in read_records(tmp_path / "records.jsonl")}
+    full = [on_disk[i.id] for i in instances]  # the job's order (the file has completion order)
+    assert stop == "done" and len(kept) == len(full) == 40
+    assert _same(summarize(kept, k=2, n_resamples=500), summarize(full, k=2, n_resamples=500))
+    assert all(r.clarified is None or r.clarified.answer == "" for r in kept)  # the text stays on disk only
+    assert any(r.clarified is not None and r.clarified.answer for r in full)

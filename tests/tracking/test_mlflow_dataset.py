@@ -1,0 +1,121 @@
+"""The dataset in MLflow: one digest per dataset whatever order a job finished its instances in; tables in dataset order."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from cts import tracking
+from cts.core.types import QA, Instance, SearchResult
+from cts.data.jsonl import Dataset
+from cts.protocol.budget import Budget
+from cts.protocol.pipeline import Roles
+from cts.tasks.evaluate import EvalProtocol, Resume, evaluate_task
+from cts.tasks.job import JobContext, RunInfo, Tracking
+from tests.helpers import Typer, gold_for
+
+N = 6
+INSTANCES = tuple(Instance(f"i{n}", f"topic {n}", f"topic {n}, the intended one") for n in range(N))
+DATASET = Dataset(
+    "tiny", INSTANCES, {i.id: gold_for(i.id, (f"fact of topic {n}", 1), ("more", 2)) for n, i in enumerate(INSTANCES)}
+)
+
+
+class Ordered:
+    """Roles whose search of instance n takes ``delay(n)``: the job finishes its instances in that order."""
+
+    def __init__(self, reverse: bool) -> None:
+        self.reverse = reverse
+
+    def _delay(self, query: str) -> float:
+        n = int(query.split()[1].rstrip(","))
+        return 0.03 * ((N - n) if self.reverse else n)
+
+    async def ask(self, blurred_query: str, k: int) -> list[str]:
+        return ["Which one?"]
+
+    async def answer(self, fused_query: str, question: str) -> str:
+        return "the intended one"
+
+    async def rewrite(self, blurred_query: str, qa: Sequence[QA]) -> str:
+        return f"{blurred_query}, the intended one"
+
+    async def search(self, query: str) -> SearchResult:
+        await asyncio.sleep(self._delay(query))
+        return SearchResult(answer="fact of topic" if "intended" in query else "", trace=({"tool": "search"},))
+
+    async def judge(self, answer: str, nuggets: Sequence) -> dict[str, str]:  # noqa: ANN001
+        return {n.id: ("full" if answer else "none") for n in nuggets}
+
+
+def _job(tmp_path: Path, name: str, reverse: bool, uri: str) -> Path:
+    roles = Ordered(reverse)
+    job_dir = tmp_path / name
+    run = RunInfo(JobContext({}, name, job_dir, ""), Tracking(uri, "cts-test"), {"k": 1}, {"cts.kind": "job"})
+    evaluate_task(
+        dataset=DATASET,
+        roles=Roles(roles, roles, roles, roles, roles, Typer()),
+        protocol=EvalProtocol(1),
+        run=run,
+        resume=Resume("f", {}, "rerun", False),
+        budget=Budget(None, 5.0, lambda usd, d: None),
+        models={"judge": "ordered"},
+        orig_parts={},
+        concurrency=N,
+    )
+    return job_dir
+
+
+def test_one_dataset_one_digest_whatever_the_completion_order(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    dirs = [_job(tmp_path, "forward", False, uri), _job(tmp_path, "backward", True, uri)]
+    finished = [[json.loads(line)["id"] for line in (d / "records.jsonl").read_text().splitlines()] for d in dirs]
+    assert finished[0] != finished[1] and sorted(finished[0]) == sorted(finished[1])  # two completion orders
+    mlflow.set_tracking_uri(uri)
+    exp = mlflow.set_experiment("cts-test")
+    runs = mlflow.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"], output_format="list")
+    inputs = [
+        [(d.dataset.name, d.dataset.digest, d.dataset.source_type) for d in r.inputs.dataset_inputs] for r in runs
+    ]
+    assert len(inputs) == 2 and inputs[0] == inputs[1] and len(inputs[0]) == 1
+    name, digest, _ = inputs[0][0]
+    assert name == "tiny" and digest == tracking.dataset_digest(tracking.dataset_rows(INSTANCES, DATASET.gold))
+    assert digest != tracking.dataset_digest(tracking.dataset_rows(INSTANCES[::-1], DATASET.gold))  # order matters
+    for r in runs:  # the records table lists the instances in dataset order, with their run and trace
+        table = mlflow.load_table("records_table.json", run_ids=[r.info.run_id])
+        assert table["instance_id"].tolist() == [i.id for i in INSTANCES]
+        assert set(table["run_id"]) == {r.info.run_id} and table["trace_id"].str.startswith("tr-").all()
+    from mlflow.genai.datasets import search_datasets
+
+    found = search_datasets(experiment_ids=[exp.experiment_id])
+    assert [d.name for d in found] == [f"tiny-{digest[:8]}"]  # the Datasets tab: once per digest
+    records = found[0].to_df()
+    assert sorted(r["instance_id"] for r in records["inputs"]) == sorted(i.id for i in INSTANCES)
+    assert "fused_query" not in json.dumps(list(records["inputs"]))
+
+
+def test_a_resumed_job_keeps_one_row_per_instance_and_one_dataset_input(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for _ in range(2):  # the second run finds every instance done and logs the dir's records again
+        _job(tmp_path, "forward", False, uri)
+    mlflow.set_tracking_uri(uri)
+    exp = mlflow.set_experiment("cts-test")
+    (run,) = mlflow.search_runs([exp.experiment_id], output_format="list")
+    assert run.data.tags["cts.resumes"] == "1" and len(run.inputs.dataset_inputs) == 1
+    table = mlflow.load_table("records_table.json", run_ids=[run.info.run_id])
+    assert table["instance_id"].tolist() == [i.id for i in INSTANCES]
+    assert table["trace_id"].str.startswith("tr-").all()  # the traces the first run logged, found again
+
+
+@pytest.mark.parametrize("limit", [2, N])
+def test_the_digest_covers_what_the_job_evaluates(limit: int) -> None:
+    rows = tracking.dataset_rows(INSTANCES[:limit], DATASET.gold)
+    assert [r["instance_id"] for r in rows] == [i.id for i in INSTANCES[:limit]]
+    assert rows[0]["gold_nuggets"][0] == {"id": "n1", "text": "fact of topic 0", "weight": 1}
+    other = tracking.dataset_rows(INSTANCES[:limit], {**DATASET.gold, "i0": gold_for("i0", ("changed", 1))})
+    assert tracking.dataset_digest(rows) != tracking.dataset_digest(other)  # the gold is part of the dataset

@@ -1,0 +1,179 @@
+"""Processes opening one fresh MLflow store at the same moment never corrupt it; a broken store
+gets one message that says how to recover."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cts import tracking
+
+REPO = Path(__file__).resolve().parents[2]
+N_PROCESSES = 8
+ROUNDS = int(os.environ.get("CTS_STORE_RACE_ROUNDS", "20"))
+
+
+def open_like_jobs(barrier: object, uri: str, job_dir: str, n_jobs: int) -> None:
+    """A process that runs ``n_jobs`` jobs' tracking (1 = a single job, more = a sequential multirun)."""
+    barrier.wait()  # type: ignore[attr-defined]
+    for i in range(n_jobs):
+        d = Path(job_dir) / str(i)
+        tags = {"cts.kind": "job", "cts.job_dir": str(d)}
+        with tracking.job_run(uri, "race", f"{Path(job_dir).name}-{i}", {"i": str(i)}, tags, job_dir=d):
+            tracking.log_metrics({"score_mean": float(i)})
+
+
+def open_like_the_report(barrier: object, uri: str, job_dir: str, n_jobs: int) -> None:
+    """A process that only reads (``python -m cts.report``, the notebook)."""
+    barrier.wait()  # type: ignore[attr-defined]
+    tracking.job_runs(uri)
+
+
+@pytest.mark.slow
+def test_8_processes_open_a_fresh_store_at_once_20_rounds(tmp_path: Path) -> None:
+    """6 single jobs, a 2-job multirun and a report race on a fresh store, every round.
+
+    Forked from a parent that has imported MLflow but opened no store, so each round
+    costs the migrations, not 8 interpreter start-ups; real jobs race in the next test.
+    """
+    ctx = multiprocessing.get_context("fork")
+    failures = []
+    for r in range(ROUNDS):
+        uri = f"sqlite:///{tmp_path}/r{r}/mlflow.db"
+        barrier = ctx.Barrier(N_PROCESSES)
+        plan = [(open_like_jobs, 1)] * 6 + [(open_like_jobs, 2), (open_like_the_report, 0)]
+        procs = [
+            ctx.Process(target=fn, args=(barrier, uri, str(tmp_path / f"r{r}" / f"p{p}"), n))
+            for p, (fn, n) in enumerate(plan)
+        ]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(timeout=300)
+        failures += [(r, p.exitcode) for p in procs if p.exitcode != 0]
+        runs = tracking.job_runs(uri)  # the store is usable after the round
+        assert len(runs) == 8 and set(runs["status"]) == {"FINISHED"}, (r, runs[["status"]])
+    assert failures == []
+
+
+def run_py(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+
+
+@pytest.mark.slow
+def test_real_jobs_a_multirun_and_the_report_start_at_once_on_a_fresh_store(tmp_path: Path, cache_dir: Path) -> None:
+    """The commands users run, at once: 6 single jobs, a multirun and ``python -m cts.report``.
+
+    One round: each costs 8 interpreter start-ups; the race itself is repeated 20 times above.
+    """
+    run = str(REPO / "run.py")
+    for r in range(1):
+        root = tmp_path / f"r{r}"
+        root.mkdir()
+        common = (
+            "experiment=offline",
+            "limit=2",
+            "sweep_report=false",
+            f"tracking.uri=sqlite:///{root}/mlflow.db",
+            "tracking.experiment=race",
+            f"paths.cache_dir={cache_dir}",
+        )
+        procs = [
+            run_py(run, *common, "clarifier=rules_scope", f"k={1 + i % 3}", f"hydra.run.dir={root}/j{i}", cwd=root)
+            for i in range(6)
+        ]
+        procs.append(
+            run_py(run, "-m", *common, "clarifier=rules_region,none", f"hydra.sweep.dir={root}/sweep", cwd=root)
+        )
+        report = run_py("-m", "cts.report", "race", "--tracking-uri", f"sqlite:///{root}/mlflow.db", cwd=root)
+        outputs = [(p.communicate(timeout=600)[0], p.returncode) for p in [*procs, report]]
+        for out, rc in outputs[:-1]:
+            assert rc == 0, out[-4000:]
+        out, rc = outputs[-1]  # the report may find no finished job yet, but never a broken store
+        assert rc == 0 or "no finished job found in race" in out, out[-4000:]
+        runs = tracking.job_runs(f"sqlite:///{root}/mlflow.db", "race")
+        assert len(runs) == 8 and set(runs["status"]) == {"FINISHED"}
+
+
+def make_store(path: Path, with_run: bool) -> str:
+    uri = f"sqlite:///{path}"
+    tracking.prepare_store(uri)
+    if with_run:
+        with tracking.job_run(uri, "exp", "a", {}):
+            pass
+    return uri
+
+
+def test_a_store_left_half_migrated_gets_one_message_with_the_repair(tmp_path: Path) -> None:
+    make_store(tmp_path / "good.db", with_run=True)
+    broken = tmp_path / "broken.db"
+    shutil.copy(tmp_path / "good.db", broken)
+    with sqlite3.connect(broken) as con:  # what a process killed inside an alembic batch migration leaves
+        con.execute("CREATE TABLE _alembic_tmp_experiments (id INTEGER)")
+        con.execute("UPDATE alembic_version SET version_num = '0a8213491aaa'")
+    with pytest.raises(tracking.TrackingStoreError) as e:
+        tracking.prepare_store(f"sqlite:///{broken}")
+    message = str(e.value)
+    assert message.startswith(f"cts: the MLflow store sqlite:///{broken} cannot be opened")
+    assert "It holds 1 runs" in message and f"cp {broken} {broken}.bak" in message
+    assert f"sqlite3 {broken} 'DROP TABLE _alembic_tmp_experiments' && mlflow db upgrade sqlite:///{broken}" in message
+    assert e.value.code == message  # SystemExit: printed once, exit status 1, no traceback
+
+
+def test_an_unreadable_store_without_runs_says_delete_it(tmp_path: Path) -> None:
+    db = tmp_path / "garbage.db"
+    db.write_bytes(b"not a database" * 100)
+    with pytest.raises(tracking.TrackingStoreError, match=f"holds no readable runs .*: delete {db} and rerun"):
+        tracking.prepare_store(f"sqlite:///{db}")
+
+
+def test_the_store_lock_sits_beside_a_sqlite_file(tmp_path: Path) -> None:
+    assert tracking.store_lock_path(f"sqlite:///{tmp_path}/s/m.db") == tmp_path / "s" / "m.db.lock"
+    assert tracking.store_lock_path("http://127.0.0.1:5000") is None
+    other = tracking.store_lock_path("postgresql://u@127.0.0.1/mlflow")
+    assert other is not None and other.name.startswith("cts-mlflow-")
+
+
+@pytest.mark.slow
+def test_a_sweep_on_the_cts_launcher_with_a_broken_store_fails_every_job_with_the_message(
+    tmp_path: Path, cache_dir: Path
+) -> None:
+    """The launcher's jobs open the store themselves (no parent preparation): the first fails with
+    the message, the others at once, and the sweep exits 1."""
+    db = tmp_path / "garbage.db"
+    db.write_bytes(b"not a database" * 100)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "run.py"),
+            "-m",
+            "experiment=offline",
+            "clarifier=rules_region,none",
+            "limit=1",
+            "sweep_report=false",
+            f"tracking.uri=sqlite:///{db}",
+            f"paths.cache_dir={cache_dir}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+            "hydra/launcher=cts",
+            "hydra.launcher.progress=false",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-4000:]
+    assert "2 of 2 jobs failed" in out and "holds no readable runs" in out, out[-4000:]
+    assert db.read_bytes() == b"not a database" * 100  # nothing was written into it
