@@ -60,7 +60,14 @@ def infra_stop(exc: BaseException) -> bool:
 
 
 def search_call_error(result: SearchResult) -> CallError:
-    """The call failure that ended a search run (``end_reason == "error"``), from the last error event of its trace."""
+    """The call failure that ended a search run (``end_reason == "error"``).
+
+    Read from ``result.failure``; a result without one (a backend that only wrote its trace)
+    falls back to the trace's last error event.
+    """
+    if result.failure is not None:
+        f = result.failure
+        return CallError(f.kind, f.message, f.endpoint)
     event = next((e for e in reversed(result.trace) if e.get("type") == "error"), {})
     return CallError(
         str(event.get("kind") or "error"), str(event.get("message") or "search ended in error"), event.get("endpoint")

@@ -86,6 +86,16 @@ class QA:
 
 
 @dataclass(frozen=True)
+class SearchFailure:
+    """The call failure that ended a search run early (its ``end_reason`` is ``error``)."""
+
+    kind: str
+    """A :data:`CallErrorKind` (``timeout``, ``rate_limit``, ``server`` ...)."""
+    message: str
+    endpoint: str | None = None
+
+
+@dataclass(frozen=True)
 class SearchResult:
     """What a deep-search backend returns for one query."""
 
@@ -100,6 +110,8 @@ class SearchResult:
     """Every tool call and result (archived per job, not stored in the record)."""
     summary: Mapping[str, Any] = field(default_factory=dict)
     """Compact trace summary kept in the record (calls, searches, visits, tokens)."""
+    failure: SearchFailure | None = None
+    """Why the run ended early when ``end_reason`` is ``error`` (None otherwise)."""
 
 
 @dataclass(frozen=True)

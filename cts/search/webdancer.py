@@ -25,7 +25,7 @@ from typing import Any
 
 from cts._util.prompts import load_prompt
 from cts.core.contracts import Fetcher, SearchProvider
-from cts.core.types import CallError, SearchResult
+from cts.core.types import CallError, SearchFailure, SearchResult
 from cts.llm import Chat
 from cts.search.answer import extract_answer
 from cts.search.react import (
@@ -181,12 +181,14 @@ class WebDancerSearch(WebTools):
                 "model": self.agent.spec.name,
             }
         )
+        failure = None
         try:
             end_reason = await self._loop(run)
         except CallError as exc:
             if exc.kind in FATAL_KINDS or not run.assistant:
                 raise
             end_reason = "error"
+            failure = SearchFailure(exc.kind, exc.message, exc.endpoint)
             run.trace.append({"type": "error", "kind": exc.kind, "message": exc.message, "endpoint": exc.endpoint})
         answer = extract_answer(run.assistant)
         run.trace.append({"type": "end", "end_reason": end_reason, "answer_rule": answer.rule})
@@ -197,6 +199,7 @@ class WebDancerSearch(WebTools):
             evidence=tuple(run.evidence.values()),
             trace=tuple(run.trace),
             summary=self._summary(run, end_reason, answer.rule),
+            failure=failure,
         )
 
     def initial_messages(self, query: str) -> list[dict[str, str]]:

@@ -49,3 +49,15 @@ def test_missing_or_invalid_label_is_an_error():
 
 def test_extra_labels_are_ignored():
     assert restore_score({"n1": "full", "zzz": "none"}, nuggets(2)) == 100.0
+
+
+def test_a_search_failure_is_read_from_the_result_then_from_an_old_trace() -> None:
+    """``search_call_error`` reads the typed failure; a result without one falls back to its trace."""
+    from cts.core.records import search_call_error
+    from cts.core.types import SearchFailure, SearchResult
+
+    event = {"type": "error", "kind": "server", "message": "from the trace", "endpoint": "http://t:1/v1"}
+    typed = SearchResult(answer="", end_reason="error", trace=(event,), failure=SearchFailure("timeout", "typed", "e"))
+    assert (search_call_error(typed).kind, search_call_error(typed).message) == ("timeout", "typed")
+    old = SearchResult(answer="", end_reason="error", trace=(event,))
+    assert (search_call_error(old).kind, search_call_error(old).endpoint) == ("server", "http://t:1/v1")

@@ -19,6 +19,7 @@ from cts._util.prompts import load_prompt
 from cts.compose.app import build_node
 from cts.compose.services import Services
 from cts.core.contracts import SearchBackend, SearchHit
+from cts.core.records import search_call_error
 from cts.core.types import CallError, RequestRejected
 from cts.llm import Completion, ModelSpec
 from cts.search.fetchers import HttpFetcher, LocalCorpusFetcher, RoutingFetcher
@@ -328,6 +329,9 @@ def test_model_error_mid_run_ends_with_error(tmp_path, llm_server, web):
     result = search(make_agent(make_services(tmp_path, llm_server), web))
     assert result.end_reason == "error" and result.trace[-2]["type"] == "error"
     assert result.evidence and result.summary["end_reason"] == "error"
+    # The failure is typed on the result: nobody has to scan the trace for it.
+    assert result.failure is not None and result.failure.message == result.trace[-2]["message"]
+    assert search_call_error(result).kind == result.failure.kind
 
 
 def test_model_error_before_any_output_raises(tmp_path, llm_server, web):
