@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from cts.core.types import Gold
-from cts.gold.archive import GoldError, _parse_gold_line, scan_gold
+from cts.gold.archive import GoldError, parse_gold_line, scan_gold
 
 
 class GoldFile(Mapping[str, Gold]):
@@ -34,7 +34,7 @@ class GoldFile(Mapping[str, Gold]):
             raise GoldError([f"{self._path}: changed after it was loaded; rerun the job"])
         with self._path.open("rb") as f:
             f.seek(start)
-            gold, problems = _parse_gold_line(f.read(size))
+            gold, problems = parse_gold_line(f.read(size))
         assert gold is not None and not problems  # validated by open_gold
         return gold
 

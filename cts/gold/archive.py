@@ -163,7 +163,7 @@ def _check_manifest(path: Path) -> None:
         raise GoldError([f"{path}: sha256 differs from {manifest} (gold was modified after archiving)"])
 
 
-def _parse_gold_line(raw: bytes) -> tuple[Gold | None, list[str]]:
+def parse_gold_line(raw: bytes) -> tuple[Gold | None, list[str]]:
     try:
         gold = _GOLD_SCHEMA.validate_json(raw, strict=True)
     except ValidationError as e:
@@ -210,7 +210,7 @@ def scan_gold(p: Path) -> Iterator[tuple[Gold, int, int]]:
             start, offset = offset, offset + len(raw)
             if not raw.strip():
                 continue
-            gold, line_problems = _parse_gold_line(raw)
+            gold, line_problems = parse_gold_line(raw)
             if gold is not None and gold.instance_id in first_line:
                 line_problems.append(
                     f"instance_id: duplicate {gold.instance_id!r} (first at line {first_line[gold.instance_id]})"

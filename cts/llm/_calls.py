@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 _DUMMY_KEY = "sk-no-key-needed"  # OpenAI-compatible servers without auth still want a key field
 T = TypeVar("T")
 # Requests sent and not yet answered, per event loop (see settled()).
-_IN_FLIGHT: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Future[Any]]] = weakref.WeakKeyDictionary()
+IN_FLIGHT: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Future[Any]]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ async def settled(job: Awaitable[T], timeout_s: float = 120.0) -> T:
         timeout_s: Longest wait for the stragglers (one request timeout).
     """
     result = await job
-    pending = _IN_FLIGHT.get(asyncio.get_running_loop())
+    pending = IN_FLIGHT.get(asyncio.get_running_loop())
     if pending:
         await asyncio.wait(set(pending), timeout=timeout_s)
         await asyncio.sleep(0)  # let the done callbacks book them

@@ -16,7 +16,7 @@ from cts.core.types import BudgetExceeded, CallError, CircuitOpen
 from cts.llm._adaptive import AdaptiveLimiter, LimiterStats
 from cts.llm._breaker import CircuitBreaker
 from cts.llm._calls import (
-    _IN_FLIGHT,
+    IN_FLIGHT,
     CallEvent,
     Listener,
     cache_value,
@@ -282,7 +282,7 @@ class LLMRuntime:
         except asyncio.CancelledError:
             # Only orphans are settled: a sweep's jobs share the loop, and a job that ends
             # normally must not wait for the other jobs' requests.
-            pending = _IN_FLIGHT.setdefault(asyncio.get_running_loop(), set())
+            pending = IN_FLIGHT.setdefault(asyncio.get_running_loop(), set())
             pending.add(task)
             task.add_done_callback(pending.discard)
             task.add_done_callback(lambda done: self._book_orphan(call, prices, done))

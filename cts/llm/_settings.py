@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cts.llm._adaptive import Adaptive
-from cts.llm._spec import _plain
+from cts.llm._spec import plain_data
 from cts.llm._transport import Transport
 from cts.llm.cache import CACHE_MODES, CacheMode
 
@@ -79,7 +79,7 @@ class LLMSettings:
     @classmethod
     def from_mapping(cls, settings: Mapping[str, Any]) -> LLMSettings:
         """Parse the ``services.llm`` mapping; unknown keys are an error (typos)."""
-        raw = _plain(settings or {})
+        raw = plain_data(settings or {})
         cache = raw.pop("cache", None) or {}
         budget = raw.pop("budget", None) or {}
         backoff = raw.pop("backoff", None) or {}

@@ -9,12 +9,12 @@ from typing import Any
 from cts.llm._rules import RequestRules
 
 
-def _plain(value: Any) -> Any:
+def plain_data(value: Any) -> Any:
     """Turn OmegaConf containers (or any mappings/sequences) into plain Python."""
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain_data(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig":
-        return [_plain(v) for v in value]
+        return [plain_data(v) for v in value]
     return value
 
 
@@ -49,15 +49,15 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         # Hydra hands over DictConfig: keep a plain copy (picklable, deep-copyable, JSON-able).
-        object.__setattr__(self, "params", _plain(self.params or {}))
-        object.__setattr__(self, "request", RequestRules.coerce(_plain(self.request)))
+        object.__setattr__(self, "params", plain_data(self.params or {}))
+        object.__setattr__(self, "request", RequestRules.coerce(plain_data(self.request)))
 
     @classmethod
     def coerce(cls, value: ModelSpec | Mapping[str, Any]) -> ModelSpec:
         """Return ``value`` as a ModelSpec (accepts a spec or a config mapping)."""
         if isinstance(value, ModelSpec):
             return value
-        fields = {k: v for k, v in _plain(value).items() if not k.startswith("_")}
+        fields = {k: v for k, v in plain_data(value).items() if not k.startswith("_")}
         return cls(**fields)
 
     @property

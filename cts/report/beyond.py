@@ -21,7 +21,7 @@ from cts.core.records import Record
 from cts.protocol.metrics import interaction_metrics, questions_asked_mean
 from cts.report.gating import evaluate_gate
 from cts.report.jobs import ORIG
-from cts.report.plots import _pyplot
+from cts.report.plots import pyplot
 from cts.report.tables import Table
 from cts.roles.gates import AlwaysGate, NeverGate, OracleGate, RuleGate
 from cts.stats.bootstrap import paired_bootstrap_ci
@@ -283,7 +283,7 @@ def frontier_table(rows: pd.DataFrame) -> Any:
 def plot_frontier(rows: pd.DataFrame, path: Path, x: str, xlabel: str, title: str) -> Path:
     """Score against ``x`` per point (colour per gate), the Pareto frontier as a step line."""
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 5), constrained_layout=True)
     for gate, g in rows.groupby("gate", sort=True):
         ax.scatter(g[x], g["score_mean"], label=f"gate={gate}", marker="^" if gate == "oracle" else "o", s=40)

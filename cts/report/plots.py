@@ -14,7 +14,8 @@ from cts.report.jobs import ORIG
 log = logging.getLogger(__name__)
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend, imported on first use."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: never needs a display
@@ -25,7 +26,7 @@ def _pyplot() -> Any:
 
 def plot_scores(scores: pd.DataFrame, path: Path) -> Path:
     """Mean score (left) and delta vs orig (right) against k, one line per clarifier, CI bars."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
     systems = [s for s in dict.fromkeys(scores["system"]) if s != ORIG]
     for i, system in enumerate([ORIG, *systems]):
@@ -55,7 +56,7 @@ def plot_scores(scores: pd.DataFrame, path: Path) -> Path:
 
 def plot_unknown_vs_region(diag: pd.DataFrame, path: Path) -> Path:
     """UA unknown rate against the share of region questions, one colour per clarifier."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.8), constrained_layout=True)
     for system, rows in diag.sort_values("k").groupby("system", sort=True):
         (line,) = ax.plot(

@@ -18,7 +18,7 @@ from cts.core.records import Record
 from cts.corpus.wiki import Corpus
 from cts.llm import Chat
 from cts.roles.llm import _LLMRole
-from cts.roles.parse import _load_json
+from cts.roles.parse import load_json
 from cts.roles.reask import DEFAULT_MAX_REASKS, InvalidOutput
 from cts.roles.rules import head_term
 from cts.text.tokens import STOPWORDS_ZH, content_tokens, is_cjk, normalize
@@ -138,7 +138,7 @@ _BOOL = {"true": True, "yes": True, "ask": True, "false": False, "no": False, "d
 
 def parse_decision(text: str) -> Decision:
     """``{"ask": true|false, "confidence": 0..1}`` from a model reply."""
-    data = _load_json(text)
+    data = load_json(text)
     if not isinstance(data, Mapping) or "ask" not in data:
         raise InvalidOutput('expected a JSON object {"ask": true or false, "confidence": number}')
     ask: Any = data["ask"]

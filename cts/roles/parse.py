@@ -48,7 +48,7 @@ def _strip_reply(text: str) -> str:
     return _FENCE.sub("", _THINK.sub("", text).strip()).strip()
 
 
-def _load_json(text: str) -> Any:
+def load_json(text: str) -> Any:
     """Parse JSON leniently, but refuse replies cut off inside a string.
 
     ``json_repair`` fixes quotes, commas and missing closing brackets; a reply
@@ -74,7 +74,7 @@ def _key(text: str) -> str:
 
 def parse_questions(text: str, k: int) -> list[str]:
     """Exactly ``k`` distinct non-empty question strings from a JSON array reply."""
-    data = _load_json(text)
+    data = load_json(text)
     if isinstance(data, dict) and len(data) == 1:
         data = next(iter(data.values()))  # {"questions": [...]}
     if not isinstance(data, list) or not all(isinstance(q, str) for q in data):
@@ -95,7 +95,7 @@ STOP_FORBIDDEN = "Always ask a question; do not stop."
 
 def parse_turn(text: str, asked: Sequence[str], may_stop: bool) -> str | None:
     """One sequential turn: a new question, or None for ``{"stop": true}`` when stopping is allowed."""
-    data = _load_json(text)
+    data = load_json(text)
     if isinstance(data, list) and len(data) == 1:
         data = {"question": data[0]}
     if isinstance(data, str):
@@ -138,7 +138,7 @@ def parse_query(text: str) -> str:
 
 def parse_nugget_labels(text: str, ids: Sequence[str]) -> dict[str, Label]:
     """One label in full/partial/none for every nugget id (and no other ids)."""
-    data = _load_json(text)
+    data = load_json(text)
     if isinstance(data, dict) and isinstance(data.get("labels"), (dict, list)):
         data = data["labels"]
     if isinstance(data, list):
@@ -160,7 +160,7 @@ def parse_nugget_labels(text: str, ids: Sequence[str]) -> dict[str, Label]:
 
 def parse_gold(text: str, evidence_ids: Sequence[str]) -> GoldDraft:
     """A validated GOLD draft: weighted nuggets citing only known evidence ids."""
-    data = _load_json(text)
+    data = load_json(text)
     if not isinstance(data, dict) or not isinstance(data.get("nuggets"), list) or not data["nuggets"]:
         raise InvalidOutput('expected a JSON object with a non-empty "nuggets" array')
     nuggets = tuple(_nugget(item, n, set(evidence_ids)) for n, item in enumerate(data["nuggets"], 1))

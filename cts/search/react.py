@@ -93,17 +93,18 @@ def parse_tool_call(text: str) -> ToolCall | None:
     if match is None:
         return None
     raw = match.group(1).strip()
-    obj = _loads(raw)
+    obj = loads_lenient(raw)
     if not isinstance(obj, Mapping) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return ToolCall("", {}, raw, TOOL_CALL_ERROR)
     args = obj.get("arguments", obj.get("parameters", {}))
-    args = _loads(args) if isinstance(args, str) else args
+    args = loads_lenient(args) if isinstance(args, str) else args
     if not isinstance(args, Mapping):
         return ToolCall(obj["name"], {}, raw, TOOL_CALL_ERROR)
     return ToolCall(obj["name"], dict(args), raw)
 
 
-def _loads(text: str) -> Any:
+def loads_lenient(text: str) -> Any:
+    """JSON of a tool call's arguments, repaired when the model wrote it loosely (None when empty)."""
     try:
         return json.loads(text)
     except ValueError:

@@ -18,10 +18,10 @@ from cts.search.react import (
     RESULT_SEP,
     Episode,
     ToolOutput,
-    _loads,
     as_list,
     as_text,
     evidence_id,
+    loads_lenient,
     render,
     render_hits,
 )
@@ -171,7 +171,7 @@ class WebTools:
             "tokens_out": completion.tokens_out,
             "cost_usd": completion.cost_usd,
         }
-        parsed = None if completion.truncated else _loads(completion.text)  # a cut JSON is no summary
+        parsed = None if completion.truncated else loads_lenient(completion.text)  # a cut JSON is no summary
         if isinstance(parsed, Mapping) and (parsed.get("evidence") or parsed.get("summary")):
             return parsed, usage, False
         return None, usage, False

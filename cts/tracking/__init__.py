@@ -25,8 +25,8 @@ from cts.tracking._datasets import dataset_digest, dataset_rows, log_dataset_inp
 from cts.tracking._instance import InstanceTraces, log_instance_trace, search_turns
 from cts.tracking._store import (
     TrackingStoreError,
-    _mlflow,
     broken_store_message,
+    mlflow_module,
     prepare_store,
     store_failed,
     store_lock_path,
@@ -138,7 +138,7 @@ def job_run(
         via :mod:`cts._util.interrupt`), ``FAILED`` when the body raises anything else, else
         ``FINISHED``.
     """
-    mlflow = _mlflow()
+    mlflow = mlflow_module()
     prepare_store(uri)
     mlflow.set_tracking_uri(uri)
     _ensure_experiment(uri, experiment, experiment_kind)
@@ -184,7 +184,7 @@ def _store_run_id(job_dir: Path | None, uri: str, run_id: str) -> None:
 
 def _run_exists(uri: str, run_id: str, experiment: str) -> bool:
     """Whether the run is still active in ``experiment`` (else a resume starts a new, linked run)."""
-    mlflow = _mlflow()
+    mlflow = mlflow_module()
     try:
         run = mlflow.MlflowClient(tracking_uri=uri).get_run(run_id)
     except Exception:  # noqa: BLE001 - deleted or from another store: start a new run
@@ -195,7 +195,7 @@ def _run_exists(uri: str, run_id: str, experiment: str) -> bool:
 
 def _log_params(run: Any, params: Mapping[str, str], previous: str | None, resumed: bool) -> None:
     """Log params; on a resumed run only new ones, and changed values as ``cts.resume.<param>`` tags."""
-    mlflow = _mlflow()
+    mlflow = mlflow_module()
     if not resumed:
         mlflow.log_params(dict(params))
         if previous:
@@ -214,7 +214,7 @@ def _ensure_experiment(uri: str, name: str, kind: str | None = None) -> None:
     MLflow's default artifact root is ``./mlruns`` relative to the working
     directory, which scatters artifacts wherever a job happens to start.
     """
-    mlflow = _mlflow()
+    mlflow = mlflow_module()
     if mlflow.get_experiment_by_name(name) is None and uri.startswith("sqlite:///"):
         root = Path(uri.removeprefix("sqlite:///")).resolve().parent / "artifacts"
         try:
@@ -241,12 +241,12 @@ def log_metrics(metrics: Mapping[str, float]) -> None:
         if isinstance(v, int | float) and not isinstance(v, bool) and not math.isinf(v)
     }
     if clean:
-        _mlflow().log_metrics(clean)
+        mlflow_module().log_metrics(clean)
 
 
 def log_artifacts(paths: list[Path], artifact_path: str | None = None) -> None:
     """Log files (and directories) as artifacts of the active run."""
-    mlflow = _mlflow()
+    mlflow = mlflow_module()
     for p in paths:
         if p.is_dir():
             mlflow.log_artifacts(str(p), artifact_path=artifact_path)
@@ -256,7 +256,7 @@ def log_artifacts(paths: list[Path], artifact_path: str | None = None) -> None:
 
 def set_tags(tags: Mapping[str, str]) -> None:
     """Set tags on the active run."""
-    _mlflow().set_tags(dict(tags))
+    mlflow_module().set_tags(dict(tags))
 
 
 def search_runs(uri: str, experiment: str | None = None) -> Any:
@@ -266,7 +266,7 @@ def search_runs(uri: str, experiment: str | None = None) -> Any:
         uri: Tracking URI.
         experiment: An experiment name, or None for all experiments.
     """
-    mlflow = _mlflow()
+    mlflow = mlflow_module()
     prepare_store(uri)
     mlflow.set_tracking_uri(uri)
     if experiment is None:
@@ -292,7 +292,7 @@ def job_runs(uri: str, experiment: str | None = None, status: str | None = None)
     if status is not None:
         runs = runs[runs["status"] == status]
     runs = one_run_per_job_dir(runs)
-    names = {e.experiment_id: e.name for e in _mlflow().search_experiments()}
+    names = {e.experiment_id: e.name for e in mlflow_module().search_experiments()}
     return runs.assign(experiment=runs["experiment_id"].map(names))
 
 
@@ -310,7 +310,7 @@ def one_run_per_job_dir(runs: Any) -> Any:
 
 def search_traces(uri: str, experiment: str) -> Any:
     """The MLflow traces (e.g. LLM-call spans) of one experiment, as a DataFrame."""
-    mlflow = _mlflow()
+    mlflow = mlflow_module()
     prepare_store(uri)
     mlflow.set_tracking_uri(uri)
     exp = mlflow.get_experiment_by_name(experiment)
@@ -319,7 +319,7 @@ def search_traces(uri: str, experiment: str) -> Any:
 
 def download_artifact(uri: str, run_id: str, artifact_path: str, dst: Path) -> Path:
     """Download one artifact of a run into ``dst`` and return its local path."""
-    mlflow = _mlflow()
+    mlflow = mlflow_module()
     prepare_store(uri)
     mlflow.set_tracking_uri(uri)
     dst.mkdir(parents=True, exist_ok=True)
@@ -345,5 +345,5 @@ def log_report_run(
 
 def experiment_id(uri: str, name: str) -> str | None:
     """The id of experiment ``name`` in the store at ``uri`` (None when it does not exist)."""
-    exp = _mlflow().MlflowClient(tracking_uri=uri).get_experiment_by_name(name)
+    exp = mlflow_module().MlflowClient(tracking_uri=uri).get_experiment_by_name(name)
     return str(exp.experiment_id) if exp else None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cts.core.types import UNKNOWN
-from cts.tracking._store import _mlflow
+from cts.tracking._store import mlflow_module
 
 SCORE = "restore_score_100"
 ORIG_SCORE = "orig_restore_score_100"
@@ -119,7 +119,7 @@ def instance_assessments(record: Any, gold: Any) -> list[Assessed]:
 
 def log_assessments(trace_id: str, assessed: Sequence[Assessed]) -> None:
     """Log assessments on a trace (in memory while it is the active trace, else one store write each)."""
-    mlflow = _mlflow()
+    mlflow = mlflow_module()
     from mlflow.entities import AssessmentError, AssessmentSource
 
     for a in assessed:
@@ -143,7 +143,7 @@ def log_assessments(trace_id: str, assessed: Sequence[Assessed]) -> None:
 
 def trace_ids_of_runs(run_ids: Sequence[str]) -> dict[tuple[str, str], str]:
     """``(run id, instance id) -> trace id`` of the per-instance traces the runs logged (none: empty)."""
-    mlflow = _mlflow()
+    mlflow = mlflow_module()
     client = mlflow.MlflowClient()
     found: dict[tuple[str, str], str] = {}
     for run_id in dict.fromkeys(r for r in run_ids if r):
@@ -159,6 +159,6 @@ def trace_ids_of_runs(run_ids: Sequence[str]) -> dict[tuple[str, str], str]:
 
 
 def _trace_infos(experiment: str, run_id: str) -> Iterator[Any]:
-    mlflow = _mlflow()
+    mlflow = mlflow_module()
     traces = mlflow.search_traces(locations=[experiment], run_id=run_id, return_type="list", include_spans=False)
     return (t.info for t in traces)

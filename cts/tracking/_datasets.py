@@ -15,7 +15,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cts.tracking._store import _mlflow
+from cts.tracking._store import mlflow_module
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def log_dataset_input(
     """
     import pandas as pd
 
-    mlflow = _mlflow()
+    mlflow = mlflow_module()
     rows = dataset_rows(instances, gold)
     digest = dataset_digest(rows)
     frame = pd.DataFrame(

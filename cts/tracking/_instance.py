@@ -18,7 +18,7 @@ from cts.tracking._assessments import (
     label_string,
     log_assessments,
 )
-from cts.tracking._store import _mlflow
+from cts.tracking._store import mlflow_module
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def _open(
     inputs: Any = None,
     attributes: Mapping[str, Any] | None = None,
 ) -> Any:
-    return _mlflow().start_span_no_context(
+    return mlflow_module().start_span_no_context(
         name=name,
         span_type=span_type,
         parent_span=parent,
@@ -251,7 +251,7 @@ def log_instance_trace(
     Returns:
         The trace id.
     """
-    mlflow = _mlflow()
+    mlflow = mlflow_module()
     from mlflow.tracing.provider import safe_set_span_in_context
 
     nuggets = {n.id: {"text": n.text, "weight": n.weight} for n in gold.nuggets}
@@ -329,7 +329,7 @@ class InstanceTraces:
 
     def attach(self, run_id: str) -> None:
         """The job's run exists: log the instances that waited for it; trace the next ones as they commit."""
-        run = (run_id, _mlflow().get_run(run_id).info.experiment_id)
+        run = (run_id, mlflow_module().get_run(run_id).info.experiment_id)
         with self._lock:
             self._run = run
             waiting, self._waiting = self._waiting, []

@@ -24,7 +24,7 @@ os.environ.setdefault("MLFLOW_ASYNC_TRACE_LOGGING_MAX_INTERVAL_MILLIS", "1000")
 from filelock import FileLock
 
 
-def _mlflow() -> Any:
+def mlflow_module() -> Any:
     import mlflow  # imported lazily: it costs ~1 s and most helpers here need it only in jobs
 
     return mlflow
@@ -78,7 +78,7 @@ def prepare_store(uri: str) -> None:
         import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
     with FileLock(lock, timeout=_STORE_LOCK_TIMEOUT_S) if lock else contextlib.nullcontext():
         try:
-            _mlflow().MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+            mlflow_module().MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
         except Exception as e:  # noqa: BLE001 - any failure here means the store is unusable
             _FAILED[uri] = broken_store_message(uri, e)
             raise TrackingStoreError(_FAILED[uri]) from None

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from cts.core.types import UNKNOWN
-from cts.tracking._store import _mlflow
+from cts.tracking._store import mlflow_module
 
 RECORDS_TABLE = "records_table.json"
 
@@ -55,7 +55,7 @@ def log_records_table(
     """
     import pandas as pd
 
-    mlflow = _mlflow()
+    mlflow = mlflow_module()
     run_id = mlflow.active_run().info.run_id
     rank = {i: n for n, i in enumerate(order)}
     ordered = sorted(records, key=lambda r: rank.get(r.id, len(rank)))
@@ -69,7 +69,7 @@ def _write_table(run_id: str, frame: Any, artifact_file: str) -> None:
     ``mlflow.log_table`` appends to an existing table, and a resumed job logs every record of
     its dir again: the file is rewritten in the same format instead (JSON, ``orient="split"``).
     """
-    mlflow = _mlflow()
+    mlflow = mlflow_module()
     if artifact_file not in {f.path for f in mlflow.MlflowClient().list_artifacts(run_id)}:
         mlflow.log_table(frame, artifact_file=artifact_file)
         return

@@ -6,7 +6,7 @@ import contextvars
 import time
 from typing import Any
 
-from cts.tracking._store import _mlflow
+from cts.tracking._store import mlflow_module
 
 _TRACED: contextvars.ContextVar[bool] = contextvars.ContextVar("cts_trace_llm_calls", default=False)
 
@@ -29,7 +29,7 @@ def trace_llm_calls(runtime: Any) -> None:
 def _span_of_call(event: Any) -> None:
     if not _TRACED.get():
         return
-    mlflow = _mlflow()
+    mlflow = mlflow_module()
     end = time.time_ns()
     span = mlflow.start_span_no_context(
         name=f"{event.role}:{event.spec_name}",
