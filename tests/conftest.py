@@ -15,6 +15,9 @@ from tests.llm_server import llm_server_fixture  # noqa: E402,F401 - the scripte
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Fixtures shared across packages of tests, registered here (a test module never imports another).
+pytest_plugins = ["tests.search.fakes", "tests.analysis.fakes"]
+
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

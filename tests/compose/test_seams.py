@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 
 from cts.compose.app import build_node, preflight_problems_of, task_groups
 from cts.compose.services import Services, component_arguments, resource_parameters
-from tests.llm_server import llm_server, llm_settings  # noqa: F401  (fixture)
+from tests.llm_server import llm_settings
 
 REPO = Path(__file__).resolve().parents[2]
 PKG, CONF = REPO / "cts", REPO / "conf"

@@ -11,7 +11,7 @@ import pytest
 
 from cts.data.goldfile import open_gold
 from cts.gold import GoldError, load_gold, write_gold
-from tests.gold.test_gold import GOOD
+from tests.gold.fakes import GOOD
 
 
 def test_open_gold_equals_load_gold_with_multibyte_text_and_blank_lines(tmp_path: Path) -> None:

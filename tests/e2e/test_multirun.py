@@ -11,38 +11,7 @@ from pathlib import Path
 import pytest
 
 from cts import tracking
-
-REPO = Path(__file__).resolve().parents[2]
-METRICS = [
-    "score_mean",
-    "score_p50",
-    "score_p90",
-    "score_min",
-    "score_max",
-    "orig_score_mean",
-    "delta_mean",
-    "delta_ci_low",
-    "delta_ci_high",
-    "ua_unknown_rate",
-    "all_unknown_rate",
-    "known_cnt_0",
-    "known_cnt_1",
-    "known_cnt_2",
-    "known_cnt_3",
-    "n_instances",
-    "n_errors",
-    "n_unscored",
-    "cq_region_rate",
-]
-
-
-def run_py(*args: str, cwd: Path = REPO, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "HYDRA_FULL_ERROR": "1"}
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "run.py"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return proc
+from tests.runs import METRICS, REPO, run_py
 
 
 @pytest.mark.slow

@@ -23,9 +23,9 @@ from cts._util.interrupt import (
 )
 from cts.core.records import read_records
 from cts.protocol.outcome import JobIncomplete, Outcome, finish
-from tests.e2e.test_sweep_dir import REPO, clone_env, fresh_clone, job_runs, sweep_dirs
 from tests.llm_fakes import protocol_reply
 from tests.llm_server import Reply
+from tests.runs import REPO, clone_env, fresh_clone, job_runs, sweep_dirs
 
 
 def _parsed(override: str) -> object:

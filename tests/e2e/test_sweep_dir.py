@@ -19,42 +19,9 @@ from omegaconf import OmegaConf
 from cts import tracking
 from cts.compose.callbacks import pin_sweep_dir, report_or_exit
 from cts.report import ReportResult
+from tests.runs import clone_env, fresh_clone, job_runs, sweep_dirs
 
-REPO = Path(__file__).resolve().parents[2]
 README_SWEEP = ("-m", "experiment=offline", "clarifier=rules_scope,rules_region,none", "k=1,2,3")
-_COPIED = ("run.py", "conf", "prompts", "cts", "hydra_plugins")
-_SWEEP_ENV = ("PROJECT_ROOT", "CTS_SWEEP_RESUME", "CTS_SWEPT_KEYS", "HYDRA_FULL_ERROR")
-
-
-def fresh_clone(root: Path) -> Path:
-    """A copy of the repo's code and configs in ``root/repo`` (no outputs, no caches)."""
-    clone = root / "repo"
-    clone.mkdir(parents=True)
-    for name in _COPIED:
-        src = REPO / name
-        if src.is_dir():
-            shutil.copytree(src, clone / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy2(src, clone / name)
-    return clone
-
-
-def clone_env(cache_dir: Path, **extra: str) -> dict[str, str]:
-    """The environment of a user's shell: no sweep state of this process, the test session's data cache."""
-    env = {k: v for k, v in os.environ.items() if k not in _SWEEP_ENV}
-    return {**env, "CTS_CACHE_DIR": str(cache_dir), "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", **extra}
-
-
-def sweep_dirs(clone: Path) -> list[Path]:
-    """The dirs the clone's multiruns created under the default ``outputs/multirun``."""
-    root = clone / "outputs" / "multirun"
-    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
-
-
-def job_runs(clone: Path):  # noqa: ANN201 - a pandas DataFrame
-    """The job runs of the clone's default MLflow store (experiment ``cts``)."""
-    runs = tracking.search_runs(f"sqlite:///{clone}/outputs/mlflow.db", "cts")
-    return runs[runs["tags.cts.kind"] == "job"]
 
 
 @pytest.mark.slow

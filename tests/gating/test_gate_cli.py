@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from cts import tracking
-from tests.e2e.test_multirun import run_py
-from tests.llm_server import ScriptedServer, llm_server_fixture  # noqa: F401
+from tests.llm_server import ScriptedServer
+from tests.runs import run_py
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,8 +13,8 @@ import pytest
 from cts.llm import store
 from cts.llm.cache import ResponseCache
 from cts.llm.store import SQLiteStore, open_store, parse_url, redact
-from tests.e2e.test_multirun import run_py
 from tests.llm_fakes import protocol_reply
+from tests.runs import run_py
 
 
 def test_urls_parse_and_passwords_are_redacted():

@@ -12,11 +12,7 @@ from typing import Any
 import pytest
 
 from cts.llm import LLMRuntime, ModelSpec, ResponseCache
-from tests.llm_server import (
-    ScriptedServer,
-    llm_server_fixture,  # noqa: F401  (registers the `llm_server` fixture)
-    llm_settings,
-)
+from tests.llm_server import ScriptedServer, llm_settings
 
 SPEC = ModelSpec(
     "ernie",

@@ -12,12 +12,7 @@ import pytest
 
 from cts.core.types import BudgetExceeded, CallError, RequestRejected
 from cts.llm import LLMRuntime, ModelSpec, usage_scope
-from tests.llm_server import (
-    Reply,
-    ScriptedServer,
-    llm_server_fixture,  # noqa: F401  (registers the `llm_server` fixture)
-    llm_settings,
-)
+from tests.llm_server import Reply, ScriptedServer, llm_settings
 
 SPEC = ModelSpec(
     name="gpt",

@@ -8,11 +8,7 @@ import urllib.request
 from typing import Any
 
 from tests.llm_fakes import protocol_reply
-from tests.llm_server import (
-    Reply,
-    ScriptedServer,
-    llm_server_fixture,  # noqa: F401  (registers the `llm_server` fixture)
-)
+from tests.llm_server import Reply, ScriptedServer
 
 
 def post(server: ScriptedServer, body: Any) -> tuple[int, dict[str, str], str]:

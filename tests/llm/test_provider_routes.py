@@ -29,7 +29,6 @@ from cts.llm._rules import request_params, rule_violations
 from cts.llm._spec import ModelSpec
 from cts.llm._transport import HTTPStatusError, Sender
 from cts.llm.completion_probe import PROBE_TOKENS
-from tests.e2e.test_multirun import run_py
 from tests.provider_emulators import (
     AnthropicEmulator,
     CompatibleEmulator,
@@ -39,6 +38,7 @@ from tests.provider_emulators import (
     QianfanEmulator,
     VLLMEmulator,
 )
+from tests.runs import run_py
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 MESSAGES = [

@@ -10,7 +10,7 @@ from cts.core.records import ErrorInfo, Record, read_records
 from cts.protocol.job_files import INFRA_FILE, RECORDS_FILE, RETRIED_FILE
 from cts.protocol.outcome import incomplete_message, read_outcome
 from tests.llm_server import Reply
-from tests.protocol.test_infra_failures import QUESTIONS, instances, job, llm_roles
+from tests.protocol.fakes import QUESTIONS, instances, job, llm_roles
 
 REJECTION = json.dumps(
     {

@@ -14,8 +14,8 @@ import pytest
 
 from cts import tracking
 from hydra_plugins.cts_slurm_launcher.cluster import literal_secrets
-from tests.e2e.test_multirun import METRICS, REPO, run_py
 from tests.llm_fakes import protocol_reply
+from tests.runs import METRICS, REPO, run_py
 
 # One xdist worker runs the whole module: the session's PostgreSQL, munge and Slurm start once.
 pytestmark = pytest.mark.xdist_group("cluster")

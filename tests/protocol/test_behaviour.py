@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_multirun import run_py
+from tests.runs import run_py
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "behaviour.json"
 TIMING_KEYS = frozenset({"elapsed_s", "latency_s"})

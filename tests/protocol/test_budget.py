@@ -21,27 +21,9 @@ from cts.protocol.budget import SPEND_FILE
 from tests.conftest import REPO
 from tests.llm_fakes import protocol_reply
 from tests.llm_server import Reply, ScriptedServer
+from tests.protocol.budget_fakes import compose_job
 
 PER_CALL = 0.01
-
-
-def compose_job(tmp_path: Path, cache_dir: Path, server: ScriptedServer, max_usd: float) -> Any:
-    overrides = [
-        "experiment=offline",
-        "clarifier=gpt",
-        "limit=8",
-        "concurrency=4",
-        f"paths.output_dir={tmp_path / 'job'}",
-        f"paths.cache_dir={cache_dir}",
-        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
-        f"services.llm.api_base={server.base_url}",
-        f"services.llm.cache.path={tmp_path / 'llm.sqlite'}",
-        "services.llm.api_base_price.input_cost_per_token=1e-3",
-        "services.llm.max_attempts=1",
-        f"services.llm.budget.max_usd={max_usd}",
-    ]
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
-        return compose("config", overrides=overrides)
 
 
 def run(tmp_path: Path, cache_dir: Path, server: ScriptedServer, max_usd: float) -> dict[str, Any]:

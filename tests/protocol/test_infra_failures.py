@@ -37,11 +37,10 @@ from cts.roles.llm import LLMClarifier
 from cts.roles.rules import RuleRewriter, RuleUserAnswerer
 from tests.helpers import TableSearch, Typer, built, gold_for
 from tests.llm_server import Reply, ScriptedServer, llm_settings
+from tests.protocol.fakes import QUESTIONS, SPEC, instances, job, llm_roles
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"
-SPEC = {"name": "m", "model": "openai/m", "api_base": None, "api_key_env": None}
-QUESTIONS = '["Which planet or element do you mean?"]'
 
 
 def dead_port() -> int:
@@ -49,30 +48,6 @@ def dead_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def instances(n: int) -> list[Instance]:
-    return [Instance(f"i{j}", f"Tell me about Mercury {j}", f"Tell me about Mercury {j}, the planet") for j in range(n)]
-
-
-def llm_roles(server: ScriptedServer, tmp_path: Path, core: Services, **llm: Any) -> Roles:
-    """An LLM clarifier on the scripted server; everything else offline."""
-    services = Services(cache_dir=tmp_path / "cache", settings={"llm": llm_settings(server, **llm)})
-    return Roles(
-        clarifier=built(LLMClarifier, services, model=SPEC, prompt="clarifier"),
-        ua=built(RuleUserAnswerer, core),
-        rewriter=RuleRewriter(),
-        search=TableSearch({}),
-        judge=LexicalJudge(),
-        qtyper=Typer(),
-    )
-
-
-def job(tmp_path: Path, insts: list[Instance], roles: Roles, concurrency: int = 4) -> tuple[list[Record], str]:
-    gold = {i.id: gold_for(i.id, ("Mercury is a planet", 1)) for i in insts}
-    return asyncio.run(
-        run_job(insts, gold, roles, k=1, out_dir=tmp_path / "job", concurrency=concurrency, progress=False)
-    )
 
 
 def fails_for(marker: str, reply: Reply):

@@ -36,7 +36,7 @@ from cts.core.types import (
 from cts.data.jsonl import write_instances_jsonl
 from cts.demo import load_demo
 from cts.gold import build_gold
-from tests.analysis.test_robustness import compose_task, frozen_sweep, stability_sweep  # noqa: F401 - fixture
+from tests.analysis.fakes import compose_task, stability_sweep
 from tests.llm_fakes import Reply
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ NOTEBOOK = REPO / "notebooks" / "compare_runs.ipynb"
 def test_compare_runs_notebook_executes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_dir: Path) -> None:
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
-    from tests.e2e.test_multirun import run_py
+    from tests.runs import run_py
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_py(

@@ -17,52 +17,7 @@ from cts.report.build import ReportResult, build_sweep_report, log_sweep_report
 from cts.report.cli import main
 from cts.report.jobs import job_dirs, load_jobs
 from cts.report.rows import Stats, score_rows
-
-IDS = ("a", "b", "c", "d")
-ORIG_SCORES = (10.0, 20.0, 30.0, 40.0)
-
-
-def make_records(
-    k: int,
-    scores: Sequence[float | None],
-    types: Sequence[tuple[str, ...]] = (),
-    answers: Sequence[Sequence[str]] = (),
-) -> list[Record]:
-    """One record per id; ``types``/``answers`` give every record the same questions."""
-    out = []
-    for i, (rid, score) in enumerate(zip(IDS, scores)):
-        qs = tuple(f"question {t} of {rid}" for t in range(1, len(types) + 1))
-        out.append(
-            Record(
-                id=rid,
-                k=k,
-                questions=qs,
-                question_types=tuple(types),
-                answers=tuple(answers[i]) if answers else (),
-                rewritten_query=f"rewrite {rid}",
-                clarified=ArmResult(query=f"q {rid}", answer="x", score=score),
-                orig=ArmResult(query=f"q {rid}", answer="y", score=ORIG_SCORES[i]),
-            )
-        )
-    return out
-
-
-def write_job(root: Path, clarifier: str, k: int, records: Sequence[Record], **choices: str) -> Path:
-    """A job dir as the pipeline writes it: records.jsonl + summary.json."""
-    job = root / f"clarifier={clarifier},k={k}"
-    job.mkdir(parents=True)
-    (job / "records.jsonl").write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
-    summary = {
-        "metrics": {},
-        "choices": {"clarifier": clarifier, "judge": "lexical", **choices, "hydra/launcher": "basic"},
-        "k": k,
-        "run_name": f"clarifier={clarifier},k={k}",
-        "job_dir": str(job),
-        "run_id": "",
-    }
-    (job / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
-    return job
-
+from tests.report.fakes import ORIG_SCORES, make_records, write_job
 
 U, K = UNKNOWN, "known"
 REGION, SCOPE, TIME = ("region",), ("scope",), ("time",)
@@ -250,7 +205,6 @@ def test_orig_is_pooled_only_within_one_setting(tmp_path: Path) -> None:
 
 
 def test_a_rebound_clarifier_model_names_the_system_by_its_option_and_orig_is_one_row():
-    from cts.core.records import ArmResult, Record
     from cts.report.jobs import job_from_summary, label_jobs
 
     def job(model: str, litellm_id: str, overrides: list[str]):

@@ -11,7 +11,7 @@ from cts import report
 from cts.protocol.pipeline import STAGE_CALLS
 from cts.report.beyond import frontier_rows, pareto
 from cts.report.jobs import job_from_summary, label_jobs
-from tests.report.test_report import ORIG_SCORES, make_records, write_job
+from tests.report.fakes import ORIG_SCORES, make_records, write_job
 
 K, U = "known", "unknown"
 

@@ -16,7 +16,7 @@ from cts.roles.gates import AlwaysGate, LLMGate, NeverGate, OracleGate, RuleGate
 from cts.roles.llm import InvalidOutput
 from tests.handwritten import INSTANCES, TITLES
 from tests.helpers import built
-from tests.llm_server import ScriptedServer, llm_server_fixture, llm_settings  # noqa: F401
+from tests.llm_server import ScriptedServer, llm_settings
 
 
 def rec(i: str, query: str, clarified: float | None, orig: float | None, n_q: int = 2) -> Record:

@@ -33,11 +33,7 @@ from cts.roles.llm import (
 from cts.roles.parse import normalise_answer
 from tests.helpers import built
 from tests.llm_fakes import protocol_reply
-from tests.llm_server import (
-    ScriptedServer,
-    llm_server_fixture,  # noqa: F401  (registers the `llm_server` fixture)
-    llm_settings,
-)
+from tests.llm_server import ScriptedServer, llm_settings
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 SPEC = {

@@ -18,7 +18,7 @@ from cts.roles.llm import InvalidOutput, LLMClarifier, parse_turn
 from cts.roles.rules import RuleClarifier, RuleRewriter, RuleUserAnswerer
 from tests.handwritten import INSTANCES
 from tests.helpers import TableSearch, Typer, built, gold_for, mercury
-from tests.llm_server import ScriptedServer, llm_server_fixture, llm_settings  # noqa: F401
+from tests.llm_server import ScriptedServer, llm_settings
 
 
 class SpyClarifier:

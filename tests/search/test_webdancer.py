@@ -38,8 +38,8 @@ from cts.search.react import (
 )
 from cts.search.webdancer import WebDancerSearch
 from tests.helpers import built
-from tests.llm_server import Reply, llm_server, llm_settings  # noqa: F401  (fixture)
-from tests.search.test_providers import ARTICLE, FakeHTTP, fake_http  # noqa: F401  (fixture)
+from tests.llm_server import Reply, llm_settings
+from tests.search.fakes import ARTICLE, FakeHTTP
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 MODEL = ModelSpec(name="webdancer", model="openai/WebDancer-32B")

@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 from cts import tracking
-from tests.e2e.test_multirun import run_py
 from tests.llm_fakes import protocol_reply
+from tests.runs import run_py
 
 CARD = ("-m", "clarifier=gpt,ernie,claude", "k=1,2,3")
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from cts import tracking
-from tests.e2e.test_multirun import REPO, run_py
 from tests.llm_fakes import protocol_reply, sweep_reply
+from tests.runs import REPO, run_py
 
 CARD = ("-m", "clarifier=gpt,ernie,claude", "k=1,2,3")
 OFFLINE = ("-m", "experiment=offline", "clarifier=rules_scope,rules_region,none", "k=1,2")

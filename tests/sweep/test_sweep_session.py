@@ -21,12 +21,7 @@ from cts.protocol.budget import SPEND_FILE, Budget, run_within_budget
 from cts.sweep import SweepSession
 from cts.sweep._compose import MemoConfigLoader, forget_composed
 from cts.sweep._joblog import routed_job_logs
-from tests.llm_server import (
-    Reply,
-    ScriptedServer,
-    llm_server_fixture,  # noqa: F401  (registers the `llm_server` fixture)
-    llm_settings,
-)
+from tests.llm_server import Reply, ScriptedServer, llm_settings
 
 MESSAGES = [{"role": "user", "content": "Which year?"}]
 PRICE = {"input_cost_per_token": 1e-3, "output_cost_per_token": 0.0}

@@ -18,8 +18,8 @@ import pytest
 
 from cts._util.interrupt import resume_command
 from cts.tracking import RUN_FILE
-from tests.e2e.test_sweep_dir import clone_env, fresh_clone, job_runs, sweep_dirs
 from tests.llm_fakes import sweep_reply
+from tests.runs import clone_env, fresh_clone, job_runs, sweep_dirs
 
 CARD = ("-m", "clarifier=gpt,ernie,claude", "k=1,2,3")
 N = 6

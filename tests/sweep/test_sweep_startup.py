@@ -23,7 +23,7 @@ from cts.protocol.budget import SPEND_FILE, Budget, within_budget
 from cts.sweep import SweepSession, start_async
 from tests.llm_fakes import protocol_reply
 from tests.llm_server import Reply, ScriptedServer, llm_settings
-from tests.protocol.test_budget import compose_job
+from tests.protocol.budget_fakes import compose_job
 
 PRICE = {"input_cost_per_token": 1e-3, "output_cost_per_token": 0.0}
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from cts import tracking
-from tests.e2e.test_multirun import REPO
 from tests.llm_fakes import sweep_reply
+from tests.runs import REPO
 
 CARD = ("-m", "clarifier=gpt,ernie,claude", "k=1,2,3")
 ENV = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "PYTHONPATH": str(REPO)}

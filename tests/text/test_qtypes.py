@@ -13,7 +13,7 @@ from cts.compose.services import Services
 from cts.roles.qtyper import LexiconQuestionTyper, LLMQuestionTyper
 from cts.roles.qtyper import parse_question_types as parse_labels
 from cts.text.qtypes import QTYPES, classify_question, is_region_only, normalize_types
-from tests.llm_server import ScriptedServer, llm_server, llm_settings  # noqa: F401
+from tests.llm_server import ScriptedServer, llm_settings
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 

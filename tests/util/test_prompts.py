@@ -22,11 +22,7 @@ from cts.core.types import QA, Evidence, Nugget
 from cts.roles import llm as roles
 from tests.helpers import built
 from tests.llm_fakes import protocol_reply
-from tests.llm_server import (
-    ScriptedServer,
-    llm_server_fixture,  # noqa: F401  (registers the `llm_server` fixture)
-    llm_settings,
-)
+from tests.llm_server import ScriptedServer, llm_settings
 
 # What each role passes to its prompt (the contract the files must match).
 EXPECTED = {
