@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Iterable
 from typing import TypeVar
 
 T = TypeVar("T")
 
 
-async def bounded(jobs: Iterable[Awaitable[T]], limit: int) -> AsyncIterator[T]:
+async def bounded(jobs: Iterable[Awaitable[T]], limit: int) -> AsyncGenerator[T, None]:
     """Yield the results of ``jobs`` as they finish, with at most ``limit`` running.
 
     Jobs are started lazily (a million instances are not a million tasks). When
@@ -25,12 +25,12 @@ async def bounded(jobs: Iterable[Awaitable[T]], limit: int) -> AsyncIterator[T]:
             if not running:
                 return
             done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            failed = [f for f in done if f.exception() is not None]
+            failed = [e for f in done if (e := f.exception()) is not None]
             for f in done:
                 if f.exception() is None:
                     yield f.result()
             if failed:
-                raise failed[0].exception()  # type: ignore[misc]
+                raise failed[0]
     finally:
         for f in running:
             f.cancel()

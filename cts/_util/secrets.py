@@ -7,12 +7,14 @@ resolved values out of the files launchers write and out of the params a run log
 from __future__ import annotations
 
 import re
+from typing import TypeVar, cast
 
 _SECRET_KEY = re.compile(
     r"(^|[._])(api_key|apikey|secret|secret_key|password|passwd|access_token|auth_token)$", re.IGNORECASE
 )
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)[^@\s]+@")
 REDACTED = "***"
+_Tree = TypeVar("_Tree")
 
 
 def is_secret_key(name: str) -> bool:
@@ -32,12 +34,13 @@ def scrub(name: str, value: str) -> str:
     return _URL_PASSWORD.sub(rf"\1{REDACTED}@", value)
 
 
-def scrub_tree(obj: object, prefix: str = "") -> object:
+def scrub_tree(obj: _Tree, prefix: str = "") -> _Tree:
     """A copy of a resolved config (nested dicts/lists) with :func:`scrub` applied to every leaf."""
+    # The casts: the copy has the shape (and type) of ``obj``; mypy cannot see that through the branches.
     if isinstance(obj, dict):
-        return {k: scrub_tree(v, f"{prefix}{k}.") for k, v in obj.items()}
+        return cast(_Tree, {k: scrub_tree(v, f"{prefix}{k}.") for k, v in obj.items()})
     if isinstance(obj, list):
-        return [scrub_tree(v, prefix) for v in obj]
+        return cast(_Tree, [scrub_tree(v, prefix) for v in obj])
     if isinstance(obj, str):
-        return scrub(prefix.rstrip("."), obj)
+        return cast(_Tree, scrub(prefix.rstrip("."), obj))
     return obj

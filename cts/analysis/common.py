@@ -73,9 +73,9 @@ def feedback_on_traces(items: Iterable[tuple[str, str, tracking.Assessed]]) -> i
         by_instance.setdefault((run_id, instance_id), []).append(assessed)
     traces = tracking.trace_ids_of_runs([run_id for run_id, _ in by_instance])
     logged = 0
-    for key, assessed in by_instance.items():
+    for key, of_instance in by_instance.items():
         if key in traces:
-            tracking.log_assessments(traces[key], assessed)
-            logged += len(assessed)
+            tracking.log_assessments(traces[key], of_instance)
+            logged += len(of_instance)
     log.info("%d assessments added to %d traces", logged, len({k for k in by_instance if k in traces}))
     return logged

@@ -12,7 +12,7 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from hydra.utils import get_object
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -88,7 +88,7 @@ def check_start(config: DictConfig, jobs: Sequence[DictConfig]) -> None:
     refuse(output_problems(config))
     for job in jobs:
         with input_errors(job, exit_in_debug=True):
-            if missing := missing_values(OmegaConf.masked_copy(job, [k for k in job if k != "hydra"])):
+            if missing := missing_values(OmegaConf.masked_copy(job, [str(k) for k in job if k != "hydra"])):
                 raise InputError(missing)
             preload_inputs(job)
 
@@ -165,7 +165,7 @@ def run_info(cfg: DictConfig) -> RunInfo:
     ctx, t = job_context(cfg), cfg.tracking
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved, dict)
-    return RunInfo(ctx, tracking_settings(t), resolved, job_tags(cfg, ctx))
+    return RunInfo(ctx, tracking_settings(t), cast("dict[str, Any]", resolved), job_tags(cfg, ctx))
 
 
 def llm_budget(services: Services) -> Budget:
@@ -218,7 +218,7 @@ def evaluate(cfg: DictConfig, services: Services) -> float | None:
         return evaluate_task(
             dataset=dataset,
             roles=roles,
-            protocol=EvalProtocol(cfg.k, cfg.seed, stats),
+            protocol=EvalProtocol(cfg.k, cfg.seed, cast("dict[str, Any]", stats)),
             run=run_info(cfg),
             resume=resume,
             budget=llm_budget(services),

@@ -108,7 +108,9 @@ def unknown_key_problems(node: Any, path: str = "") -> list[str]:
 
 
 def _unknown_keys(node: DictConfig, keys: list[str], path: str) -> list[str]:
-    target = str(node._get_node("_target_")._value())
+    target_node = node._get_node("_target_")
+    assert target_node is not None  # the caller found "_target_" among the keys
+    target = str(target_node._value())
     try:
         obj = get_object(target)
         params = inspect.signature(obj).parameters
@@ -144,7 +146,7 @@ def preflight_problems_of(cfg: DictConfig, groups: tuple[str, ...] | None = None
     from cts.llm.preflight import preflight_problems
     from cts.llm.rulecheck import rule_problems
 
-    components = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in ("hydra", "task")])
+    components = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k not in ("hydra", "task")])
     scoped = OmegaConf.masked_copy(cfg, list(groups)) if groups else cfg
     return unknown_key_problems(components) + preflight_problems(scoped) + rule_problems(scoped)
 

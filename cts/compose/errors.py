@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +133,7 @@ def missing_values(cfg: DictConfig) -> list[str]:
 def _missing(node: DictConfig | ListConfig, prefix: str) -> list[str]:
     """Keys set to ``???``, walked without resolving interpolations (which may point at them)."""
     out: list[str] = []
-    keys = node.keys() if isinstance(node, DictConfig) else range(len(node))
+    keys: Iterable[Any] = node.keys() if isinstance(node, DictConfig) else range(len(node))
     for key in keys:
         name = f"{prefix}{key}"
         if OmegaConf.is_missing(node, key):

@@ -57,7 +57,7 @@ class Services:
         """Return the resource stored under ``key``, building it on first use."""
         if key not in self._memo:
             self._memo[key] = build()
-        return self._memo[key]  # type: ignore[no-any-return]
+        return self._memo[key]
 
     @property
     def corpus(self) -> Corpus:

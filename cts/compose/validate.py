@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -246,12 +246,12 @@ def leaves(node: DictConfig | ListConfig, prefix: str = "") -> Iterator[tuple[st
     for key in keys:
         child = node._get_node(key)
         if _is_branch(child):
-            yield from leaves(child, f"{prefix}{key}.")  # type: ignore[arg-type]
+            yield from leaves(child, f"{prefix}{key}.")
         else:
             yield f"{prefix}{key}", node, key
 
 
-def _is_branch(node: Any) -> bool:
+def _is_branch(node: Any) -> TypeGuard[DictConfig | ListConfig]:
     return isinstance(node, (DictConfig, ListConfig)) and not (
         node._is_none() or node._is_missing() or node._is_interpolation()
     )
@@ -301,9 +301,9 @@ def value_problems(cfg: DictConfig) -> list[str]:
 
 def _checked_leaves(cfg: DictConfig) -> Iterator[tuple[str, DictConfig | ListConfig, Any]]:
     """Leaves outside ``hydra``, plus those of ``hydra.launcher`` (the only Hydra settings in the table)."""
-    for key in [k for k in cfg if k != "hydra"]:
-        if _is_branch(cfg._get_node(key)):
-            yield from leaves(cfg._get_node(key), f"{key}.")  # type: ignore[arg-type]
+    for key in [str(k) for k in cfg if k != "hydra"]:
+        if _is_branch(node := cfg._get_node(key)):
+            yield from leaves(node, f"{key}.")
         else:
             yield str(key), cfg, key
     launcher = OmegaConf.select(cfg, "hydra.launcher", default=None)

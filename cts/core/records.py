@@ -68,7 +68,7 @@ def search_call_error(result: SearchResult) -> CallError:
     if result.failure is not None:
         f = result.failure
         return CallError(f.kind, f.message, f.endpoint)
-    event = next((e for e in reversed(result.trace) if e.get("type") == "error"), {})
+    event: Mapping[str, Any] = next((e for e in reversed(result.trace) if e.get("type") == "error"), {})
     return CallError(
         str(event.get("kind") or "error"), str(event.get("message") or "search ended in error"), event.get("endpoint")
     )

@@ -131,7 +131,7 @@ class UnscoredError(Exception):
     ``kind`` is ``truncated`` when the last reply stopped at the role's output cap.
     """
 
-    def __init__(self, reason: str, kind: str = "invalid_output") -> None:
+    def __init__(self, reason: str, kind: ErrorKind = "invalid_output") -> None:
         super().__init__(reason)
         self.reason = reason
         self.kind = kind

@@ -52,7 +52,7 @@ def _rate(flags: Sequence[bool]) -> float:
 
 
 def _unknown_rate(selected: Sequence[Turn]) -> float:
-    return _rate([t.unknown for t in selected if t.unknown is not None])  # type: ignore[misc]
+    return _rate([t.unknown for t in selected if t.unknown is not None])
 
 
 def type_metrics(all_turns: Sequence[Turn]) -> dict[str, float]:

@@ -13,7 +13,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -360,7 +360,7 @@ def _advancing(
 
 
 async def _drain(
-    results: AsyncIterator[tuple[Record, list[dict[str, Any]]]],
+    results: AsyncGenerator[tuple[Record, list[dict[str, Any]]], None],
     sink: JobSink,
     finished: dict[str, Record],
     bar: Any,

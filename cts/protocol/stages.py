@@ -20,6 +20,7 @@ from cts.core.types import (
     BudgetExceeded,
     CallError,
     CircuitOpen,
+    ErrorKind,
     UnscoredError,
 )
 
@@ -48,12 +49,12 @@ def stage(name: str) -> Iterator[None]:
     except (BudgetExceeded, CircuitOpen, StageError, asyncio.CancelledError):
         raise
     except UnscoredError as e:
-        raise StageError(ErrorInfo(name, e.kind, e.reason)) from e  # type: ignore[arg-type]
+        raise StageError(ErrorInfo(name, e.kind, e.reason)) from e
     except CallError as e:
         infra = e.kind in INFRA_CALL_KINDS
         raise StageError(ErrorInfo(name, "infra" if infra else "api_error", str(e), e.endpoint)) from e
     except Exception as e:
-        kind = "infra" if infra_exception(e) else "exception"
+        kind: ErrorKind = "infra" if infra_exception(e) else "exception"
         raise StageError(ErrorInfo(name, kind, f"{type(e).__name__}: {e}")) from e
 
 

@@ -41,7 +41,7 @@ def _fmt(v: Any, signed: bool = False) -> str:
 
 def _paired(records: Sequence[Record]) -> tuple[list[float], list[float]]:
     pairs = [(r.score, r.orig_score) for r in records if r.score is not None and r.orig_score is not None]
-    return [float(p[0]) for p in pairs], [float(p[1]) for p in pairs]  # type: ignore[arg-type]
+    return [float(p[0]) for p in pairs], [float(p[1]) for p in pairs]
 
 
 # ----------------------------------------------------------------- batch vs sequential

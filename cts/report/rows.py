@@ -69,7 +69,7 @@ def _settings(jobs: Sequence[Job]) -> list[tuple[int, str, list[Job]]]:
 def paired(job: Job) -> tuple[list[float], list[float]]:
     """Clarified-arm and orig scores of the instances where both arms are scored."""
     pairs = [(r.score, r.orig_score) for r in job.records if r.score is not None and r.orig_score is not None]
-    return [p[0] for p in pairs], [p[1] for p in pairs]  # type: ignore[misc]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
 def score_rows(jobs: Sequence[Job], stats: Stats) -> pd.DataFrame:

@@ -11,7 +11,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from cts.core.contracts import SearchHit
+from cts._util.prompts import Prompt
+from cts.core.contracts import Chat, Fetcher, SearchHit, SearchProvider
 from cts.core.types import CallError, Evidence
 from cts.search.providers import NETWORK
 from cts.search.react import (
@@ -25,7 +26,7 @@ from cts.search.react import (
     render,
     render_hits,
 )
-from cts.search.toolcache import search_args, visit_args
+from cts.search.toolcache import ToolCache, search_args, visit_args
 from cts.text.tokens import normalize
 
 FATAL_KINDS = frozenset({"config", "auth"})
@@ -38,6 +39,20 @@ def _storable(value: Mapping[str, Any]) -> bool:
 
 class WebTools:
     """``search`` and ``visit`` as the released agent runs them (mixed into the agent)."""
+
+    # What the tools read of the agent they are mixed into (set by WebDancerSearch.__init__).
+    provider: SearchProvider
+    fetcher: Fetcher
+    tool_cache: ToolCache
+    summariser: Chat
+    results_per_query: int
+    max_queries_per_call: int
+    max_urls_per_call: int | None
+    max_page_chars: int
+    fallback_page_chars: int
+    summary_max_output_tokens: int | None
+    summary_params: dict[str, Any]
+    prompts: dict[str, Prompt]
 
     async def _tool_search(self, run: Episode, args: Mapping[str, Any]) -> ToolOutput:
         queries = as_list(args.get("query"))[: self.max_queries_per_call]

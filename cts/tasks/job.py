@@ -160,7 +160,7 @@ def task_overrides() -> list[str]:
 
 def protocol_config(cfg: DictConfig) -> dict[str, Any]:
     """Everything that changes what a job measures (not where it writes), resolved."""
-    keys = [k for k in cfg if k not in _NON_PROTOCOL_KEYS]
+    keys = [str(k) for k in cfg if k not in _NON_PROTOCOL_KEYS]
     try:  # resolved, so that a dataset path or an endpoint read from the environment counts too
         data = OmegaConf.to_container(OmegaConf.masked_copy(cfg, keys), resolve=True)
     except Exception:  # noqa: BLE001 - e.g. ${hydra:...} outside a Hydra run: the written config
@@ -172,7 +172,7 @@ def protocol_config(cfg: DictConfig) -> dict[str, Any]:
     if local := kept["services"].get("local_llm"):
         kept["services"]["local_llm"] = {k: v for k, v in local.items() if k not in _LOCAL_LLM_OPERATIONAL}
     # Secrets masked: fingerprint.json stores this, and a rotated key measures the same thing.
-    return scrub_tree(kept)  # type: ignore[return-value]
+    return scrub_tree(kept)
 
 
 def protocol_fingerprint(cfg: DictConfig) -> str:

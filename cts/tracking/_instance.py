@@ -232,7 +232,7 @@ def log_instance_trace(
     instance: Any,
     gold: Any,
     record: Any,
-    traces: list[Mapping[str, Any]],
+    traces: Sequence[Mapping[str, Any]],
     tags: Mapping[str, str] | None = None,
     run: tuple[str, str] | None = None,
 ) -> str:
@@ -316,10 +316,10 @@ class InstanceTraces:
         self.trace_ids: dict[str, str] = {}
         """Instance id -> its trace id (this invocation's instances)."""
         self._run: tuple[str, str] | None = None
-        self._waiting: list[tuple[Any, Any, Any, list[Mapping[str, Any]]]] = []
+        self._waiting: list[tuple[Any, Any, Any, Sequence[Mapping[str, Any]]]] = []
         self._lock = threading.Lock()
 
-    def __call__(self, instance: Any, gold: Any, record: Any, traces: list[Mapping[str, Any]]) -> None:
+    def __call__(self, instance: Any, gold: Any, record: Any, traces: Sequence[Mapping[str, Any]]) -> None:
         """Log the instance's trace, or keep it until the run exists."""
         with self._lock:
             if self._run is None:
@@ -339,5 +339,5 @@ class InstanceTraces:
             except Exception:  # noqa: BLE001 - observability must not stop the job
                 log.exception("per-instance trace failed for %s", item[2].id)
 
-    def _log(self, instance: Any, gold: Any, record: Any, traces: list[Mapping[str, Any]]) -> None:
+    def _log(self, instance: Any, gold: Any, record: Any, traces: Sequence[Mapping[str, Any]]) -> None:
         self.trace_ids[record.id] = log_instance_trace(instance, gold, record, traces, self.tags, self._run)

@@ -19,8 +19,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from hydra.core.config_loader import ConfigLoader
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import (
@@ -79,7 +80,8 @@ class CtsLauncher(Launcher):
         from cts.sweep._compose import MemoConfigLoader
 
         if not isinstance(hydra_context.config_loader, MemoConfigLoader):
-            hydra_context.config_loader = MemoConfigLoader(hydra_context.config_loader)
+            # Duck-typed: it delegates everything but load_sweep_config to the loader it wraps.
+            hydra_context.config_loader = cast(ConfigLoader, MemoConfigLoader(hydra_context.config_loader))
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:

@@ -58,6 +58,7 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
         assert self.config is not None
         # Unresolved: reading the list's items would resolve ${oc.env:...} into the secret itself.
         task = OmegaConf.to_container(self.config.hydra.overrides.task, resolve=False)
+        assert isinstance(task, list)  # hydra.overrides.task is a list of strings
         refuse_literal_secrets([*task, *(o for job in job_overrides for o in job)])
         use_scontrol_when_no_sacct()
         executor, jobs = self._submit(job_overrides, initial_job_idx)
@@ -92,7 +93,8 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
             captured.extend(original(executor, *args, **kwargs))
             return []
 
-        submitit.AutoExecutor.map_array = capture  # type: ignore[method-assign]
+        # The wrapper takes what map_array takes; mypy sees only the two signatures differ.
+        submitit.AutoExecutor.map_array = capture  # type: ignore[method-assign,assignment]
         try:
             super().launch(job_overrides, initial_job_idx)
         finally:

@@ -96,12 +96,13 @@ def report_job(sweep_dir: str) -> str:
     Raises:
         RuntimeError: when the report could not be built (the errors are in the job's log).
     """
-    from omegaconf import OmegaConf, open_dict, read_write
+    from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
     from cts.compose.callbacks import report_sweep
 
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     config = OmegaConf.load(Path(sweep_dir) / "multirun.yaml")
+    assert isinstance(config, DictConfig)  # Hydra writes the sweep's config as a mapping
     with read_write(config), open_dict(config):
         config.hydra.sweep.dir = sweep_dir  # saved unresolved (${now:...}); this is the sweep's real dir
     out_dir = report_sweep(config)
