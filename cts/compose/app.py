@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 from hydra.utils import get_object
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from cts._util.console import DETAIL
 from cts.compose.checks import (  # noqa: F401 - the pre-flight, also reached through this module
     OFFLINE_COMMAND,
     preflight,
@@ -349,7 +350,7 @@ def build_node(node: Any, services: Services) -> Any:
     target = get_object(str(node._target_))
     kwargs = {str(k): _plain_value(node[k], services) for k in node if not str(k).startswith("_")}
     obj = target(**component_arguments(target, kwargs, services))
-    log.info("built %s", node._target_)
+    log.info("built %s", node._target_, extra=DETAIL)  # run.log only (cts._util.console)
     return obj
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import sys
@@ -12,10 +13,12 @@ from typing import TYPE_CHECKING, Any
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
+from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from cts import tracking
+from cts._util.console import job_closing_lines, sweep_closing_lines
 from cts._util.interrupt import hydra_quote, remember_sweep
 from cts._util.naming import forget_swept, register_resolver, remember_swept
 
@@ -172,8 +175,29 @@ class PrepareTrackingStore(Callback):
         end_startup_gc()  # a launcher whose jobs ran elsewhere (joblib, Slurm) left it off here
         forget_swept()
         forget_composed()
-        if config.get("sweep_report", True):
-            report_or_exit(config, self._n_jobs)
+        report = report_or_exit(config, self._n_jobs) if config.get("sweep_report", True) else None
+        where = sweep_closing_lines(
+            str(config.hydra.sweep.dir),
+            str(report / "report.md") if report else None,
+            str(config.tracking.experiment),
+            str(config.tracking.uri),
+        )
+        print("\n".join(where), flush=True)
+
+    def on_run_end(self, config: DictConfig, job_return: JobReturn | None = None, **kwargs: Any) -> None:
+        """A single run that finished: say where its results are and how to look at them."""
+        if job_return is None or job_return.status != JobStatus.COMPLETED or job_return.hydra_cfg is None:
+            return
+        job_dir = Path(str(job_return.hydra_cfg.hydra.runtime.output_dir))
+        print("\n".join(job_closing_lines(str(job_dir), *_tracked_run(job_dir, config))), flush=True)
+
+
+def _tracked_run(job_dir: Path, config: DictConfig) -> tuple[str | None, str, str]:
+    """The run id, experiment and store a job's ``summary.json`` names (the config's when it has none)."""
+    path = job_dir / "summary.json"
+    summary = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    experiment = summary.get("experiment") or str(config.tracking.experiment)
+    return summary.get("run_id"), experiment, summary.get("tracking_uri") or str(config.tracking.uri)
 
 
 def report_sweep(config: DictConfig) -> Path | None:

@@ -24,6 +24,7 @@ import bm25s
 import numpy as np
 
 import cts.text.tokens
+from cts._util.console import DETAIL
 from cts._util.io import atomic_dir
 from cts.corpus.wiki import Corpus, Doc
 from cts.text.tokens import content_tokens
@@ -184,7 +185,7 @@ def load_or_build_index(corpus: Corpus, cache_dir: Path, *, params: BM25Params =
     t0 = time.perf_counter()
     retriever = _load_saved(path, corpus, settings)
     if retriever is not None:
-        log.info("loaded BM25 index %s in %.2fs", path, time.perf_counter() - t0)
+        log.info("loaded BM25 index %s in %.2fs", path, time.perf_counter() - t0, extra=DETAIL)
         return CorpusIndex(corpus, retriever, path=path, built=False)
     stale = path.exists()
     log.info("building BM25 index of %d docs at %s", len(corpus), path)

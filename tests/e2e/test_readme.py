@@ -15,8 +15,8 @@ What "verbatim" means here:
   (``PROJECT_ROOT``, ``VIRTUAL_ENV``, ``PYTHONPATH``, ``CTS_*``, ``HYDRA_*``, ``MLFLOW_*``,
   ``LITELLM_*``) and without this venv on ``PATH``; the one addition is ``CTS_CACHE_DIR`` (the README's
   own setting) = the session's test cache, so the demo set and BM25 index are built once per session.
-- **The set-up command**: its first step, ``python3 -m venv .venv``, is the only substitution: a real
-  install takes minutes, so ``.venv`` is created by the current interpreter and sees the current
+- **The set-up command**: its first step, ``python3 -m venv --upgrade-deps .venv``, is the only substitution: a real
+  install takes minutes (and the pip upgrade needs a registry), so ``.venv`` is created by the current interpreter and sees the current
   venv's installed packages through a ``.pth`` file. The rest, ``. .venv/bin/activate && pip install
   -c constraints.txt -e . && python run.py experiment=offline``, runs as written from the copy's root:
   pip resolves the constraints and installs cts editable from the copy. Later recipes run in that
@@ -51,7 +51,7 @@ from tests import readme_commands as rc
 REPO = Path(__file__).resolve().parents[2]
 BLOCKS = rc.blocks((REPO / "README.md").read_text(encoding="utf-8"))
 RECIPES = {"setup", "offline-sweep"}
-VENV_STEP = "python3 -m venv .venv && "
+VENV_STEP = "python3 -m venv --upgrade-deps .venv && "
 DEMO_SIZE = 200  # the demo set's default size (python -m cts.demo --n 200)
 _DROPPED_PREFIXES = ("CTS_", "HYDRA_", "MLFLOW_", "LITELLM_")
 _DROPPED = {"PROJECT_ROOT", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"}
@@ -102,7 +102,7 @@ def _fresh_copy(dest: Path) -> Path:
 
 
 def _layered_venv(venv: Path) -> None:
-    """``python3 -m venv .venv``, replaced: a venv of this interpreter that sees this venv's packages.
+    """``python3 -m venv --upgrade-deps .venv``, replaced: a venv of this interpreter that sees this venv's packages.
 
     A plain path in a ``.pth`` puts this venv's site-packages on ``sys.path`` without running its
     ``.pth`` files, so this checkout's own editable cts stays invisible there.
