@@ -171,6 +171,8 @@ def protocol_config(cfg: DictConfig) -> dict[str, Any]:
     kept["services"] = {**kept.get("services", {}), "llm": {k: v for k, v in llm.items() if k not in _LLM_OPERATIONAL}}
     if local := kept["services"].get("local_llm"):
         kept["services"]["local_llm"] = {k: v for k, v in local.items() if k not in _LOCAL_LLM_OPERATIONAL}
+    if isinstance(kept.get("dataset"), dict):  # how the delta CI groups instances, not what a record holds
+        kept["dataset"] = {k: v for k, v in kept["dataset"].items() if k != "cluster_field"}
     # Secrets masked: fingerprint.json stores this, and a rotated key measures the same thing.
     return scrub_tree(kept)  # type: ignore[return-value]
 
