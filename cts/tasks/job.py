@@ -268,8 +268,10 @@ def job_tags(cfg: DictConfig, ctx: JobContext) -> dict[str, str]:
     return tags
 
 
-def write_summary(run: RunInfo, k: int, metrics: Mapping[str, float], run_id: str, stop: str) -> Path:
-    """Write ``summary.json`` and the resolved ``config.yaml`` into the job dir."""
+def write_summary(
+    run: RunInfo, k: int, metrics: Mapping[str, float], run_id: str, stop: str, extra: Mapping[str, Any] | None = None
+) -> Path:
+    """Write ``summary.json`` (plus ``extra`` entries, e.g. how the CI was computed) and ``config.yaml``."""
     ctx = run.context
     (ctx.job_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(scrub_tree(dict(run.config)))))
     summary = {
@@ -285,6 +287,7 @@ def write_summary(run: RunInfo, k: int, metrics: Mapping[str, float], run_id: st
         "run_id": run_id,
         "experiment": run.tracking.experiment,
         "tracking_uri": run.tracking.uri,
+        **(extra or {}),
     }
     path = ctx.job_dir / "summary.json"
     path.write_text(json.dumps(summary, indent=2, ensure_ascii=False))
