@@ -307,6 +307,8 @@ _TABLE_KEYS = (
     "delta_mean",
     "delta_ci_low",
     "delta_ci_high",
+    "n_clusters",
+    "design_effect",
     "ua_unknown_rate",
     "all_unknown_rate",
     "cq_region_rate",
