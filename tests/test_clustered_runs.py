@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
@@ -80,6 +82,16 @@ def test_job_metrics_resample_clusters_and_keep_the_naive_interval() -> None:
     assert got["n_clusters"] == 4 and got["design_effect"] == pytest.approx(want.design_effect)
     assert got["design_effect"] > 2  # topics differ far more than their facets
     assert got["delta_ci_high"] - got["delta_ci_low"] > naive["delta_ci_high"] - naive["delta_ci_low"]
+
+
+def test_the_clustered_interval_does_not_depend_on_the_order_records_finished_in() -> None:
+    scores = [float(x) for x in np.random.default_rng(5).uniform(0, 100, 30)]
+    recs = records(scores, [50.0] * 30)
+    clusters = {f"i{n}": f"t{n % 10}" for n in range(30)}
+    shuffled = [recs[(7 * n + 3) % 30] for n in range(30)]  # records.jsonl is in completion order
+    keys = ("delta_ci_low", "delta_ci_high", "n_clusters", "design_effect")
+    got, want = (summarize(r, k=1, clusters=clusters, **STATS) for r in (shuffled, recs))
+    assert [got[k] for k in keys] == pytest.approx([want[k] for k in keys])
 
 
 def test_unclustered_job_metrics_are_unchanged() -> None:
@@ -164,5 +176,9 @@ def test_offline_sweep_of_the_handwritten_set_reports_clustered_intervals(tmp_pa
     metrics = summary["metrics"]
     assert metrics["n_clusters"] == 4 and math.isfinite(metrics["design_effect"])
     assert metrics["delta_ci_low"] <= metrics["delta_mean"] <= metrics["delta_ci_high"]
+    table_3 = pd.read_csv(sweep / "report" / "delta_ci.csv").set_index("system")  # the report agrees with the job
+    assert table_3.loc["rules_scope", ["delta_ci_low", "delta_ci_high"]].tolist() == pytest.approx(
+        [metrics["delta_ci_low"], metrics["delta_ci_high"]]
+    )
     table = (sweep / "report" / "delta_ci.md").read_text(encoding="utf-8")
     assert "cluster bootstrap by `topic`" in table and "| clusters | deff |" in table and "p (Holm)" in table

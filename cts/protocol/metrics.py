@@ -78,7 +78,8 @@ def cluster_metrics(
         naive: :func:`score_metrics` of the same records (its instance-level interval).
         stats: ``n_resamples``, ``confidence`` and ``seed`` of the bootstrap.
     """
-    pairs = [r for r in records if r.score is not None and r.orig_score is not None]
+    # In id order: the report reads records.jsonl in completion order, and must draw the same clusters.
+    pairs = sorted((r for r in records if r.score is not None and r.orig_score is not None), key=lambda r: r.id)
     labels = [clusters.get(r.id, ("instance", r.id)) for r in pairs]
     c = cluster_bootstrap_ci([r.score for r in pairs], [r.orig_score for r in pairs], labels, **stats)  # type: ignore[misc]
     return {

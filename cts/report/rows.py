@@ -77,7 +77,10 @@ def paired(job: Job) -> tuple[list[float], list[float]]:
 def comparison(job: Job, stats: Stats, p_value: PValueTest = "bootstrap") -> Comparison:
     """The job's paired comparison with orig: clustered when its summary names clusters (:mod:`cts.stats.compare`)."""
     pairs = [r for r in job.records if r.score is not None and r.orig_score is not None]
-    labels = [job.clusters.get(r.id, ("instance", r.id)) for r in pairs] if job.cluster_field else None
+    labels = None
+    if job.cluster_field:  # in id order, as the job's metrics (cts.protocol.metrics.cluster_metrics)
+        pairs = sorted(pairs, key=lambda r: r.id)
+        labels = [job.clusters.get(r.id, ("instance", r.id)) for r in pairs]
     scores, origs = [r.score for r in pairs], [r.orig_score for r in pairs]
     return paired_comparison(scores, origs, labels, **vars(stats), p_value=p_value)  # type: ignore[arg-type]
 
