@@ -78,10 +78,12 @@ def cluster_mean_distribution(
     n_clusters = sums.size
     rng = np.random.default_rng(seed)
     batch = bootstrap_batch(n_clusters, n_resamples, max_values)
+    equal = bool(np.all(sizes == sizes[0]))  # then every resample holds the same number of instances
     out = np.empty(n_resamples)
     for start in range(0, n_resamples, batch):
         drawn = rng.integers(0, n_clusters, (min(batch, n_resamples - start), n_clusters))
-        out[start : start + drawn.shape[0]] = sums[drawn].sum(axis=-1) / sizes[drawn].sum(axis=-1)
+        drawn_sizes = sizes[0] * n_clusters if equal else sizes[drawn].sum(axis=-1)
+        out[start : start + drawn.shape[0]] = sums[drawn].sum(axis=-1) / drawn_sizes
     return out
 
 
