@@ -201,6 +201,12 @@ RULES: tuple[Rule, ...] = (
     rule("dataset.seed", integer(0)),
     rule("dataset.max_field_chars", integer(1)),
     rule("dataset.only_with_gold", BOOL),
+    Rule(
+        ("dataset.cluster_field",),
+        lambda v: v is None or (isinstance(v, str) and bool(v.strip())),
+        "a meta key (a non-empty string) or null",
+        "each instance's cluster, e.g. its topic",
+    ),
 )
 """The value table: every numeric (and a few enumerated) settings of ``conf/``, wherever they are mounted."""
 

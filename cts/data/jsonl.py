@@ -25,12 +25,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from cts._util.io import write_jsonl
 from cts.core.types import Gold, Instance
+from cts.data.clusters import cluster_problem
 from cts.data.goldfile import open_gold
 from cts.text.tokens import normalize
 
@@ -58,6 +59,8 @@ class Dataset:
     gold: Mapping[str, Gold]
     without_gold: tuple[str, ...] = ()
     """Ids left out because they have no gold (only with ``only_with_gold``)."""
+    cluster_field: str | None = None
+    """The meta key naming each instance's cluster (topic, source id); None = independent instances."""
 
 
 def write_instances_jsonl(instances: Iterable[Instance], path: str | Path) -> None:
@@ -187,6 +190,20 @@ def read_instances_jsonl(
     return instances
 
 
+def with_clusters(dataset: Dataset, field: str | None) -> Dataset:
+    """``dataset`` with its ``cluster_field`` set, after checking every instance has the field.
+
+    Raises:
+        DatasetError: Some instance has no usable ``meta[field]`` (one line: :func:`cts.data.clusters.cluster_problem`).
+    """
+    if field is None:
+        return dataset
+    problem = cluster_problem(dataset.instances, field)
+    if problem is not None:
+        raise DatasetError([problem])
+    return replace(dataset, cluster_field=field)
+
+
 def _without_gold_message(missing: Sequence[str], n: int, gold_path: str) -> str:
     failures = Path(gold_path).parent / "failures.jsonl"
     why = f"; why: see {failures}" if failures.is_file() else ""
@@ -257,6 +274,7 @@ def load_jsonl_dataset(
     name: str | None = None,
     max_field_chars: int = MAX_FIELD_CHARS,
     only_with_gold: bool = False,
+    cluster_field: str | None = None,
 ) -> Dataset:
     """Load a JSONL dataset and its archived static gold (the ``dataset/jsonl`` option).
 
@@ -269,12 +287,13 @@ def load_jsonl_dataset(
         name: Dataset name (default: the instance file's stem).
         max_field_chars: Longest accepted value of a paper field.
         only_with_gold: Leave out (and log) instances without gold instead of refusing.
+        cluster_field: The meta key of each instance's cluster (:mod:`cts.data.clusters`); None = none.
 
     Returns:
         The dataset, with gold restricted to its instances.
 
     Raises:
-        DatasetError: Bad rows, or instances without (matching) gold.
+        DatasetError: Bad rows, instances without (matching) gold or without a cluster.
         cts.gold.GoldError: The gold file does not validate.
     """
 
@@ -288,4 +307,4 @@ def load_jsonl_dataset(
     log.info("dataset %s: %d instances with gold", name, len(instances))
     own = gold.restrict(i.id for i in instances)  # read-only
     left_out = tuple(i.id for i in every if i.id not in gold)
-    return Dataset(name=name, instances=tuple(instances), gold=own, without_gold=left_out)
+    return with_clusters(Dataset(name=name, instances=tuple(instances), gold=own, without_gold=left_out), cluster_field)

@@ -97,7 +97,14 @@ def _build_demo(corpus: Corpus, index: CorpusIndex, n: int, seed: int, path: Pat
     )
 
 
-def load_demo(corpus: Corpus, index: CorpusIndex, cache_dir: CacheDir, n: int = 200, seed: int = 0) -> Dataset:
+def load_demo(
+    corpus: Corpus,
+    index: CorpusIndex,
+    cache_dir: CacheDir,
+    n: int = 200,
+    seed: int = 0,
+    cluster_field: str | None = None,
+) -> Dataset:
     """The demo dataset, built and cached on first use (``conf/dataset/demo.yaml``).
 
     Args:
@@ -106,14 +113,15 @@ def load_demo(corpus: Corpus, index: CorpusIndex, cache_dir: CacheDir, n: int = 
         cache_dir: Cache root; the set lives under ``<cache_dir>/demo/``.
         n: Number of instances.
         seed: Generation seed.
+        cluster_field: The meta key of each instance's cluster (:mod:`cts.data.clusters`); None = none.
 
     Returns:
         The instances and their validated static gold.
 
     Raises:
-        ValueError: The corpus is not English, or an instance lacks gold.
+        ValueError: The corpus is not English, or an instance lacks gold (or a cluster: ``DatasetError``).
     """
-    from cts.data.jsonl import Dataset, read_instances_jsonl
+    from cts.data.jsonl import Dataset, read_instances_jsonl, with_clusters
     from cts.gold import load_gold
 
     if not corpus.lang.startswith("en"):
@@ -126,4 +134,4 @@ def load_demo(corpus: Corpus, index: CorpusIndex, cache_dir: CacheDir, n: int = 
     missing = [i.id for i in instances if i.id not in gold]
     if missing:
         raise ValueError(f"{path}: instances without gold: {missing[:5]}")
-    return Dataset(name="demo", instances=instances, gold=gold)
+    return with_clusters(Dataset(name="demo", instances=instances, gold=gold), cluster_field)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -10,6 +10,7 @@ import numpy as np
 from cts.core.records import ArmResult, Record
 from cts.core.types import UNKNOWN
 from cts.stats.bootstrap import paired_bootstrap_ci
+from cts.stats.cluster import cluster_bootstrap_ci
 
 NAN = float("nan")
 USAGE_FIELDS = ("calls", "cache_hits", "tokens_in", "tokens_out", "tokens_reasoning", "truncated", "cost_usd")
@@ -59,6 +60,36 @@ def score_metrics(records: Sequence[Record], *, n_resamples: int, confidence: fl
     )
     out.update(delta_mean=mean, delta_ci_low=low, delta_ci_high=high)
     return out
+
+
+def cluster_metrics(
+    records: Sequence[Record], clusters: Mapping[str, str], naive: Mapping[str, float], **stats: float
+) -> dict[str, float]:
+    """The delta CI when instances share clusters: whole clusters resampled, the naive CI kept beside it.
+
+    Replaces ``delta_ci_low``/``delta_ci_high`` (the instance-level interval moves to
+    ``delta_ci_naive_*``) and adds ``n_clusters`` and ``design_effect`` (clustered over naive
+    variance of the mean delta, :func:`cts.stats.cluster.design_effect`). An instance
+    without a cluster label counts as a cluster of its own.
+
+    Args:
+        records: The job's records.
+        clusters: Instance id -> cluster label (:func:`cts.data.clusters.dataset_clusters`).
+        naive: :func:`score_metrics` of the same records (its instance-level interval).
+        stats: ``n_resamples``, ``confidence`` and ``seed`` of the bootstrap.
+    """
+    # In id order: the report reads records.jsonl in completion order, and must draw the same clusters.
+    pairs = sorted((r for r in records if r.score is not None and r.orig_score is not None), key=lambda r: r.id)
+    labels = [clusters.get(r.id, ("instance", r.id)) for r in pairs]
+    c = cluster_bootstrap_ci([r.score for r in pairs], [r.orig_score for r in pairs], labels, **stats)  # type: ignore[misc]
+    return {
+        "delta_ci_low": c.low,
+        "delta_ci_high": c.high,
+        "delta_ci_naive_low": naive["delta_ci_low"],
+        "delta_ci_naive_high": naive["delta_ci_high"],
+        "n_clusters": float(c.n_clusters),
+        "design_effect": c.design_effect,
+    }
 
 
 def _has_error(r: Record) -> bool:
@@ -114,13 +145,25 @@ def usage_metrics(records: Sequence[Record]) -> dict[str, float]:
 
 
 def summarize(
-    records: Sequence[Record], *, k: int, n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0
+    records: Sequence[Record],
+    *,
+    k: int,
+    n_resamples: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    clusters: Mapping[str, str] | None = None,
 ) -> dict[str, float]:
-    """All job metrics: scores, CI, interaction diagnostics and usage."""
+    """All job metrics: scores, CI, interaction diagnostics and usage.
+
+    With ``clusters`` (instance id -> cluster) the delta CI resamples clusters (:func:`cluster_metrics`).
+    """
     from cts.protocol.diagnostics import diagnostics
 
+    stats = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
+    scores = score_metrics(records, **stats)
     return {
-        **score_metrics(records, n_resamples=n_resamples, confidence=confidence, seed=seed),
+        **scores,
+        **(cluster_metrics(records, clusters, scores, **stats) if clusters is not None else {}),
         **interaction_metrics(records, k),
         "questions_asked_mean": questions_asked_mean(records),
         **diagnostics(records),

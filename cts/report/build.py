@@ -17,6 +17,7 @@ from cts.report.jobs import NO_MODE, Job, load_jobs
 from cts.report.plots import plot_scores, plot_unknown_vs_region
 from cts.report.rows import Stats, diagnostic_rows, score_rows
 from cts.report.tables import Table, build_tables, markdown, write_table
+from cts.stats.compare import PValueTest
 
 log = logging.getLogger(__name__)
 
@@ -63,18 +64,22 @@ def sweep_metrics(scores: pd.DataFrame, diag: pd.DataFrame) -> dict[str, float]:
             ("delta_mean", "delta"),
             ("delta_ci_low", "delta_ci_low"),
             ("delta_ci_high", "delta_ci_high"),
+            ("delta_p_holm", "p_holm"),
         ):
-            out[key(name, row)] = float(row[col])
+            if col in row:
+                out[key(name, row)] = float(row[col])
     for row in diag.to_dict("records"):
         for name in ("ua_unknown_rate", "cq_region_rate", "region_only_unknown_rate", "all_unknown_rate"):
             out[key(name, row)] = float(row[name])
     return {k: v for k, v in out.items() if math.isfinite(v)}
 
 
-def write_report(jobs: Sequence[Job], out_dir: Path, stats: Stats, source: str = "") -> ReportResult:
-    """Build every table and plot of ``jobs`` into ``out_dir`` (raises on failure)."""
+def write_report(
+    jobs: Sequence[Job], out_dir: Path, stats: Stats, source: str = "", p_value: PValueTest = "bootstrap"
+) -> ReportResult:
+    """Build every table and plot of ``jobs`` into ``out_dir`` (raises on failure); ``p_value``: Table 3's test."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    scores, diag = score_rows(jobs, stats), diagnostic_rows(jobs)
+    scores, diag = score_rows(jobs, stats, p_value), diagnostic_rows(jobs)
     tables = build_tables(scores, diag, stats.confidence)
     files = [p for t in tables for p in write_table(t, out_dir)]
     files.append(plot_scores(scores, out_dir / "score_vs_k.png"))
@@ -125,6 +130,7 @@ def build_sweep_report(
     n_resamples: int = 10_000,
     confidence: float = 0.95,
     seed: int = 0,
+    p_value: PValueTest = "bootstrap",
 ) -> ReportResult:
     """Build the paper's tables and plots for a sweep. Never raises (safe in Hydra callbacks).
 
@@ -135,6 +141,7 @@ def build_sweep_report(
         n_resamples: Bootstrap resamples for every CI.
         confidence: CI level.
         seed: Bootstrap seed.
+        p_value: The test of Table 3's p-values: ``bootstrap`` (the CI's resamples) or ``permutation`` (sign-flip).
 
     Returns:
         The result; ``result.errors`` is non-empty (and logged) when something failed.
@@ -145,7 +152,7 @@ def build_sweep_report(
         if not jobs:
             raise ValueError(f"no finished job found in {name}")
         out = Path(out_dir) if out_dir is not None else default_out_dir(source)
-        result = write_report(jobs, out, Stats(n_resamples, confidence, seed), name)
+        result = write_report(jobs, out, Stats(n_resamples, confidence, seed), name, p_value)
         log.info("sweep report (%d jobs) written to %s", len(jobs), out)
         return result
     except Exception as e:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cts.report.build import build_sweep_report, log_sweep_report
+from cts.stats.compare import P_VALUE_TESTS
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +23,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--n-resamples", type=int, default=10_000)
     parser.add_argument("--confidence", type=float, default=0.95)
     parser.add_argument(
+        "--p-value", choices=P_VALUE_TESTS, default="bootstrap", help="test of Table 3's p-values (Holm-adjusted)"
+    )
+    parser.add_argument(
         "--log",
         metavar="EXPERIMENT",
         default=None,
@@ -31,7 +35,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     source = args.source[0] if len(args.source) == 1 else args.source
     uri = args.tracking_uri or _default_uri()
-    result = build_sweep_report(source, args.out, uri, n_resamples=args.n_resamples, confidence=args.confidence)
+    result = build_sweep_report(
+        source, args.out, uri, n_resamples=args.n_resamples, confidence=args.confidence, p_value=args.p_value
+    )
     if not result.ok or result.out_dir is None:
         print("\n".join(result.errors), file=sys.stderr)
         return 1

@@ -12,6 +12,7 @@ from typing import Any
 
 from cts._util import naming
 from cts.core.records import Record, read_records
+from cts.data.clusters import summary_clusters
 from cts.protocol.job_files import RECORDS_FILE
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,10 @@ class Job:
     """Swept overrides of the clarifier's own settings (``clarifier.mode``, ``clarifier.stop_early``)."""
     setting: str = ""
     """The setting factors that vary across the sweep (``judge=strict``): what tells orig rows apart."""
+    cluster_field: str | None = None
+    """The dataset's ``cluster_field`` when the job's delta CI resampled clusters (from ``summary.json``)."""
+    clusters: Mapping[str, str] = field(default_factory=dict)
+    """Instance id -> cluster label (with ``cluster_field``)."""
 
     @property
     def is_orig(self) -> bool:
@@ -110,6 +115,7 @@ def job_from_summary(summary: Mapping[str, Any], records: Sequence[Record], job_
     setting = {g: v for g, v in {**chosen, **swept}.items() if g not in _NOT_FACTORS and not _clarifier_only(g)}
     variant = {g: v for g, v in swept.items() if _clarifier_only(g) and g != _REBIND}
     k = int(summary.get("k") or (records[0].k if records else 0))
+    cluster_field, clusters = summary_clusters(summary)
     return Job(
         system,
         k,
@@ -118,6 +124,8 @@ def job_from_summary(summary: Mapping[str, Any], records: Sequence[Record], job_
         job_dir or str(summary.get("job_dir", "")),
         str(summary.get("run_id") or ""),
         variant=variant,
+        cluster_field=cluster_field,
+        clusters=clusters,
     )
 
 

@@ -12,7 +12,9 @@ import pandas as pd
 
 from cts.protocol.diagnostics import diagnostics
 from cts.report.jobs import NO_MODE, ORIG, Job
-from cts.stats.bootstrap import mean_ci, paired_bootstrap_ci
+from cts.stats.bootstrap import mean_ci
+from cts.stats.compare import Comparison, PValueTest, paired_comparison
+from cts.stats.multiplicity import holm
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +74,36 @@ def paired(job: Job) -> tuple[list[float], list[float]]:
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
-def score_rows(jobs: Sequence[Job], stats: Stats) -> pd.DataFrame:
-    """Tables 2/3/6 numbers: one orig row per k, then one row per system job."""
+def comparison(job: Job, stats: Stats, p_value: PValueTest = "bootstrap") -> Comparison:
+    """The job's paired comparison with orig: clustered when its summary names clusters (:mod:`cts.stats.compare`)."""
+    pairs = [r for r in job.records if r.score is not None and r.orig_score is not None]
+    labels = None
+    if job.cluster_field:  # in id order, as the job's metrics (cts.protocol.metrics.cluster_metrics)
+        pairs = sorted(pairs, key=lambda r: r.id)
+        labels = [job.clusters.get(r.id, ("instance", r.id)) for r in pairs]
+    scores, origs = [r.score for r in pairs], [r.orig_score for r in pairs]
+    return paired_comparison(scores, origs, labels, **vars(stats), p_value=p_value)  # type: ignore[arg-type]
+
+
+def _comparison_columns(job: Job | None, c: Comparison | None) -> dict[str, object]:
+    """Table 3's test columns of a row (NaN for an orig row); ``p_holm`` is added over the whole sweep."""
+    if job is None or c is None:
+        return {"p_value": NAN, "n_clusters": NAN, "design_effect": NAN, "cluster_field": ""}
+    n_clusters = NAN if c.n_clusters is None else float(c.n_clusters)
+    return {
+        "p_value": c.p_value,
+        "n_clusters": n_clusters,
+        "design_effect": c.design_effect,
+        "cluster_field": job.cluster_field or "",
+    }
+
+
+def score_rows(jobs: Sequence[Job], stats: Stats, p_value: PValueTest = "bootstrap") -> pd.DataFrame:
+    """Tables 2/3/6 numbers: one orig row per k, then one row per system job.
+
+    Each system row also has its p-value against orig (``p_value``, by ``p_value`` test) and
+    the Holm-adjusted one over every system row of the sweep (``p_holm``).
+    """
     rows = []
     for k, setting, at_k in _settings(jobs):
         origs = orig_scores(at_k)  # pooled only over jobs of one setting (search, judge, dataset ...)
@@ -90,6 +120,7 @@ def score_rows(jobs: Sequence[Job], stats: Stats) -> pd.DataFrame:
                 "delta": NAN,
                 "delta_ci_low": NAN,
                 "delta_ci_high": NAN,
+                **_comparison_columns(None, None),
             }
         )
         for j in at_k:
@@ -97,8 +128,7 @@ def score_rows(jobs: Sequence[Job], stats: Stats) -> pd.DataFrame:
                 continue
             scores = _finite(r.score for r in j.records)
             _, low, high = mean_ci(scores, **vars(stats))
-            clarified_s, orig_s = paired(j)
-            delta, d_low, d_high = paired_bootstrap_ci(clarified_s, orig_s, **vars(stats))
+            c = comparison(j, stats, p_value)
             rows.append(
                 {
                     "k": k,
@@ -107,13 +137,18 @@ def score_rows(jobs: Sequence[Job], stats: Stats) -> pd.DataFrame:
                     **_dist(scores),
                     "mean_ci_low": low,
                     "mean_ci_high": high,
-                    "n_paired": float(len(clarified_s)),
-                    "delta": delta,
-                    "delta_ci_low": d_low,
-                    "delta_ci_high": d_high,
+                    "n_paired": float(len(paired(j)[0])),
+                    "delta": c.mean,
+                    "delta_ci_low": c.low,
+                    "delta_ci_high": c.high,
+                    **_comparison_columns(j, c),
                 }
             )
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if rows:  # one family: every comparison with orig in the sweep (every k and setting)
+        out["p_holm"] = holm(list(out["p_value"]))
+        out["p_test"] = p_value
+    return out
 
 
 def diagnostic_rows(jobs: Sequence[Job]) -> pd.DataFrame:

@@ -72,11 +72,23 @@ def scores_table(scores: pd.DataFrame) -> Table:
     return Table("scores", caption, data.reset_index(drop=True), display.reset_index(drop=True))
 
 
+_DELTA_COLS = ("k", "system", "mode", "n_paired", "delta", "delta_ci_low", "delta_ci_high")
+_TEST_COLS = ("p_value", "p_holm", "p_test", "n_clusters", "design_effect", "cluster_field")
+_P_TESTS = {"bootstrap": "paired bootstrap", "permutation": "paired sign-flip permutation"}
+
+
+def _p(v: float) -> str:
+    return "–" if not math.isfinite(v) else ("<0.001" if v < 0.001 else f"{v:.3f}")
+
+
 def delta_ci_table(scores: pd.DataFrame, confidence: float) -> Table:
-    """Table 3: mean delta vs orig with its paired bootstrap CI."""
-    data = scores[scores["mode"] != NO_MODE][
-        ["k", "system", "mode", "n_paired", "delta", "delta_ci_low", "delta_ci_high"]
-    ]
+    """Table 3: mean delta vs orig with its paired bootstrap CI, its p-value and the Holm-adjusted one.
+
+    A job whose dataset names clusters (``dataset.cluster_field``) has a cluster bootstrap
+    CI and p-value, and the table gains its cluster count and design effect.
+    """
+    data = scores[scores["mode"] != NO_MODE][[*_DELTA_COLS, *(c for c in _TEST_COLS if c in scores)]]
+    data = data.reset_index(drop=True)
     pct = f"{confidence:.0%}"
     display = pd.DataFrame(
         {
@@ -87,9 +99,32 @@ def delta_ci_table(scores: pd.DataFrame, confidence: float) -> Table:
             f"{pct} CI": [f"[{_num(lo)}, {_num(hi)}]" for lo, hi in zip(data["delta_ci_low"], data["delta_ci_high"])],
         }
     )
-    display = _with_mode(display.reset_index(drop=True), data.reset_index(drop=True))
-    caption = f"Table 3. Mean improvement over orig with paired bootstrap {pct} CIs."
-    return Table("delta_ci", caption, data.reset_index(drop=True), display.reset_index(drop=True))
+    if "p_holm" in data:
+        display["p"], display["p (Holm)"] = data["p_value"].map(_p), data["p_holm"].map(_p)
+    clustered = "cluster_field" in data and bool((data["cluster_field"] != "").any())
+    if clustered:
+        display["clusters"] = data["n_clusters"].map(_count)
+        display["deff"] = data["design_effect"].map(lambda v: _num(v, 2))
+    display = _with_mode(display, data)
+    return Table("delta_ci", _delta_caption(data, pct, clustered), data, display.reset_index(drop=True))
+
+
+def _delta_caption(data: pd.DataFrame, pct: str, clustered: bool) -> str:
+    """Table 3's caption: which interval and which test each row used."""
+    if not clustered:
+        head = f"Table 3. Mean improvement over orig with paired bootstrap {pct} CIs."
+    else:
+        fields = ", ".join(f"`{f}`" for f in sorted(set(data["cluster_field"]) - {""}))
+        rows = "" if bool((data["cluster_field"] != "").all()) else " (rows with a cluster count)"
+        head = (
+            f"Table 3. Mean improvement over orig with {pct} CIs from the paired cluster bootstrap by {fields}"
+            f"{rows}: whole clusters resampled; deff = clustered / naive variance of the mean Δ."
+        )
+    if "p_holm" not in data:
+        return head
+    test = _P_TESTS.get(str(data["p_test"].iloc[0]) if len(data) else "bootstrap", "paired bootstrap")
+    n = int(data["p_value"].notna().sum())
+    return f"{head} p: two-sided {test} test of Δ = 0; p (Holm): adjusted over the {n} comparisons with orig."
 
 
 def _rate_table(

@@ -12,6 +12,7 @@ from typing import Any
 from cts import tracking
 from cts._util.interrupt import interruptible_job
 from cts.core.records import Record, read_records
+from cts.data.clusters import ci_summary, dataset_clusters
 from cts.data.jsonl import Dataset, dataset_metrics, select_instances
 from cts.llm import usage_scope
 from cts.protocol.budget import (
@@ -151,14 +152,16 @@ def evaluate_task(
         ended = read_outcome(ctx.job_dir, stop, len(instances), len(records))
         planned = budget_metrics(ctx.job_dir, records, len(instances))  # over this run's instances
         records = job_dir_records(ctx.job_dir, records, [i.id for i in dataset.instances], keep=metric_view)
+        clusters = dataset_clusters(dataset)
         metrics = {
-            **summarize(records, k=k, seed=protocol.seed, **protocol.stats),
+            **summarize(records, k=k, seed=protocol.seed, clusters=clusters, **protocol.stats),
             **resource_stats(),
             **dataset_metrics(dataset),
             "n_infra_failures": float(ended.n_infra),
             **planned,
         }
-        log_job_run(run, k, metrics, run_id, stop)
+        ci = ci_summary(getattr(dataset, "cluster_field", None), clusters, [r.id for r in records])
+        log_job_run(run, k, metrics, run_id, stop, ci)
         print_metrics(ctx.run_name, metrics)
         if note := stop_note(stop, metrics):
             print(note, flush=True)
@@ -166,10 +169,12 @@ def evaluate_task(
     return metrics["score_mean"]
 
 
-def log_job_run(run: RunInfo, k: int, metrics: Mapping[str, float], run_id: str, stop: str) -> None:
-    """Write the summary and log metrics, tags, records, traces, config and prompts to the job's run."""
+def log_job_run(
+    run: RunInfo, k: int, metrics: Mapping[str, float], run_id: str, stop: str, extra: Mapping[str, Any] | None = None
+) -> None:
+    """Write the summary (with ``extra`` entries) and log metrics, tags, records, traces, config and prompts."""
     job_dir = run.context.job_dir
-    summary = write_summary(run, k, metrics, run_id, stop)
+    summary = write_summary(run, k, metrics, run_id, stop, extra)
     tracking.log_metrics(metrics)
     tracking.set_tags({"stop_reason": stop})
     tracking.set_tags({f"cts.prompt.{n}": v for n, v in prompt_versions().items()})

@@ -171,6 +171,8 @@ def protocol_config(cfg: DictConfig) -> dict[str, Any]:
     kept["services"] = {**kept.get("services", {}), "llm": {k: v for k, v in llm.items() if k not in _LLM_OPERATIONAL}}
     if local := kept["services"].get("local_llm"):
         kept["services"]["local_llm"] = {k: v for k, v in local.items() if k not in _LOCAL_LLM_OPERATIONAL}
+    if isinstance(kept.get("dataset"), dict):  # how the delta CI groups instances, not what a record holds
+        kept["dataset"] = {k: v for k, v in kept["dataset"].items() if k != "cluster_field"}
     # Secrets masked: fingerprint.json stores this, and a rotated key measures the same thing.
     return scrub_tree(kept)
 
@@ -266,8 +268,10 @@ def job_tags(cfg: DictConfig, ctx: JobContext) -> dict[str, str]:
     return tags
 
 
-def write_summary(run: RunInfo, k: int, metrics: Mapping[str, float], run_id: str, stop: str) -> Path:
-    """Write ``summary.json`` and the resolved ``config.yaml`` into the job dir."""
+def write_summary(
+    run: RunInfo, k: int, metrics: Mapping[str, float], run_id: str, stop: str, extra: Mapping[str, Any] | None = None
+) -> Path:
+    """Write ``summary.json`` (plus ``extra`` entries, e.g. how the CI was computed) and ``config.yaml``."""
     ctx = run.context
     (ctx.job_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(scrub_tree(dict(run.config)))))
     summary = {
@@ -283,6 +287,7 @@ def write_summary(run: RunInfo, k: int, metrics: Mapping[str, float], run_id: st
         "run_id": run_id,
         "experiment": run.tracking.experiment,
         "tracking_uri": run.tracking.uri,
+        **(extra or {}),
     }
     path = ctx.job_dir / "summary.json"
     path.write_text(json.dumps(summary, indent=2, ensure_ascii=False))
@@ -302,6 +307,8 @@ _TABLE_KEYS = (
     "delta_mean",
     "delta_ci_low",
     "delta_ci_high",
+    "n_clusters",
+    "design_effect",
     "ua_unknown_rate",
     "all_unknown_rate",
     "cq_region_rate",

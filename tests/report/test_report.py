@@ -233,3 +233,62 @@ def test_a_rebound_clarifier_model_names_the_system_by_its_option_and_orig_is_on
     assert sorted(j.label for j in jobs) == ["claude", "gpt"]
     rows = score_rows(jobs, Stats(n_resamples=200, confidence=0.95, seed=0))
     assert list(rows["system"]).count("orig") == 1 and "claude" in set(rows["system"])
+
+
+def test_table_3_keeps_the_paired_interval_and_adds_holm_adjusted_p_values(built: ReportResult) -> None:
+    from cts.stats.bootstrap import paired_bootstrap_ci
+    from cts.stats.multiplicity import holm
+
+    ci = built.tables["delta_ci"]
+    scope = row(ci, 1, "rules_scope")  # the interval is the paired bootstrap's, number for number
+    assert (scope["delta"], scope["delta_ci_low"], scope["delta_ci_high"]) == paired_bootstrap_ci(
+        [20, 20, 40, 40], ORIG_SCORES, n_resamples=2000
+    )
+    assert list(ci["p_holm"]) == pytest.approx(holm(list(ci["p_value"])))  # one family: all 4 comparisons
+    assert row(ci, 1, "rules_region")["p_value"] == 1.0  # every paired difference is 0
+    md = (built.out_dir / "delta_ci.md").read_text(encoding="utf-8")
+    assert "| p | p (Holm) |" in md and "adjusted over the 4 comparisons with orig" in md
+    assert "clusters" not in md  # no job named clusters: the paper's columns, plus the p-values
+    assert built.metrics["delta_p_holm.rules_scope.k1"] == pytest.approx(scope["p_holm"])
+
+
+def clustered_job(root: Path, clarifier: str, scores: Sequence[float], topics: dict[str, str] | None) -> Path:
+    """A job dir whose summary names each instance's topic (as a job with dataset.cluster_field writes it)."""
+    asked = ([SCOPE], [[K]] * len(IDS)) if clarifier != "none" else ()
+    job = write_job(root, clarifier, 1, make_records(1, scores, *asked))
+    summary = json.loads((job / "summary.json").read_text(encoding="utf-8"))
+    if topics is not None:
+        summary["ci"] = {"method": "cluster_bootstrap", "cluster_field": "topic", "clusters": topics}
+    (job / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    return job
+
+
+def test_a_clustered_job_resamples_its_clusters_in_table_3(tmp_path: Path) -> None:
+    from cts.stats.cluster import cluster_bootstrap_ci
+
+    topics = {"a": "t1", "b": "t1", "c": "t2", "d": "t2"}
+    clustered_job(tmp_path, "none", ORIG_SCORES, topics)
+    clustered_job(tmp_path, "rules_scope", (20, 25, 35, 40), topics)
+    clustered_job(tmp_path, "rules_region", (15, 20, 30, 45), None)
+    result = build_sweep_report(tmp_path, n_resamples=1000)
+    assert result.ok, result.errors
+    ci = result.tables["delta_ci"]
+    scope, region = row(ci, 1, "rules_scope"), row(ci, 1, "rules_region")
+    want = cluster_bootstrap_ci([20, 25, 35, 40], ORIG_SCORES, ["t1", "t1", "t2", "t2"], n_resamples=1000)
+    assert (scope["delta_ci_low"], scope["delta_ci_high"], scope["p_value"]) == (want.low, want.high, want.p_value)
+    assert (scope["n_clusters"], scope["cluster_field"]) == (2, "topic")
+    assert scope["design_effect"] == pytest.approx(want.design_effect)
+    assert math.isnan(region["n_clusters"]) and region["cluster_field"] == ""
+    md = (result.out_dir / "delta_ci.md").read_text(encoding="utf-8")
+    assert "cluster bootstrap by `topic` (rows with a cluster count)" in md and "| clusters | deff |" in md
+
+
+def test_the_cli_takes_p_values_from_the_sign_flip_test(tmp_path: Path) -> None:
+    from cts.stats.multiplicity import sign_flip_p_value
+
+    sweep = make_sweep(tmp_path / "sweep")
+    assert main([str(sweep), "--out", str(tmp_path / "out"), "--n-resamples", "500", "--p-value", "permutation"]) == 0
+    ci = pd.read_csv(tmp_path / "out" / "delta_ci.csv")
+    scope = row(ci, 2, "rules_scope")  # differences 20, 10, 10, 10: 16 sign vectors, enumerated (16 <= 500)
+    assert scope["p_value"] == pytest.approx(sign_flip_p_value([20, 10, 10, 10], n_resamples=500)) == 2 / 16
+    assert "sign-flip permutation" in (tmp_path / "out" / "delta_ci.md").read_text(encoding="utf-8")
