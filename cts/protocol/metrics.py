@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,7 @@ def score_metrics(records: Sequence[Record], *, n_resamples: int, confidence: fl
 
 
 def cluster_metrics(
-    records: Sequence[Record], clusters: Mapping[str, str], naive: Mapping[str, float], **stats: float
+    records: Sequence[Record], clusters: Mapping[str, str], naive: Mapping[str, float], **stats: Any
 ) -> dict[str, float]:
     """The delta CI when instances share clusters: whole clusters resampled, the naive CI kept beside it.
 
@@ -81,7 +82,9 @@ def cluster_metrics(
     # In id order: the report reads records.jsonl in completion order, and must draw the same clusters.
     pairs = sorted((r for r in records if r.score is not None and r.orig_score is not None), key=lambda r: r.id)
     labels = [clusters.get(r.id, ("instance", r.id)) for r in pairs]
-    c = cluster_bootstrap_ci([r.score for r in pairs], [r.orig_score for r in pairs], labels, **stats)  # type: ignore[misc]
+    scores = [float(r.score) for r in pairs if r.score is not None]
+    orig = [float(r.orig_score) for r in pairs if r.orig_score is not None]
+    c = cluster_bootstrap_ci(scores, orig, labels, **stats)
     return {
         "delta_ci_low": c.low,
         "delta_ci_high": c.high,
@@ -159,7 +162,7 @@ def summarize(
     """
     from cts.protocol.diagnostics import diagnostics
 
-    stats = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
+    stats: dict[str, Any] = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
     scores = score_metrics(records, **stats)
     return {
         **scores,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -60,7 +60,7 @@ def paired_comparison(
     """
     if p_value not in P_VALUE_TESTS:
         raise ValueError(f"p_value must be one of {', '.join(P_VALUE_TESTS)}, got {p_value!r}")
-    stats = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
+    stats: dict[str, Any] = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
     mean, low, high = paired_bootstrap_ci(scores, baseline, **stats)
     diffs = np.asarray(scores, dtype=float) - np.asarray(baseline, dtype=float)
     permuted = (

@@ -17,7 +17,7 @@ from cts.report.build import ReportResult, build_sweep_report, log_sweep_report
 from cts.report.cli import main
 from cts.report.jobs import job_dirs, load_jobs
 from cts.report.rows import Stats, score_rows
-from tests.report.fakes import ORIG_SCORES, make_records, write_job
+from tests.report.fakes import IDS, ORIG_SCORES, make_records, write_job
 
 U, K = UNKNOWN, "known"
 REGION, SCOPE, TIME = ("region",), ("scope",), ("time",)
