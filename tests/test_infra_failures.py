@@ -32,7 +32,7 @@ from cts.protocol.outcome import (
     finish,
     read_outcome,
 )
-from cts.protocol.pipeline import Roles, run_job
+from cts.protocol.pipeline import Roles, run_instances
 from cts.protocol.stages import stage
 from cts.roles.lexical import LexicalJudge
 from cts.roles.llm import LLMClarifier
@@ -71,7 +71,7 @@ def llm_roles(server: ScriptedServer, tmp_path: Path, core: Services, **llm: Any
 def job(tmp_path: Path, insts: list[Instance], roles: Roles, concurrency: int = 4) -> tuple[list[Record], str]:
     gold = {i.id: gold_for(i.id, ("Mercury is a planet", 1)) for i in insts}
     return asyncio.run(
-        run_job(insts, gold, roles, k=1, out_dir=tmp_path / "job", concurrency=concurrency, progress=False)
+        run_instances(insts, gold, roles, k=1, out_dir=tmp_path / "job", concurrency=concurrency, progress=False)
     )
 
 

@@ -13,7 +13,7 @@ from helpers import TableSearch, Typer, built, gold_for, mercury
 
 from cts import tracking
 from cts.core.types import QA, Instance, SearchResult
-from cts.protocol.pipeline import Roles, run_job
+from cts.protocol.pipeline import Roles, run_instances
 from cts.roles.lexical import LexicalJudge
 from cts.roles.rules import RuleClarifier, RuleRewriter, RuleUserAnswerer
 
@@ -41,7 +41,7 @@ def test_one_trace_per_instance_with_spans_labels_and_assessments(services, tmp_
     with tracking.job_run(uri, "traces", "job", {}) as run_id:
         tracer.attach(run_id)
         records, _ = asyncio.run(
-            run_job(
+            run_instances(
                 [inst],
                 {"m1": gold},
                 roles,
@@ -125,7 +125,9 @@ def test_an_unscored_arm_is_feedback_with_its_error(services, tmp_path):
     with tracking.job_run(uri, "traces", "job", {}) as run_id:
         tracer.attach(run_id)
         records, _ = asyncio.run(
-            run_job([inst], {"m1": gold}, roles, k=1, out_dir=tmp_path / "job", progress=False, on_instance=tracer)
+            run_instances(
+                [inst], {"m1": gold}, roles, k=1, out_dir=tmp_path / "job", progress=False, on_instance=tracer
+            )
         )
     assert records[0].score is None
     (trace,) = _traces(uri, "traces", run_id)
@@ -234,7 +236,7 @@ def test_stage_spans_take_their_stage_times_and_add_up_to_the_instance_wall_time
     with tracking.job_run(uri, "traces", "job", {}) as run_id:
         tracer.attach(run_id)
         records, _ = asyncio.run(
-            run_job(
+            run_instances(
                 [inst],
                 {"m1": gold},
                 roles,

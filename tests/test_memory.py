@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from cts._util.aio import bounded
 from cts.core.records import read_records
 from cts.protocol.metrics import metric_view, summarize
-from cts.protocol.pipeline import run_job
+from cts.protocol.pipeline import run_instances
 
 
 def test_bounded_runs_at_most_limit_and_starts_jobs_lazily() -> None:
@@ -71,7 +71,7 @@ def test_metrics_of_the_kept_view_equal_those_of_the_full_records(services, tmp_
     data = load_demo(services.corpus, services.index, services.cache_dir, n=200)
     instances = list(data.instances)[:40]
     kept, stop = asyncio.run(
-        run_job(
+        run_instances(
             instances, data.gold, build_roles(cfg, services), k=2, out_dir=tmp_path, progress=False, keep=metric_view
         )
     )

@@ -14,7 +14,7 @@ from cts.analysis import backbone_stability as bs
 from cts.analysis import judge_robustness as jr
 from cts.analysis.common import feedback_on_traces
 from cts.core.types import QA, UNKNOWN, Instance, SearchResult
-from cts.protocol.pipeline import Roles, run_job
+from cts.protocol.pipeline import Roles, run_instances
 from cts.report.jobs import Job
 from cts.roles.lexical import LexicalJudge
 
@@ -57,7 +57,7 @@ def _traced_job(tmp_path: Path) -> tuple[str, Job]:
     with tracking.job_run(uri, "cts", "job", {}) as run_id:
         tracer.attach(run_id)
         records, _ = asyncio.run(
-            run_job(
+            run_instances(
                 INSTANCES,
                 GOLD,
                 Roles(roles, roles, roles, roles, LexicalJudge(), Typer()),

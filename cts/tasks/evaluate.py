@@ -24,7 +24,7 @@ from cts.protocol.budget import (
 from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE
 from cts.protocol.metrics import metric_view, summarize
 from cts.protocol.outcome import finish, read_outcome
-from cts.protocol.pipeline import Roles, run_job
+from cts.protocol.pipeline import Roles, run_instances
 from cts.sweep import orig_share_for, sweep_progress
 from cts.tasks.job import (
     RunInfo,
@@ -108,7 +108,7 @@ def evaluate_task(
     tracer = instance_tracer(run)
 
     def job() -> Any:
-        return run_job(
+        return run_instances(
             instances,
             dataset.gold,
             roles,
