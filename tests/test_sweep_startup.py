@@ -92,7 +92,7 @@ def _one_job_in_a_sweep(
 
     With ``wait_for_a_request`` the run opens only once the server has had a request (at most 10 s).
     """
-    from cts.compose.app import build_services, run_task
+    from cts.compose.app import build_services, run_configured_task
 
     real_job_run = tracking.job_run
     seen: list[int] = []
@@ -114,7 +114,7 @@ def _one_job_in_a_sweep(
         with SweepSession(progress=False) as session:
             session.expect_jobs(1)
             with session.job_turn():
-                run_task(cfg, build_services(cfg))
+                run_configured_task(cfg, build_services(cfg))
     return seen
 
 

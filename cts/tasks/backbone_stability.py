@@ -27,8 +27,22 @@ from cts.core.types import Instance
 from cts.report.jobs import load_jobs
 from cts.report.tables import markdown
 from cts.tasks.job import RunInfo, log_task_outputs, task_run
+from cts.tasks.judge_robustness import robustness_arguments
+from cts.tasks.registry import TaskContext, task
 
 
+def compose_backbone_stability(ctx: TaskContext) -> None:
+    """Build the dataset and the backbones, replay the source runs' questions (the composer of the task)."""
+    node = "robustness.backbones"
+    backbones = {
+        name: Backbone(ctx.build(node, name, "ua"), ctx.build(node, name, "rewriter")) for name in ctx.keys(node)
+    }
+    backbone_stability_task(
+        instances=ctx.input().instances, backbones=backbones, places=ctx.places(), **robustness_arguments(ctx)
+    )
+
+
+@task(compose_backbone_stability, calls=("robustness",))
 def backbone_stability_task(
     *,
     source: str | Sequence[str],

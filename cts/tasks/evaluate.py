@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +29,19 @@ from cts.sweep import orig_share_for, sweep_progress
 from cts.tasks.job import (
     RunInfo,
     check_resume,
+    in_multirun,
     print_metrics,
     prompt_files,
     prompt_versions,
+    task_overrides,
     write_summary,
 )
+from cts.tasks.registry import OutputsUnwritable, TaskContext, task
 
 log = logging.getLogger(__name__)
+
+ROLE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Roles))
+"""The roles of a job (the fields of :class:`Roles`); each is the config key of its component (``clarifier=...``)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,65 @@ def check_job(k: Any, job_dir: Path, resume: Resume) -> None:
     check_resume(job_dir, resume.fingerprint, resume.config)
 
 
+def compose_evaluate(ctx: TaskContext) -> float | None:
+    """Check the job dir, build the dataset and roles, run the protocol (the composer of :func:`evaluate_task`)."""
+    from cts._util.interrupt import resume_command
+    from cts._util.io import output_fault, unwritable
+
+    job_dir = ctx.run.context.job_dir
+    resume = Resume(ctx.fingerprint, ctx.protocol_config, resume_command(task_overrides(), job_dir), in_multirun())
+    check_job(ctx.value("k"), job_dir, resume)
+    dataset, roles = ctx.input(), build_roles(ctx)
+    if ctx.value("services.llm.tracing", default=None):
+        tracking.trace_llm_calls(ctx.llm)
+    try:
+        return evaluate_task(
+            dataset=dataset,
+            roles=roles,
+            protocol=EvalProtocol(ctx.value("k"), ctx.value("seed"), ctx.value("stats")),
+            run=ctx.run,
+            resume=resume,
+            budget=ctx.budget,
+            models=role_models(ctx),
+            orig_parts=orig_parts(ctx),
+            limit=ctx.value("limit"),
+            concurrency=ctx.value("concurrency"),
+            resource_stats=ctx.resource_stats,
+        )
+    except OSError as e:
+        fault = output_fault(e)
+        if fault is None:
+            raise
+        named = fault if fault.filename is not None else unwritable(fault, job_dir)  # e.g. a flush: the job dir
+        instances = select_instances(dataset, ctx.value("limit"))
+        raise OutputsUnwritable(named, job_dir, instances, resume.command, resume.multirun) from e
+
+
+def build_roles(ctx: TaskContext) -> Roles:
+    """Build the clarifier, UA, rewriter, search backend, judge and question typer (one config key each)."""
+    return Roles(**{name: ctx.build(name) for name in ROLE_NAMES})
+
+
+def role_models(ctx: TaskContext) -> dict[str, str]:
+    """Per role: the model id it calls (``<role>.model.model``), or the baseline's class."""
+    return {
+        name: str(ctx.value(name, "model", "model", default=None) or ctx.value(name, "_target_").rsplit(".", 1)[-1])
+        for name in ROLE_NAMES
+    }
+
+
+def orig_parts(ctx: TaskContext) -> dict[str, Any]:
+    """What the orig arm of an instance depends on: dataset (and gold), search, judge, routing."""
+    llm = ctx.value("services.llm", default=None) or {}
+    routing = {key: llm.get(key) for key in ("api_base", "model", "max_reasks")}
+    return {
+        **ctx.values("dataset", "search", "judge"),
+        "llm": routing,
+        "corpus_lang": ctx.value("services.corpus_lang", default=None),
+    }
+
+
+@task(compose_evaluate, calls=ROLE_NAMES)
 def evaluate_task(
     *,
     dataset: Dataset,

@@ -1,9 +1,9 @@
 """Where a job sits and what it leaves behind: Hydra context, tags, summary, fingerprint, tracking.
 
 Shared by every task. The composition layer (:mod:`cts.compose.app`) reads the config with the
-``cfg`` helpers here (:func:`job_context`, :func:`job_tags`, :func:`protocol_config` ...)
-and hands each task plain, typed arguments (a :class:`RunInfo`, built components);
-a task itself never reads the config.
+``cfg`` helpers here (:func:`job_context`, :func:`job_tags`, :func:`protocol_config` ...) and
+hands each task's composer a :class:`cts.tasks.registry.TaskContext`, from which it builds the
+task's plain, typed arguments (a :class:`RunInfo`, built components); no task module reads the config.
 """
 
 from __future__ import annotations
@@ -338,19 +338,3 @@ def prompt_versions() -> dict[str, str]:
 
     used = used_prompts()
     return {**{n: p.version for n, p in sorted(used.items())}, "_all": prompts_version()} if used else {}
-
-
-def robustness_source(cfg: Any) -> Any:
-    """``robustness.source`` as a plain value (a list of job dirs, or one dir or experiment)."""
-    source = cfg.robustness.source
-    return list(source) if type(source).__name__ == "ListConfig" else source
-
-
-def orig_parts(cfg: DictConfig) -> dict[str, Any]:
-    """What the orig arm of an instance depends on: dataset (and gold), search, judge, routing."""
-    llm = cfg.services.get("llm") or {}
-    routing = {key: llm.get(key) for key in ("api_base", "model", "max_reasks")}
-    parts = OmegaConf.masked_copy(cfg, ["dataset", "search", "judge"])
-    resolved = OmegaConf.to_container(parts, resolve=True)
-    assert isinstance(resolved, dict)
-    return {**resolved, "llm": routing, "corpus_lang": cfg.services.get("corpus_lang")}
