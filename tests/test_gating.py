@@ -14,7 +14,7 @@ from llm_server import ScriptedServer, llm_server_fixture, llm_settings  # noqa:
 from cts.compose.services import Services
 from cts.core.contracts import Decision
 from cts.core.records import ArmResult, Record
-from cts.report.gating import decide_all, evaluate_gate, gate_stats
+from cts.report.gate_evaluation import decide_all, evaluate_gate, gate_stats
 from cts.roles.gates import AlwaysGate, LLMGate, NeverGate, OracleGate, RuleGate, parse_decision
 from cts.roles.llm import InvalidOutput
 

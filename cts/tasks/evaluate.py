@@ -195,7 +195,7 @@ def evaluate_task(
     with (
         interruptible_job(ctx.job_dir, len(instances), lambda: count_done(ctx.job_dir, instances), ctx.sweep_dir),
         early as started,
-        tracking.job_run(
+        tracking.open_mlflow_run(
             run.tracking.uri,
             run.tracking.experiment,
             ctx.run_name,
@@ -223,7 +223,7 @@ def evaluate_task(
             "n_infra_failures": float(ended.n_infra),
             **planned,
         }
-        log_job_run(run, k, metrics, run_id, stop)
+        log_job_outputs(run, k, metrics, run_id, stop)
         print_metrics(ctx.run_name, metrics)
         if note := stop_note(stop, metrics):
             print(note, flush=True)
@@ -231,7 +231,7 @@ def evaluate_task(
     return metrics["score_mean"]
 
 
-def log_job_run(run: RunInfo, k: int, metrics: Mapping[str, float], run_id: str, stop: str) -> None:
+def log_job_outputs(run: RunInfo, k: int, metrics: Mapping[str, float], run_id: str, stop: str) -> None:
     """Write the summary and log metrics, tags, records, traces, config and prompts to the job's run."""
     job_dir = run.context.job_dir
     summary = write_summary(run, k, metrics, run_id, stop)

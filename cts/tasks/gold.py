@@ -11,7 +11,7 @@ from typing import Any
 
 from cts.core.contracts import Extractor, SearchBackend
 from cts.core.types import Instance
-from cts.tasks.job import RunInfo, log_task_outputs, prompt_versions, task_run
+from cts.tasks.job import RunInfo, log_task_outputs, prompt_versions, tracked_task
 from cts.tasks.registry import TaskContext, task
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ def gold_task(
     """
     from cts.gold import build_gold_archive
 
-    with task_run(run, "gold"):  # an infrastructure failure stops the build: nothing archived, exit 1
+    with tracked_task(run, "gold"):  # an infrastructure failure stops the build: nothing archived, exit 1
         report = asyncio.run(
             build_gold_archive(
                 instances,

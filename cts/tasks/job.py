@@ -210,7 +210,7 @@ def resume_refusal(out_dir: Path, stored: Mapping[str, Any], fingerprint: str, c
 
 
 @contextlib.contextmanager
-def task_run(run: RunInfo, task: str) -> Iterator[str]:
+def tracked_task(run: RunInfo, task: str) -> Iterator[str]:
     """Track a non-evaluate task (gold, robustness analyses) as one MLflow run, open while the task works.
 
     The run ends ``FINISHED``, ``KILLED`` on SIGINT, else ``FAILED``. An infrastructure
@@ -223,7 +223,7 @@ def task_run(run: RunInfo, task: str) -> Iterator[str]:
     """
     tags = {**run.tags, "cts.kind": task}
     try:
-        with tracking.job_run(
+        with tracking.open_mlflow_run(
             run.tracking.uri,
             run.tracking.experiment,
             f"{task}:{run.context.run_name}",
@@ -243,7 +243,7 @@ def task_run(run: RunInfo, task: str) -> Iterator[str]:
 
 
 def log_task_outputs(metrics: Mapping[str, float], artifacts: list[Path]) -> None:
-    """Log a task's metrics and files into its run (inside :func:`task_run`).
+    """Log a task's metrics and files into its run (inside :func:`tracked_task`).
 
     Args:
         artifacts: The files the task wrote (not whole directories, which may hold the store).

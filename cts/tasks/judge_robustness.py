@@ -23,7 +23,7 @@ from cts.core.contracts import Judge
 from cts.core.types import Gold
 from cts.report.jobs import load_jobs
 from cts.report.tables import markdown
-from cts.tasks.job import RunInfo, log_task_outputs, task_run
+from cts.tasks.job import RunInfo, log_task_outputs, tracked_task
 from cts.tasks.registry import TaskContext, task
 
 
@@ -78,7 +78,7 @@ def judge_robustness_task(
     """
     jobs = select_budgets(load_jobs(source, run.tracking.uri), budgets)
     reference = reference or next(iter(judges))
-    with task_run(run, "judge_robustness"):  # an infrastructure failure stops the analysis: exit 1
+    with tracked_task(run, "judge_robustness"):  # an infrastructure failure stops the analysis: exit 1
         scores, labels = asyncio.run(
             rejudge(jobs, gold, judges, include_recorded=include_recorded, concurrency=concurrency)
         )
