@@ -69,7 +69,7 @@ def synthesise(demo: Dataset, n: int, out: Path) -> tuple[Path, Path]:
     return inst_path, gold_path
 
 
-def run_job(n: int, inst: Path, gold: Path, work: Path, extra: Sequence[str] = ()) -> MemoryResult:
+def measure_job_memory(n: int, inst: Path, gold: Path, work: Path, extra: Sequence[str] = ()) -> MemoryResult:
     """Run the offline job over ``inst`` in a child process and read its max RSS."""
     cmd = [
         sys.executable,
@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     for n in args.sizes:
         inst, gold = synthesise(demo, n, work / f"data-{n}")
-        result = run_job(n, inst, gold, work, [f"paths.cache_dir={args.cache_dir}"])
+        result = measure_job_memory(n, inst, gold, work, [f"paths.cache_dir={args.cache_dir}"])
         results.append(result)
         print(
             f"n={n:>7,}  max_rss={result.max_rss_mb:8.1f} MB  wall={result.wall_s:7.1f} s  exit={result.exit_code}",

@@ -37,46 +37,46 @@ def services(cache_dir: Path):  # noqa: ANN201 - Services (imported lazily)
     return Services(cache_dir=cache_dir, settings={"corpus_lang": "en-us"})
 
 
-# Real services for the cluster tests (tests/services.py): started once per session on
+# Real services for the cluster tests (tests/cluster_servers.py): started once per session on
 # loopback, skipped with the reason when this machine cannot run them.
 @pytest.fixture(scope="session")
-def pg():  # noqa: ANN201 - services.Postgres
+def pg():  # noqa: ANN201 - cluster_servers.Postgres
     """A PostgreSQL server in a temp data dir."""
-    from tests import services
+    from tests import cluster_servers
 
     try:
-        with services.postgres() as server:
+        with cluster_servers.postgres() as server:
             yield server
-    except services.Unavailable as exc:
+    except cluster_servers.Unavailable as exc:
         pytest.skip(f"PostgreSQL cannot start here: {exc}")
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster():  # noqa: ANN201 - services.Slurm
+def slurm_cluster():  # noqa: ANN201 - cluster_servers.Slurm
     """A one-node Slurm cluster (munged, slurmctld, slurmd); sets SLURM_CONF for this process."""
-    from tests import services
+    from tests import cluster_servers
 
     try:
-        with services.slurm() as cluster:
+        with cluster_servers.slurm() as cluster:
             old = os.environ.get("SLURM_CONF")
             os.environ["SLURM_CONF"] = str(cluster.conf)
             try:
                 yield cluster
             finally:
                 os.environ.pop("SLURM_CONF") if old is None else os.environ.__setitem__("SLURM_CONF", old)
-    except services.Unavailable as exc:
+    except cluster_servers.Unavailable as exc:
         pytest.skip(f"Slurm cannot start here: {exc}")
 
 
 @pytest.fixture(scope="session")
-def mlflow_server(pg):  # noqa: ANN001,ANN201 - services.MLflowServer
+def mlflow_server(pg):  # noqa: ANN001,ANN201 - cluster_servers.MLflowServer
     """``mlflow server`` on a PostgreSQL backend store with a local artifact root."""
-    from tests import services
+    from tests import cluster_servers
 
     try:
-        with services.mlflow_server(pg) as server:
+        with cluster_servers.mlflow_server(pg) as server:
             yield server
-    except services.Unavailable as exc:
+    except cluster_servers.Unavailable as exc:
         pytest.skip(f"mlflow server cannot start here: {exc}")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cts import tracking
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 METRICS = [
@@ -43,9 +43,6 @@ def run_py(*args: str, cwd: Path = REPO, timeout: int = 600) -> subprocess.Compl
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
-
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 _COPIED = ("run.py", "conf", "prompts", "cts", "hydra_plugins")

@@ -3,7 +3,7 @@
 SIGTERM is turned into SIGINT, so both take the same path: inside ``asyncio.run``
 the event loop cancels the job (the pipeline's ``finally`` cancels in-flight
 instances and closes the record files, every finished record already flushed);
-elsewhere Python raises KeyboardInterrupt. :func:`cts.tracking.job_run` ends the
+elsewhere Python raises KeyboardInterrupt. :func:`cts.tracking.open_mlflow_run` ends the
 MLflow run ``KILLED`` on the way out, and :func:`interruptible_job` prints how many
 instances are done and the exact command that resumes the job, then exits
 128 + the signal number.

@@ -23,7 +23,7 @@ MOVED: dict[str, str] = {
     "cts.confdiff": "cts._util.confdiff",
     "cts.diagnostics": "cts.protocol.diagnostics",
     "cts.errors": "cts.compose.errors",
-    "cts.gate": "cts.gating.evaluate",
+    "cts.gate": "cts.gating.cli",
     "cts.goldfile": "cts.data.goldfile",
     "cts.index": "cts.corpus.index",
     "cts.interrupt": "cts._util.interrupt",

@@ -7,10 +7,11 @@ corpus ...: :func:`cts.compose.services.component_arguments`), never the job's s
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -28,10 +29,11 @@ from cts.compose.checks import (  # noqa: F401 - the pre-flight, also reached th
 from cts.compose.probes import exit_on_probe_problems, probe_completions, probe_endpoints, task_groups  # noqa: F401 - re-exported
 from cts.compose.services import Services, component_arguments, resource_parameters
 from cts.tasks.job import in_multirun
+from cts.tasks.registry import OutputsUnwritable, task_spec
 
 if TYPE_CHECKING:
+    from cts.llm import LLMRuntime
     from cts.protocol.budget import Budget
-    from cts.protocol.pipeline import Roles
     from cts.tasks.job import RunInfo
 
 log = logging.getLogger(__name__)
@@ -71,7 +73,7 @@ def run(cfg: DictConfig) -> float | None:
         with local_llm_served(
             services, build_node(cfg.services.get("local_llm"), services), Path(cfg.paths.output_dir)
         ) as services:
-            return run_task(cfg, services)
+            return run_configured_task(cfg, services)
 
 
 def check_start(config: DictConfig, jobs: Sequence[DictConfig]) -> None:
@@ -98,18 +100,13 @@ def preload_inputs(cfg: DictConfig) -> None:
     """Read the task's input files now (a dataset built from files alone, the gold task's instances).
 
     A broken file is refused before anything is created, and the task reuses what was read
-    (:func:`task_input`). A dataset built from the job's resources (the demo set) is left to the job.
+    (:meth:`ConfiguredTask.input`). An input built from the job's resources (the demo set) is left to the job.
     """
-    reader = INPUTS.get(str(cfg.task._target_))
-    if reader is not None and not (reader is _dataset and resource_parameters(get_object(str(cfg.dataset._target_)))):
-        _INPUTS[_input_key(cfg)] = reader(cfg, build_services(cfg))
-
-
-def task_input(cfg: DictConfig, services: Services) -> Any:
-    """The task's input: what :func:`preload_inputs` read if its files are unchanged (a sweep's jobs share it)."""
-    key = _input_key(cfg)
-    found = _INPUTS.get(key) if in_multirun() else _INPUTS.pop(key, None)
-    return found if found is not None else INPUTS[str(cfg.task._target_)](cfg, services)
+    try:
+        found = task_spec(str(cfg.task._target_)).read(ConfiguredTask(cfg, build_services(cfg), files_only=True))
+    except _NeedsResources:
+        return
+    _INPUTS[_input_key(cfg)] = found
 
 
 def _input_key(cfg: DictConfig) -> str:
@@ -120,43 +117,114 @@ def _input_key(cfg: DictConfig) -> str:
     return json.dumps([str(cfg.task._target_), ds, files], sort_keys=True, default=str)
 
 
-def _dataset(cfg: DictConfig, services: Services) -> Any:
-    return build_node(cfg.dataset, services)
-
-
-def _gold_instances(cfg: DictConfig, services: Services) -> Any:
-    from cts.data.jsonl import MAX_FIELD_CHARS, read_instances_jsonl
-
-    ds = cfg.dataset
-    return read_instances_jsonl(ds.path, ds.get("fields"), ds.get("max_field_chars", MAX_FIELD_CHARS))
-
-
 _INPUTS: dict[str, Any] = {}
 
 
-def run_task(cfg: DictConfig, services: Services) -> float | None:
-    """Turn the config into the configured task's typed arguments (building its components), then run it."""
-    target = str(cfg.task._target_)
-    compose = TASKS.get(target)
-    if compose is None:
-        raise ValueError(f"task._target_={target} is not a cts task (known: {', '.join(sorted(TASKS))})")
-    return compose(cfg, services)
+class _NeedsResources(Exception):
+    """A reader asked, before the job, for a component that needs the job's resources."""
 
 
-def build_roles(cfg: DictConfig, services: Services) -> Roles:
-    """Build the clarifier, UA, rewriter, search backend, judge and question typer."""
-    from cts.protocol.pipeline import Roles
-
-    return Roles(**{g: build_node(cfg[g], services) for g in ROLE_GROUPS})
+_ABSENT = object()
 
 
-def role_models(cfg: DictConfig) -> dict[str, str]:
-    """Per role: the model id it calls (``<group>.model.model``), or the baseline's class."""
-    out = {}
-    for group in ROLE_GROUPS:
-        model = OmegaConf.select(cfg, f"{group}.model.model", default=None)
-        out[group] = str(model or cfg[group]._target_.rsplit(".", 1)[-1])
-    return out
+class ConfiguredTask:
+    """The :class:`cts.tasks.registry.TaskContext` of one job: what its task's composer may ask of the config.
+
+    Args:
+        files_only: Refuse to build a component that takes job resources (the pre-start read of inputs).
+    """
+
+    def __init__(self, cfg: DictConfig, services: Services, *, files_only: bool = False) -> None:
+        self._cfg, self._services, self._files_only = cfg, services, files_only
+
+    @functools.cached_property
+    def run(self) -> RunInfo:
+        return run_info(self._cfg)
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        from cts.tasks.job import protocol_fingerprint
+
+        return protocol_fingerprint(self._cfg)
+
+    @functools.cached_property
+    def protocol_config(self) -> dict[str, Any]:
+        from cts.tasks.job import protocol_config
+
+        return protocol_config(self._cfg)
+
+    @property
+    def budget(self) -> Budget:
+        return llm_budget(self._services)
+
+    @property
+    def llm(self) -> LLMRuntime:
+        return self._services.llm
+
+    def _node(self, key: str, parts: Sequence[str]) -> Any:
+        node = OmegaConf.select(self._cfg, key, default=_ABSENT)
+        for part in parts:
+            node = node.get(part, _ABSENT) if isinstance(node, DictConfig) else _ABSENT
+        return node
+
+    def value(self, key: str, *parts: str, default: Any = _ABSENT) -> Any:
+        node = self._node(key, parts)
+        if node is _ABSENT:
+            if default is _ABSENT:
+                raise KeyError(".".join([key, *parts]))
+            return default
+        return OmegaConf.to_container(node, resolve=True) if isinstance(node, (DictConfig, ListConfig)) else node
+
+    def values(self, *keys: str) -> dict[str, Any]:
+        resolved = OmegaConf.to_container(OmegaConf.masked_copy(self._cfg, list(keys)), resolve=True)
+        assert isinstance(resolved, dict)
+        return {str(k): v for k, v in resolved.items()}
+
+    def keys(self, key: str, *parts: str) -> list[str]:
+        node = self._node(key, parts)
+        return [str(k) for k in node] if isinstance(node, DictConfig) else []
+
+    def build(self, key: str, *parts: str) -> Any:
+        node = self._node(key, parts)
+        if node is _ABSENT:
+            raise KeyError(".".join([key, *parts]))
+        if self._files_only and isinstance(node, DictConfig) and "_target_" in node:
+            if resource_parameters(get_object(str(node._target_))):
+                raise _NeedsResources(key)
+        return build_node(node, self._services)
+
+    def model_ids(self, *keys: str) -> dict[str, str]:
+        from cts.llm.preflight import find_model_specs
+
+        return {
+            path: str(node.get("model"))
+            for path, node in find_model_specs(OmegaConf.masked_copy(self._cfg, list(keys)))
+        }
+
+    def input(self) -> Any:
+        """What :func:`preload_inputs` read if its files are unchanged (a sweep's jobs share it), else read now."""
+        key = _input_key(self._cfg)
+        found = _INPUTS.get(key) if in_multirun() else _INPUTS.pop(key, None)
+        return found if found is not None else task_spec(str(self._cfg.task._target_)).read(self)
+
+    def resource_stats(self) -> dict[str, float]:
+        return self._services.stats()
+
+    def places(self) -> tuple[str, ...]:
+        from cts.compose.services import concretiser_places
+
+        return concretiser_places(self._services)
+
+
+def run_configured_task(cfg: DictConfig, services: Services) -> float | None:
+    """Run the task ``task._target_`` names: its composer turns the config into the task's typed arguments."""
+    from cts.compose.errors import stop_unwritable
+
+    try:
+        return task_spec(str(cfg.task._target_)).compose(ConfiguredTask(cfg, services))
+    except OutputsUnwritable as e:
+        stop_unwritable(e.fault, e.job_dir, e.instances, e.resume, multirun=e.multirun)
+        raise e.fault from e.__cause__
 
 
 def run_info(cfg: DictConfig) -> RunInfo:
@@ -181,154 +249,6 @@ def llm_budget(services: Services) -> Budget:
         float(max(t for t in timeouts if t is not None)),
         lambda usd, job_dir: services.llm.count_prior_spend(usd, job_dir),
     )
-
-
-def evaluate(cfg: DictConfig, services: Services) -> float | None:
-    """Task ``evaluate``: check the job dir, build the dataset and roles, run the protocol."""
-    from cts import tracking
-    from cts._util.interrupt import resume_command
-    from cts._util.io import output_fault, unwritable
-    from cts.compose.errors import stop_unwritable
-    from cts.tasks.evaluate import (
-        EvalProtocol,
-        Resume,
-        check_job,
-        evaluate_task,
-        select_instances,
-    )
-    from cts.tasks.job import (
-        job_context,
-        orig_parts,
-        protocol_config,
-        protocol_fingerprint,
-        task_overrides,
-    )
-
-    job_dir = job_context(cfg).job_dir
-    resume = Resume(
-        protocol_fingerprint(cfg), protocol_config(cfg), resume_command(task_overrides(), job_dir), in_multirun()
-    )
-    check_job(cfg.k, job_dir, resume)
-    dataset = task_input(cfg, services)
-    roles = build_roles(cfg, services)
-    if cfg.services.llm.get("tracing"):
-        tracking.trace_llm_calls(services.llm)
-    stats = OmegaConf.to_container(cfg.stats, resolve=True)
-    assert isinstance(stats, dict)
-    try:
-        return evaluate_task(
-            dataset=dataset,
-            roles=roles,
-            protocol=EvalProtocol(cfg.k, cfg.seed, cast("dict[str, Any]", stats)),
-            run=run_info(cfg),
-            resume=resume,
-            budget=llm_budget(services),
-            models=role_models(cfg),
-            orig_parts=orig_parts(cfg),
-            limit=cfg.limit,
-            concurrency=cfg.concurrency,
-            resource_stats=services.stats,
-        )
-    except OSError as e:
-        fault = output_fault(e)
-        if fault is None:
-            raise
-        named = fault if fault.filename is not None else unwritable(fault, job_dir)  # e.g. a flush: the job dir
-        stop_unwritable(named, job_dir, select_instances(dataset, cfg.limit), resume.command, multirun=resume.multirun)
-        raise named from e
-
-
-def gold(cfg: DictConfig, services: Services) -> float:
-    """Task ``gold``: read the instances, build search and extractor, archive their gold."""
-    from cts.llm.preflight import find_model_specs
-    from cts.tasks.gold import gold_task
-    from cts.tasks.job import protocol_fingerprint
-
-    instances = task_input(cfg, services)
-    instances = instances[: cfg.limit] if cfg.limit else instances
-    search, extractor = build_node(cfg.search, services), build_node(cfg.extractor, services)
-    models = OmegaConf.masked_copy(cfg, ["search", "extractor"])
-    provenance = {
-        "backend": cfg.search._target_,
-        "extractor": cfg.extractor._target_,
-        "models": {path: str(node.get("model")) for path, node in find_model_specs(models)},
-        "config_fingerprint": protocol_fingerprint(cfg),
-        "cts_version": __import__("cts").__version__,
-    }
-    return gold_task(
-        instances=instances,
-        search=search,
-        extractor=extractor,
-        out_dir=Path(cfg.gold.out_dir),
-        provenance=provenance,
-        run=run_info(cfg),
-        concurrency=cfg.concurrency,
-        overwrite=bool(cfg.gold.overwrite),
-        allow_partial=bool(cfg.gold.get("allow_partial", False)),
-    )
-
-
-def _robustness(cfg: DictConfig) -> dict[str, Any]:
-    """The settings both robustness analyses share (``robustness.source``, ``budgets``)."""
-    from cts.tasks.job import robustness_source
-
-    budgets = cfg.robustness.get("budgets")
-    return {
-        "source": robustness_source(cfg),
-        "budgets": None if budgets is None else list(budgets),
-        "run": run_info(cfg),
-        "out_dir": Path(cfg.paths.output_dir),
-        "concurrency": cfg.get("concurrency", 8),
-    }
-
-
-def judge_robustness(cfg: DictConfig, services: Services) -> None:
-    """Task ``judge_robustness``: build the dataset's gold and the judges, re-judge the source runs."""
-    from cts.tasks.judge_robustness import judge_robustness_task
-
-    rcfg = cfg.robustness
-    gold = task_input(cfg, services).gold
-    judges = {str(name): build_node(node, services) for name, node in rcfg.judges.items()}
-    judge_robustness_task(
-        gold=gold,
-        judges=judges,
-        reference=rcfg.get("reference"),
-        include_recorded=bool(rcfg.get("include_recorded", True)),
-        **_robustness(cfg),
-    )
-
-
-def backbone_stability(cfg: DictConfig, services: Services) -> None:
-    """Task ``backbone_stability``: build the dataset and the backbones, replay the source runs' questions."""
-    from cts.analysis.backbone_stability import Backbone
-    from cts.compose.services import concretiser_places
-    from cts.tasks.backbone_stability import backbone_stability_task
-
-    instances = task_input(cfg, services).instances
-    backbones = {
-        str(name): Backbone(build_node(node.ua, services), build_node(node.rewriter, services))
-        for name, node in cfg.robustness.backbones.items()
-    }
-    backbone_stability_task(
-        instances=instances, backbones=backbones, places=concretiser_places(services), **_robustness(cfg)
-    )
-
-
-TASKS: dict[str, Callable[[DictConfig, Services], Any]] = {
-    "cts.tasks.evaluate.evaluate_task": evaluate,
-    "cts.tasks.gold.gold_task": gold,
-    "cts.tasks.judge_robustness.judge_robustness_task": judge_robustness,
-    "cts.tasks.backbone_stability.backbone_stability_task": backbone_stability,
-}
-"""``task._target_`` -> its composition: config -> the task's typed arguments, then the call."""
-INPUTS: dict[str, Callable[[DictConfig, Services], Any]] = {
-    "cts.tasks.evaluate.evaluate_task": _dataset,
-    "cts.tasks.gold.gold_task": _gold_instances,
-    "cts.tasks.judge_robustness.judge_robustness_task": _dataset,
-    "cts.tasks.backbone_stability.backbone_stability_task": _dataset,
-}
-"""``task._target_`` -> what it reads from the dataset config (read before the run starts: :func:`preload_inputs`)."""
-ROLE_GROUPS = ("clarifier", "ua", "rewriter", "search", "judge", "qtyper")
 
 
 def build_services(cfg: DictConfig) -> Services:

@@ -14,8 +14,15 @@ from omegaconf import DictConfig, OmegaConf
 
 
 def task_groups(cfg: DictConfig) -> tuple[str, ...]:
-    """The config keys whose models the task calls (``task.preflight``), plus ``services``."""
-    return (*cfg.task.get("preflight", ()), "services")
+    """The config keys whose models the task calls, plus ``services``.
+
+    The task declares them (``calls`` of :func:`cts.tasks.registry.task`); ``task.preflight=[...]`` overrides.
+    """
+    from cts.tasks.registry import task_spec
+
+    listed = cfg.task.get("preflight")
+    calls = task_spec(str(cfg.task._target_)).calls if listed is None else tuple(str(g) for g in listed)
+    return (*calls, "services")
 
 
 _PROBED: set[tuple[str, str | None]] = set()

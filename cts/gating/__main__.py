@@ -2,6 +2,6 @@
 
 import sys
 
-from cts.gating.evaluate import main
+from cts.gating.cli import main
 
 sys.exit(main())

@@ -74,7 +74,7 @@ def run_within_budget(job: Callable[[], Coroutine[Any, Any, JobResult]], job_dir
     """Run one job's coroutine under the job dir's budget and book what no record holds.
 
     Args:
-        job: Builds the job's coroutine (``cts.protocol.pipeline.run_job(...)``).
+        job: Builds the job's coroutine (``cts.protocol.pipeline.run_instances(...)``).
         job_dir: The job dir (records and ledger).
         budget: The cap and the runtime's prior-spend hook.
 

@@ -276,7 +276,7 @@ def _no_usage() -> Iterator[Mapping[str, Mapping[str, float]]]:
     yield {}
 
 
-async def run_job(
+async def run_instances(
     instances: Sequence[Instance],
     gold: Mapping[str, Gold],
     roles: Roles,
@@ -367,7 +367,7 @@ async def _drain(
     keep: Callable[[Record], Record],
     on_commit: Callable[[Record, list[dict[str, Any]]], None] | None = None,
 ) -> str:
-    """Commit instances as they finish; the stop reason (see :func:`run_job`)."""
+    """Commit instances as they finish; the stop reason (see :func:`run_instances`)."""
     try:
         async with contextlib.aclosing(results) as finishing:  # closing cancels the instances still running
             async for record, traces in finishing:

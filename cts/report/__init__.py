@@ -14,7 +14,7 @@ from the records, so a report never depends on which metrics a job logged:
 * Table 8     ``region_only_range``: range of turn-level region-only unknown rates.
 * Table 10    ``turn_region_only``: region-only count and unknown rate per turn.
 * extra       ``qtype_unknown``: question-type shares and unknown rate per type.
-* beyond      ``batch_vs_sequential``, ``gating`` (post hoc, :mod:`cts.report.gating`) and
+* beyond      ``batch_vs_sequential``, ``gating`` (post hoc, :mod:`cts.report.gate_evaluation`) and
   ``frontier`` (cost-quality), from :mod:`cts.report.beyond`.
 
 Plots: ``score_vs_k.png`` (mean score and delta vs k per clarifier, 95% CI bars),

@@ -19,7 +19,7 @@ import pandas as pd
 
 from cts.core.records import Record
 from cts.protocol.metrics import interaction_metrics, questions_asked_mean
-from cts.report.gating import evaluate_gate
+from cts.report.gate_evaluation import evaluate_gate
 from cts.report.jobs import ORIG
 from cts.report.plots import pyplot
 from cts.report.tables import Table
@@ -125,7 +125,7 @@ def default_gates() -> dict[str, Any]:
 
 
 def gating_rows(jobs: Sequence[Any], stats: Any, gates: Mapping[str, Any]) -> pd.DataFrame:
-    """One row per (clarified job, gate): the :class:`cts.report.gating.GateStats` fields."""
+    """One row per (clarified job, gate): the :class:`cts.report.gate_evaluation.GateStats` fields."""
     rows = []
     for j in jobs:
         if j.is_orig:

@@ -3,7 +3,7 @@
 A gate sees the blurred query ``q`` only (like the Clarifier), never ``q*`` or
 any outcome; the one exception is :class:`OracleGate`, the upper bound, which
 reads finished records (it asks exactly where the clarified arm beat orig).
-Gates are evaluated after the fact over finished sweeps (:mod:`cts.report.gating`).
+Gates are evaluated after the fact over finished sweeps (:mod:`cts.report.gate_evaluation`).
 """
 
 from __future__ import annotations

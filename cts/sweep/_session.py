@@ -284,7 +284,7 @@ async def _in_context(ctx: contextvars.Context, coro: Coroutine[Any, Any, T], ed
 
 
 def _close_unstarted(coro: Coroutine[Any, Any, Any]) -> None:
-    """Close a coroutine that never ran, and the unstarted coroutines it was given (``settled(run_job(...))``).
+    """Close a coroutine that never ran, and the unstarted coroutines it was given (``settled(run_instances(...))``).
 
     Closing only the outer one would drop the inner ones unawaited: a RuntimeWarning on a clean stop.
     """

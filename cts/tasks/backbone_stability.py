@@ -26,9 +26,23 @@ from cts.analysis.common import (
 from cts.core.types import Instance
 from cts.report.jobs import load_jobs
 from cts.report.tables import markdown
-from cts.tasks.job import RunInfo, log_task_outputs, task_run
+from cts.tasks.job import RunInfo, log_task_outputs, tracked_task
+from cts.tasks.judge_robustness import robustness_arguments
+from cts.tasks.registry import TaskContext, task
 
 
+def compose_backbone_stability(ctx: TaskContext) -> None:
+    """Build the dataset and the backbones, replay the source runs' questions (the composer of the task)."""
+    node = "robustness.backbones"
+    backbones = {
+        name: Backbone(ctx.build(node, name, "ua"), ctx.build(node, name, "rewriter")) for name in ctx.keys(node)
+    }
+    backbone_stability_task(
+        instances=ctx.input().instances, backbones=backbones, places=ctx.places(), **robustness_arguments(ctx)
+    )
+
+
+@task(compose_backbone_stability, calls=("robustness",))
 def backbone_stability_task(
     *,
     source: str | Sequence[str],
@@ -56,7 +70,7 @@ def backbone_stability_task(
     items = frozen_items(jobs, instances)
     if not items:
         raise ValueError("the source runs have no clarification questions to replay")
-    with task_run(run, "backbone_stability"):  # an infrastructure failure stops the analysis: exit 1
+    with tracked_task(run, "backbone_stability"):  # an infrastructure failure stops the analysis: exit 1
         replays = asyncio.run(replay_all(items, backbones, concurrency))
         items, outputs = replayed_by_all(items, replays)
         feedback_on_traces(backbone_feedback(jobs, items, outputs))  # each backbone's replay on the instance traces

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +25,24 @@ from cts.protocol.budget import (
 from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE
 from cts.protocol.metrics import metric_view, summarize
 from cts.protocol.outcome import finish, read_outcome
-from cts.protocol.pipeline import Roles, run_job
+from cts.protocol.pipeline import Roles, run_instances
 from cts.sweep import orig_share_for, sweep_progress
 from cts.tasks.job import (
     RunInfo,
     check_resume,
+    in_multirun,
     print_metrics,
     prompt_files,
     prompt_versions,
+    task_overrides,
     write_summary,
 )
+from cts.tasks.registry import OutputsUnwritable, TaskContext, task
 
 log = logging.getLogger(__name__)
+
+ROLE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Roles))
+"""The roles of a job (the fields of :class:`Roles`); each is the config key of its component (``clarifier=...``)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,65 @@ def check_job(k: Any, job_dir: Path, resume: Resume) -> None:
     check_resume(job_dir, resume.fingerprint, resume.config)
 
 
+def compose_evaluate(ctx: TaskContext) -> float | None:
+    """Check the job dir, build the dataset and roles, run the protocol (the composer of :func:`evaluate_task`)."""
+    from cts._util.interrupt import resume_command
+    from cts._util.io import output_fault, unwritable
+
+    job_dir = ctx.run.context.job_dir
+    resume = Resume(ctx.fingerprint, ctx.protocol_config, resume_command(task_overrides(), job_dir), in_multirun())
+    check_job(ctx.value("k"), job_dir, resume)
+    dataset, roles = ctx.input(), build_roles(ctx)
+    if ctx.value("services.llm.tracing", default=None):
+        tracking.trace_llm_calls(ctx.llm)
+    try:
+        return evaluate_task(
+            dataset=dataset,
+            roles=roles,
+            protocol=EvalProtocol(ctx.value("k"), ctx.value("seed"), ctx.value("stats")),
+            run=ctx.run,
+            resume=resume,
+            budget=ctx.budget,
+            models=role_models(ctx),
+            orig_parts=orig_parts(ctx),
+            limit=ctx.value("limit"),
+            concurrency=ctx.value("concurrency"),
+            resource_stats=ctx.resource_stats,
+        )
+    except OSError as e:
+        fault = output_fault(e)
+        if fault is None:
+            raise
+        named = fault if fault.filename is not None else unwritable(fault, job_dir)  # e.g. a flush: the job dir
+        instances = select_instances(dataset, ctx.value("limit"))
+        raise OutputsUnwritable(named, job_dir, instances, resume.command, resume.multirun) from e
+
+
+def build_roles(ctx: TaskContext) -> Roles:
+    """Build the clarifier, UA, rewriter, search backend, judge and question typer (one config key each)."""
+    return Roles(**{name: ctx.build(name) for name in ROLE_NAMES})
+
+
+def role_models(ctx: TaskContext) -> dict[str, str]:
+    """Per role: the model id it calls (``<role>.model.model``), or the baseline's class."""
+    return {
+        name: str(ctx.value(name, "model", "model", default=None) or ctx.value(name, "_target_").rsplit(".", 1)[-1])
+        for name in ROLE_NAMES
+    }
+
+
+def orig_parts(ctx: TaskContext) -> dict[str, Any]:
+    """What the orig arm of an instance depends on: dataset (and gold), search, judge, routing."""
+    llm = ctx.value("services.llm", default=None) or {}
+    routing = {key: llm.get(key) for key in ("api_base", "model", "max_reasks")}
+    return {
+        **ctx.values("dataset", "search", "judge"),
+        "llm": routing,
+        "corpus_lang": ctx.value("services.corpus_lang", default=None),
+    }
+
+
+@task(compose_evaluate, calls=ROLE_NAMES)
 def evaluate_task(
     *,
     dataset: Dataset,
@@ -109,7 +174,7 @@ def evaluate_task(
     tracer = instance_tracer(run)
 
     def job() -> Any:
-        return run_job(
+        return run_instances(
             instances,
             dataset.gold,
             roles,
@@ -131,7 +196,7 @@ def evaluate_task(
     with (
         interruptible_job(ctx.job_dir, len(instances), lambda: count_done(ctx.job_dir, instances), ctx.sweep_dir),
         early as started,
-        tracking.job_run(
+        tracking.open_mlflow_run(
             run.tracking.uri,
             run.tracking.experiment,
             ctx.run_name,
@@ -161,7 +226,7 @@ def evaluate_task(
             **planned,
         }
         ci = ci_summary(getattr(dataset, "cluster_field", None), clusters, [r.id for r in records])
-        log_job_run(run, k, metrics, run_id, stop, ci)
+        log_job_outputs(run, k, metrics, run_id, stop, ci)
         print_metrics(ctx.run_name, metrics)
         if note := stop_note(stop, metrics):
             print(note, flush=True)
@@ -169,7 +234,7 @@ def evaluate_task(
     return metrics["score_mean"]
 
 
-def log_job_run(
+def log_job_outputs(
     run: RunInfo, k: int, metrics: Mapping[str, float], run_id: str, stop: str, extra: Mapping[str, Any] | None = None
 ) -> None:
     """Write the summary (with ``extra`` entries) and log metrics, tags, records, traces, config and prompts."""

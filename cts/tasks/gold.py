@@ -11,11 +11,47 @@ from typing import Any
 
 from cts.core.contracts import Extractor, SearchBackend
 from cts.core.types import Instance
-from cts.tasks.job import RunInfo, log_task_outputs, prompt_versions, task_run
+from cts.tasks.job import RunInfo, log_task_outputs, prompt_versions, tracked_task
+from cts.tasks.registry import TaskContext, task
 
 log = logging.getLogger(__name__)
 
 
+def read_gold_instances(ctx: TaskContext) -> list[Instance]:
+    """The task's input: the instances of the dataset file (``dataset.path``, ``fields``, ``max_field_chars``)."""
+    from cts.data.jsonl import MAX_FIELD_CHARS, read_instances_jsonl
+
+    fields = ctx.value("dataset.fields", default=None)
+    return read_instances_jsonl(
+        ctx.value("dataset.path"), fields, ctx.value("dataset.max_field_chars", default=MAX_FIELD_CHARS)
+    )
+
+
+def compose_gold(ctx: TaskContext) -> float:
+    """Read the instances, build search and extractor, archive their gold (the composer of :func:`gold_task`)."""
+    limit = ctx.value("limit")
+    instances = ctx.input()
+    provenance = {
+        "backend": ctx.value("search._target_"),
+        "extractor": ctx.value("extractor._target_"),
+        "models": ctx.model_ids("search", "extractor"),
+        "config_fingerprint": ctx.fingerprint,
+        "cts_version": __import__("cts").__version__,
+    }
+    return gold_task(
+        instances=instances[:limit] if limit else instances,
+        search=ctx.build("search"),
+        extractor=ctx.build("extractor"),
+        out_dir=Path(ctx.value("gold.out_dir")),
+        provenance=provenance,
+        run=ctx.run,
+        concurrency=ctx.value("concurrency"),
+        overwrite=bool(ctx.value("gold.overwrite")),
+        allow_partial=bool(ctx.value("gold.allow_partial", default=False)),
+    )
+
+
+@task(compose_gold, read=read_gold_instances, calls=("search", "extractor"))
 def gold_task(
     *,
     instances: Sequence[Instance],
@@ -50,7 +86,7 @@ def gold_task(
     """
     from cts.gold import build_gold_archive
 
-    with task_run(run, "gold"):  # an infrastructure failure stops the build: nothing archived, exit 1
+    with tracked_task(run, "gold"):  # an infrastructure failure stops the build: nothing archived, exit 1
         report = asyncio.run(
             build_gold_archive(
                 instances,

@@ -1,9 +1,9 @@
 """Where a job sits and what it leaves behind: Hydra context, tags, summary, fingerprint, tracking.
 
 Shared by every task. The composition layer (:mod:`cts.compose.app`) reads the config with the
-``cfg`` helpers here (:func:`job_context`, :func:`job_tags`, :func:`protocol_config` ...)
-and hands each task plain, typed arguments (a :class:`RunInfo`, built components);
-a task itself never reads the config.
+``cfg`` helpers here (:func:`job_context`, :func:`job_tags`, :func:`protocol_config` ...) and
+hands each task's composer a :class:`cts.tasks.registry.TaskContext`, from which it builds the
+task's plain, typed arguments (a :class:`RunInfo`, built components); no task module reads the config.
 """
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ def resume_refusal(out_dir: Path, stored: Mapping[str, Any], fingerprint: str, c
 
 
 @contextlib.contextmanager
-def task_run(run: RunInfo, task: str) -> Iterator[str]:
+def tracked_task(run: RunInfo, task: str) -> Iterator[str]:
     """Track a non-evaluate task (gold, robustness analyses) as one MLflow run, open while the task works.
 
     The run ends ``FINISHED``, ``KILLED`` on SIGINT, else ``FAILED``. An infrastructure
@@ -225,7 +225,7 @@ def task_run(run: RunInfo, task: str) -> Iterator[str]:
     """
     tags = {**run.tags, "cts.kind": task}
     try:
-        with tracking.job_run(
+        with tracking.open_mlflow_run(
             run.tracking.uri,
             run.tracking.experiment,
             f"{task}:{run.context.run_name}",
@@ -245,7 +245,7 @@ def task_run(run: RunInfo, task: str) -> Iterator[str]:
 
 
 def log_task_outputs(metrics: Mapping[str, float], artifacts: list[Path]) -> None:
-    """Log a task's metrics and files into its run (inside :func:`task_run`).
+    """Log a task's metrics and files into its run (inside :func:`tracked_task`).
 
     Args:
         artifacts: The files the task wrote (not whole directories, which may hold the store).
@@ -345,19 +345,3 @@ def prompt_versions() -> dict[str, str]:
 
     used = used_prompts()
     return {**{n: p.version for n, p in sorted(used.items())}, "_all": prompts_version()} if used else {}
-
-
-def robustness_source(cfg: Any) -> Any:
-    """``robustness.source`` as a plain value (a list of job dirs, or one dir or experiment)."""
-    source = cfg.robustness.source
-    return list(source) if type(source).__name__ == "ListConfig" else source
-
-
-def orig_parts(cfg: DictConfig) -> dict[str, Any]:
-    """What the orig arm of an instance depends on: dataset (and gold), search, judge, routing."""
-    llm = cfg.services.get("llm") or {}
-    routing = {key: llm.get(key) for key in ("api_base", "model", "max_reasks")}
-    parts = OmegaConf.masked_copy(cfg, ["dataset", "search", "judge"])
-    resolved = OmegaConf.to_container(parts, resolve=True)
-    assert isinstance(resolved, dict)
-    return {**resolved, "llm": routing, "corpus_lang": cfg.services.get("corpus_lang")}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from cts.analysis.common import (
     feedback_on_traces,
@@ -22,9 +23,34 @@ from cts.core.contracts import Judge
 from cts.core.types import Gold
 from cts.report.jobs import load_jobs
 from cts.report.tables import markdown
-from cts.tasks.job import RunInfo, log_task_outputs, task_run
+from cts.tasks.job import RunInfo, log_task_outputs, tracked_task
+from cts.tasks.registry import TaskContext, task
 
 
+def robustness_arguments(ctx: TaskContext) -> dict[str, Any]:
+    """The arguments both robustness analyses share (``robustness.source``, ``budgets`` ...)."""
+    budgets = ctx.value("robustness.budgets", default=None)
+    return {
+        "source": ctx.value("robustness.source"),
+        "budgets": budgets,
+        "run": ctx.run,
+        "out_dir": Path(ctx.value("paths.output_dir")),
+        "concurrency": ctx.value("concurrency", default=8),
+    }
+
+
+def compose_judge_robustness(ctx: TaskContext) -> None:
+    """Build the dataset's gold and the judges, re-judge the source runs (the composer of the task)."""
+    judge_robustness_task(
+        gold=ctx.input().gold,
+        judges={name: ctx.build("robustness.judges", name) for name in ctx.keys("robustness.judges")},
+        reference=ctx.value("robustness.reference", default=None),
+        include_recorded=bool(ctx.value("robustness.include_recorded", default=True)),
+        **robustness_arguments(ctx),
+    )
+
+
+@task(compose_judge_robustness, calls=("robustness",))
 def judge_robustness_task(
     *,
     source: str | Sequence[str],
@@ -52,7 +78,7 @@ def judge_robustness_task(
     """
     jobs = select_budgets(load_jobs(source, run.tracking.uri), budgets)
     reference = reference or next(iter(judges))
-    with task_run(run, "judge_robustness"):  # an infrastructure failure stops the analysis: exit 1
+    with tracked_task(run, "judge_robustness"):  # an infrastructure failure stops the analysis: exit 1
         scores, labels = asyncio.run(
             rejudge(jobs, gold, judges, include_recorded=include_recorded, concurrency=concurrency)
         )

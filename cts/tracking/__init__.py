@@ -45,7 +45,7 @@ __all__ = [
     "download_artifact",
     "experiment_id",
     "flatten",
-    "job_run",
+    "open_mlflow_run",
     "job_runs",
     "log_artifacts",
     "log_assessments",
@@ -110,7 +110,7 @@ RUN_FILE = "mlflow_run.json"
 
 
 @contextlib.contextmanager
-def job_run(
+def open_mlflow_run(
     uri: str,
     experiment: str,
     run_name: str,
@@ -337,7 +337,7 @@ def log_report_run(
 ) -> str:
     """Log a sweep-level report as its own run; returns the run id."""
     all_tags = {"cts.kind": "sweep_report", **(tags or {})}
-    with job_run(uri, experiment, run_name, params={}, tags=all_tags) as run_id:
+    with open_mlflow_run(uri, experiment, run_name, params={}, tags=all_tags) as run_id:
         log_metrics(metrics)
         log_artifacts(artifacts)
     return run_id

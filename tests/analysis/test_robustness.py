@@ -40,9 +40,9 @@ from tests.analysis.fakes import (
 
 def run_task(cfg: DictConfig, services: Services) -> Any:
     """Exactly what the app does with a task config."""
-    from cts.compose.app import run_task as app_run_task
+    from cts.compose.app import run_configured_task
 
-    return app_run_task(cfg, services)
+    return run_configured_task(cfg, services)
 
 
 def test_judge_robustness_table9_tau_kappa_and_no_protocol_calls(frozen_sweep: Path, tmp_path: Path) -> None:

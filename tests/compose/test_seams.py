@@ -94,10 +94,23 @@ def test_every_task_takes_typed_keyword_arguments_not_the_config(name: str) -> N
 
 
 def test_every_configured_task_has_a_composition() -> None:
-    from cts.compose.app import TASKS as COMPOSED
+    from cts.tasks.registry import task_spec
 
     targets = {str(compose_task(p.stem).task._target_) for p in (CONF / "task").glob("*.yaml")}
-    assert targets == set(COMPOSED)
+    assert targets == {f"cts.tasks.{name}" for name in TASKS}
+    assert all(callable(task_spec(t).compose) and callable(task_spec(t).read) for t in targets)
+
+
+def test_task_modules_never_read_the_config() -> None:
+    """A task's composer gets a TaskContext from compose; only cts/tasks/job.py still reads a config node."""
+    offenders = [
+        str(p.relative_to(REPO))
+        for p in sorted((PKG / "tasks").glob("*.py"))
+        if p.name != "job.py"
+        for name in _imports(p)
+        if name.split(".")[0] == "omegaconf" or name.startswith("cts.compose")
+    ]
+    assert not offenders
 
 
 def compose_task(name: str):

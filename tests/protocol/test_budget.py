@@ -27,10 +27,10 @@ PER_CALL = 0.01
 
 
 def run(tmp_path: Path, cache_dir: Path, server: ScriptedServer, max_usd: float) -> dict[str, Any]:
-    from cts.compose.app import build_services, run_task
+    from cts.compose.app import build_services, run_configured_task
 
     cfg = compose_job(tmp_path, cache_dir, server, max_usd)
-    run_task(cfg, build_services(cfg))
+    run_configured_task(cfg, build_services(cfg))
     return json.loads((tmp_path / "job" / "summary.json").read_text())
 
 

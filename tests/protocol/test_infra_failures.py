@@ -30,7 +30,7 @@ from cts.protocol.outcome import (
     finish,
     read_outcome,
 )
-from cts.protocol.pipeline import Roles, run_job
+from cts.protocol.pipeline import Roles, run_instances
 from cts.protocol.stages import stage
 from cts.roles.lexical import LexicalJudge
 from cts.roles.llm import LLMClarifier

@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from cts._util.aio import bounded
 from cts.core.records import read_records
 from cts.protocol.metrics import metric_view, summarize
-from cts.protocol.pipeline import run_job
+from cts.protocol.pipeline import run_instances
 from tests.conftest import REPO
 
 
@@ -63,16 +63,23 @@ def _same(a: dict[str, float], b: dict[str, float]) -> bool:
 
 
 def test_metrics_of_the_kept_view_equal_those_of_the_full_records(services, tmp_path: Path) -> None:
-    from cts.compose.app import build_roles
+    from cts.compose.app import ConfiguredTask
     from cts.demo import load_demo
+    from cts.tasks.evaluate import build_roles
 
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
         cfg = compose("config", overrides=["experiment=offline", "k=2"])
     data = load_demo(services.corpus, services.index, services.cache_dir, n=200)
     instances = list(data.instances)[:40]
     kept, stop = asyncio.run(
-        run_job(
-            instances, data.gold, build_roles(cfg, services), k=2, out_dir=tmp_path, progress=False, keep=metric_view
+        run_instances(
+            instances,
+            data.gold,
+            build_roles(ConfiguredTask(cfg, services)),
+            k=2,
+            out_dir=tmp_path,
+            progress=False,
+            keep=metric_view,
         )
     )
     on_disk = {r.id: r for r in read_records(tmp_path / "records.jsonl")}

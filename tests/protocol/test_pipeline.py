@@ -3,7 +3,7 @@ import json
 
 from cts.core.records import read_records
 from cts.core.types import BudgetExceeded, Instance, UnscoredError
-from cts.protocol.pipeline import Roles, run_job
+from cts.protocol.pipeline import Roles, run_instances
 from cts.roles.lexical import LexicalJudge
 from cts.roles.rules import NoClarifier, RuleClarifier, RuleRewriter, RuleUserAnswerer
 from tests.helpers import TableSearch, Typer, built, gold_for, mercury
@@ -21,7 +21,7 @@ def roles(services, search, clarifier=None, judge=None):
 
 
 def job(tmp_path, instances, gold, rs, k=1, **kw):
-    return asyncio.run(run_job(instances, gold, rs, k=k, out_dir=tmp_path, progress=False, **kw))
+    return asyncio.run(run_instances(instances, gold, rs, k=k, out_dir=tmp_path, progress=False, **kw))
 
 
 def test_one_instance_end_to_end(services, tmp_path):

@@ -22,7 +22,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
 from cts import tracking
-from cts.compose.app import build_services, run, run_task
+from cts.compose.app import build_services, run, run_configured_task
 from cts.core.records import infra_stop
 from cts.core.types import (
     BudgetExceeded,
@@ -194,7 +194,7 @@ def test_judge_robustness_stops_on_a_refused_judge(frozen_sweep: Path, tmp_path:
         *FAST_RETRIES,
         "services.llm.breaker_failures=1",
     )  # the first refused connection opens the breaker
-    line = stopped(lambda: run_task(cfg, build_services(cfg)))
+    line = stopped(lambda: run_configured_task(cfg, build_services(cfg)))
     assert line.startswith("cts: judge_robustness stopped") and "circuit breaker open" in line, line
     run_row = the_task_run(f"sqlite:///{out}/unused.db")
     assert run_row["status"] == "FAILED" and run_row["tags.stop_reason"] == "circuit_open"
@@ -224,7 +224,7 @@ def test_backbone_stability_stops_on_500s(tmp_path: Path, llm_server) -> None:
         ua = compose("config", overrides=["ua=gpt"]).ua
     with open_dict(cfg):
         cfg.robustness.backbones.llm.ua = ua
-    line = stopped(lambda: run_task(cfg, build_services(cfg)))
+    line = stopped(lambda: run_configured_task(cfg, build_services(cfg)))
     assert line.startswith("cts: backbone_stability stopped") and "server_error" in line, line
     assert 2 <= len(llm_server.requests) <= 8  # 2 items x 2 questions x 2 attempts at most, then stopped
     run_row = the_task_run(f"sqlite:///{out}/unused.db")

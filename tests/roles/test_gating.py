@@ -11,7 +11,7 @@ import pytest
 from cts.compose.services import Services
 from cts.core.contracts import Decision
 from cts.core.records import ArmResult, Record
-from cts.report.gating import decide_all, evaluate_gate, gate_stats
+from cts.report.gate_evaluation import decide_all, evaluate_gate, gate_stats
 from cts.roles.gates import AlwaysGate, LLMGate, NeverGate, OracleGate, RuleGate, parse_decision
 from cts.roles.llm import InvalidOutput
 from tests.handwritten import INSTANCES, TITLES

@@ -92,29 +92,29 @@ def _one_job_in_a_sweep(
 
     With ``wait_for_a_request`` the run opens only once the server has had a request (at most 10 s).
     """
-    from cts.compose.app import build_services, run_task
+    from cts.compose.app import build_services, run_configured_task
 
-    real_job_run = tracking.job_run
+    real_open_mlflow_run = tracking.open_mlflow_run
     seen: list[int] = []
     with ScriptedServer() as server:
         server.handler = protocol_reply
 
         @contextlib.contextmanager
-        def job_run(*args: Any, **kwargs: Any) -> Iterator[str]:
+        def open_mlflow_run(*args: Any, **kwargs: Any) -> Iterator[str]:
             if wait_for_a_request:
                 _wait_for(lambda: len(server.requests) > 0, timeout=10.0)
             seen.append(len(server.requests))
-            with real_job_run(*args, **kwargs) as run_id:
+            with real_open_mlflow_run(*args, **kwargs) as run_id:
                 yield run_id
 
-        monkeypatch.setattr(tracking, "job_run", job_run)
+        monkeypatch.setattr(tracking, "open_mlflow_run", open_mlflow_run)
         cfg = compose_job(tmp_path, cache_dir, server, max_usd=1000.0)
         for key, value in changes.items():
             OmegaConf.update(cfg, key, value)
         with SweepSession(progress=False) as session:
             session.expect_jobs(1)
             with session.job_turn():
-                run_task(cfg, build_services(cfg))
+                run_configured_task(cfg, build_services(cfg))
     return seen
 
 

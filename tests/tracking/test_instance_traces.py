@@ -12,7 +12,7 @@ import pytest
 
 from cts import tracking
 from cts.core.types import QA, Instance, SearchResult
-from cts.protocol.pipeline import Roles, run_job
+from cts.protocol.pipeline import Roles, run_instances
 from cts.roles.lexical import LexicalJudge
 from cts.roles.rules import RuleClarifier, RuleRewriter, RuleUserAnswerer
 from tests.helpers import TableSearch, Typer, built, gold_for, mercury
@@ -38,10 +38,10 @@ def test_one_trace_per_instance_with_spans_labels_and_assessments(services, tmp_
         qtyper=Typer(),
     )
     tracer = tracking.InstanceTraces({"cts.system": "rules", "cts.sweep_dir": ""})
-    with tracking.job_run(uri, "traces", "job", {}) as run_id:
+    with tracking.open_mlflow_run(uri, "traces", "job", {}) as run_id:
         tracer.attach(run_id)
         records, _ = asyncio.run(
-            run_job(
+            run_instances(
                 [inst],
                 {"m1": gold},
                 roles,
@@ -122,10 +122,12 @@ def test_an_unscored_arm_is_feedback_with_its_error(services, tmp_path):
         qtyper=Typer(),
     )
     tracer = tracking.InstanceTraces()
-    with tracking.job_run(uri, "traces", "job", {}) as run_id:
+    with tracking.open_mlflow_run(uri, "traces", "job", {}) as run_id:
         tracer.attach(run_id)
         records, _ = asyncio.run(
-            run_job([inst], {"m1": gold}, roles, k=1, out_dir=tmp_path / "job", progress=False, on_instance=tracer)
+            run_instances(
+                [inst], {"m1": gold}, roles, k=1, out_dir=tmp_path / "job", progress=False, on_instance=tracer
+            )
         )
     assert records[0].score is None
     (trace,) = _traces(uri, "traces", run_id)
@@ -145,7 +147,7 @@ def test_instances_that_finish_before_the_run_exists_are_traced_into_it(tmp_path
     early = threading.Thread(target=lambda: [tracer(i, golds[i.id], r, []) for i, r in zip(insts[:3], results)])
     early.start()
     early.join()
-    with tracking.job_run(uri, "traces", "job", {}) as run_id:
+    with tracking.open_mlflow_run(uri, "traces", "job", {}) as run_id:
         tracer.attach(run_id)  # the three that waited are logged now
         late = threading.Thread(target=tracer, args=(insts[3], golds["i3"], results[3], []))
         late.start()
@@ -231,10 +233,10 @@ def test_stage_spans_take_their_stage_times_and_add_up_to_the_instance_wall_time
     roles = Roles(clarifier=slow, ua=slow, rewriter=slow, search=slow, judge=slow, qtyper=Typer())
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracer = tracking.InstanceTraces()
-    with tracking.job_run(uri, "traces", "job", {}) as run_id:
+    with tracking.open_mlflow_run(uri, "traces", "job", {}) as run_id:
         tracer.attach(run_id)
         records, _ = asyncio.run(
-            run_job(
+            run_instances(
                 [inst],
                 {"m1": gold},
                 roles,

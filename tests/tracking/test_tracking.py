@@ -18,9 +18,9 @@ def runs(uri: str):
 def test_a_failing_job_still_ends_its_run(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/m.db"
     tracking.prepare_store(uri)
-    with pytest.raises(RuntimeError), tracking.job_run(uri, "exp", "boom", {"k": "1"}):
+    with pytest.raises(RuntimeError), tracking.open_mlflow_run(uri, "exp", "boom", {"k": "1"}):
         raise RuntimeError("job failed")
-    with tracking.job_run(uri, "exp", "ok", {"k": "2"}, tags={"cts.kind": "job"}):
+    with tracking.open_mlflow_run(uri, "exp", "ok", {"k": "2"}, tags={"cts.kind": "job"}):
         tracking.log_metrics({"score_mean": 50.0, "ua_unknown_rate": float("nan"), "bad": float("inf")})
     df = runs(uri).set_index("tags.mlflow.runName")
     assert df.loc["boom", "status"] == "FAILED" and df.loc["ok", "status"] == "FINISHED"
@@ -35,7 +35,7 @@ def test_artifacts_go_beside_a_sqlite_store_not_the_working_dir(tmp_path: Path, 
     tracking.prepare_store(uri)
     f = tmp_path / "records.jsonl"
     f.write_text("{}\n")
-    with tracking.job_run(uri, "exp", "a", {}):
+    with tracking.open_mlflow_run(uri, "exp", "a", {}):
         tracking.log_artifacts([f])
     assert list((store / "artifacts").rglob("records.jsonl")) and not (tmp_path / "mlruns").exists()
 
@@ -63,7 +63,7 @@ def test_llm_calls_become_trace_spans(tmp_path: Path) -> None:
         latency_s=0.2,
         error=None,
     )
-    with tracking.job_run(uri, "exp", "traced", {}):
+    with tracking.open_mlflow_run(uri, "exp", "traced", {}):
         listeners[0](event)
     traces = tracking.search_traces(uri, "exp")
     assert len(traces) == 1
@@ -72,7 +72,7 @@ def test_llm_calls_become_trace_spans(tmp_path: Path) -> None:
 def test_every_run_logs_the_resolved_versions_of_the_key_packages(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/m.db"
     tracking.prepare_store(uri)
-    with tracking.job_run(uri, "exp", "versions", {"k": "1"}):
+    with tracking.open_mlflow_run(uri, "exp", "versions", {"k": "1"}):
         pass
     row = runs(uri).iloc[0]
     for pkg in ("hydra-core", "omegaconf", "litellm", "openai", "mlflow", "pandas", "scipy", "bm25s", "trafilatura"):
@@ -105,13 +105,13 @@ def test_a_new_experiment_gets_its_kind_once_and_a_kind_chosen_later_stays(tmp_p
     import mlflow
 
     uri = f"sqlite:///{tmp_path}/m.db"
-    with tracking.job_run(uri, "exp", "a", {}, experiment_kind="genai_development"):
+    with tracking.open_mlflow_run(uri, "exp", "a", {}, experiment_kind="genai_development"):
         pass
     client = mlflow.MlflowClient(uri)
     exp = client.get_experiment_by_name("exp")
     assert exp.tags["mlflow.experimentKind"] == "genai_development"
     client.set_experiment_tag(exp.experiment_id, "mlflow.experimentKind", "custom_model_development")  # in the UI
-    with tracking.job_run(uri, "exp", "b", {}, experiment_kind="genai_development"):
+    with tracking.open_mlflow_run(uri, "exp", "b", {}, experiment_kind="genai_development"):
         pass
     assert client.get_experiment(exp.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
 

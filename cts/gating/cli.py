@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 
 from cts._util.naming import factors
 from cts.protocol.pipeline import STAGE_CALLS
-from cts.report.gating import evaluate_gate
+from cts.report.gate_evaluation import evaluate_gate
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 _ANALYSIS_ROLES = ("gate",)
