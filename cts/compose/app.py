@@ -182,6 +182,18 @@ def llm_budget(services: Services) -> Budget:
     )
 
 
+def design_of(cfg: DictConfig) -> Any:
+    """The job's :class:`cts.protocol.design.Design` (``repeats``, ``repeat_temperature``, ``repeat_stages``, ``arms``)."""
+    from cts.protocol.design import Design
+
+    try:
+        return Design.of(
+            cfg.get("repeats", 1), cfg.get("repeat_temperature"), cfg.get("repeat_stages"), cfg.get("arms")
+        )
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"cts: {e}") from None
+
+
 def evaluate(cfg: DictConfig, services: Services) -> float | None:
     """Task ``evaluate``: check the job dir, build the dataset and roles, run the protocol."""
     from cts import tracking
@@ -208,6 +220,7 @@ def evaluate(cfg: DictConfig, services: Services) -> float | None:
         protocol_fingerprint(cfg), protocol_config(cfg), resume_command(task_overrides(), job_dir), in_multirun()
     )
     check_job(cfg.k, job_dir, resume)
+    design = design_of(cfg)  # a bad design stops the job before anything is built
     dataset = task_input(cfg, services)
     roles = build_roles(cfg, services)
     if cfg.services.llm.get("tracing"):
@@ -218,7 +231,7 @@ def evaluate(cfg: DictConfig, services: Services) -> float | None:
         return evaluate_task(
             dataset=dataset,
             roles=roles,
-            protocol=EvalProtocol(cfg.k, cfg.seed, stats),
+            protocol=EvalProtocol(cfg.k, cfg.seed, stats, design),
             run=run_info(cfg),
             resume=resume,
             budget=llm_budget(services),

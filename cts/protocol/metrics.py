@@ -9,6 +9,7 @@ import numpy as np
 
 from cts.core.records import ArmResult, Record
 from cts.core.types import UNKNOWN
+from cts.protocol.repeats import attribution_metrics, instance_means, repeat_metrics
 from cts.stats.bootstrap import paired_bootstrap_ci
 
 NAN = float("nan")
@@ -22,7 +23,13 @@ def metric_view(record: Record) -> Record:
     answers, labels and trace summaries stay in ``records.jsonl``), so memory
     grows by a few hundred bytes per instance, not by the answers' text.
     """
-    return replace(record, clarified=_arm_view(record.clarified), orig=_arm_view(record.orig), rewritten_query=None)
+    return replace(
+        record,
+        clarified=_arm_view(record.clarified),
+        orig=_arm_view(record.orig),
+        rewritten_query=None,
+        arms={name: view for name, arm in record.arms.items() if (view := _arm_view(arm)) is not None},
+    )
 
 
 def _arm_view(arm: ArmResult | None) -> ArmResult | None:
@@ -116,13 +123,22 @@ def usage_metrics(records: Sequence[Record]) -> dict[str, float]:
 def summarize(
     records: Sequence[Record], *, k: int, n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0
 ) -> dict[str, float]:
-    """All job metrics: scores, CI, interaction diagnostics and usage."""
+    """All job metrics: scores, CI, interaction diagnostics and usage; repeats' spread and arms when there are.
+
+    With repeats, the score metrics and the paired CI are over instance means
+    (:func:`cts.protocol.repeats.instance_means`; ``n_instances`` counts instances); the
+    interaction diagnostics and usage are over every record.
+    """
     from cts.protocol.diagnostics import diagnostics
 
+    stats = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
+    per_instance = instance_means(records)  # ``records`` themselves without repeats
     return {
-        **score_metrics(records, n_resamples=n_resamples, confidence=confidence, seed=seed),
+        **score_metrics(per_instance, **stats),
         **interaction_metrics(records, k),
         "questions_asked_mean": questions_asked_mean(records),
         **diagnostics(records),
         **usage_metrics(records),
+        **repeat_metrics(records),
+        **attribution_metrics(per_instance, stats),
     }

@@ -21,6 +21,7 @@ from cts.protocol.budget import (
     stop_note,
     within_budget,
 )
+from cts.protocol.design import PLAIN, Design
 from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE
 from cts.protocol.metrics import metric_view, summarize
 from cts.protocol.outcome import finish, read_outcome
@@ -45,6 +46,8 @@ class EvalProtocol:
     k: int
     seed: int = 0
     stats: Mapping[str, Any] = field(default_factory=dict)
+    design: Design = PLAIN
+    """Repeats and attribution arms (``repeats``, ``repeat_temperature``, ``repeat_stages``, ``arms``)."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,7 @@ def evaluate_task(
     """
     ctx, k = run.context, protocol.k
     instances = select_instances(dataset, limit)
+    n_runs = len(instances) * protocol.design.repeats  # one record per (instance, repeat)
     tracer = instance_tracer(run)
 
     def job() -> Any:
@@ -121,6 +125,7 @@ def evaluate_task(
             on_instance=tracer,
             progress=sweep_progress() or True,
             orig_share=orig_share_for(orig_parts),
+            design=protocol.design,
         )
 
     # In a sweep the instances start before the job's MLflow run is set up (their traces wait for it),
@@ -128,7 +133,7 @@ def evaluate_task(
     late = tracking.store_failed(run.tracking.uri)
     early = contextlib.nullcontext() if late else within_budget(job, ctx.job_dir, budget)
     with (
-        interruptible_job(ctx.job_dir, len(instances), lambda: count_done(ctx.job_dir, instances), ctx.sweep_dir),
+        interruptible_job(ctx.job_dir, n_runs, lambda: count_done(ctx.job_dir, instances), ctx.sweep_dir),
         early as started,
         tracking.job_run(
             run.tracking.uri,
@@ -148,8 +153,8 @@ def evaluate_task(
         records, stop = started.result() if started else run_within_budget(job, ctx.job_dir, budget)
         if run.tracking.records_table:
             log_job_records_table(ctx.job_dir, [i.id for i in dataset.instances], run_id, tracer)
-        ended = read_outcome(ctx.job_dir, stop, len(instances), len(records))
-        planned = budget_metrics(ctx.job_dir, records, len(instances))  # over this run's instances
+        ended = read_outcome(ctx.job_dir, stop, n_runs, len(records))
+        planned = budget_metrics(ctx.job_dir, records, n_runs)  # over this run's instances (and repeats)
         records = job_dir_records(ctx.job_dir, records, [i.id for i in dataset.instances], keep=metric_view)
         metrics = {
             **summarize(records, k=k, seed=protocol.seed, **protocol.stats),
@@ -178,9 +183,9 @@ def log_job_run(run: RunInfo, k: int, metrics: Mapping[str, float], run_id: str,
 
 
 def count_done(job_dir: Path, instances: Sequence[Any]) -> int:
-    """How many of ``instances`` have a finished record in the job dir."""
+    """How many runs of ``instances`` (an instance per repeat) have a finished record in the job dir."""
     ids = {i.id for i in instances}
-    return len({r.id for r in read_records(job_dir / RECORDS_FILE)} & ids)
+    return len({(r.id, r.repeat) for r in read_records(job_dir / RECORDS_FILE) if r.id in ids})
 
 
 def job_dir_records(
@@ -195,8 +200,8 @@ def job_dir_records(
     Args:
         keep: What to hold of each extra record (e.g. :func:`cts.protocol.metrics.metric_view`).
     """
-    have = {r.id for r in records}
-    extra = {r.id: keep(r) for r in read_records(job_dir / RECORDS_FILE) if r.id not in have}
+    have = {(r.id, r.repeat) for r in records}
+    extra = {(r.id, r.repeat): keep(r) for r in read_records(job_dir / RECORDS_FILE) if (r.id, r.repeat) not in have}
     if not extra:
         return list(records)
     log.info(
