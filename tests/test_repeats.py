@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import json
+import random
+import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from helpers import Typer, gold_for
 from llm_server import ScriptedServer, llm_settings
 
+from cts.core.records import Record
+from cts.core.types import Gold, Instance, SearchResult
 from cts.llm import LLMRuntime, ModelSpec, ResponseCache, current_sample, sample_scope
+from cts.protocol.design import Design
+from cts.protocol.metrics import summarize
+from cts.protocol.pipeline import Roles, run_job
+from cts.roles.lexical import LexicalJudge
+from cts.roles.llm import LLMClarifier, LLMRewriter, LLMUserAnswerer
 from cts.search.toolcache import ToolCache, search_args, visit_args
 
 SPEC = ModelSpec("ernie", "openai/ernie-4.5-turbo-128k", params={"temperature": 0})
@@ -85,3 +98,180 @@ def test_the_scope_reaches_tasks_started_inside_and_ends_with_the_block():
 def test_sample_scope_drops_the_temperature_at_repeat_0(repeat):
     with sample_scope(repeat, 0.7) as sample:
         assert sample.temperature == (0.7 if repeat else None)
+
+
+# ----------------------------------------------------------------- a job, repeated, over the scripted server
+
+INTENTS = {"mercury": "the planet", "jaguar": "the animal", "java": "the island", "python": "the snake"}
+FACTS = {
+    "mercury": ("Mercury is the first planet from the Sun", "Mercury is a chemical element"),
+    "jaguar": ("The jaguar is a large cat of the Americas", "Jaguar is a British car maker"),
+    "java": ("Java is an island of Indonesia", "Java is a programming language"),
+    "python": ("Pythons are snakes that constrict their prey", "Python is a programming language"),
+}
+
+
+def instances() -> list[Instance]:
+    return [Instance(n, f"Tell me about {n}", f"Tell me about {n}, {intent}") for n, intent in INTENTS.items()]
+
+
+def gold() -> dict[str, Gold]:
+    return {n: gold_for(n, (FACTS[n][0], 2), (f"{n} facts", 1)) for n in INTENTS}
+
+
+class CachedSearch:
+    """Answers from the facts table (the intent's fact when the query names it) through a tool cache."""
+
+    def __init__(self, path: Path) -> None:
+        self.cache, self.computed, self.queries = ToolCache(path), 0, []
+
+    async def search(self, query: str) -> SearchResult:
+        self.queries.append(query)
+
+        async def compute() -> dict[str, Any]:
+            self.computed += 1
+            name = query.split()[3].strip(",").lower()
+            hit = any(w in query for w in ("planet", "animal", "island", "snake"))
+            return {"answer": FACTS[name][0 if hit else 1]}
+
+        value, _ = await self.cache.get_or_compute("facts", "search", search_args(query, 1), compute)
+        return SearchResult(answer=value["answer"], evidence=(), trace=(), summary={"calls": 1})
+
+
+def noisy_reply(rng: random.Random) -> Any:
+    """A stochastic fake model: the UA states the intent with probability 0.6, else ``unknown``."""
+
+    def reply(body: dict[str, Any]) -> str:
+        user = next(str(m["content"]) for m in body["messages"] if m["role"] == "user")
+        if m := re.search(r"^Number of questions:\s*(\d+)", user, re.MULTILINE):
+            return json.dumps(["Which sense do you mean?", "Which aspect of it?", "For what purpose?"][: int(m[1])])
+        if m := re.search(r"^Intent query:\s*(.+)$", user, re.MULTILINE):
+            return m[1].split(", ", 1)[1] if rng.random() < 0.6 else "unknown"
+        if "Clarification questions and answers:" in user:
+            original = re.search(r"^Original query:\s*(.+)$", user, re.MULTILINE)[1]
+            known = [a for a in re.findall(r"^A\d+:\s*(.+)$", user, re.MULTILINE) if a != "unknown"]
+            return f"{original} ({', '.join(known)})" if known else original
+        return "ok"
+
+    return reply
+
+
+def llm_roles(server: ScriptedServer, tmp_path: Path) -> Roles:
+    rt = runtime(server, tmp_path / "llm_cache.sqlite")
+    return Roles(
+        clarifier=LLMClarifier(rt.client(SPEC, "clarifier"), "clarifier"),
+        ua=LLMUserAnswerer(rt.client(SPEC, "ua"), "ua"),
+        rewriter=LLMRewriter(rt.client(SPEC, "rewriter"), "rewriter"),
+        search=CachedSearch(tmp_path / "tool_cache.sqlite"),
+        judge=LexicalJudge(),
+        qtyper=Typer(),
+    )
+
+
+def repeated(
+    server: ScriptedServer, tmp_path: Path, design: Design, k: int = 2, **kw: Any
+) -> tuple[list[Record], Roles]:
+    roles = llm_roles(server, tmp_path)
+    records, stop = asyncio.run(
+        run_job(instances(), gold(), roles, k=k, out_dir=tmp_path / "job", progress=False, design=design, **kw)
+    )
+    assert stop == "done"
+    return records, roles
+
+
+def kinds(server: ScriptedServer, start: int = 0) -> collections.Counter[str]:
+    """Requests since ``start`` by the prompt they carry."""
+    labels = {"Number of questions:": "clarifier", "Intent query:": "ua", "Original query:": "rewriter"}
+    found: collections.Counter[str] = collections.Counter()
+    for r in server.requests[start:]:
+        user = next(str(m["content"]) for m in r.body["messages"] if m["role"] == "user")
+        found.update(name for label, name in labels.items() if label in user)
+    return found
+
+
+def test_repeats_3_then_a_rerun_sends_nothing_and_repeats_4_only_the_new_repeat(llm_server, tmp_path):
+    llm_server.handler = noisy_reply(random.Random(0))
+    first, roles = repeated(llm_server, tmp_path, Design(repeats=3))
+    n, k = len(INTENTS), 2
+    assert kinds(llm_server) == {"clarifier": 3 * n, "ua": 3 * n * k, "rewriter": 3 * n}
+    assert sorted((r.id, r.repeat) for r in first) == sorted((i, rep) for i in INTENTS for rep in range(3))
+    lines = [json.loads(x) for x in (tmp_path / "job" / "records.jsonl").read_text().splitlines()]
+    assert sorted(line.get("repeat", 0) for line in lines) == [0] * n + [1] * n + [2] * n  # 0: left out, as before
+    assert roles.search.computed >= 3 * n  # each repeat searched orig afresh (the tool cache key has the repeat)
+
+    sent = len(llm_server.requests)
+    again, roles = repeated(llm_server, tmp_path, Design(repeats=3))
+    assert len(llm_server.requests) == sent and roles.search.computed == 0 and len(again) == 3 * n
+
+    more, roles = repeated(llm_server, tmp_path, Design(repeats=4))
+    assert kinds(llm_server, sent) == {"clarifier": n, "ua": n * k, "rewriter": n}  # repeat 3 only
+    assert len(more) == 4 * n and {r.repeat for r in more} == {0, 1, 2, 3}
+    assert 0 < roles.search.computed <= 2 * n  # repeat 3's orig and clarified searches, no more
+
+    metrics = summarize(more, k=k, n_resamples=200)
+    assert metrics["n_instances"] == n and metrics["repeats"] == 4 and metrics["n_records"] == 4 * n
+    scores = {i: [r.score for r in more if r.id == i] for i in INTENTS}
+    assert metrics["score_mean"] == pytest.approx(np.mean([np.mean(s) for s in scores.values()]))
+    sds = [np.std(s, ddof=1) for s in scores.values()]
+    assert metrics["score_within_sd"] == pytest.approx(np.mean(sds)) and metrics["score_within_sd"] > 0
+    assert 0.0 <= metrics["score_icc"] <= 1.0 and metrics["orig_within_sd"] == 0.0  # orig is deterministic here
+
+
+def test_repeat_temperature_reaches_the_requests_of_repeats_past_0(llm_server, tmp_path):
+    llm_server.handler = noisy_reply(random.Random(1))
+    repeated(llm_server, tmp_path, Design(repeats=2, temperature=0.9), k=1)
+    by_repeat = collections.Counter(r.body.get("temperature") for r in llm_server.requests)
+    assert by_repeat == {0: 3 * len(INTENTS), 0.9: 3 * len(INTENTS)}
+
+
+def test_re_sampling_one_stage_replays_every_other_stage_from_the_cache(llm_server, tmp_path):
+    llm_server.handler = noisy_reply(random.Random(2))
+    records, _ = repeated(llm_server, tmp_path, Design(repeats=4, stages=("ua",)))
+    n, k = len(INTENTS), 2
+    sent = kinds(llm_server)
+    assert sent["clarifier"] == n and sent["ua"] == 4 * n * k  # the clarifier's questions: repeat 0's, replayed
+    assert n <= sent["rewriter"] <= 4 * n  # a rewrite is new only when the answers it gets are
+    assert all(r.resampled == ("ua",) for r in records)
+    assert len({r.questions for r in records if r.id == "java"}) == 1
+
+
+def test_attribution_arms_decompose_the_delta_and_only_the_oracle_searches_the_intent(llm_server, tmp_path):
+    llm_server.handler = noisy_reply(random.Random(3))
+    records, roles = repeated(llm_server, tmp_path, Design(arms=("oracle", "withheld", "prefix")), k=3)
+    intents = {i.fused_query for i in instances()}
+    assert sorted(q for q in roles.search.queries if q in intents) == sorted(intents)  # once each: oracle
+    rewriter_prompts = [r.body for r in llm_server.requests if kinds_of(r) == "rewriter"]
+    assert rewriter_prompts and not any(q in json.dumps(b) for b in rewriter_prompts for q in intents)
+    for r in records:
+        assert set(r.arms) == {"oracle", "withheld", "prefix_1", "prefix_2"}
+        assert r.arms["oracle"].query in intents and r.arms["withheld"].query == r.orig.query  # all unknown: q itself
+    m = summarize(records, k=3, n_resamples=200)
+    deltas = [r.score - r.orig_score for r in records]
+    assert m["delta_mean"] == pytest.approx(np.mean(deltas))
+    # Independent checks: the two parts add up to the delta, and so do the marginal values of the questions.
+    assert m["delta_rewrite_mean"] + m["delta_answers_mean"] == pytest.approx(m["delta_mean"])
+    assert sum(m[f"marginal_q{i}_mean"] for i in (1, 2, 3)) == pytest.approx(m["delta_mean"])
+    assert m["delta_oracle_mean"] == pytest.approx(np.mean([r.arms["oracle"].score - r.orig_score for r in records]))
+
+
+def kinds_of(request: Any) -> str:
+    user = next(str(m["content"]) for m in request.body["messages"] if m["role"] == "user")
+    return "rewriter" if "Original query:" in user else ""
+
+
+def test_the_oracle_arm_is_shared_across_jobs_as_orig_is(llm_server, tmp_path):
+    llm_server.handler = noisy_reply(random.Random(4))
+    done: dict[str, Any] = {}
+
+    async def share(key: str, work: Any) -> Any:
+        if key not in done:
+            done[key] = await work()
+        return done[key]
+
+    design = Design(arms=("oracle",))
+    _, a = repeated(llm_server, tmp_path / "a", design, k=1, orig_share=share)
+    _, b = repeated(llm_server, tmp_path / "b", design, k=2, orig_share=share)
+    intents = {i.fused_query for i in instances()}
+    assert [q for q in b.search.queries if q in intents] == []  # job b reused job a's oracle arms
+    assert sorted(k for k in done if "|oracle" in k) == sorted(f"{i}|oracle" for i in INTENTS)
+    assert set(INTENTS) <= set(done)  # orig at repeat 0 keeps its key: the instance id
