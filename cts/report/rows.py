@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from cts.protocol.diagnostics import diagnostics
+from cts.protocol.repeats import instance_means
 from cts.report.jobs import NO_MODE, ORIG, Job
 from cts.stats.bootstrap import mean_ci, paired_bootstrap_ci
 
@@ -68,7 +69,8 @@ def _settings(jobs: Sequence[Job]) -> list[tuple[int, str, list[Job]]]:
 
 def paired(job: Job) -> tuple[list[float], list[float]]:
     """Clarified-arm and orig scores of the instances where both arms are scored."""
-    pairs = [(r.score, r.orig_score) for r in job.records if r.score is not None and r.orig_score is not None]
+    reduced = instance_means(job.records)  # with repeats: the instance means
+    pairs = [(r.score, r.orig_score) for r in reduced if r.score is not None and r.orig_score is not None]
     return [p[0] for p in pairs], [p[1] for p in pairs]  # type: ignore[misc]
 
 
@@ -95,7 +97,7 @@ def score_rows(jobs: Sequence[Job], stats: Stats) -> pd.DataFrame:
         for j in at_k:
             if j.is_orig:
                 continue
-            scores = _finite(r.score for r in j.records)
+            scores = _finite(r.score for r in instance_means(j.records))
             _, low, high = mean_ci(scores, **vars(stats))
             clarified_s, orig_s = paired(j)
             delta, d_low, d_high = paired_bootstrap_ci(clarified_s, orig_s, **vars(stats))
