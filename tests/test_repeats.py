@@ -7,13 +7,16 @@ import collections
 import json
 import random
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from helpers import Typer, gold_for
+from llm_fakes import protocol_reply
 from llm_server import ScriptedServer, llm_settings
+from test_multirun import run_py
 
 from cts.core.records import Record
 from cts.core.types import Gold, Instance, SearchResult
@@ -275,3 +278,72 @@ def test_the_oracle_arm_is_shared_across_jobs_as_orig_is(llm_server, tmp_path):
     assert [q for q in b.search.queries if q in intents] == []  # job b reused job a's oracle arms
     assert sorted(k for k in done if "|oracle" in k) == sorted(f"{i}|oracle" for i in INTENTS)
     assert set(INTENTS) <= set(done)  # orig at repeat 0 keeps its key: the instance id
+
+
+# ----------------------------------------------------------------- the same through run.py (every LLM role on the server)
+
+
+def demo_reply(rng: random.Random | None) -> Any:
+    """:func:`llm_fakes.protocol_reply` with a UA that states the intent's extra words (with probability 0.6
+    when ``rng`` is given, else always) and a rewriter that appends the known answers to the query."""
+
+    def reply(body: dict[str, Any]) -> str:
+        user = next((str(m["content"]) for m in body.get("messages", []) if m.get("role") == "user"), "")
+        if "<tools>" not in user and (m := re.search(r"^Intent query:\s*(.+)$", user, re.MULTILINE)):
+            extra = re.split(r",\s*(?:the\s+)?|\s+in\s+", m[1].rstrip(". "), maxsplit=1)
+            known = len(extra) == 2 and (rng is None or rng.random() < 0.6)
+            return extra[1] if known else "unknown"
+        if "<tools>" not in user and "Clarification questions and answers:" in user:
+            original = re.search(r"^Original query:\s*(.+)$", user, re.MULTILINE)[1].rstrip(". ")
+            known = [a for a in re.findall(r"^A\d+:\s*(.+)$", user, re.MULTILINE) if a.strip() != "unknown"]
+            return ", ".join([original, *known])
+        return protocol_reply(body)
+
+    return reply
+
+
+@pytest.mark.slow
+def test_run_py_repeats_3_rerun_sends_nothing_and_repeats_4_sends_one_repeat_s_requests(
+    tmp_path, llm_server, cache_dir
+):
+    llm_server.handler = demo_reply(None)  # deterministic: every repeat sends the same requests
+    for part in ("index", "demo"):  # built once per session; the tool cache starts cold
+        if (cache_dir / part).is_dir():
+            shutil.copytree(cache_dir / part, tmp_path / "cache" / part)
+    common = (
+        "clarifier=ernie",
+        "k=2",
+        "limit=3",
+        f"services.llm.api_base={llm_server.base_url}",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"paths.cache_dir={tmp_path}/cache",
+        f"services.llm.cache.path={tmp_path}/llm_cache.sqlite",
+        f"hydra.run.dir={tmp_path}/job",
+    )
+    run_py(*common, "repeats=3", cwd=tmp_path)
+    first = [r.body for r in llm_server.requests]
+    probes = [b for b in first if "Number of questions:" not in json.dumps(b) and kinds_of_body(b) == ""]
+    run_py(*common, "repeats=3", cwd=tmp_path)
+    assert len(llm_server.requests) == len(first)  # the rerun is served from the caches
+    run_py(*common, "repeats=4", cwd=tmp_path)
+    new = [r.body for r in llm_server.requests[len(first) :]]
+    assert new and 3 * len(new) == len(first) - len(probes), (len(first), len(probes), len(new))
+    metrics = json.loads((tmp_path / "job" / "summary.json").read_text())["metrics"]
+    assert metrics["repeats"] == 4 and metrics["n_records"] == 12 and metrics["n_instances"] == 3
+    assert metrics["tool_cache_misses"] > 0  # repeat 3 searched afresh (its tool cache keys carry the index)
+    lines = [json.loads(x) for x in (tmp_path / "job" / "records.jsonl").read_text().splitlines()]
+    assert sorted(line.get("repeat", 0) for line in lines) == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+
+
+def kinds_of_body(body: dict[str, Any]) -> str:
+    text = json.dumps(body)
+    labels = (
+        "Number of questions:",
+        "Intent query:",
+        "Original query:",
+        "<tools>",
+        "User Goal",
+        "Nuggets:",
+        "Evidence snippets:",
+    )
+    return next((label for label in labels if label in text), "")
