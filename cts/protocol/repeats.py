@@ -49,12 +49,14 @@ def _mean_arm(arms: Sequence[ArmResult | None]) -> ArmResult | None:
 def instance_means(records: Sequence[Record]) -> list[Record]:
     """One record per instance, each arm scored with the mean over its repeats (``records`` without repeats).
 
-    The reduced record keeps the first repeat's interaction and the first error any repeat had.
+    The reduced record keeps the first repeat's interaction and the first error any repeat had. With
+    repeats, instances come in id order: a job's metrics and its report (which reads the records in
+    the order they finished) then resample the same vector.
     """
     if not has_repeats(records):
         return list(records)
     out = []
-    for group in by_instance(records).values():
+    for _, group in sorted(by_instance(records).items()):
         names = dict.fromkeys(n for r in group for n in r.arms)
         error = next((r.error for r in group if r.error is not None), None)
         out.append(
@@ -140,6 +142,7 @@ def attribution_metrics(reduced: Sequence[Record], stats: Mapping[str, float]) -
     names = list(dict.fromkeys(n for r in reduced for n in r.arms))
     if not names:
         return {}
+    reduced = sorted(reduced, key=lambda r: r.id)  # the same CIs whatever order the records finished in
     out: dict[str, float] = {}
     for n in names:
         scores = [s for s in (_score(r, n) for r in reduced) if s is not None]
