@@ -133,7 +133,9 @@ def evaluate_task(
     late = tracking.store_failed(run.tracking.uri)
     early = contextlib.nullcontext() if late else within_budget(job, ctx.job_dir, budget)
     with (
-        interruptible_job(ctx.job_dir, n_runs, lambda: count_done(ctx.job_dir, instances), ctx.sweep_dir),
+        interruptible_job(
+            ctx.job_dir, n_runs, lambda: count_done(ctx.job_dir, instances, protocol.design.repeats), ctx.sweep_dir
+        ),
         early as started,
         tracking.job_run(
             run.tracking.uri,
@@ -182,10 +184,10 @@ def log_job_run(run: RunInfo, k: int, metrics: Mapping[str, float], run_id: str,
     tracking.log_artifacts(prompt_files(), artifact_path="prompts")
 
 
-def count_done(job_dir: Path, instances: Sequence[Any]) -> int:
-    """How many runs of ``instances`` (an instance per repeat) have a finished record in the job dir."""
+def count_done(job_dir: Path, instances: Sequence[Any], repeats: int = 1) -> int:
+    """How many runs of ``instances`` (an instance per repeat below ``repeats``) have a finished record in the job dir."""
     ids = {i.id for i in instances}
-    return len({(r.id, r.repeat) for r in read_records(job_dir / RECORDS_FILE) if r.id in ids})
+    return len({(r.id, r.repeat) for r in read_records(job_dir / RECORDS_FILE) if r.id in ids and r.repeat < repeats})
 
 
 def job_dir_records(
