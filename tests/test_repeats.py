@@ -347,3 +347,32 @@ def kinds_of_body(body: dict[str, Any]) -> str:
         "Evidence snippets:",
     )
     return next((label for label in labels if label in text), "")
+
+
+def test_the_fingerprint_ignores_repeats_and_the_design_keys_at_their_defaults():
+    from conftest import REPO
+    from hydra import compose, initialize_config_dir
+
+    from cts.tasks.job import protocol_config, protocol_fingerprint
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
+        cfg = compose("config", overrides=["experiment=offline"])
+        base = protocol_fingerprint(cfg)
+        assert not {"repeats", "repeat_temperature", "repeat_stages", "arms"} & set(protocol_config(cfg))
+        assert protocol_fingerprint(compose("config", overrides=["experiment=offline", "repeats=4"])) == base
+        for o in ("arms=[oracle]", "repeat_temperature=0.7", "repeat_stages=ua"):
+            assert protocol_fingerprint(compose("config", overrides=["experiment=offline", o])) != base, o
+
+
+def test_design_of_config_values():
+    assert Design.of(3, None, "clarifier,ua", ["oracle"]) == Design(3, None, ("clarifier", "ua"), ("oracle",))
+    assert Design.of(1, "0.7", None, None).temperature == 0.7
+    with pytest.raises(ValueError, match="repeat_stages"):
+        Design.of(2, None, "planner")
+    with pytest.raises(ValueError, match="repeats"):
+        Design.of(0)
+    d = Design(repeats=3, stages=("search",))
+    assert [d.repeat_of(s, 2) for s in ("clarifier", "search", "judge")] == [0, 2, 0]
+    assert d.share_key("i1", 0) == "i1" and d.share_key("i1", 2) == "i1|r2.0"  # orig at repeat 0: today's key
+    assert Design().share_key("i1", 2, "oracle") == "i1|oracle|r2.2"
+    assert Design().share_key("i1", 1, "withheld", "q") == Design().share_key("i1", 1, "prefix_1", "q")

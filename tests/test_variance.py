@@ -49,6 +49,9 @@ def test_one_way_matches_the_balanced_closed_form_and_unbalanced_groups_are_weig
     means = [np.mean(g) for g in groups]
     assert c.within == pytest.approx(within, rel=1e-12)
     assert c.between == pytest.approx(max(0.0, float(np.var(means, ddof=1)) - within / 5), rel=1e-12)
+    # ICC(1) of Shrout and Fleiss (1979), from the mean squares: (MSB - MSW) / (MSB + (n - 1) MSW).
+    msb = 5 * float(np.var(means, ddof=1))
+    assert c.icc == pytest.approx((msb - within) / (msb + 4 * within), rel=1e-12)
     # Unbalanced: a group of one adds to the between part only; every group of 2+ to the within.
     c2 = one_way([*groups, [100.0]])
     assert c2.within == pytest.approx(within, rel=1e-12) and c2.between > c.between
