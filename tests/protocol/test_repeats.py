@@ -13,10 +13,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import Typer, gold_for
-from llm_fakes import protocol_reply
-from llm_server import ScriptedServer, llm_settings
-from test_multirun import run_py
 
 from cts.core.records import Record
 from cts.core.types import Gold, Instance, SearchResult
@@ -27,6 +23,10 @@ from cts.protocol.pipeline import Roles, run_job
 from cts.roles.lexical import LexicalJudge
 from cts.roles.llm import LLMClarifier, LLMRewriter, LLMUserAnswerer
 from cts.search.toolcache import ToolCache, search_args, visit_args
+from tests.e2e.test_multirun import run_py
+from tests.helpers import Typer, gold_for
+from tests.llm_fakes import protocol_reply
+from tests.llm_server import ScriptedServer, llm_settings
 
 SPEC = ModelSpec("ernie", "openai/ernie-4.5-turbo-128k", params={"temperature": 0})
 MESSAGES = [{"role": "user", "content": "Which region?"}]
@@ -350,10 +350,10 @@ def kinds_of_body(body: dict[str, Any]) -> str:
 
 
 def test_the_fingerprint_ignores_repeats_and_the_design_keys_at_their_defaults():
-    from conftest import REPO
     from hydra import compose, initialize_config_dir
 
     from cts.tasks.job import protocol_config, protocol_fingerprint
+    from tests.conftest import REPO
 
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
         cfg = compose("config", overrides=["experiment=offline"])
