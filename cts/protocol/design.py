@@ -65,10 +65,6 @@ class Design:
         """The repeat index ``stage``'s cache keys carry at ``repeat`` (0 when the stage is replayed)."""
         return repeat if not self.stages or stage in self.stages else 0
 
-    def scope(self, stage: str, repeat: int) -> contextlib.AbstractContextManager[Any]:
-        """The sample scope of ``stage``'s calls at ``repeat``."""
-        return sample_scope(self.repeat_of(stage, repeat), self.temperature)
-
     def share_key(self, instance_id: str, repeat: int, arm: str = "orig", query: str = "") -> str:
         """Key of a searched-and-judged arm shared across a sweep's jobs (orig at repeat 0: the instance id).
 

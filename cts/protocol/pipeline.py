@@ -4,7 +4,9 @@ Each role is called with exactly what the closed-book protocol allows: the
 Clarifier and Rewriter get the blurred query (and Q&A pairs), never the intent;
 the User Answerer gets the intent and one question. Records stream to
 ``records.jsonl`` as soon as an instance finishes, so an interrupted job resumes
-where it stopped.
+where it stopped. A job's :class:`~cts.protocol.design.Design` runs each instance
+``repeats`` times (one record per repeat) and adds the attribution arms
+(:mod:`cts.protocol.arms`); the default runs each once with the orig and clarified arms.
 """
 
 from __future__ import annotations
