@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from cts.core.contracts import Progress
@@ -60,7 +60,7 @@ def advancing(
 
 
 async def drain(
-    results: AsyncIterator[tuple[Record, list[dict[str, Any]]]],
+    results: AsyncGenerator[tuple[Record, list[dict[str, Any]]], None],
     sink: JobSink,
     finished: dict[RecordKey, Record],
     bar: Any,
