@@ -117,6 +117,12 @@ RULES: tuple[Rule, ...] = (
     rule("concurrency", integer(1), "instances in flight at once"),
     rule("limit", integer(1, null=True), "the first N instances; null = all"),
     rule("seed", integer(0)),
+    rule("repeats", integer(1), "runs of each instance (repeat 0 keeps the cache keys of a single run)"),
+    rule(
+        "repeat_temperature",
+        number(ge=0, null=True),
+        "temperature of every LLM role past repeat 0; null = each model's",
+    ),
     rule("stats.n_resamples", integer(1), "bootstrap resamples"),
     rule("stats.confidence", number(gt=0, lt=1), "confidence level of the intervals"),
     rule(("sweep_report", "debug"), BOOL),

@@ -142,11 +142,18 @@ class Record:
     elapsed_s: float = 0.0
     mode: str = "batch"
     """How the questions were asked: ``batch`` (k at once) or ``sequential`` (turns in order)."""
+    repeat: int = 0
+    """Which run of the instance this is (``repeats``; JSON key left out at 0, as before repeats)."""
+    arms: Mapping[str, ArmResult] = field(default_factory=dict)
+    """Attribution arms by name (``oracle``, ``withheld``, ``prefix_<i>``; left out when none ran)."""
+    resampled: tuple[str, ...] = ()
+    """The stages this job's repeats re-sample when not all of them (variance by stage; left out when all)."""
 
     @property
     def infra_error(self) -> ErrorInfo | None:
         """The first infrastructure failure of the instance or its arms (None for a result)."""
-        found = (e for e in (self.error, _arm_error(self.clarified), _arm_error(self.orig)) if e is not None)
+        arms = (self.clarified, self.orig, *self.arms.values())
+        found = (e for e in (self.error, *map(_arm_error, arms)) if e is not None)
         return next((e for e in found if e.infra), None)
 
     @property
@@ -160,8 +167,12 @@ class Record:
         return self.orig.score if self.orig else None
 
     def to_json(self) -> str:
-        """One JSON line (no trailing newline)."""
-        return json.dumps(asdict(self), ensure_ascii=False, sort_keys=True)
+        """One JSON line (no trailing newline); the repeat and design fields only when they are set."""
+        d = asdict(self)
+        for key, unset in _OPTIONAL.items():
+            if d[key] == unset:
+                del d[key]
+        return json.dumps(d, ensure_ascii=False, sort_keys=True)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Record:
@@ -184,7 +195,14 @@ class Record:
             models=d.get("models") or {},
             elapsed_s=float(d.get("elapsed_s") or 0.0),
             mode=str(d.get("mode") or "batch"),
+            repeat=int(d.get("repeat") or 0),
+            arms={n: a for n, v in (d.get("arms") or {}).items() if (a := _arm(v)) is not None},
+            resampled=tuple(d.get("resampled") or ()),
         )
+
+
+_OPTIONAL: dict[str, Any] = {"repeat": 0, "arms": {}, "resampled": ()}
+"""Fields a record of a job without repeats or arms leaves out, so its line is what it was before them."""
 
 
 def _arm_error(arm: ArmResult | None) -> ErrorInfo | None:

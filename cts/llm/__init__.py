@@ -14,6 +14,7 @@ from cts.llm._settings import Backoff, LLMSettings
 from cts.llm._spec import ModelSpec
 from cts.llm._usage import USAGE_KEYS, usage_scope
 from cts.llm.cache import ResponseCache
+from cts.llm.sampling import current_sample, sample_scope
 
 __all__ = [
     "Adaptive",
@@ -34,6 +35,8 @@ __all__ = [
     "ModelSpec",
     "ResponseCache",
     "route_for",
+    "sample_scope",
+    "current_sample",
     "settled",
     "usage_scope",
 ]

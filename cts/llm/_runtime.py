@@ -38,6 +38,7 @@ from cts.llm._spec import ModelSpec
 from cts.llm._transport import Sender, openai_compatible
 from cts.llm._usage import CallUsage, Usage, add_call, add_to_scopes, check_budget
 from cts.llm.cache import ResponseCache
+from cts.llm.sampling import salted, sampled_params
 
 log = logging.getLogger(__name__)
 
@@ -148,18 +149,20 @@ class LLMRuntime:
             client,
             route_for(spec, self.settings),
             messages,
-            request_params(spec.request, {**spec.params, **params}, max_output_tokens),
+            request_params(spec.request, sampled_params({**spec.params, **params}), max_output_tokens),
             version,
             time.time(),
         )
         key = self.cache.key(
-            {
-                "api_base": call.route.api_base,
-                "model": call.route.model,
-                "messages": messages,
-                "params": call.params,
-                "prompt_version": version,
-            }
+            salted(  # the repeat index, past repeat 0 (cts.llm.sampling)
+                {
+                    "api_base": call.route.api_base,
+                    "model": call.route.model,
+                    "messages": messages,
+                    "params": call.params,
+                    "prompt_version": version,
+                }
+            )
         )
         call.cache_key = key
         try:

@@ -10,6 +10,7 @@ import numpy as np
 
 from cts.core.records import ArmResult, Record
 from cts.core.types import UNKNOWN
+from cts.protocol.repeats import attribution_metrics, instance_means, repeat_metrics
 from cts.stats.bootstrap import paired_bootstrap_ci
 from cts.stats.cluster import cluster_bootstrap_ci
 
@@ -24,7 +25,13 @@ def metric_view(record: Record) -> Record:
     answers, labels and trace summaries stay in ``records.jsonl``), so memory
     grows by a few hundred bytes per instance, not by the answers' text.
     """
-    return replace(record, clarified=_arm_view(record.clarified), orig=_arm_view(record.orig), rewritten_query=None)
+    return replace(
+        record,
+        clarified=_arm_view(record.clarified),
+        orig=_arm_view(record.orig),
+        rewritten_query=None,
+        arms={name: view for name, arm in record.arms.items() if (view := _arm_view(arm)) is not None},
+    )
 
 
 def _arm_view(arm: ArmResult | None) -> ArmResult | None:
@@ -156,19 +163,25 @@ def summarize(
     seed: int = 0,
     clusters: Mapping[str, str] | None = None,
 ) -> dict[str, float]:
-    """All job metrics: scores, CI, interaction diagnostics and usage.
+    """All job metrics: scores, CI, interaction diagnostics and usage; repeats' spread and arms when there are.
 
-    With ``clusters`` (instance id -> cluster) the delta CI resamples clusters (:func:`cluster_metrics`).
+    With repeats, the score metrics and the paired CI are over instance means
+    (:func:`cts.protocol.repeats.instance_means`; ``n_instances`` counts instances); the
+    interaction diagnostics and usage are over every record. With ``clusters`` (instance id ->
+    cluster) the delta CI resamples clusters (:func:`cluster_metrics`).
     """
     from cts.protocol.diagnostics import diagnostics
 
     stats: dict[str, Any] = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
-    scores = score_metrics(records, **stats)
+    per_instance = instance_means(records)  # ``records`` themselves without repeats
+    scores = score_metrics(per_instance, **stats)
     return {
         **scores,
-        **(cluster_metrics(records, clusters, scores, **stats) if clusters is not None else {}),
+        **(cluster_metrics(per_instance, clusters, scores, **stats) if clusters is not None else {}),
         **interaction_metrics(records, k),
         "questions_asked_mean": questions_asked_mean(records),
         **diagnostics(records),
         **usage_metrics(records),
+        **repeat_metrics(records),
+        **attribution_metrics(per_instance, stats),
     }

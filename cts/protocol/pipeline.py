@@ -4,7 +4,9 @@ Each role is called with exactly what the closed-book protocol allows: the
 Clarifier and Rewriter get the blurred query (and Q&A pairs), never the intent;
 the User Answerer gets the intent and one question. Records stream to
 ``records.jsonl`` as soon as an instance finishes, so an interrupted job resumes
-where it stopped.
+where it stopped. A job's :class:`~cts.protocol.design.Design` runs each instance
+``repeats`` times (one record per repeat) and adds the attribution arms
+(:mod:`cts.protocol.arms`); the default runs each once with the orig and clarified arms.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -33,10 +35,13 @@ from cts.core.contracts import (
 )
 from cts.core.records import ArmResult, ErrorInfo, Record, search_call_error
 from cts.core.scoring import restore_score
-from cts.core.types import QA, BudgetExceeded, CircuitOpen, Gold, Instance, Label, SearchResult
-from cts.llm import calls_in_flight, priority_scope
+from cts.core.types import QA, Gold, Instance, Label, SearchResult
+from cts.llm import priority_scope
+from cts.protocol.arms import ArmOutcome, oracle_arm, run_rewrite_arms
+from cts.protocol.design import PLAIN, Design
 from cts.protocol.job_files import JobSink, read_results
 from cts.protocol.stages import StageClock, StageError, stage
+from cts.protocol.streaming import InstanceHook, advancing, call_hook, drain, record_key, show_calls
 from cts.text.qtypes import classify_question
 
 log = logging.getLogger(__name__)
@@ -194,52 +199,50 @@ async def type_questions(questions: Sequence[str], roles: Roles) -> tuple[tuple[
     return tuple(tuple(t) for t in found)
 
 
-ArmOutcome = tuple[ArmResult, dict[str, Any]]
 OrigShare = Callable[[str, Callable[[], Awaitable[ArmOutcome]]], Awaitable[ArmOutcome]]
-"""``share(instance_id, work)``: the orig arm of an instance, computed once for every job that shares it."""
-
-
-CALLS_EVERY_S = 1.0
-"""How often the progress bar's LLM calls in flight are refreshed."""
-
-
-async def _show_calls(bar: Any, shared: Progress | None) -> None:
-    """Until cancelled, show the requests in flight on ``shared`` or, without one, on the job's ``bar``.
-
-    A stuck call shows as an age that keeps growing while no instance finishes.
-    """
-    while True:
-        await asyncio.sleep(CALLS_EVERY_S)
-        in_flight = calls_in_flight()
-        if shared is not None:
-            shared.calls(in_flight)
-        else:
-            bar.set_postfix(in_flight.postfix())
+"""``share(key, work)``: an arm computed once for every job that shares it (the orig arm: key = instance id)."""
 
 
 async def run_instance(
-    instance: Instance, gold: Gold, k: int, roles: Roles, orig_share: OrigShare | None = None
+    instance: Instance,
+    gold: Gold,
+    k: int,
+    roles: Roles,
+    orig_share: OrigShare | None = None,
+    repeat: int = 0,
+    design: Design = PLAIN,
 ) -> tuple[Record, list[dict[str, Any]]]:
-    """Run both arms (clarified and orig) for one instance.
+    """Run both arms (clarified and orig), and the design's attribution arms, for one instance.
 
     Args:
-        orig_share: Computes the orig arm once for all jobs of a sweep that share it (None = here).
+        orig_share: Computes the orig arm (and the attribution arms) once for all jobs of a
+            sweep that share it (None = here).
+        repeat: Which run of the instance this is (its stages sample at :meth:`Design.repeat_of`).
+        design: The job's repeats and arms (default: one run, no extra arm).
 
     Returns:
         The record and the trace lines: one per arm searched, then ``arm: instance`` with
         when the instance and its clarify, UA answer, rewrite and qtype stages ran.
     """
     clock = StageClock()
+    roles = design.roles_at(roles, repeat)
 
-    def orig_work() -> Awaitable[ArmOutcome]:
-        return run_arm(instance.blurred_query, gold, roles)
+    def searched(arm: str, query: str) -> Awaitable[ArmOutcome]:
+        def work() -> Awaitable[ArmOutcome]:
+            return run_arm(query, gold, roles)
 
-    orig_task = asyncio.ensure_future(orig_share(instance.id, orig_work) if orig_share else orig_work())
+        return orig_share(design.share_key(instance.id, repeat, arm, query), work) if orig_share else work()
+
+    orig_task = asyncio.ensure_future(searched("orig", instance.blurred_query))
+    oracle = asyncio.ensure_future(oracle_arm(instance.fused_query, searched)) if "oracle" in design.arms else None
     try:
         inter = await clarify(instance, k, roles, clock)
         orig, orig_trace = await orig_task
+        arms = {"oracle": await oracle} if oracle is not None else {}
     finally:
         orig_task.cancel()  # a no-op once done; stops the spending when the budget ends the job
+        if oracle is not None:
+            oracle.cancel()
     traces = [{"id": instance.id, "arm": "orig", **orig_trace}]
     clarified: ArmResult | None = None
     if inter.rewritten == instance.blurred_query:
@@ -247,6 +250,13 @@ async def run_instance(
     elif inter.rewritten is not None:
         clarified, clarified_trace = await run_arm(inter.rewritten, gold, roles)
         traces.append({"id": instance.id, "arm": "clarified", **clarified_trace})
+    if inter.error is None:
+
+        async def rewritten(arm: str, query: str) -> ArmOutcome:
+            return (orig, {}) if query == instance.blurred_query else await searched(arm, query)
+
+        arms.update(await run_rewrite_arms(design.arms, instance.blurred_query, inter.qa, roles.rewriter, rewritten))
+    traces += [{"id": instance.id, "arm": name, **trace} for name, (_, trace) in arms.items() if trace]
     question_types = await clock.call("qtype", type_questions(inter.questions, roles))
     end_ns = clock.now_ns()
     traces.append(
@@ -264,6 +274,9 @@ async def run_instance(
         error=inter.error or (clarified.error if clarified else None),
         elapsed_s=round((end_ns - clock.start_ns) / 1e9, 4),
         mode=clarify_mode(roles.clarifier),
+        repeat=repeat,
+        arms={name: arm for name, (arm, _) in arms.items()},
+        resampled=design.stages,
     )
     return record, traces
 
@@ -290,10 +303,12 @@ async def run_instances(
     keep: Callable[[Record], Record] = lambda r: r,
     on_instance: InstanceHook | None = None,
     orig_share: OrigShare | None = None,
+    design: Design = PLAIN,
 ) -> tuple[list[Record], str]:
     """Run every unfinished instance, streaming records to ``out_dir/records.jsonl``.
 
-    Finished ids found in an existing ``records.jsonl`` are skipped (resume). An
+    Each instance runs ``design.repeats`` times; an (id, repeat) found finished in an
+    existing ``records.jsonl`` is skipped (resume), so raising ``repeats`` runs only the new ones. An
     instance that failed on infrastructure is not finished: it is listed in
     ``out_dir/infra_failures.jsonl`` (this invocation's failures) instead, and a
     resume runs it again; so are infrastructure-failed records of older versions.
@@ -309,6 +324,7 @@ async def run_instances(
             logged, never fatal.
         progress: Show this job's bar, or report to a shared :class:`Progress` (a sweep's bar).
         orig_share: Share the orig arm with other jobs (see :class:`OrigShare`).
+        design: Repeats and attribution arms (:class:`cts.protocol.design.Design`).
 
     Returns:
         The committed records of the job (old and new, as ``keep`` made them) and the
@@ -316,83 +332,34 @@ async def run_instances(
         ``circuit_open`` (an endpoint kept failing, the job stopped) or ``budget``.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    finished = {r.id: keep(r) for r in read_results(out_dir)}
-    todo = [i for i in instances if i.id not in finished]
-    by_id = {i.id: i for i in todo}
+    finished = {record_key(r): keep(r) for r in read_results(out_dir)}
+    runs = [(i, n) for n in range(design.repeats) for i in instances]
+    todo = [(i, n) for i, n in runs if (i.id, n) not in finished]
+    by_id = {i.id: i for i, _ in todo}
     hook = (
-        None if on_instance is None else (lambda r, t: _call_hook(on_instance, by_id[r.id], gold[r.id], r, t))
+        None if on_instance is None else (lambda r, t: call_hook(on_instance, by_id[r.id], gold[r.id], r, t))
     )  # gold may be read lazily
     sem = asyncio.Semaphore(concurrency)
 
-    async def one(inst: Instance) -> tuple[Record, list[dict[str, Any]]]:
+    async def one(run: tuple[Instance, int]) -> tuple[Record, list[dict[str, Any]]]:
+        inst, repeat = run
         async with sem:
             with usage_scope() as usage, priority_scope():
-                record, traces = await run_instance(inst, gold[inst.id], k, roles, orig_share)
+                record, traces = await run_instance(inst, gold[inst.id], k, roles, orig_share, repeat, design)
             return replace(record, usage={r: dict(u) for r, u in usage.items()}, models=dict(models or {})), traces
 
     shared = None if isinstance(progress, bool) else progress
-    bar = tqdm(total=len(instances), initial=len(finished), desc=f"k={k}", disable=progress is not True, unit="q")
+    done = sum(1 for i, n in runs if (i.id, n) in finished)
+    bar = tqdm(total=len(runs), initial=done, desc=f"k={k}", disable=progress is not True, unit="q")
     if shared is not None:
-        shared.add(len(instances), len(instances) - len(todo))
-        hook = _advancing(shared, hook)
+        shared.add(len(runs), len(runs) - len(todo))
+        hook = advancing(shared, hook)
     with JobSink(out_dir) as sink:
-        ticker = asyncio.ensure_future(_show_calls(bar, shared)) if progress is not False else None
+        ticker = asyncio.ensure_future(show_calls(bar, shared)) if progress is not False else None
         try:
-            stop = await _drain(bounded(map(one, todo), concurrency), sink, finished, bar, keep, hook)
+            stop = await drain(bounded(map(one, todo), concurrency), sink, finished, bar, keep, hook)
         finally:
             if ticker is not None:
                 ticker.cancel()
             bar.close()
-    return [finished[i.id] for i in instances if i.id in finished], stop
-
-
-def _advancing(
-    shared: Progress, hook: Callable[[Record, list[dict[str, Any]]], None] | None
-) -> Callable[[Record, list[dict[str, Any]]], None]:
-    """``hook``, after telling a shared progress display that an instance was committed."""
-
-    def commit(record: Record, traces: list[dict[str, Any]]) -> None:
-        shared.advance(record)
-        if hook is not None:
-            hook(record, traces)
-
-    return commit
-
-
-async def _drain(
-    results: AsyncGenerator[tuple[Record, list[dict[str, Any]]], None],
-    sink: JobSink,
-    finished: dict[str, Record],
-    bar: Any,
-    keep: Callable[[Record], Record],
-    on_commit: Callable[[Record, list[dict[str, Any]]], None] | None = None,
-) -> str:
-    """Commit instances as they finish; the stop reason (see :func:`run_instances`)."""
-    try:
-        async with contextlib.aclosing(results) as finishing:  # closing cancels the instances still running
-            async for record, traces in finishing:
-                if sink.write(record, traces):
-                    finished[record.id] = keep(record)
-                    bar.update(1)
-                    if on_commit is not None:
-                        on_commit(record, traces)
-    except BudgetExceeded as e:
-        log.warning("budget reached, stopping cleanly (finished records kept): %s", e)
-        return "budget"
-    except CircuitOpen as e:  # an open breaker, or a request the provider rejects (RequestRejected)
-        log.error("%s, stopping cleanly (finished records kept): %s", e.kind, e)
-        sink.write_failure({"id": None, "stage": "", "kind": e.kind, "message": str(e), "endpoint": e.endpoint})
-        return e.kind
-    return "infra" if sink.n_infra else "done"
-
-
-InstanceHook = Callable[[Instance, Gold, Record, list[dict[str, Any]]], Any]
-
-
-def _call_hook(
-    hook: InstanceHook, instance: Instance, gold: Gold, record: Record, traces: list[dict[str, Any]]
-) -> None:
-    try:
-        hook(instance, gold, record, traces)
-    except Exception:  # noqa: BLE001 - observability must not stop the job
-        log.exception("per-instance hook failed for %s", record.id)
+    return [finished[(i.id, n)] for i, n in runs if (i.id, n) in finished], stop

@@ -15,6 +15,7 @@ import pandas as pd
 from cts.report.beyond import extra_report
 from cts.report.jobs import NO_MODE, Job, load_jobs
 from cts.report.plots import plot_scores, plot_unknown_vs_region
+from cts.report.repeats import design_report
 from cts.report.rows import Stats, diagnostic_rows, score_rows
 from cts.report.tables import Table, build_tables, markdown, write_table
 from cts.stats.compare import PValueTest
@@ -87,6 +88,7 @@ def write_report(
         files.append(plot_unknown_vs_region(diag, out_dir / "unknown_vs_region.png"))
     # batch vs sequential, gating, frontier
     more_tables, more_plots, more_metrics = extra_report(jobs, stats, out_dir)
+    more_tables += design_report(jobs, stats)  # repeats, attribution arms, variance by stage (when jobs have them)
     tables += more_tables
     files += [p for t in more_tables for p in write_table(t, out_dir)] + more_plots
     files.append(write_index(tables, [p for p in files if p.suffix == ".png"], out_dir, source, len(jobs)))

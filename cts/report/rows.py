@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from cts.protocol.diagnostics import diagnostics
+from cts.protocol.repeats import instance_means
 from cts.report.jobs import NO_MODE, ORIG, Job
 from cts.stats.bootstrap import mean_ci
 from cts.stats.compare import Comparison, PValueTest, paired_comparison
@@ -70,13 +71,14 @@ def _settings(jobs: Sequence[Job]) -> list[tuple[int, str, list[Job]]]:
 
 def paired(job: Job) -> tuple[list[float], list[float]]:
     """Clarified-arm and orig scores of the instances where both arms are scored."""
-    pairs = [(r.score, r.orig_score) for r in job.records if r.score is not None and r.orig_score is not None]
+    reduced = instance_means(job.records)  # with repeats: the instance means
+    pairs = [(r.score, r.orig_score) for r in reduced if r.score is not None and r.orig_score is not None]
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
 def comparison(job: Job, stats: Stats, p_value: PValueTest = "bootstrap") -> Comparison:
     """The job's paired comparison with orig: clustered when its summary names clusters (:mod:`cts.stats.compare`)."""
-    pairs = [r for r in job.records if r.score is not None and r.orig_score is not None]
+    pairs = [r for r in instance_means(job.records) if r.score is not None and r.orig_score is not None]
     labels = None
     if job.cluster_field:  # in id order, as the job's metrics (cts.protocol.metrics.cluster_metrics)
         pairs = sorted(pairs, key=lambda r: r.id)
@@ -126,7 +128,7 @@ def score_rows(jobs: Sequence[Job], stats: Stats, p_value: PValueTest = "bootstr
         for j in at_k:
             if j.is_orig:
                 continue
-            scores = _finite(r.score for r in j.records)
+            scores = _finite(r.score for r in instance_means(j.records))
             _, low, high = mean_ci(scores, **vars(stats))
             c = comparison(j, stats, p_value)
             rows.append(

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cts.llm.cache import CacheMode, ResponseCache
+from cts.llm.sampling import salted
 from cts.text.tokens import normalize
 
 TOOL_CACHE_FILE = "tool_cache.sqlite"
@@ -55,8 +56,8 @@ class ToolCache:
         return self.store.mode
 
     def key(self, source: str, tool: str, args: Mapping[str, Any]) -> str:
-        """Cache key of one tool call (``args`` from :func:`search_args` / :func:`visit_args`)."""
-        return self.store.key({"v": _SCHEMA, "source": source, "tool": tool, "args": dict(args)})
+        """Cache key of one tool call (``args``: :func:`search_args`, :func:`visit_args`; the repeat index past 0)."""
+        return self.store.key(salted({"v": _SCHEMA, "source": source, "tool": tool, "args": dict(args)}))
 
     async def get_or_compute(
         self,

@@ -22,6 +22,7 @@ from cts.protocol.budget import (
     stop_note,
     within_budget,
 )
+from cts.protocol.design import PLAIN, Design
 from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE
 from cts.protocol.metrics import metric_view, summarize
 from cts.protocol.outcome import finish, read_outcome
@@ -52,6 +53,8 @@ class EvalProtocol:
     k: int
     seed: int = 0
     stats: Mapping[str, Any] = field(default_factory=dict)
+    design: Design = PLAIN
+    """Repeats and attribution arms (``repeats``, ``repeat_temperature``, ``repeat_stages``, ``arms``)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ def compose_evaluate(ctx: TaskContext) -> float | None:
     job_dir = ctx.run.context.job_dir
     resume = Resume(ctx.fingerprint, ctx.protocol_config, resume_command(task_overrides(), job_dir), in_multirun())
     check_job(ctx.value("k"), job_dir, resume)
+    design = design_of(ctx)  # a bad design stops the job before anything is built
     dataset, roles = ctx.input(), build_roles(ctx)
     if ctx.value("services.llm.tracing", default=None):
         tracking.trace_llm_calls(ctx.llm)
@@ -93,7 +97,7 @@ def compose_evaluate(ctx: TaskContext) -> float | None:
         return evaluate_task(
             dataset=dataset,
             roles=roles,
-            protocol=EvalProtocol(ctx.value("k"), ctx.value("seed"), ctx.value("stats")),
+            protocol=EvalProtocol(ctx.value("k"), ctx.value("seed"), ctx.value("stats"), design),
             run=ctx.run,
             resume=resume,
             budget=ctx.budget,
@@ -110,6 +114,19 @@ def compose_evaluate(ctx: TaskContext) -> float | None:
         named = fault if fault.filename is not None else unwritable(fault, job_dir)  # e.g. a flush: the job dir
         instances = select_instances(dataset, ctx.value("limit"))
         raise OutputsUnwritable(named, job_dir, instances, resume.command, resume.multirun) from e
+
+
+def design_of(ctx: TaskContext) -> Design:
+    """The job's :class:`~cts.protocol.design.Design` (``repeats``, ``repeat_temperature``, ``repeat_stages``, ``arms``)."""
+    try:
+        return Design.of(
+            ctx.value("repeats", default=1),
+            ctx.value("repeat_temperature", default=None),
+            ctx.value("repeat_stages", default=None),
+            ctx.value("arms", default=None),
+        )
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"cts: {e}") from None
 
 
 def build_roles(ctx: TaskContext) -> Roles:
@@ -171,6 +188,7 @@ def evaluate_task(
     """
     ctx, k = run.context, protocol.k
     instances = select_instances(dataset, limit)
+    n_runs = len(instances) * protocol.design.repeats  # one record per (instance, repeat)
     tracer = instance_tracer(run)
 
     def job() -> Any:
@@ -187,6 +205,7 @@ def evaluate_task(
             on_instance=tracer,
             progress=sweep_progress() or True,
             orig_share=orig_share_for(orig_parts),
+            design=protocol.design,
         )
 
     # In a sweep the instances start before the job's MLflow run is set up (their traces wait for it),
@@ -194,7 +213,9 @@ def evaluate_task(
     late = tracking.store_failed(run.tracking.uri)
     early = contextlib.nullcontext() if late else within_budget(job, ctx.job_dir, budget)
     with (
-        interruptible_job(ctx.job_dir, len(instances), lambda: count_done(ctx.job_dir, instances), ctx.sweep_dir),
+        interruptible_job(
+            ctx.job_dir, n_runs, lambda: count_done(ctx.job_dir, instances, protocol.design.repeats), ctx.sweep_dir
+        ),
         early as started,
         tracking.open_mlflow_run(
             run.tracking.uri,
@@ -214,8 +235,8 @@ def evaluate_task(
         records, stop = started.result() if started else run_within_budget(job, ctx.job_dir, budget)
         if run.tracking.records_table:
             log_job_records_table(ctx.job_dir, [i.id for i in dataset.instances], run_id, tracer)
-        ended = read_outcome(ctx.job_dir, stop, len(instances), len(records))
-        planned = budget_metrics(ctx.job_dir, records, len(instances))  # over this run's instances
+        ended = read_outcome(ctx.job_dir, stop, n_runs, len(records))
+        planned = budget_metrics(ctx.job_dir, records, n_runs)  # over this run's instances (and repeats)
         records = job_dir_records(ctx.job_dir, records, [i.id for i in dataset.instances], keep=metric_view)
         clusters = dataset_clusters(dataset)
         metrics = {
@@ -247,10 +268,10 @@ def log_job_outputs(
     tracking.log_artifacts(prompt_files(), artifact_path="prompts")
 
 
-def count_done(job_dir: Path, instances: Sequence[Any]) -> int:
-    """How many of ``instances`` have a finished record in the job dir."""
+def count_done(job_dir: Path, instances: Sequence[Any], repeats: int = 1) -> int:
+    """How many runs of ``instances`` (an instance per repeat below ``repeats``) have a finished record in the job dir."""
     ids = {i.id for i in instances}
-    return len({r.id for r in read_records(job_dir / RECORDS_FILE)} & ids)
+    return len({(r.id, r.repeat) for r in read_records(job_dir / RECORDS_FILE) if r.id in ids and r.repeat < repeats})
 
 
 def job_dir_records(
@@ -265,8 +286,8 @@ def job_dir_records(
     Args:
         keep: What to hold of each extra record (e.g. :func:`cts.protocol.metrics.metric_view`).
     """
-    have = {r.id for r in records}
-    extra = {r.id: keep(r) for r in read_records(job_dir / RECORDS_FILE) if r.id not in have}
+    have = {(r.id, r.repeat) for r in records}
+    extra = {(r.id, r.repeat): keep(r) for r in read_records(job_dir / RECORDS_FILE) if (r.id, r.repeat) not in have}
     if not extra:
         return list(records)
     log.info(

@@ -39,7 +39,10 @@ _NON_PROTOCOL_KEYS = (
     "sweep_report",
     "debug",
     "gate",
-)  # the gate is applied after the fact, over finished records
+    "repeats",
+)  # the gate is applied after the fact, over finished records; more repeats resume into the same dir
+_UNSET_DESIGN: dict[str, Any] = {"repeat_temperature": None, "repeat_stages": None, "arms": []}
+"""Design keys left out of the protocol config at these values: a job dir from before them still resumes."""
 _LLM_OPERATIONAL = (
     "concurrency_per_endpoint",
     "adaptive",
@@ -166,7 +169,7 @@ def protocol_config(cfg: DictConfig) -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - e.g. ${hydra:...} outside a Hydra run: the written config
         data = OmegaConf.to_container(OmegaConf.masked_copy(cfg, keys), resolve=False)
     assert isinstance(data, dict)
-    kept = dict(data)
+    kept = {str(k): v for k, v in data.items() if k not in _UNSET_DESIGN or v != _UNSET_DESIGN[k]}
     llm = dict(kept.get("services", {}).get("llm") or {})
     kept["services"] = {**kept.get("services", {}), "llm": {k: v for k, v in llm.items() if k not in _LLM_OPERATIONAL}}
     if local := kept["services"].get("local_llm"):

@@ -12,6 +12,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -74,7 +75,7 @@ def log_dataset_input(
         [{**r, "gold_nuggets": json.dumps(r["gold_nuggets"], ensure_ascii=False)} for r in rows],
         columns=["instance_id", "blurred_query", "fused_query", "gold_nuggets"],
     )
-    mlflow.log_input(mlflow.data.from_pandas(frame, name=name, digest=digest), context=CONTEXT)
+    _log_input(mlflow, mlflow.data.from_pandas(frame, name=name, digest=digest))
     if evaluation_dataset:
         experiment = mlflow.active_run().info.experiment_id
         try:
@@ -82,6 +83,27 @@ def log_dataset_input(
         except Exception as e:  # noqa: BLE001 - e.g. a tracking server without evaluation datasets: the job goes on
             log.warning("the evaluation dataset %s-%s was not created: %s", name, digest[:8], e)
     return digest
+
+
+INPUT_ATTEMPTS = 3
+
+
+def _log_input(mlflow: Any, dataset: Any) -> None:
+    """Link ``dataset`` to the active run; a lost race or a failing server warns, never stops the job.
+
+    Jobs that start together on one tracking server (a Slurm array) insert the same dataset
+    at once, and MLflow's server answers the loser with a unique-key violation; the next
+    attempt finds the dataset and only links it.
+    """
+    for attempt in range(1, INPUT_ATTEMPTS + 1):
+        try:
+            mlflow.log_input(dataset, context=CONTEXT)
+            return
+        except Exception as e:  # noqa: BLE001 - the run's input is a view, not a result
+            if attempt == INPUT_ATTEMPTS:
+                log.warning("the dataset input %s was not logged: %s", getattr(dataset, "name", "?"), e)
+                return
+            time.sleep(0.2 * attempt)
 
 
 def ensure_evaluation_dataset(name: str, digest: str, rows: Sequence[Mapping[str, Any]], experiment: str) -> None:

@@ -18,7 +18,7 @@ from cts.compose.services import Services
 from cts.core.types import CallError, CircuitOpen, Instance
 from cts.llm import InFlight, LLMRuntime, LLMSettings, ModelSpec, calls_in_flight
 from cts.llm._breaker import CircuitBreaker
-from cts.protocol import pipeline
+from cts.protocol import streaming
 from cts.protocol.job_files import INFRA_FILE
 from cts.protocol.pipeline import Roles, run_instances
 from cts.roles.lexical import LexicalJudge
@@ -249,7 +249,7 @@ def test_the_progress_shows_the_calls_in_flight_and_the_age_of_the_oldest(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     llm_server.default = Reply(QUESTIONS, delay_s=0.8)
-    monkeypatch.setattr(pipeline, "CALLS_EVERY_S", 0.1)
+    monkeypatch.setattr(streaming, "CALLS_EVERY_S", 0.1)
     shared = Recorder()
     records, stop, _ = llm_job(llm_server, tmp_path, services, n=2, concurrency=2, progress=shared)
     assert stop == "done" and len(records) == 2

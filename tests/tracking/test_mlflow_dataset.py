@@ -119,3 +119,27 @@ def test_the_digest_covers_what_the_job_evaluates(limit: int) -> None:
     assert rows[0]["gold_nuggets"][0] == {"id": "n1", "text": "fact of topic 0", "weight": 1}
     other = tracking.dataset_rows(INSTANCES[:limit], {**DATASET.gold, "i0": gold_for("i0", ("changed", 1))})
     assert tracking.dataset_digest(rows) != tracking.dataset_digest(other)  # the gold is part of the dataset
+
+
+def test_a_lost_race_to_insert_the_dataset_is_retried_and_a_dead_server_only_warns(monkeypatch, caplog) -> None:
+    """Jobs of a Slurm array insert one dataset at once: the server's unique-key error is retried, never fatal."""
+    from cts.tracking import _datasets
+
+    monkeypatch.setattr(_datasets.time, "sleep", lambda s: None)
+
+    class Flaky:
+        def __init__(self, failures: int) -> None:
+            self.failures, self.calls = failures, 0
+
+        def log_input(self, dataset, context):  # noqa: ANN001, ANN201 - mlflow's signature
+            self.calls += 1
+            if self.calls <= self.failures:
+                raise RuntimeError('duplicate key value violates unique constraint "dataset_pk"')
+
+    once = Flaky(1)
+    _datasets._log_input(once, object())
+    assert once.calls == 2
+    dead = Flaky(99)
+    with caplog.at_level("WARNING", logger="cts.tracking._datasets"):
+        _datasets._log_input(dead, object())
+    assert dead.calls == _datasets.INPUT_ATTEMPTS and "was not logged" in caplog.text
