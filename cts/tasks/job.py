@@ -39,7 +39,8 @@ _NON_PROTOCOL_KEYS = (
     "sweep_report",
     "debug",
     "gate",
-)  # the gate is applied after the fact, over finished records
+    "plan",
+)  # the gate is applied after the fact, over finished records; the plan runs before them
 _LLM_OPERATIONAL = (
     "concurrency_per_endpoint",
     "adaptive",
