@@ -70,3 +70,10 @@ def test_mde_and_needed_instances_invert_the_power() -> None:
     need = instances_needed(2.0, var, power=0.8)
     assert paired_power(need, 2.0, var) >= 0.8 > paired_power(need - 1, 2.0, var)
     assert need == pytest.approx(((1.96 + 0.8416) * 10 / 2) ** 2, rel=0.02)  # the normal-theory size, nearly
+
+
+def test_a_pilot_without_spread_or_pairs_is_refused() -> None:
+    with pytest.raises(ValueError, match="do not vary"):
+        pilot({f"i{i}": [2.0] for i in range(10)})
+    with pytest.raises(ValueError, match="at least 2 instances"):
+        pilot({"i0": [1.0]})

@@ -79,6 +79,8 @@ def variance_of(pilot: PairedDeltas) -> Variance:
     within = _within(pilot, ids)
     r = max(1, round(float(np.mean(reps))))
     between = max(0.0, float(np.var(means, ddof=1)) - within / r)
+    if between + within <= 0:
+        raise ValueError("the paired deltas do not vary: a pilot without spread says nothing about power")
     icc, size = _clustering(means, [pilot.clusters.get(i, i) for i in ids])
     return Variance(between, within, icc, size, r, len(ids))
 
