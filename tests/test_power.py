@@ -77,3 +77,10 @@ def test_a_pilot_without_spread_or_pairs_is_refused() -> None:
         pilot({f"i{i}": [2.0] for i in range(10)})
     with pytest.raises(ValueError, match="at least 2 instances"):
         pilot({"i0": [1.0]})
+
+
+def test_a_wide_spread_far_in_the_tail_still_has_a_power() -> None:
+    """scipy's noncentral t returns nan far in its tail (nc ~ 14 at n=200, sd 43): the normal limit takes over."""
+    var = Variance(43.46**2)
+    assert paired_power(200, 43.0, var) == 1.0
+    assert detectable_effect(200, var) == pytest.approx((1.96 + 0.8416) * 43.46 / 200**0.5, rel=0.01)

@@ -129,7 +129,10 @@ def paired_power(n: float, delta: float, var: Variance, *, repeats: int | None =
     df = n_clusters - 1  # the test over cluster means (over instances when there are no clusters)
     nc = abs(delta) / math.sqrt(s2 * var.design_effect / n)
     crit = stats.t.ppf(1 - alpha / 2, df)
-    return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+    power = float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+    if not math.isfinite(power):  # scipy's noncentral t gives up far in the tail: the normal limit there
+        power = float(stats.norm.sf(crit - nc) + stats.norm.cdf(-crit - nc))
+    return min(1.0, power)
 
 
 def detectable_effect(
