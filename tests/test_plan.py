@@ -140,3 +140,29 @@ def test_the_calibration_is_the_same_command_on_a_few_instances_in_its_own_dir(t
         f"hydra.sweep.dir={tmp_path}/s.plan/calibration",
         "tracking.experiment=e.plan",
     ]
+
+
+def test_an_earlier_run_stands_in_for_the_slice(tmp_path: Path) -> None:
+    """plan.source: its records are the samples, its instances are free (cached), its actuals give the timing."""
+    import json
+
+    from cts.plan.calibrate import JobPlan, slices_from
+    from cts.plan.samples import Routes
+
+    source, sweep = tmp_path / "earlier", tmp_path / "sweep"
+    (source / "clarifier=a").mkdir(parents=True)
+    usage = {
+        "clarifier": {"calls": 1, "requests": 1, "tokens_in": 100, "tokens_out": 10, "cost_usd": 0.01, "latency_s": 0.2}
+    }
+    rows = [json.dumps({"id": f"q{i}", "k": 1, "usage": usage, "elapsed_s": 1.0}) for i in range(5)]
+    (source / "clarifier=a" / "records.jsonl").write_text("\n".join(rows) + "\n")
+    (source / "sweep_actual.json").write_text(json.dumps({"wall_s": 10.0, "cpu_s": 2.0, "calls": 5}))
+    (sweep / "clarifier=a").mkdir(parents=True)
+    (sweep / "clarifier=a" / "records.jsonl").write_text(json.dumps({"id": "q7", "k": 1, "usage": {}}) + "\n")
+    job = JobPlan("clarifier=a", tuple(f"q{i}" for i in range(20)), Routes({}, {"e": 4}, {}), 8, sweep / "clarifier=a")
+    (slice_,), timing = slices_from(source, [job])
+    assert slice_.n_free == 6 and slice_.remaining == 14 and len(slice_.samples) == 5  # q0-q4 cached, q7 recorded
+    assert timing.cpu_per_call_s == pytest.approx(0.4) and timing.overhead_s == pytest.approx(
+        10.0 - 1.0
+    )  # beyond its critical path
+    assert forecast_job(slice_, timing).usd == Interval(0.14, 0.14, 0.14)

@@ -104,7 +104,7 @@ def test_card_sweep_forecast_from_a_5_instance_slice_holds_the_measured_run(tmp_
         total = len(server.requests)
     sweep, calibration = tmp_path / "sweep", tmp_path / "sweep.plan" / "calibration"
     rows = forecast_rows(sweep)
-    actual = json.loads((sweep / "plan" / "actual.json").read_text())
+    actual = json.loads((sweep / "sweep_actual.json").read_text())
     main_requests = total - slice_requests(calibration)  # the slice's count: the budget test checks it
     booked = records_usage(sweep)
     # The ground truth: the server's requests, their fixed token counts and the models' prices.

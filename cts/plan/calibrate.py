@@ -25,7 +25,7 @@ from cts.plan.samples import Routes, instance_costs, raw_records, roles_with_req
 
 __all__ = ["JobPlan", "PlanSettings", "calibrate", "calibration_dir", "plan_settings", "slices_from"]
 
-ACTUAL_FILE = "actual.json"
+ACTUAL_FILE = "sweep_actual.json"
 _REPLACED = ("limit", "plan", "hydra.sweep.dir", "sweep_report", "tracking.experiment")
 
 
@@ -108,7 +108,7 @@ def slices_from(source: Path, jobs: Sequence[JobPlan]) -> tuple[list[JobSlice], 
 
     The source's instances are free in the main run (their replies are cached), and so are those
     the main job dir already holds a record of. The source's own wall time beyond the model
-    (``<source>/plan/actual.json``) is the sweep's overhead.
+    (``<source>/sweep_actual.json``) is the sweep's overhead.
     """
     slices, calibration = [], []
     for job in jobs:
@@ -131,7 +131,7 @@ def slices_from(source: Path, jobs: Sequence[JobPlan]) -> tuple[list[JobSlice], 
 def _timing(source: Path, calibration: Sequence[JobSlice]) -> Timing:
     """The source sweep's CPU per request and its wall time beyond the model (0 when it did not say)."""
     try:
-        actual = json.loads((source / "plan" / ACTUAL_FILE).read_text(encoding="utf-8"))
+        actual = json.loads((source / ACTUAL_FILE).read_text(encoding="utf-8"))
         wall, cpu, calls = float(actual["wall_s"]), float(actual.get("cpu_s", 0.0)), float(actual["calls"])
     except (OSError, ValueError, KeyError, TypeError):
         return Timing()

@@ -2,7 +2,7 @@
 
 :mod:`cts.compose.callbacks` calls :func:`before_launch` once the pre-flight has passed and
 :func:`after_sweep` when every job has ended. Every sweep writes what it actually did to
-``<sweep>/plan/actual.json``; with ``plan=true`` the forecast is written beside it
+``<sweep>/sweep_actual.json``; with ``plan=true`` the forecast is written to ``<sweep>/plan/``
 (``forecast.md``, ``forecast.csv``), printed, logged as an MLflow run (``cts.kind=plan``) and,
 at the end, compared with the actual run in the same MLflow run.
 """
@@ -150,7 +150,11 @@ def _forecast(config: DictConfig, plan: SweepPlan, settings: PlanSettings) -> Jo
     table = forecast_markdown(per_job, sweep, settings.confidence)
     out = plan.sweep_dir / PLAN_DIR
     paths = write_tables(out, {"forecast.md": table, "forecast.csv": forecast_csv(per_job, sweep)})
-    print(f"cts plan: from {source}\n{table}", flush=True)
+    paid = sum(c.counts.get("usd", 0.0) for j in slices for c in j.samples)
+    print(f"cts plan: from {source} (its instances cost ${paid:.4f}, not counted below)\n{table}", flush=True)
+    for job in slices:
+        if not job.samples and job.remaining:
+            log.warning("plan: no record of %s in %s: its forecast counts nothing", job.name, source)
     _log(plan, sweep, paths, {"source": str(source), "calibration_n": str(settings.calibration_n)})
     return sweep
 
@@ -208,7 +212,7 @@ def actual_figures(plan: SweepPlan) -> dict[str, float]:
 
 
 def after_sweep(plan: SweepPlan | None) -> dict[str, float] | None:
-    """Write ``<sweep>/plan/actual.json``; with a forecast, compare them (printed, written, logged).
+    """Write ``<sweep>/sweep_actual.json``; with a forecast, compare them (printed, written, logged).
 
     Never raises: the sweep's own results are in its job dirs whatever happens here.
     """
@@ -223,13 +227,14 @@ def after_sweep(plan: SweepPlan | None) -> dict[str, float] | None:
 
 def _record_actual(plan: SweepPlan) -> dict[str, float]:
     actual = actual_figures(plan)
-    files = {ACTUAL_FILE: json.dumps(actual, indent=2, sort_keys=True) + "\n"}
-    if plan.forecast is not None:
-        files["forecast_vs_actual.md"] = comparison_markdown(plan.forecast, actual)
-        print(files["forecast_vs_actual.md"], flush=True)
-    paths = write_tables(plan.sweep_dir / PLAN_DIR, files)
-    if plan.forecast is not None:
-        _log(plan, plan.forecast, paths, {}, {f"actual_{k}": v for k, v in actual.items()})
+    # A file, not a dir, at the sweep's root: a sweep dir's sub-dirs are its jobs (and its report).
+    (plan.sweep_dir / ACTUAL_FILE).write_text(json.dumps(actual, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if plan.forecast is None:
+        return actual
+    table = comparison_markdown(plan.forecast, actual)
+    print(table, flush=True)
+    paths = write_tables(plan.sweep_dir / PLAN_DIR, {"forecast_vs_actual.md": table})
+    _log(plan, plan.forecast, [*paths, plan.sweep_dir / ACTUAL_FILE], {}, {f"actual_{k}": v for k, v in actual.items()})
     return actual
 
 
