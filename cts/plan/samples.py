@@ -12,10 +12,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from cts.llm import LLMSettings, ModelSpec, route_for
 from cts.plan.forecast import InstanceCost
+from cts.protocol.job_files import RECORDS_FILE
 
 __all__ = ["Routes", "instance_costs", "raw_records", "routes_of"]
-
-RECORDS_FILE = "records.jsonl"
 
 
 @dataclass(frozen=True)
