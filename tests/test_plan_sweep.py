@@ -126,6 +126,14 @@ def test_card_sweep_forecast_from_a_5_instance_slice_holds_the_measured_run(tmp_
     assert rows[("sweep", "calls")][1] > 0 and "unknown" not in (sweep / "plan" / "forecast.md").read_text()
     assert "| calls |" in (sweep / "plan" / "forecast_vs_actual.md").read_text()
     assert len(list(calibration.glob("*/records.jsonl"))) == 9  # a slice of every job
+    from cts import tracking
+
+    runs = tracking.search_runs(f"sqlite:///{tmp_path}/mlflow.db", "cts")
+    (plan_run,) = [r for _, r in runs.iterrows() if r["tags.cts.kind"] == "plan"]  # forecast and actuals in one run
+    assert plan_run["metrics.forecast_calls_expected"] == rows[("sweep", "calls")][1]
+    assert plan_run["metrics.actual_calls"] == main_requests and plan_run["metrics.actual_usd"] == pytest.approx(
+        booked["usd"]
+    )
 
 
 def slice_requests(calibration: Path) -> int:
