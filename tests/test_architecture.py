@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "cts.compose.callbacks",
             "cts.gating",
+            "cts.plan",
             "cts.report.cli",
             "cts.report.__main__",
             "cts.demo.cli",

@@ -123,6 +123,7 @@ class PrepareTrackingStore(Callback):
 
     def __init__(self) -> None:
         self._n_jobs = 0  # the jobs of the sweep (on_multirun_start), which its report must cover
+        self._plan: Any = None  # cts.plan.SweepPlan: the forecast, and where the actuals come from
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Called by Hydra in the launching process, before any job starts.
@@ -148,6 +149,9 @@ class PrepareTrackingStore(Callback):
         stop_on_problems([p for job in jobs for p in preflight_problems_of(job, task_groups(job))])
         probe_endpoints(jobs)  # every distinct endpoint of the sweep, once
         probe_completions(jobs)  # one minimal completion per distinct request of the sweep
+        from cts.plan import before_launch
+
+        self._plan = before_launch(config, jobs, [task_groups(job) for job in jobs])  # plan=true: forecast, budget
         if not jobs_open_store_here(config):
             tracking.prepare_store(config.tracking.uri)
 
@@ -175,6 +179,9 @@ class PrepareTrackingStore(Callback):
         end_startup_gc()  # a launcher whose jobs ran elsewhere (joblib, Slurm) left it off here
         forget_swept()
         forget_composed()
+        from cts.plan import after_sweep
+
+        after_sweep(self._plan)  # <sweep>/plan/actual.json, beside the forecast when there is one
         report = report_or_exit(config, self._n_jobs) if config.get("sweep_report", True) else None
         where = sweep_closing_lines(
             str(config.hydra.sweep.dir),

@@ -40,7 +40,8 @@ _NON_PROTOCOL_KEYS = (
     "debug",
     "gate",
     "repeats",
-)  # the gate is applied after the fact, over finished records; more repeats resume into the same dir
+    "plan",
+)  # the gate is applied after the fact, over finished records; more repeats resume into the same dir; the plan runs before them
 _UNSET_DESIGN: dict[str, Any] = {"repeat_temperature": None, "repeat_stages": None, "arms": []}
 """Design keys left out of the protocol config at these values: a job dir from before them still resumes."""
 _LLM_OPERATIONAL = (

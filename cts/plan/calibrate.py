@@ -1,0 +1,141 @@
+"""The calibration slice: the sweep's jobs on their first few instances, as a sweep of its own.
+
+It runs as ``python run.py -m <the same command> limit=<n> plan=false`` into
+``<sweep dir>.plan/calibration`` (outside the sweep dir, whose report counts every job dir
+under it), logging to the experiment ``<experiment>.plan``: the same launcher, jobs, caches
+and budget as the main run, so the jobs share work in the slice as they will in the sweep,
+and the replies it paid for are cache hits of the main run. ``plan.source=<dir>`` reads
+an earlier run's job dirs instead and sends nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from cts._util.interrupt import entry_script
+from cts.plan.forecast import JobSlice, Timing, wall_time
+from cts.plan.samples import Routes, instance_costs, raw_records, roles_with_requests
+
+__all__ = ["JobPlan", "PlanSettings", "calibrate", "calibration_dir", "plan_settings", "slices_from"]
+
+ACTUAL_FILE = "sweep_actual.json"
+_REPLACED = ("limit", "plan", "hydra.sweep.dir", "sweep_report", "tracking.experiment")
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """``plan`` (``plan=true``, or the node: ``plan.enabled=true plan.calibration_n=10``).
+
+    Attributes:
+        enabled: Forecast the sweep before it runs.
+        calibration_n: Instances of each job in the calibration slice.
+        confidence: Of the forecast's intervals.
+        source: A sweep dir of an earlier run of the same configuration, read instead of calibrating.
+        calibration: This sweep is a calibration slice (set by :func:`calibration_command`).
+    """
+
+    enabled: bool = False
+    calibration_n: int = 5
+    confidence: float = 0.95
+    source: str | None = None
+    calibration: bool = False
+
+
+def plan_settings(cfg: DictConfig) -> PlanSettings:
+    """The config's ``plan`` (a bool stands for ``plan.enabled`` with the defaults)."""
+    node = OmegaConf.select(cfg, "plan", default=None)
+    if node is None or isinstance(node, bool):
+        return PlanSettings(enabled=bool(node))
+    values = OmegaConf.to_container(node, resolve=True)
+    assert isinstance(values, dict)
+    return PlanSettings(**{str(k): v for k, v in values.items()})
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """One job of the sweep as the planner sees it: its dir name, instance ids and routes."""
+
+    name: str
+    ids: tuple[str, ...]
+    routes: Routes
+    job_concurrency: int
+    job_dir: Path
+
+
+def calibration_dir(sweep_dir: Path) -> Path:
+    """Where a sweep's calibration slice runs (beside the sweep dir, never in it)."""
+    return sweep_dir.with_name(sweep_dir.name + ".plan") / "calibration"
+
+
+def _key(arg: str) -> str:
+    return arg.lstrip("+~").split("=", 1)[0]
+
+
+def calibration_command(argv: Sequence[str], n: int, into: Path, experiment: str) -> list[str]:
+    """The sweep's own command line, on its first ``n`` instances, into ``into``, with no plan of its own."""
+    kept = [a for a in argv if _key(a) not in _REPLACED and not _key(a).startswith("plan.")]
+    return [
+        sys.executable,
+        entry_script(),
+        *kept,
+        f"limit={n}",
+        "plan.calibration=true",
+        "sweep_report=false",
+        f"hydra.sweep.dir={into}",
+        f"tracking.experiment={experiment}.plan",
+    ]
+
+
+def calibrate(argv: Sequence[str], n: int, into: Path, experiment: str) -> None:
+    """Run the calibration slice; exit 1 with its last output lines when it fails."""
+    command = calibration_command(argv, n, into, experiment)
+    print(f"cts plan: calibration slice, {n} instance(s) per job, in {into}", file=sys.stderr, flush=True)
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        sys.exit(f"error: plan: the calibration slice failed (exit {done.returncode}); nothing else was run:\n{tail}")
+
+
+def slices_from(source: Path, jobs: Sequence[JobPlan]) -> tuple[list[JobSlice], Timing]:
+    """Each job's :class:`JobSlice` from the records under ``source`` (a calibration or an earlier run).
+
+    The source's instances are free in the main run (their replies are cached), and so are those
+    the main job dir already holds a record of. The source's own wall time beyond the model
+    (``<source>/sweep_actual.json``) is the sweep's overhead.
+    """
+    slices, calibration = [], []
+    for job in jobs:
+        samples = instance_costs(source / job.name, job.routes)
+        seen = {str(r.get("id")) for r in raw_records(source / job.name)}
+        seen |= {str(r.get("id")) for r in raw_records(job.job_dir)}
+        free = len(seen & set(job.ids))
+        unpriced = job.routes.unpriced_used(roles_with_requests(source / job.name))
+        common: dict[str, Any] = dict(
+            samples=tuple(samples),
+            unpriced=unpriced,
+            concurrency=dict(job.routes.concurrency),
+            job_concurrency=job.job_concurrency,
+        )
+        slices.append(JobSlice(job.name, len(job.ids), free, **common))
+        calibration.append(JobSlice(job.name, len(samples), 0, **common))
+    return slices, _timing(source, calibration)
+
+
+def _timing(source: Path, calibration: Sequence[JobSlice]) -> Timing:
+    """The source sweep's CPU per request and its wall time beyond the model (0 when it did not say)."""
+    try:
+        actual = json.loads((source / ACTUAL_FILE).read_text(encoding="utf-8"))
+        wall, cpu, calls = float(actual["wall_s"]), float(actual.get("cpu_s", 0.0)), float(actual["calls"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return Timing()
+    per_call = cpu / calls if calls else 0.0
+    modelled = wall_time(calibration, Timing(0.0, per_call)).expected
+    return Timing(max(0.0, wall - modelled), per_call)

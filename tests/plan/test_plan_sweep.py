@@ -1,0 +1,206 @@
+"""Plan before you pay, end to end: the card-like sweep's forecast against the measured run.
+
+The scripted server answers every call after a known latency with known token counts; the
+test's own model files (``--config-dir``) give each model its price, so the server's requests
+are the ground truth of calls, and calls x tokens x prices of USD.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.llm_fakes import sweep_reply
+from tests.llm_server import Reply, ScriptedServer
+
+LATENCY_S = 0.2
+TOKENS_IN, TOKENS_OUT = 120, 30
+PRICES = {"pa": (1e-6, 4e-6), "pb": (2e-6, 8e-6), "pc": (3e-6, 1.2e-5), "pfix": (2e-7, 8e-7)}
+CARD = ("clarifier=pa,pb,pc", "k=1,2,3")
+
+
+def reply(body: object) -> Reply:
+    return Reply(sweep_reply(body), tokens_in=TOKENS_IN, tokens_out=TOKENS_OUT)
+
+
+def model_dir(tmp_path: Path, server: ScriptedServer) -> Path:
+    """A config dir with the test's models: priced ones, and ``pfree`` without a price."""
+    root = tmp_path / "models"
+    (root / "model").mkdir(parents=True)
+    for name, (p_in, p_out) in {**PRICES, "pfree": (0.0, 0.0)}.items():
+        (root / "model" / f"{name}.yaml").write_text(
+            f"_target_: cts.llm.ModelSpec\nname: {name}\nmodel: openai/{name}\napi_base: {server.base_url}\n"
+            f"api_key_env: null\nparams: {{}}\ninput_cost_per_token: {p_in}\noutput_cost_per_token: {p_out}\n"
+            "max_concurrency: null\n",
+            encoding="utf-8",
+        )
+    return root
+
+
+def sweep_args(tmp_path: Path, server: ScriptedServer, cache_dir: Path, *extra: str, agent: bool = True) -> list[str]:
+    search = ["model@search.model=pfix", "model@search.summary_model=pfix"] if agent else ["search=extractive"]
+    return [
+        "--config-dir",
+        str(model_dir(tmp_path, server)),
+        "-m",
+        *extra,
+        "ua=pfix",
+        "rewriter=pfix",
+        "judge=pfix",
+        *search,
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"paths.cache_dir={cache_dir}",
+        f"services.llm.cache.path={tmp_path}/llm.sqlite",
+        "services.llm.concurrency_per_endpoint=32",
+        "services.llm.preflight_completion=false",
+        "tracking.instance_traces=false",
+        "hydra.launcher.progress=false",
+    ]
+
+
+def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    return subprocess.run(
+        [sys.executable, str(REPO / "run.py"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
+    )
+
+
+def forecast_rows(sweep: Path) -> dict[tuple[str, str], tuple[float, float, float, str]]:
+    import csv
+
+    rows = csv.DictReader((sweep / "plan" / "forecast.csv").read_text().splitlines())
+    return {
+        (r["job"], r["quantity"]): (float(r["low"]), float(r["expected"]), float(r["high"]), r["note"]) for r in rows
+    }
+
+
+def records_usage(sweep: Path) -> dict[str, float]:
+    """Calls, tokens and USD that the main run's records book (every job, every role)."""
+    out = {"calls": 0.0, "tokens_in": 0.0, "tokens_out": 0.0, "usd": 0.0}
+    for path in sweep.glob("*/records.jsonl"):
+        for line in path.read_text().splitlines():
+            for row in json.loads(line)["usage"].values():
+                out["calls"] += row["requests"]
+                out["tokens_in"] += row["tokens_in"]
+                out["tokens_out"] += row["tokens_out"]
+                out["usd"] += row["cost_usd"]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.serial  # the wall-time forecast is checked against the measured wall time
+def test_card_sweep_forecast_from_a_5_instance_slice_holds_the_measured_run(tmp_path, cache_dir):
+    with ScriptedServer(latency_s=LATENCY_S) as server:
+        server.handler = reply
+        proc = run(sweep_args(tmp_path, server, cache_dir, *CARD, "limit=50", "plan=true"), tmp_path)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+        total = len(server.requests)
+    sweep, calibration = tmp_path / "sweep", tmp_path / "sweep.plan" / "calibration"
+    rows = forecast_rows(sweep)
+    actual = json.loads((sweep / "sweep_actual.json").read_text())
+    main_requests = total - slice_requests(calibration)  # the slice's count: the budget test checks it
+    booked = records_usage(sweep)
+    # The ground truth: the server's requests, their fixed token counts and the models' prices.
+    assert booked["calls"] == actual["calls"] == main_requests > 0
+    assert booked["tokens_in"] == actual["tokens_in"] == TOKENS_IN * main_requests
+    measured = {
+        "calls": main_requests,
+        "tokens_in": TOKENS_IN * main_requests,
+        "tokens_out": TOKENS_OUT * main_requests,
+        "tokens_reasoning": 0.0,
+        "usd": booked["usd"],
+        "wall_s": actual["wall_s"],
+    }
+    report = {q: (rows[("sweep", q)][:3], v) for q, v in measured.items()}
+    print(json.dumps(report, indent=1))
+    for quantity, value in measured.items():
+        low, expected, high, _ = rows[("sweep", quantity)]
+        assert low <= value <= high, (quantity, low, expected, high, value)
+    assert rows[("sweep", "calls")][1] > 0 and "unknown" not in (sweep / "plan" / "forecast.md").read_text()
+    assert "| calls |" in (sweep / "plan" / "forecast_vs_actual.md").read_text()
+    assert len(list(calibration.glob("*/records.jsonl"))) == 9  # a slice of every job
+    from cts import tracking
+
+    runs = tracking.search_runs(f"sqlite:///{tmp_path}/mlflow.db", "cts")
+    (plan_run,) = [r for _, r in runs.iterrows() if r["tags.cts.kind"] == "plan"]  # forecast and actuals in one run
+    assert plan_run["metrics.forecast_calls_expected"] == rows[("sweep", "calls")][1]
+    assert plan_run["metrics.actual_calls"] == main_requests and plan_run["metrics.actual_usd"] == pytest.approx(
+        booked["usd"]
+    )
+
+
+def slice_requests(calibration: Path) -> int:
+    """The requests the calibration slice's records book."""
+    return int(
+        sum(
+            row["requests"]
+            for path in calibration.glob("*/records.jsonl")
+            for line in path.read_text().splitlines()
+            for row in json.loads(line)["usage"].values()
+        )
+    )
+
+
+@pytest.mark.slow
+def test_a_budget_below_the_forecast_stops_the_sweep_before_the_main_run(tmp_path, cache_dir):
+    with ScriptedServer(latency_s=0.0) as server:
+        server.handler = reply
+        proc = run(
+            sweep_args(
+                tmp_path,
+                server,
+                cache_dir,
+                "clarifier=pa,pb",
+                "k=1,2",
+                "limit=30",
+                "plan=true",
+                "services.llm.budget.max_usd=0.01",
+            ),
+            tmp_path,
+        )
+        requests = len(server.requests)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "exceeds services.llm.budget.max_usd $0.0100" in proc.stderr
+    assert "| **sweep** |" in proc.stdout  # the forecast table was printed
+    assert (
+        requests == slice_requests(tmp_path / "sweep.plan" / "calibration") > 0
+    )  # not one request beyond the calibration slice
+    assert not list((tmp_path / "sweep").glob("*/records.jsonl"))
+
+
+@pytest.mark.slow
+def test_a_model_without_a_price_is_forecast_as_unknown_cost(tmp_path, cache_dir):
+    with ScriptedServer() as server:
+        server.handler = reply
+        proc = run(
+            sweep_args(
+                tmp_path,
+                server,
+                cache_dir,
+                "clarifier=pa,pfree",
+                "k=1",
+                "limit=4",
+                "plan.enabled=true",
+                "plan.calibration_n=2",
+                agent=False,
+            ),
+            tmp_path,
+        )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = forecast_rows(tmp_path / "sweep")
+    assert rows[("clarifier=pa", "usd")][1] > 0 and not rows[("clarifier=pa", "usd")][3]
+    assert rows[("clarifier=pfree", "usd")][3].startswith("unknown: no price for pfree")
+    assert rows[("sweep", "usd")][3].startswith("unknown")
+    table = (tmp_path / "sweep" / "plan" / "forecast.md").read_text().splitlines()
+    cells = {row.split("|")[1].strip(): row.split("|")[8].strip() for row in table if row.startswith("| ")}
+    assert cells["clarifier=pa"].startswith("$0.0")  # a price: dollars
+    assert cells["clarifier=pfree"].startswith("unknown (no price: pfree")  # never a plain $0
+    assert cells["**sweep**"].startswith("unknown (no price: pfree; priced models $0.0")
