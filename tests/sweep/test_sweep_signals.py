@@ -80,6 +80,7 @@ def test_a_sweep_stopped_in_its_default_dir_resumes_from_another_directory(tmp_p
         f"services.llm.cache.path={tmp_path}/llm.sqlite",
         "hydra.launcher.job_concurrency=1",
         "hydra.launcher.progress=false",
+        "tracking.instance_traces=false",  # signals, not traces, are under test (traces: tests/tracking/)
     ]
     env = clone_env(cache_dir)
     rc, out, err, sweep = _stop_mid_sweep(clone, argv, env, sig)
