@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -33,6 +34,8 @@ from cts.tracking._store import (
 )
 from cts.tracking._tables import RECORDS_TABLE, log_records_table
 from cts.tracking._traces import trace_llm_calls
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "RECORDS_TABLE",
@@ -223,7 +226,11 @@ def _ensure_experiment(uri: str, name: str, kind: str | None = None) -> None:
             pass
     experiment = mlflow.set_experiment(name)
     if kind and _KIND_TAG not in experiment.tags:  # once: a kind chosen later in the UI stays
-        mlflow.set_experiment_tag(_KIND_TAG, kind)
+        try:
+            mlflow.set_experiment_tag(_KIND_TAG, kind)
+        except Exception as e:  # noqa: BLE001 - jobs starting together on one server: the first one set it
+            if _KIND_TAG not in (mlflow.get_experiment(experiment.experiment_id).tags or {}):
+                log.warning("the experiment's kind (%s) was not set: %s", _KIND_TAG, e)
 
 
 _KIND_TAG = "mlflow.experimentKind"

@@ -124,3 +124,22 @@ def test_the_tracking_config_reaches_the_tasks() -> None:
     )
     assert (settings.instance_traces, settings.records_table, settings.evaluation_dataset) == (False, True, True)
     assert settings.experiment_kind == "genai_development"
+
+
+def test_jobs_racing_to_set_the_experiment_kind_on_one_server_do_not_fail(tmp_path, monkeypatch) -> None:
+    """A Slurm array's jobs open one experiment at once: the losers' duplicate-tag error is not fatal."""
+    import mlflow
+
+    from cts import tracking
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    mlflow.set_tracking_uri(uri)
+    real = mlflow.set_experiment_tag
+
+    def racing(key, value):  # another job set it between our read and our write
+        real(key, value)
+        raise mlflow.exceptions.MlflowException('duplicate key value violates unique constraint "experiment_tag_pk"')
+
+    monkeypatch.setattr(mlflow, "set_experiment_tag", racing)
+    tracking._ensure_experiment(uri, "race", "genai_development")  # no exception
+    assert mlflow.get_experiment_by_name("race").tags["mlflow.experimentKind"] == "genai_development"
