@@ -48,7 +48,7 @@ def run_py(*args: str, cwd: Path = REPO, timeout: int = 600) -> subprocess.Compl
 _COPIED = ("run.py", "conf", "prompts", "cts", "hydra_plugins")
 
 
-_SWEEP_ENV = ("PROJECT_ROOT", "CTS_SWEEP_RESUME", "CTS_SWEPT_KEYS", "HYDRA_FULL_ERROR")
+_SWEEP_ENV = ("PROJECT_ROOT", "HYDRA_FULL_ERROR")
 
 
 def fresh_clone(root: Path) -> Path:

@@ -26,9 +26,10 @@ from cts.compose.checks import (  # noqa: F401 - the pre-flight, also reached th
     stop_on_problems,
     unknown_key_problems,
 )
+from cts.compose.job_config import in_multirun
+from cts.compose.launch_state import launch_state
 from cts.compose.probes import exit_on_probe_problems, probe_completions, probe_endpoints, task_groups  # noqa: F401 - re-exported
 from cts.compose.services import Services, component_arguments, resource_parameters
-from cts.tasks.job import in_multirun
 from cts.tasks.registry import OutputsUnwritable, task_spec
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def preload_inputs(cfg: DictConfig) -> None:
         found = task_spec(str(cfg.task._target_)).read(ConfiguredTask(cfg, build_services(cfg), files_only=True))
     except _NeedsResources:
         return
-    _INPUTS[_input_key(cfg)] = found
+    launch_state().inputs[_input_key(cfg)] = found
 
 
 def _input_key(cfg: DictConfig) -> str:
@@ -115,9 +116,6 @@ def _input_key(cfg: DictConfig) -> str:
     names = [v for v in (ds.values() if isinstance(ds, dict) else ()) if isinstance(v, str) and os.path.isfile(v)]
     files = [(n, os.stat(n).st_size, os.stat(n).st_mtime_ns) for n in names]
     return json.dumps([str(cfg.task._target_), ds, files], sort_keys=True, default=str)
-
-
-_INPUTS: dict[str, Any] = {}
 
 
 class _NeedsResources(Exception):
@@ -143,13 +141,13 @@ class ConfiguredTask:
 
     @functools.cached_property
     def fingerprint(self) -> str:
-        from cts.tasks.job import protocol_fingerprint
+        from cts.compose.job_config import protocol_fingerprint
 
         return protocol_fingerprint(self._cfg)
 
     @functools.cached_property
     def protocol_config(self) -> dict[str, Any]:
-        from cts.tasks.job import protocol_config
+        from cts.compose.job_config import protocol_config
 
         return protocol_config(self._cfg)
 
@@ -194,7 +192,7 @@ class ConfiguredTask:
         return build_node(node, self._services)
 
     def model_ids(self, *keys: str) -> dict[str, str]:
-        from cts.llm.preflight import find_model_specs
+        from cts.compose.model_checks import find_model_specs
 
         return {
             path: str(node.get("model"))
@@ -204,7 +202,8 @@ class ConfiguredTask:
     def input(self) -> Any:
         """What :func:`preload_inputs` read if its files are unchanged (a sweep's jobs share it), else read now."""
         key = _input_key(self._cfg)
-        found = _INPUTS.get(key) if in_multirun() else _INPUTS.pop(key, None)
+        inputs = launch_state().inputs
+        found = inputs.get(key) if in_multirun() else inputs.pop(key, None)
         return found if found is not None else task_spec(str(self._cfg.task._target_)).read(self)
 
     def resource_stats(self) -> dict[str, float]:
@@ -229,7 +228,8 @@ def run_configured_task(cfg: DictConfig, services: Services) -> float | None:
 
 def run_info(cfg: DictConfig) -> RunInfo:
     """Where the job sits, its tracking settings, resolved config and tags."""
-    from cts.tasks.job import RunInfo, job_context, job_tags, tracking_settings
+    from cts.compose.job_config import job_context, job_tags, tracking_settings
+    from cts.tasks.job import RunInfo
 
     ctx, t = job_context(cfg), cfg.tracking
     resolved = OmegaConf.to_container(cfg, resolve=True)

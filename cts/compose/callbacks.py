@@ -19,8 +19,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from cts import tracking
 from cts._util.console import job_closing_lines, sweep_closing_lines
-from cts._util.interrupt import hydra_quote, remember_sweep
-from cts._util.naming import forget_swept, register_resolver, remember_swept
+from cts._util.interrupt import hydra_quote, resume_command
+from cts._util.launch import begin_sweep, end_sweep
+from cts._util.naming import register_resolver, swept_keys
+from cts.compose.launch_state import new_launch
 
 if TYPE_CHECKING:
     from cts.report import ReportResult
@@ -140,9 +142,11 @@ class PrepareTrackingStore(Callback):
             task_groups,
         )
 
-        remember_swept(list(config.hydra.overrides.task))
+        end_sweep()  # an earlier sweep of this process (a notebook) is over
+        new_launch()  # nothing of an earlier launch is reused: its endpoints are probed again
         sweep_dir = pin_sweep_dir(config)  # before any job's config is composed
-        remember_sweep(sweep_dir, sys.argv[1:])
+        swept = swept_keys(list(config.hydra.overrides.task))
+        record = begin_sweep(sweep_dir, swept, resume_command(sys.argv[1:], Path(sweep_dir), sweep_dir))
         jobs = sweep_job_configs(config)
         self._n_jobs = len(jobs)
         check_start(config, jobs)  # values, output places, input files: before any dir or store exists
@@ -152,6 +156,7 @@ class PrepareTrackingStore(Callback):
         from cts.plan import before_launch
 
         self._plan = before_launch(config, jobs, [task_groups(job) for job in jobs])  # plan=true: forecast, budget
+        record.write()  # <sweep>/sweep.json: what jobs in other processes (joblib, Slurm) read
         if not jobs_open_store_here(config):
             tracking.prepare_store(config.tracking.uri)
 
@@ -165,6 +170,7 @@ class PrepareTrackingStore(Callback):
             task_groups,
         )
 
+        new_launch()
         check_start(config, [config])  # values, output places, input files: before the run dir or store exists
         preflight(config, groups=task_groups(config))
         probe_endpoints([config])  # before the store: a dead endpoint fails fast and creates nothing
@@ -177,7 +183,7 @@ class PrepareTrackingStore(Callback):
         from cts.sweep._compose import forget_composed
 
         end_startup_gc()  # a launcher whose jobs ran elsewhere (joblib, Slurm) left it off here
-        forget_swept()
+        end_sweep()
         forget_composed()
         from cts.plan import after_sweep
 

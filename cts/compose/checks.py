@@ -143,8 +143,8 @@ def preflight(cfg: DictConfig, groups: tuple[str, ...] | None = None) -> None:
 
 def preflight_problems_of(cfg: DictConfig, groups: tuple[str, ...] | None = None) -> list[str]:
     """The pre-flight problems of one composed config: unknown keys, unreachable models."""
-    from cts.llm.preflight import preflight_problems
-    from cts.llm.rulecheck import rule_problems
+    from cts.compose.model_checks import preflight_problems
+    from cts.compose.request_rules import rule_problems
 
     components = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k not in ("hydra", "task")])
     scoped = OmegaConf.masked_copy(cfg, list(groups)) if groups else cfg
@@ -159,7 +159,7 @@ def stop_on_problems(problems: list[str]) -> None:
     hints = []
     if any(is_key_problem(p) for p in problems):
         hints.append("Correct or remove the config keys above.")
-    if any(_RULE_PROBLEM in p for p in problems):  # cts.llm.rulecheck
+    if any(_RULE_PROBLEM in p for p in problems):  # cts.compose.request_rules
         hints.append("Change or remove the parameters above; the model file's `request:` node cites each rule.")
     if not all(is_key_problem(p) or _RULE_PROBLEM in p for p in problems):
         hints.append(

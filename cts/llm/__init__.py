@@ -1,7 +1,7 @@
 """The LLM layer: model specs, the per-job runtime, chat clients and accounting.
 
 Importing this package does not import litellm (that happens on the first call),
-so config checks such as :mod:`cts.llm.preflight` stay fast.
+so config checks such as :mod:`cts.compose.model_checks` stay fast.
 """
 
 from cts.core.contracts import Chat, Completion, InFlight
@@ -9,6 +9,7 @@ from cts.llm._adaptive import Adaptive, AdaptiveLimiter, calls_in_flight, priori
 from cts.llm._calls import CallEvent, route_for
 from cts.llm._client import ChatClient
 from cts.llm._localserver import LocalLLMServer, LocalServerError
+from cts.llm._rules import CAP_FIELDS, RequestRules, rule_violations
 from cts.llm._runtime import LLMRuntime, settled
 from cts.llm._settings import Backoff, LLMSettings
 from cts.llm._spec import ModelSpec
@@ -24,6 +25,9 @@ __all__ = [
     "priority_scope",
     "USAGE_KEYS",
     "Backoff",
+    "CAP_FIELDS",
+    "RequestRules",
+    "rule_violations",
     "CallEvent",
     "Chat",
     "ChatClient",

@@ -47,7 +47,7 @@ class Routes:
 
 def routes_of(cfg: DictConfig, groups: Sequence[str]) -> Routes:
     """The routes of the model specs under ``groups`` of a job config (the groups its task calls)."""
-    from cts.llm.preflight import find_model_specs
+    from cts.compose.model_checks import find_model_specs
 
     llm = OmegaConf.to_container(cfg.services.llm, resolve=True)
     assert isinstance(llm, dict)

@@ -31,11 +31,9 @@ from cts.sweep import orig_share_for, sweep_progress
 from cts.tasks.job import (
     RunInfo,
     check_resume,
-    in_multirun,
     print_metrics,
     prompt_files,
     prompt_versions,
-    task_overrides,
     write_summary,
 )
 from cts.tasks.registry import OutputsUnwritable, TaskContext, task
@@ -62,7 +60,7 @@ class Resume:
     """How a job resumes: the protocol fingerprint its dir must match, and the rerun command.
 
     Attributes:
-        fingerprint: Hash of the protocol config (:func:`cts.tasks.job.protocol_fingerprint`).
+        fingerprint: Hash of the protocol config (:func:`cts.compose.job_config.protocol_fingerprint`).
         config: The protocol config (stored beside it, so a refusal names the keys that differ).
         command: The command that resumes the job (printed when it ends incomplete).
         multirun: Whether the job runs inside a Hydra multirun.
@@ -87,7 +85,8 @@ def compose_evaluate(ctx: TaskContext) -> float | None:
     from cts._util.io import output_fault, unwritable
 
     job_dir = ctx.run.context.job_dir
-    resume = Resume(ctx.fingerprint, ctx.protocol_config, resume_command(task_overrides(), job_dir), in_multirun())
+    where = ctx.run.context
+    resume = Resume(ctx.fingerprint, ctx.protocol_config, resume_command(list(where.command), job_dir), where.multirun)
     check_job(ctx.value("k"), job_dir, resume)
     design = design_of(ctx)  # a bad design stops the job before anything is built
     dataset, roles = ctx.input(), build_roles(ctx)

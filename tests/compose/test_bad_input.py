@@ -247,7 +247,8 @@ def test_debug_is_asked_for_by_the_env_or_the_config(monkeypatch: pytest.MonkeyP
 def test_a_refused_resume_lists_the_keys_that_differ(tmp_path: Path) -> None:
     from hydra import compose, initialize_config_dir
 
-    from cts.tasks.job import check_resume, protocol_config, protocol_fingerprint
+    from cts.compose.job_config import protocol_config, protocol_fingerprint
+    from cts.tasks.job import check_resume
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         old, new = (compose("config", overrides=["experiment=offline", *o]) for o in ([], ["k=2", "judge.full=0.9"]))

@@ -252,7 +252,9 @@ def test_every_numeric_default_in_conf_is_covered_by_a_rule() -> None:
     ]:
         cfg = composed(*([option] if option else []))
         for path, parent, key in _checked_leaves(cfg):
-            if ".request.accepted_with." in path:  # a provider's documented rule (cts.llm.rulecheck), not a knob
+            if (
+                ".request.accepted_with." in path
+            ):  # a provider's documented rule (cts.compose.request_rules), not a knob
                 continue
             node = parent._get_node(key)
             value = None if node._is_interpolation() or node._is_missing() else node._value()

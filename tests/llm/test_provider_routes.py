@@ -25,10 +25,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from cts import tracking
+from cts.compose.completion_probe import PROBE_TOKENS
 from cts.llm._rules import request_params, rule_violations
 from cts.llm._spec import ModelSpec
 from cts.llm._transport import HTTPStatusError, Sender
-from cts.llm.completion_probe import PROBE_TOKENS
 from tests.provider_emulators import (
     AnthropicEmulator,
     CompatibleEmulator,
@@ -383,7 +383,7 @@ def test_reasoning_tokens_per_role_are_recorded_from_each_providers_usage(native
 
 
 def test_the_probe_authenticates_a_gemini_route_as_gemini_does() -> None:
-    from cts.llm.preflight import Endpoint, probe
+    from cts.compose.model_checks import Endpoint, probe
 
     with GeminiEmulator() as gemini:
         problem = probe(Endpoint(gemini.base_url, "emulated-key", ("gemini/gemini-2.5-pro",), ("ua.model",)), 5.0)

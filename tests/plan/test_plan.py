@@ -111,7 +111,7 @@ def test_plan_config_is_a_node_that_plan_true_switches_on() -> None:
 
 
 def test_planning_does_not_change_what_a_job_measures() -> None:
-    from cts.tasks.job import protocol_fingerprint
+    from cts.compose.job_config import protocol_fingerprint
 
     assert protocol_fingerprint(composed("plan=true")) == protocol_fingerprint(composed())
 

@@ -138,7 +138,7 @@ def test_budget_stops_cleanly_and_resumes(services, tmp_path):
 def test_resume_fingerprint_ignores_operational_settings_only():
     from hydra import compose, initialize_config_dir
 
-    from cts.tasks.job import protocol_fingerprint
+    from cts.compose.job_config import protocol_fingerprint
     from tests.conftest import REPO
 
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):

@@ -217,7 +217,7 @@ def test_without_recorded_sweep_keys_every_override_is_a_factor() -> None:
 
 def test_stored_overrides_mask_secrets_and_stay_hydra_syntax() -> None:
     from cts._util import naming
-    from cts.tasks.job import stored_overrides
+    from cts.compose.job_config import stored_overrides
 
     written = [
         "services.llm.api_key=sk-live-1",

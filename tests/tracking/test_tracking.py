@@ -117,7 +117,7 @@ def test_a_new_experiment_gets_its_kind_once_and_a_kind_chosen_later_stays(tmp_p
 
 
 def test_the_tracking_config_reaches_the_tasks() -> None:
-    from cts.tasks.job import tracking_settings
+    from cts.compose.job_config import tracking_settings
 
     settings = tracking_settings(
         {"uri": "sqlite:///x.db", "experiment": "e", "instance_traces": False, "experiment_kind": "genai_development"}

@@ -15,13 +15,13 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from cts.compose.app import task_groups
-from cts.llm._rules import RequestRules
-from cts.llm.completion_probe import (
+from cts.compose.completion_probe import (
     PROBE_MESSAGES,
     PROBE_TOKENS,
     check_completions,
     completion_probes,
 )
+from cts.llm._rules import RequestRules
 from tests.llm_server import Reply, ScriptedServer
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from cts.llm.preflight import find_model_specs, preflight_problems
+from cts.compose.model_checks import find_model_specs, preflight_problems
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 KEYS = (
@@ -97,7 +97,7 @@ def test_unresolvable_interpolations_are_skipped() -> None:
 
 def test_preflight_does_not_import_litellm() -> None:
     code = (
-        "import sys; from omegaconf import DictConfig, OmegaConf; from cts.llm.preflight import preflight_problems; "
+        "import sys; from omegaconf import DictConfig, OmegaConf; from cts.compose.model_checks import preflight_problems; "
         "preflight_problems(OmegaConf.create({})); assert 'litellm' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

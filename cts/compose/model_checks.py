@@ -114,9 +114,7 @@ def endpoints_of(cfgs: Sequence[DictConfig]) -> list[Endpoint]:
         One :class:`Endpoint` per (api_base, key), in first-use order; models whose key
         variable is missing are left to :func:`preflight_problems`.
     """
-    from cts.llm._calls import route_for
-    from cts.llm._settings import LLMSettings
-    from cts.llm._spec import ModelSpec
+    from cts.llm import LLMSettings, ModelSpec, route_for
 
     found: dict[tuple[str, str | None], tuple[dict[str, None], dict[str, None]]] = {}
     for cfg in cfgs:
