@@ -29,6 +29,7 @@ from cts.analysis.common import bounded
 from cts.core.contracts import Rewriter, UserAnswerer
 from cts.core.records import Record, infra_stop
 from cts.core.types import QA, UNKNOWN, CallError, Instance, UnscoredError
+from cts.protocol.repeats import instance_means
 from cts.report.jobs import Job
 from cts.report.tables import Table
 from cts.text.lexicon import place_pattern
@@ -67,11 +68,15 @@ class Backbone:
 
 
 def frozen_items(jobs: Sequence[Job], instances: Iterable[Instance]) -> list[FrozenItem]:
-    """Unique (instance, questions) of the clarified records of ``jobs``."""
+    """Unique (instance, questions) of the clarified records of ``jobs`` (a job's in id order).
+
+    A job's repeats are reduced first (:func:`cts.protocol.repeats.instance_means` keeps repeat
+    0's questions), so a job gives one item per instance however many repeats it ran.
+    """
     by_id = {i.id: i for i in instances}
     items: dict[tuple[str, tuple[str, ...]], FrozenItem] = {}
     for job in jobs:
-        for r in job.records:
+        for r in instance_means(job.records):
             if r.questions and r.id in by_id:
                 items.setdefault((r.id, r.questions), FrozenItem(by_id[r.id], r.questions, _types(r)))
     return list(items.values())
@@ -352,7 +357,7 @@ def backbone_feedback(
     index = {(it.instance.id, it.questions): n for n, it in enumerate(items)}
     out = []
     for job in jobs:
-        for r in job.records:
+        for r in instance_means(job.records):  # once per instance: the repeat its item replayed (repeat 0)
             n = index.get((r.id, r.questions))
             if not job.run_id or n is None:
                 continue

@@ -64,10 +64,14 @@ def _judgeable(arm: Any) -> bool:
 
 
 def frozen_arms(jobs: Sequence[Job]) -> list[FrozenArm]:
-    """Every judgeable system and orig answer of ``jobs`` (orig arms pooled as ``orig``)."""
+    """Every judgeable system and orig answer of ``jobs`` (orig arms pooled as ``orig``).
+
+    Every repeat's answer is judged (identical answers once); :func:`score_frame` then reduces
+    per instance, to the mean over its repeats, as the job's metrics do.
+    """
     arms: list[FrozenArm] = []
     for job in jobs:
-        for r in job.records:
+        for r in sorted(job.records, key=lambda r: (r.id, r.repeat)):  # not the order they finished in
             if _judgeable(r.orig):
                 arms.append(FrozenArm(ORIG, r.id, r.orig.answer, dict(r.orig.labels)))  # type: ignore[union-attr]
             if not job.is_orig and _judgeable(r.clarified):
@@ -112,7 +116,12 @@ def _score(labels: Mapping[str, Label] | None, gold: Gold) -> float | None:
 def score_frame(
     arms: Sequence[FrozenArm], gold: Mapping[str, Gold], labels: Mapping[str, Mapping[tuple[str, str], Any]]
 ) -> pd.DataFrame:
-    """Long table ``judge, system, instance_id, score`` (orig answers of one instance averaged)."""
+    """Long table ``judge, system, instance_id, score``: one row per instance.
+
+    A system's answers to one instance (its repeats) are averaged, as
+    :func:`cts.protocol.repeats.instance_means` averages their recorded scores; the orig answers
+    of one instance are averaged over every job and repeat.
+    """
     rows = [
         {
             "judge": j,
@@ -275,11 +284,13 @@ def judge_feedback(
 
     Named ``restore_score_100.<judge>`` beside the run's own ``restore_score_100``; the
     rationale gives the judge's labels, the metadata their agreement with the run's labels.
+    An instance's trace gets one score per judge: its first repeat's (the run's traces are found
+    by instance, :func:`cts.tracking.trace_ids_of_runs`).
     """
     out = []
     for job in jobs:
         for r in job.records:
-            if not job.run_id or not _judgeable(r.clarified) or r.id not in gold:
+            if r.repeat or not job.run_id or not _judgeable(r.clarified) or r.id not in gold:
                 continue
             key, recorded = (r.id, r.clarified.answer), dict(r.clarified.labels)  # type: ignore[union-attr]
             for judge, by_key in labels.items():

@@ -237,7 +237,6 @@ def build_report(config: DictConfig) -> ReportResult:
         confidence=config.stats.confidence,
         seed=config.seed,
     )
-    if result.ok:
+    if result.ok:  # build_sweep_report said where it wrote the report: once on the console
         log_sweep_report(result, config.tracking.uri, config.tracking.experiment)
-        log.info("sweep report written to %s", result.out_dir)
     return result

@@ -165,15 +165,16 @@ def summarize(
 ) -> dict[str, float]:
     """All job metrics: scores, CI, interaction diagnostics and usage; repeats' spread and arms when there are.
 
-    With repeats, the score metrics and the paired CI are over instance means
-    (:func:`cts.protocol.repeats.instance_means`; ``n_instances`` counts instances); the
-    interaction diagnostics and usage are over every record. With ``clusters`` (instance id ->
-    cluster) the delta CI resamples clusters (:func:`cluster_metrics`).
+    The score metrics and the paired CI are over :func:`cts.protocol.repeats.instance_means`
+    (in id order, whatever order ``records`` come in; with repeats the instance means, and
+    ``n_instances`` counts instances); the interaction diagnostics and usage are over every
+    record. With ``clusters`` (instance id -> cluster) the delta CI resamples clusters
+    (:func:`cluster_metrics`).
     """
     from cts.protocol.diagnostics import diagnostics
 
     stats: dict[str, Any] = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
-    per_instance = instance_means(records)  # ``records`` themselves without repeats
+    per_instance = instance_means(records)  # one per instance, in id order: the report resamples the same vector
     scores = score_metrics(per_instance, **stats)
     return {
         **scores,

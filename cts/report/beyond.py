@@ -19,6 +19,7 @@ import pandas as pd
 
 from cts.core.records import Record
 from cts.protocol.metrics import interaction_metrics, questions_asked_mean
+from cts.protocol.repeats import instance_means
 from cts.report.gate_evaluation import evaluate_gate
 from cts.report.jobs import ORIG
 from cts.report.plots import pyplot
@@ -48,14 +49,19 @@ def _paired(records: Sequence[Record]) -> tuple[list[float], list[float]]:
 
 
 def sequential_rows(jobs: Sequence[Any], stats: Any) -> pd.DataFrame:
-    """Per (k, system, mode): score, Δ vs orig with paired CI, all_unknown_rate, questions asked."""
+    """Per (k, system, mode): score, Δ vs orig with paired CI, all_unknown_rate, questions asked.
+
+    As in the job's metrics, the scores and the CI are over instances (repeats reduced,
+    :func:`cts.protocol.repeats.instance_means`), the interaction rates over every record.
+    """
     rows = []
     for j in jobs:
         if j.is_orig:
             continue
-        clarified_s, orig_s = _paired(j.records)
+        reduced = instance_means(j.records)
+        clarified_s, orig_s = _paired(reduced)
         delta, low, high = paired_bootstrap_ci(clarified_s, orig_s, **vars(stats))
-        scores = [r.score for r in j.records if r.score is not None]
+        scores = [r.score for r in reduced if r.score is not None]
         rows.append(
             {
                 "k": j.k,
@@ -125,7 +131,11 @@ def default_gates() -> dict[str, Any]:
 
 
 def gating_rows(jobs: Sequence[Any], stats: Any, gates: Mapping[str, Any]) -> pd.DataFrame:
-    """One row per (clarified job, gate): the :class:`cts.report.gate_evaluation.GateStats` fields."""
+    """One row per (clarified job, gate): the :class:`cts.report.gate_evaluation.GateStats` fields.
+
+    ``n`` and the CI count instances (repeats reduced by :func:`cts.report.gate_evaluation.gateable`);
+    the cost is the mean over every record (each repeat paid for its own clarification).
+    """
     rows = []
     for j in jobs:
         if j.is_orig:
@@ -216,7 +226,7 @@ def frontier_rows(gating: pd.DataFrame) -> pd.DataFrame:
     The oracle is an upper bound, not a system: it is listed but never on the frontier.
     ``never`` is the orig arm, shared by the jobs of one setting, so it is listed once per setting
     (``orig``, or ``orig[judge=strict]`` when settings vary), scored by the mean over those jobs
-    (equal up to summation order, as each job's records are in the order they finished).
+    (equal when they share the orig arm: each job's gated scores are over its instances, in id order).
     """
     if gating.empty:
         return pd.DataFrame()

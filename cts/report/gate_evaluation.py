@@ -18,6 +18,7 @@ import numpy as np
 
 from cts.core.contracts import Decision, Gate, OutcomeGate
 from cts.core.records import Record
+from cts.protocol.repeats import instance_means
 from cts.roles.gates import gate_kind
 from cts.stats.bootstrap import paired_bootstrap_ci
 
@@ -26,8 +27,16 @@ T = TypeVar("T")
 
 
 def gateable(records: Sequence[Record]) -> list[Record]:
-    """Records where both arms are scored and the blurred query is known (the orig arm's query)."""
-    return [r for r in records if r.score is not None and r.orig_score is not None and r.orig is not None]
+    """One record per instance where both arms are scored and the blurred query is known (the orig arm's query).
+
+    Repeats are reduced first, as the job's metrics reduce them
+    (:func:`cts.protocol.repeats.instance_means`): a gate decides once per instance, and ``n``
+    and the CI count instances. The result is in id order, so the CI does not depend on the
+    order the records finished in.
+    """
+    return [
+        r for r in instance_means(records) if r.score is not None and r.orig_score is not None and r.orig is not None
+    ]
 
 
 async def decide_all(records: Sequence[Record], gate: Gate | OutcomeGate, concurrency: int = 8) -> dict[str, Decision]:
@@ -135,7 +144,10 @@ def evaluate_gate(
     confidence: float = 0.95,
     seed: int = 0,
 ) -> tuple[GateStats, dict[str, Decision]]:
-    """Decide for every gateable record, then score the gated system (synchronous wrapper)."""
+    """Decide for every gateable instance (repeats reduced, :func:`gateable`), then score the gated system.
+
+    A synchronous wrapper of :func:`decide_all` and :func:`gate_stats`.
+    """
     rs = gateable(records)
     decisions = run_sync(decide_all(rs, gate))
     return gate_stats(rs, decisions, n_resamples=n_resamples, confidence=confidence, seed=seed), decisions

@@ -71,7 +71,7 @@ def _settings(jobs: Sequence[Job]) -> list[tuple[int, str, list[Job]]]:
 
 def paired(job: Job) -> tuple[list[float], list[float]]:
     """Clarified-arm and orig scores of the instances where both arms are scored."""
-    reduced = instance_means(job.records)  # with repeats: the instance means
+    reduced = instance_means(job.records)  # one per instance (repeats' means), in id order as the job's metrics
     pairs = [(r.score, r.orig_score) for r in reduced if r.score is not None and r.orig_score is not None]
     return [p[0] for p in pairs], [p[1] for p in pairs]
 

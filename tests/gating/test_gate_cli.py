@@ -81,3 +81,15 @@ def test_sequential_sweep_report_and_post_hoc_gates(tmp_path, cache_dir, llm_ser
     assert res["counters"]["gate_llm_calls"] == len(llm_server.requests) == 40 * n_jobs
     assert res["counters"]["search_calls"] == res["counters"]["judge_calls"] == 0
     assert all("Query:" in r.body["messages"][-1]["content"] for r in llm_server.requests)
+
+
+@pytest.mark.slow
+def test_python_m_cts_gating_counts_instances_not_repeats(offline_jobs: dict[int, Path], cache_dir: Path):
+    from cts.gating.cli import compose_config, gate_jobs
+    from tests.runs import OFFLINE_RESAMPLES
+
+    cfg = compose_config(["gate=oracle", f"paths.cache_dir={cache_dir}", f"stats.n_resamples={OFFLINE_RESAMPLES}"])
+    (one,), _ = gate_jobs(offline_jobs[1], cfg)
+    (three,), calls = gate_jobs(offline_jobs[3], cfg)  # 3 identical repeats of each of the 12 instances
+    assert three["n"] == one["n"] == 12 and three == one
+    assert calls["search_calls"] == calls["judge_calls"] == 0
