@@ -303,7 +303,7 @@ def replayed_by_all(
 ) -> tuple[list[FrozenItem], dict[str, list[Replay]]]:
     """Keep the items every backbone replayed, so that backbones are compared on the same items."""
     keep = [i for i in range(len(items)) if all(outs[i] is not None for outs in outputs.values())]
-    return [items[i] for i in keep], {n: [outs[i] for i in keep] for n, outs in outputs.items()}  # type: ignore[misc]
+    return [items[i] for i in keep], {n: [o for i in keep if (o := outs[i]) is not None] for n, outs in outputs.items()}
 
 
 def stability_report(

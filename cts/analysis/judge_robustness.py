@@ -14,14 +14,14 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import pandas as pd
 
 from cts.analysis.common import bounded
 from cts.core.contracts import Judge
-from cts.core.records import infra_stop
+from cts.core.records import ArmResult, infra_stop
 from cts.core.scoring import restore_score
 from cts.core.types import LABELS, Gold, Label
 from cts.report.jobs import ORIG, Job
@@ -58,7 +58,7 @@ def system_name(job: Job) -> str:
     return ORIG if job.is_orig else f"{job.label}-k{job.k}"
 
 
-def _judgeable(arm: Any) -> bool:
+def _judgeable(arm: ArmResult | None) -> TypeGuard[ArmResult]:
     # An arm whose search failed has no answer; one whose judge failed does.
     return arm is not None and (arm.error is None or arm.error.stage == "judge")
 
@@ -73,9 +73,9 @@ def frozen_arms(jobs: Sequence[Job]) -> list[FrozenArm]:
     for job in jobs:
         for r in sorted(job.records, key=lambda r: (r.id, r.repeat)):  # not the order they finished in
             if _judgeable(r.orig):
-                arms.append(FrozenArm(ORIG, r.id, r.orig.answer, dict(r.orig.labels)))  # type: ignore[union-attr]
+                arms.append(FrozenArm(ORIG, r.id, r.orig.answer, dict(r.orig.labels)))
             if not job.is_orig and _judgeable(r.clarified):
-                arms.append(FrozenArm(system_name(job), r.id, r.clarified.answer, dict(r.clarified.labels)))  # type: ignore[union-attr]
+                arms.append(FrozenArm(system_name(job), r.id, r.clarified.answer, dict(r.clarified.labels)))
     return arms
 
 
@@ -292,7 +292,7 @@ def judge_feedback(
         for r in job.records:
             if r.repeat or not job.run_id or not _judgeable(r.clarified) or r.id not in gold:
                 continue
-            key, recorded = (r.id, r.clarified.answer), dict(r.clarified.labels)  # type: ignore[union-attr]
+            key, recorded = (r.id, r.clarified.answer), dict(r.clarified.labels)
             for judge, by_key in labels.items():
                 if judge != RECORDED:
                     out.append((job.run_id, r.id, _rejudged(judge, by_key.get(key), recorded, gold[r.id])))

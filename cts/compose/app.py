@@ -254,7 +254,7 @@ def llm_budget(services: Services) -> Budget:
 def build_services(cfg: DictConfig) -> Services:
     """The job's shared resources (corpus, index, LLM runtime), built lazily."""
     settings = OmegaConf.to_container(cfg.services, resolve=True)
-    return Services(cache_dir=Path(cfg.paths.cache_dir).expanduser(), settings=settings)  # type: ignore[arg-type]
+    return Services(cache_dir=Path(cfg.paths.cache_dir).expanduser(), settings=settings)  # type: ignore[arg-type]  # a mapping node: a dict
 
 
 def build_node(node: Any, services: Services) -> Any:

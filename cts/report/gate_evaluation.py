@@ -90,7 +90,7 @@ class GateStats:
 
 def gated_scores(records: Sequence[Record], decisions: Mapping[str, Decision]) -> list[float]:
     """Per record: the clarified arm's score where the gate asked, else the orig arm's."""
-    return [float(r.score if decisions[r.id].ask else r.orig_score) for r in records]  # type: ignore[arg-type]
+    return [float(r.score if decisions[r.id].ask else r.orig_score) for r in records]  # type: ignore[arg-type]  # callers pass gateable() records: both scored
 
 
 def _precision_recall(asks: Sequence[bool], oracle: Sequence[bool]) -> tuple[float, float]:
@@ -113,8 +113,8 @@ def gate_stats(
     if not rs:
         return GateStats(0, *([NAN] * 11))
     gated = gated_scores(rs, decisions)
-    orig = [float(r.orig_score) for r in rs]  # type: ignore[arg-type]
-    always = [float(r.score) for r in rs]  # type: ignore[arg-type]
+    orig = [float(r.orig_score) for r in rs]  # type: ignore[arg-type]  # gateable: scored
+    always = [float(r.score) for r in rs]  # type: ignore[arg-type]  # gateable: scored
     asks = [decisions[r.id].ask for r in rs]
     oracle = [s > o for s, o in zip(always, orig)]
     delta, low, high = paired_bootstrap_ci(gated, orig, n_resamples=n_resamples, confidence=confidence, seed=seed)

@@ -84,7 +84,7 @@ def comparison(job: Job, stats: Stats, p_value: PValueTest = "bootstrap") -> Com
         pairs = sorted(pairs, key=lambda r: r.id)
         labels = [job.clusters.get(r.id, ("instance", r.id)) for r in pairs]
     scores, origs = [r.score for r in pairs], [r.orig_score for r in pairs]
-    return paired_comparison(scores, origs, labels, **vars(stats), p_value=p_value)  # type: ignore[arg-type]
+    return paired_comparison(scores, origs, labels, **vars(stats), p_value=p_value)  # type: ignore[arg-type]  # pairs: both scores set
 
 
 def _comparison_columns(job: Job | None, c: Comparison | None) -> dict[str, object]:

@@ -161,7 +161,7 @@ class SweepSession:
             # The job's context (its log file, usage scopes, prompts) follows it onto the loop.
             edges = _Edges()
             fut = asyncio.run_coroutine_threadsafe(_in_context(contextvars.copy_context(), coro, edges), self.loop)
-            fut.edges = edges  # type: ignore[attr-defined]
+            fut.edges = edges  # type: ignore[attr-defined]  # read back by stop_job (getattr)
             self._jobs.add(fut)
         return fut
 

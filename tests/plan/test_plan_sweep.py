@@ -204,3 +204,59 @@ def test_a_model_without_a_price_is_forecast_as_unknown_cost(tmp_path, cache_dir
     assert cells["clarifier=pa"].startswith("$0.0")  # a price: dollars
     assert cells["clarifier=pfree"].startswith("unknown (no price: pfree")  # never a plain $0
     assert cells["**sweep**"].startswith("unknown (no price: pfree; priced models $0.0")
+
+
+def forecast_sizes(sweep: Path) -> dict[str, tuple[int, int]]:
+    """Per job (and ``sweep``): the runs the forecast covers and those it pays for."""
+    import csv
+
+    rows = csv.DictReader((sweep / "plan" / "forecast.csv").read_text().splitlines())
+    return {r["job"]: (int(r["instances"]), int(r["paid"])) for r in rows}
+
+
+@pytest.mark.slow
+def test_plan_true_takes_a_sub_key_beside_it(tmp_path, cache_dir):
+    """``plan=true plan.calibration_n=2`` (Hydra alone: "Could not override"): a slice of 2 of each job's 3 instances."""
+    args = [
+        "-m",
+        "experiment=offline",
+        "k=1,2",
+        "limit=3",
+        "plan=true",
+        "plan.calibration_n=2",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"paths.cache_dir={cache_dir}",
+        "hydra.launcher.progress=false",
+        "sweep_report=false",
+    ]
+    proc = run(args, tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    calibration = tmp_path / "sweep.plan" / "calibration"
+    assert {p.parent.name: len(p.read_text().splitlines()) for p in calibration.glob("*/records.jsonl")} == {
+        "k=1": 2,
+        "k=2": 2,
+    }
+    assert forecast_sizes(tmp_path / "sweep") == {"k=1": (3, 1), "k=2": (3, 1), "sweep": (6, 2)}
+
+
+@pytest.mark.slow
+def test_repeats_multiply_the_forecast_runs_and_calls(tmp_path, cache_dir):
+    """Each repeat is a run with its own calls: repeats=2 forecasts twice the runs and about twice the calls."""
+    forecast, actual = {}, {}
+    for repeats in (1, 2):
+        work = tmp_path / f"repeats{repeats}"
+        work.mkdir()
+        with ScriptedServer() as server:
+            server.handler = reply
+            plan = ("plan.enabled=true", "plan.calibration_n=2")  # the spelling that worked before run.py's switch
+            extra = ("clarifier=pa", "k=1", "limit=6", *plan, f"repeats={repeats}")
+            proc = run(sweep_args(work, server, cache_dir, *extra, agent=False), work)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert forecast_sizes(work / "sweep")["sweep"] == (6 * repeats, 4 * repeats)
+        forecast[repeats] = forecast_rows(work / "sweep")[("sweep", "calls")][:3]
+        actual[repeats] = json.loads((work / "sweep" / "sweep_actual.json").read_text())["calls"]
+    print(json.dumps({"forecast_calls": forecast, "actual_calls": actual}))
+    for repeats, (low, _, high) in forecast.items():
+        assert low <= actual[repeats] <= high, (repeats, forecast[repeats], actual[repeats])
+    assert 1.8 <= forecast[2][1] / forecast[1][1] <= 2.2
