@@ -206,8 +206,8 @@ class ConfiguredTask:
         found = inputs.get(key) if in_multirun() else inputs.pop(key, None)
         return found if found is not None else task_spec(str(self._cfg.task._target_)).read(self)
 
-    def resource_stats(self) -> dict[str, float]:
-        return self._services.stats()
+    def resource_counters(self) -> dict[str, float]:
+        return self._services.counters()
 
     def places(self) -> tuple[str, ...]:
         from cts.compose.services import concretiser_places

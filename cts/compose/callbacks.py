@@ -233,8 +233,8 @@ def build_report(config: DictConfig) -> ReportResult:
 
     result = build_sweep_report(
         config.hydra.sweep.dir,
-        n_resamples=config.stats.n_resamples,
-        confidence=config.stats.confidence,
+        n_resamples=config.bootstrap.n_resamples,
+        confidence=config.bootstrap.confidence,
         seed=config.seed,
     )
     if result.ok:  # build_sweep_report said where it wrote the report: once on the console

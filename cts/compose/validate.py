@@ -123,8 +123,8 @@ RULES: tuple[Rule, ...] = (
         number(ge=0, null=True),
         "temperature of every LLM role past repeat 0; null = each model's",
     ),
-    rule("stats.n_resamples", integer(1), "bootstrap resamples"),
-    rule("stats.confidence", number(gt=0, lt=1), "confidence level of the intervals"),
+    rule("bootstrap.n_resamples", integer(1), "bootstrap resamples"),
+    rule("bootstrap.confidence", number(gt=0, lt=1), "confidence level of the intervals"),
     rule(("sweep_report", "debug"), BOOL),
     rule(
         "hydra.launcher.job_concurrency", integer(1, null=True), "instances in flight per job; null keeps concurrency"

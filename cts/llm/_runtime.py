@@ -13,7 +13,7 @@ from typing import Any
 
 from cts.core.contracts import Completion, Route
 from cts.core.types import BudgetExceeded, CallError, CircuitOpen
-from cts.llm._adaptive import AdaptiveLimiter, LimiterStats
+from cts.llm._adaptive import AdaptiveLimiter, LimiterSnapshot
 from cts.llm._breaker import CircuitBreaker
 from cts.llm._calls import (
     IN_FLIGHT,
@@ -217,9 +217,9 @@ class LLMRuntime:
         """On ``loop``, use these endpoint limiters and in-flight table (shared by a sweep's runtimes)."""
         self._endpoints.share(loop, limits, inflight)
 
-    def limiter_stats(self) -> dict[str, LimiterStats]:
+    def limiter_snapshots(self) -> dict[str, LimiterSnapshot]:
         """Per endpoint: the adaptive limiter's counters (on the running loop)."""
-        return self._endpoints.stats()
+        return self._endpoints.snapshots()
 
     async def _call(self, call: PendingCall) -> Completion:
         spec, route = call.client.spec, call.route

@@ -66,7 +66,9 @@ def _nodes(value: Any) -> list[dict[str, Any]]:
     return found
 
 
-MIGRATIONS: tuple[Migration, ...] = ()
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration("stats -> bootstrap (the bootstrap settings)", rename_top_level("stats", "bootstrap")),
+)
 """Every rename since protocol configs were stored, oldest first (each applies to any older config)."""
 
 

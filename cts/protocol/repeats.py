@@ -137,12 +137,12 @@ DECOMPOSITION = (
 """(metric, arm, baseline): the rewrite's own effect, the answers' information, the ceiling and what is left."""
 
 
-def attribution_metrics(reduced: Sequence[Record], stats: Mapping[str, Any]) -> dict[str, float]:
+def attribution_metrics(reduced: Sequence[Record], bootstrap: Mapping[str, Any]) -> dict[str, float]:
     """Scores of the attribution arms and the decomposition of the delta, with paired CIs.
 
     Args:
         reduced: One record per instance (:func:`instance_means`).
-        stats: ``n_resamples``, ``confidence``, ``seed`` of the paired bootstrap.
+        bootstrap: ``n_resamples``, ``confidence``, ``seed`` of the paired bootstrap.
 
     Returns:
         ``arm_<name>_score_mean``, ``<delta>_mean`` / ``_ci_low`` / ``_ci_high`` per
@@ -158,7 +158,7 @@ def attribution_metrics(reduced: Sequence[Record], stats: Mapping[str, Any]) -> 
         out[f"arm_{n}_score_mean"] = float(np.mean(scores)) if scores else NAN
     for metric, a, b in (*DECOMPOSITION, *marginal_steps(reduced)):
         if a in names or b in names:
-            mean, low, high = paired_bootstrap_ci(*_paired(reduced, a, b), **stats)
+            mean, low, high = paired_bootstrap_ci(*_paired(reduced, a, b), **bootstrap)
             out.update({f"{metric}_mean": mean, f"{metric}_ci_low": low, f"{metric}_ci_high": high})
     return out
 

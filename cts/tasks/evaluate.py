@@ -46,11 +46,12 @@ ROLE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Roles))
 
 @dataclass(frozen=True)
 class EvalProtocol:
-    """What a job measures: the budget ``k`` and how scores are summarised (``seed``, ``stats``)."""
+    """What a job measures: the budget ``k`` and how scores are summarised (``seed``, ``bootstrap``)."""
 
     k: int
     seed: int = 0
-    stats: Mapping[str, Any] = field(default_factory=dict)
+    bootstrap: Mapping[str, Any] = field(default_factory=dict)
+    """The bootstrap settings of the intervals (``n_resamples``, ``confidence``)."""
     design: Design = PLAIN
     """Repeats and attribution arms (``repeats``, ``repeat_temperature``, ``repeat_stages``, ``arms``)."""
 
@@ -96,7 +97,7 @@ def compose_evaluate(ctx: TaskContext) -> float | None:
         return evaluate_task(
             dataset=dataset,
             roles=roles,
-            protocol=EvalProtocol(ctx.value("k"), ctx.value("seed"), ctx.value("stats"), design),
+            protocol=EvalProtocol(ctx.value("k"), ctx.value("seed"), ctx.value("bootstrap"), design),
             run=ctx.run,
             resume=resume,
             budget=ctx.budget,
@@ -104,7 +105,7 @@ def compose_evaluate(ctx: TaskContext) -> float | None:
             orig_parts=orig_parts(ctx),
             limit=ctx.value("limit"),
             concurrency=ctx.value("concurrency"),
-            resource_stats=ctx.resource_stats,
+            resource_counters=ctx.resource_counters,
         )
     except OSError as e:
         fault = output_fault(e)
@@ -165,7 +166,7 @@ def evaluate_task(
     orig_parts: Mapping[str, Any],
     limit: int | None = None,
     concurrency: int = 8,
-    resource_stats: Callable[[], Mapping[str, float]] = dict,
+    resource_counters: Callable[[], Mapping[str, float]] = dict,
 ) -> float | None:
     """Run the protocol (clarified + orig arms) over the dataset and track the job.
 
@@ -180,7 +181,7 @@ def evaluate_task(
         orig_parts: What the orig arm depends on (shared across a sweep's jobs with the same).
         limit: Evaluate only the first ``limit`` instances (None = all).
         concurrency: Instances in flight at once.
-        resource_stats: Counters of the job's resources (tool-cache hits ...), read at the end.
+        resource_counters: Counters of the job's resources (tool-cache hits ...), read at the end.
 
     Returns:
         The job's mean restore_score_100 (Hydra's sweep metric).
@@ -239,8 +240,8 @@ def evaluate_task(
         records = job_dir_records(ctx.job_dir, records, [i.id for i in dataset.instances], keep=metric_view)
         clusters = dataset_clusters(dataset)
         metrics = {
-            **summarize(records, k=k, seed=protocol.seed, clusters=clusters, **protocol.stats),
-            **resource_stats(),
+            **summarize(records, k=k, seed=protocol.seed, clusters=clusters, **protocol.bootstrap),
+            **resource_counters(),
             **dataset_metrics(dataset),
             "n_infra_failures": float(ended.n_infra),
             **planned,

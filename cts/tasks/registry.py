@@ -87,7 +87,7 @@ class TaskContext(Protocol):
         """The task's input, as its reader read it (before the run, when its files allow)."""
         ...
 
-    def resource_stats(self) -> dict[str, float]:
+    def resource_counters(self) -> dict[str, float]:
         """Counters of the job's built resources (tool-cache hits ...)."""
         ...
 

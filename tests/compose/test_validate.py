@@ -115,18 +115,18 @@ CASES: list[tuple[tuple[str, ...], str]] = [
         (f"{LLM}.api_base_price.input_cost_per_token=-1e-6",),
         f"{LLM}.api_base_price.input_cost_per_token: must be a number >= 0 (USD per token), got -1e-06",
     ),
-    (("stats.n_resamples=0",), "stats.n_resamples: must be an integer >= 1 (bootstrap resamples), got 0"),
+    (("bootstrap.n_resamples=0",), "bootstrap.n_resamples: must be an integer >= 1 (bootstrap resamples), got 0"),
     (
-        ("stats.confidence=1",),
-        "stats.confidence: must be a number > 0 and < 1 (confidence level of the intervals), got 1",
+        ("bootstrap.confidence=1",),
+        "bootstrap.confidence: must be a number > 0 and < 1 (confidence level of the intervals), got 1",
     ),
     (
-        ("stats.confidence=0",),
-        "stats.confidence: must be a number > 0 and < 1 (confidence level of the intervals), got 0",
+        ("bootstrap.confidence=0",),
+        "bootstrap.confidence: must be a number > 0 and < 1 (confidence level of the intervals), got 0",
     ),
     (
-        ("stats.confidence=95",),
-        "stats.confidence: must be a number > 0 and < 1 (confidence level of the intervals), got 95",
+        ("bootstrap.confidence=95",),
+        "bootstrap.confidence: must be a number > 0 and < 1 (confidence level of the intervals), got 95",
     ),
     (("clarifier.model.params.temperature=-1",), "clarifier.model.params.temperature: must be a number >= 0, got -1"),
     (
@@ -195,8 +195,8 @@ def test_each_mistyped_value_gets_its_one_line(overrides: tuple[str, ...], line:
 
 
 def test_every_problem_of_a_config_is_listed_at_once() -> None:
-    problems = value_problems(composed("k=7", "concurrency=0", "limit=-1", "stats.confidence=1"))
-    assert [p.split(":")[0] for p in problems] == ["k", "concurrency", "limit", "stats.confidence"]
+    problems = value_problems(composed("k=7", "concurrency=0", "limit=-1", "bootstrap.confidence=1"))
+    assert [p.split(":")[0] for p in problems] == ["k", "concurrency", "limit", "bootstrap.confidence"]
 
 
 @pytest.mark.parametrize(
@@ -317,8 +317,8 @@ def test_bad_values_stop_a_single_run_before_the_store_or_its_dir(tmp_path: Path
         f"{LLM}.budget.max_usd=0",
         f"{LLM}.timeout_s=-1",
         f"{LLM}.adaptive.decrease=2",
-        "stats.n_resamples=0",
-        "stats.confidence=1.5",
+        "bootstrap.n_resamples=0",
+        "bootstrap.confidence=1.5",
     ]
     errors = refused(cli(tmp_path, cache_dir, OFFLINE, *bad), tmp_path)
     assert sorted(e.split(":")[1].strip() for e in errors) == sorted(b.split("=")[0] for b in bad)

@@ -95,7 +95,7 @@ def _sweep_config(sweep_dir: str, hydra_overrides: list[str]):  # noqa: ANN202 -
     return OmegaConf.create(
         {
             "hydra": {"sweep": {"dir": sweep_dir}, "overrides": {"hydra": hydra_overrides}},
-            "stats": {"n_resamples": 10, "confidence": 0.95},
+            "bootstrap": {"n_resamples": 10, "confidence": 0.95},
             "seed": 0,
         }
     )

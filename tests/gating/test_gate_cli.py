@@ -47,7 +47,7 @@ def test_sequential_sweep_report_and_post_hoc_gates(tmp_path, cache_dir, llm_ser
         f"hydra.sweep.dir={sweep}",
         f"tracking.uri=sqlite:///{db}",
         f"paths.cache_dir={cache_dir}",
-        "stats.n_resamples=500",
+        "bootstrap.n_resamples=500",
         cwd=tmp_path,
     )
     report = sweep / "report"
@@ -57,7 +57,9 @@ def test_sequential_sweep_report_and_post_hoc_gates(tmp_path, cache_dir, llm_ser
     rep = runs[runs["tags.cts.kind"] == "sweep_report"]
     assert len(rep) == 1 and any(c.startswith("metrics.gate_score_mean.") for c in rep.columns)
 
-    results = {g: gate_cli(sweep, f"gate={g}", "stats.n_resamples=300") for g in ("always", "never", "oracle", "rules")}
+    results = {
+        g: gate_cli(sweep, f"gate={g}", "bootstrap.n_resamples=300") for g in ("always", "never", "oracle", "rules")
+    }
     for res in results.values():
         assert res["counters"]["search_calls"] == 0 and res["counters"]["judge_calls"] == 0
         assert res["counters"]["other_llm_calls"] == 0 and res["counters"]["gate_llm_calls"] == 0
@@ -75,7 +77,7 @@ def test_sequential_sweep_report_and_post_hoc_gates(tmp_path, cache_dir, llm_ser
         f"services.llm.api_base={llm_server.base_url}",
         "services.llm.api_key=x",
         "services.llm.cache.mode=off",
-        "stats.n_resamples=300",
+        "bootstrap.n_resamples=300",
     )
     n_jobs = len(res["rows"])
     assert res["counters"]["gate_llm_calls"] == len(llm_server.requests) == 40 * n_jobs

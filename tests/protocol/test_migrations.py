@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,3 +55,36 @@ def test_a_renamed_key_with_a_changed_value_still_refuses(tmp_path: Path, monkey
     with pytest.raises(SystemExit) as stop:
         check_resume(job, "new2", changed)
     assert "  bootstrap.n_resamples: 100 -> 200" in str(stop.value.code).splitlines()  # the diff is in today's names
+
+
+def _composed(*overrides: str) -> tuple[str, dict[str, Any]]:
+    """The fingerprint and protocol config of the real ``conf/`` with ``experiment=offline`` and ``overrides``."""
+    from hydra import compose, initialize_config_dir
+
+    from cts.compose.job_config import protocol_config, protocol_fingerprint
+    from tests.conftest import REPO
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=offline", *overrides])
+    return protocol_fingerprint(cfg), protocol_config(cfg)
+
+
+def _stored_before(config: dict[str, Any], fingerprint: str, tmp_path: Path) -> Path:
+    """A job dir with records whose ``fingerprint.json`` holds ``config`` and the hash it had then."""
+    (tmp_path / "fingerprint.json").write_text(json.dumps({"fingerprint": fingerprint, "config": config}))
+    (tmp_path / "records.jsonl").write_text('{"id": "a"}\n', encoding="utf-8")
+    return tmp_path
+
+
+def test_a_dir_of_the_stats_node_resumes_as_bootstrap(tmp_path: Path) -> None:
+    fingerprint, config = _composed()
+    assert "bootstrap" in config and "stats" not in config  # the bootstrap settings are part of the protocol
+    old = {("stats" if k == "bootstrap" else k): v for k, v in config.items()}
+    job = _stored_before(old, "before-rename", tmp_path)
+    check_resume(job, fingerprint, config)
+    assert json.loads((job / "fingerprint.json").read_text())["migrated_from"] == ["before-rename"]
+    _stored_before(old, "before-rename", tmp_path)
+    changed_fingerprint, changed = _composed("bootstrap.n_resamples=500")
+    with pytest.raises(SystemExit) as stop:  # a renamed key with another value is another protocol
+        check_resume(job, changed_fingerprint, changed)
+    assert "  bootstrap.n_resamples: 10000 -> 500" in str(stop.value.code).splitlines()

@@ -408,7 +408,7 @@ def test_rerun_with_warm_caches_sends_no_request(tmp_path, llm_server, web):
     assert (second.answer, second.evidence, second.end_reason) == (first.answer, first.evidence, first.end_reason)
     assert without_cache_flags(second.trace) == without_cache_flags(first.trace)
     assert second.summary["tool_cache_hits"] == 3  # two queries and one page
-    assert services.memo("tool_cache", lambda: None).stats() == {"tool_cache_hits": 3, "tool_cache_misses": 0}
+    assert services.memo("tool_cache", lambda: None).counters() == {"tool_cache_hits": 3, "tool_cache_misses": 0}
 
 
 def without_cache_flags(value: Any) -> Any:
