@@ -1,4 +1,4 @@
-"""The planner's two moments in a multirun: before the launch (forecast, budget) and after it (actuals).
+"""The planner's two moments in a multirun: before the launch (forecast, spend limit) and after it (actuals).
 
 :mod:`cts.compose.callbacks` calls :func:`before_launch` once the pre-flight has passed and
 :func:`after_sweep` when every job has ended. Every sweep writes what it actually did to
@@ -53,7 +53,7 @@ class SweepPlan:
 
 
 def before_launch(config: DictConfig, jobs: Sequence[DictConfig], groups: Sequence[Sequence[str]]) -> SweepPlan:
-    """Note each job dir's records; with ``plan`` on, forecast the sweep and refuse one over its budget.
+    """Note each job dir's records; with ``plan`` on, forecast the sweep and refuse one over its spend limit.
 
     Args:
         config: The sweep's config.
@@ -62,7 +62,7 @@ def before_launch(config: DictConfig, jobs: Sequence[DictConfig], groups: Sequen
 
     Raises:
         SystemExit: The calibration slice failed, or the forecast's high end exceeds
-            ``services.llm.budget.max_usd`` (unless ``budget.allow_over_forecast``).
+            ``services.llm.spend.max_usd`` (unless ``services.llm.spend.allow_over_forecast``).
     """
     sweep_dir = Path(str(config.hydra.sweep.dir))
     settings = plan_settings(config)
@@ -80,7 +80,7 @@ def before_launch(config: DictConfig, jobs: Sequence[DictConfig], groups: Sequen
     )
     if settings.enabled:
         plan.forecast = _forecast(config, plan, settings)
-        _check_budget(config, plan)
+        _check_spend_limit(config, plan)
     elif settings.calibration:  # time the slice from where the main run's timing starts: tracking ready
         from cts import tracking
 
@@ -174,12 +174,12 @@ def _one_schedule(config: DictConfig) -> bool:
         return False
 
 
-def _check_budget(config: DictConfig, plan: SweepPlan) -> None:
-    """Exit 1 before the main run when the forecast's high end (plus what the dirs spent) exceeds the budget."""
-    from cts.protocol.budget import spent_so_far
+def _check_spend_limit(config: DictConfig, plan: SweepPlan) -> None:
+    """Exit 1 before the main run when the forecast's high end (plus what the dirs spent) exceeds the spend limit."""
+    from cts.protocol.spend import spent_so_far
 
-    budget = OmegaConf.select(config, "services.llm.budget", default=None) or {}
-    cap = budget.get("max_usd")
+    limit = OmegaConf.select(config, "services.llm.spend", default=None) or {}
+    cap = limit.get("max_usd")
     forecast = plan.forecast
     if cap is None or forecast is None:
         return
@@ -188,20 +188,22 @@ def _check_budget(config: DictConfig, plan: SweepPlan) -> None:
     part = f" (priced models only; no price: {', '.join(forecast.unpriced)})" if forecast.unpriced else ""
     if high <= float(cap):
         if part:
-            log.warning("plan: the forecast is within the budget for its priced models only%s", part)
+            log.warning("plan: the forecast is within the spend limit for its priced models only%s", part)
         return
     over = (
-        f"forecast high end ${high:.4f}{part} exceeds services.llm.budget.max_usd ${float(cap):.4f} "
+        f"forecast high end ${high:.4f}{part} exceeds services.llm.spend.max_usd ${float(cap):.4f} "
         f"by ${high - float(cap):.4f}"
     )
-    if budget.get("allow_over_forecast"):
-        log.warning("plan: %s; running anyway (budget.allow_over_forecast=true), the running guard stays", over)
+    if limit.get("allow_over_forecast"):
+        log.warning(
+            "plan: %s; running anyway (services.llm.spend.allow_over_forecast=true), the running guard stays", over
+        )
         return
     sys.exit(
         f"error: plan: {over}"
         + (f" (${spent:.4f} spent before)" if spent else "")
-        + "; nothing of the main run was sent. Raise the budget, shrink the sweep, or pass "
-        "services.llm.budget.allow_over_forecast=true."
+        + "; nothing of the main run was sent. Raise the spend limit, shrink the sweep, or pass "
+        "services.llm.spend.allow_over_forecast=true."
     )
 
 

@@ -101,12 +101,12 @@ def test_plan_config_is_a_node_that_plan_true_switches_on() -> None:
     assert plan_settings(composed("plan.enabled=true", "plan.calibration_n=10")).calibration_n == 10
     assert value_problems(composed("plan=true")) == []
     problems = value_problems(
-        composed("plan.calibration_n=0", "plan.confidence=1.5", "services.llm.budget.allow_over_forecast=2")
+        composed("plan.calibration_n=0", "plan.confidence=1.5", "services.llm.spend.allow_over_forecast=2")
     )
     assert sorted(p.split(":")[0] for p in problems) == [
         "plan.calibration_n",
         "plan.confidence",
-        "services.llm.budget.allow_over_forecast",
+        "services.llm.spend.allow_over_forecast",
     ]
 
 
