@@ -23,7 +23,7 @@ from types import CodeType, ModuleType
 MOVED: dict[str, str] = {
     "cts.aio": "cts._util.aio",
     "cts.app": "cts.compose.app",
-    "cts.budget": "cts.protocol.budget",
+    "cts.budget": "cts.protocol.spend",
     "cts.callbacks": "cts.compose.callbacks",
     "cts.checks": "cts.compose.checks",
     "cts.confdiff": "cts._util.confdiff",
@@ -43,6 +43,7 @@ MOVED: dict[str, str] = {
     "cts.naming": "cts._util.naming",
     "cts.outcome": "cts.protocol.outcome",
     "cts.pipeline": "cts.protocol.pipeline",
+    "cts.protocol.budget": "cts.protocol.spend",
     "cts.prompts": "cts._util.prompts",
     "cts.qtypes": "cts.text.qtypes",
     "cts.records": "cts.core.records",

@@ -293,7 +293,7 @@ async def _replay_or_none(item: FrozenItem, backbone: Backbone) -> Replay | None
         return await replay(item, backbone)
     except (CallError, UnscoredError) as e:  # one failed item is excluded, not the analysis...
         if infra_stop(e):
-            raise  # ...unless the infrastructure failed (budget and open circuit are no CallError: they pass)
+            raise  # ...unless the infrastructure failed (spend limit and open circuit are no CallError: they pass)
         log.warning("replay of %s failed: %s", item.instance.id, e)
         return None
 

@@ -91,7 +91,7 @@ async def judge_all(
                 return await judge.judge(key[1], gold[key[0]].nuggets)
             except Exception as e:  # noqa: BLE001 - an unscored item is excluded, never 0...
                 if infra_stop(e):
-                    raise  # ...but the budget, an open circuit or a dead endpoint stops the analysis
+                    raise  # ...but the spend limit, an open circuit or a dead endpoint stops the analysis
                 log.warning("judge failed on %s: %s", key[0], e)
                 return None
 

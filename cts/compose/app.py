@@ -34,7 +34,7 @@ from cts.tasks.registry import OutputsUnwritable, task_spec
 
 if TYPE_CHECKING:
     from cts.llm import LLMRuntime
-    from cts.protocol.budget import Budget
+    from cts.protocol.spend import SpendLimit
     from cts.tasks.job import RunInfo
 
 log = logging.getLogger(__name__)
@@ -152,8 +152,8 @@ class ConfiguredTask:
         return protocol_config(self._cfg)
 
     @property
-    def budget(self) -> Budget:
-        return llm_budget(self._services)
+    def spend_limit(self) -> SpendLimit:
+        return llm_spend_limit(self._services)
 
     @property
     def llm(self) -> LLMRuntime:
@@ -237,14 +237,14 @@ def run_info(cfg: DictConfig) -> RunInfo:
     return RunInfo(ctx, tracking_settings(t), cast("dict[str, Any]", resolved), job_tags(cfg, ctx))
 
 
-def llm_budget(services: Services) -> Budget:
-    """The job's LLM budget (``services.llm.budget.max_usd``, ``timeout_s``); the runtime is built only if capped."""
-    from cts.protocol.budget import Budget
+def llm_spend_limit(services: Services) -> SpendLimit:
+    """The job's LLM spend limit (``services.llm.spend.max_usd``, ``timeout_s``); the runtime is built only if capped."""
+    from cts.protocol.spend import SpendLimit
 
     llm = services.settings.get("llm") or {}
-    cap = (llm.get("budget") or {}).get("max_usd")
+    cap = (llm.get("spend") or {}).get("max_usd")
     timeouts = [llm.get("timeout_s") or 120.0, *(llm.get("role_timeout_s") or {}).values()]  # the longest settles
-    return Budget(
+    return SpendLimit(
         None if cap is None else float(cap),
         float(max(t for t in timeouts if t is not None)),
         lambda usd, job_dir: services.llm.count_prior_spend(usd, job_dir),

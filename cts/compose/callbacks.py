@@ -155,7 +155,7 @@ class PrepareTrackingStore(Callback):
         probe_completions(jobs)  # one minimal completion per distinct request of the sweep
         from cts.plan import before_launch
 
-        self._plan = before_launch(config, jobs, [task_groups(job) for job in jobs])  # plan=true: forecast, budget
+        self._plan = before_launch(config, jobs, [task_groups(job) for job in jobs])  # plan=true: forecast, spend limit
         record.write()  # <sweep>/sweep.json: what jobs in other processes (joblib, Slurm) read
         if not jobs_open_store_here(config):
             tracking.prepare_store(config.tracking.uri)

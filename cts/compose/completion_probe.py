@@ -124,7 +124,7 @@ async def _run_one(probe: Probe, cache_dir: Path) -> ProbeResult:
     from cts.llm import LLMRuntime
 
     runtime = LLMRuntime.from_settings(
-        {**probe.settings, "max_attempts": 2, "max_timeout_attempts": 1, "budget": {"max_usd": None}}, cache_dir
+        {**probe.settings, "max_attempts": 2, "max_timeout_attempts": 1, "spend": {"max_usd": None}}, cache_dir
     )
     client = runtime.client(probe.spec, "preflight")
     try:

@@ -46,7 +46,7 @@ _LLM_OPERATIONAL = (
     "max_attempts",
     "backoff",
     "cache",
-    "budget",
+    "spend",
     "tracing",
     "transport",
     "breaker_failures",

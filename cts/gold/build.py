@@ -2,7 +2,7 @@
 
 An instance whose search or extraction fails (or whose gold does not validate) is
 reported as a failure; a failure of the infrastructure (:func:`cts.core.records.infra_stop`:
-budget, open circuit, connection, 5xx after the retries, cache) stops the whole build
+spend limit, open circuit, connection, 5xx after the retries, cache) stops the whole build
 before anything is archived, since it says nothing about the instance.
 """
 

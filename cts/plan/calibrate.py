@@ -3,7 +3,7 @@
 It runs as ``python run.py -m <the same command> limit=<n> plan=false`` into
 ``<sweep dir>.plan/calibration`` (outside the sweep dir, whose report counts every job dir
 under it), logging to the experiment ``<experiment>.plan``: the same launcher, jobs, caches
-and budget as the main run, so the jobs share work in the slice as they will in the sweep,
+and spend limit as the main run, so the jobs share work in the slice as they will in the sweep,
 and the replies it paid for are cache hits of the main run. ``plan.source=<dir>`` reads
 an earlier run's job dirs instead and sends nothing.
 """

@@ -1,4 +1,4 @@
-"""The planner's two moments in a multirun: before the launch (forecast, budget) and after it (actuals).
+"""The planner's two moments in a multirun: before the launch (forecast, spend limit) and after it (actuals).
 
 :mod:`cts.compose.callbacks` calls :func:`before_launch` once the pre-flight has passed and
 :func:`after_sweep` when every job has ended. Every sweep writes what it actually did to
@@ -55,7 +55,7 @@ class SweepPlan:
 
 
 def before_launch(config: DictConfig, jobs: Sequence[DictConfig], groups: Sequence[Sequence[str]]) -> SweepPlan:
-    """Note each job dir's records; with ``plan`` on, forecast the sweep and refuse one over its budget.
+    """Note each job dir's records; with ``plan`` on, forecast the sweep and refuse one over its spend limit.
 
     Args:
         config: The sweep's config.
@@ -64,8 +64,8 @@ def before_launch(config: DictConfig, jobs: Sequence[DictConfig], groups: Sequen
 
     Raises:
         SystemExit: The calibration slice failed, or its spend plus the forecast's high end plus
-            what the job dirs spent exceeds ``services.llm.budget.max_usd`` (unless
-            ``budget.allow_over_forecast``; see :func:`_check_budget`).
+            what the job dirs spent exceeds ``services.llm.spend.max_usd`` (unless
+            ``services.llm.spend.allow_over_forecast``; see :func:`_check_spend_limit`).
     """
     sweep_dir = Path(str(config.hydra.sweep.dir))
     settings = plan_settings(config)
@@ -84,7 +84,7 @@ def before_launch(config: DictConfig, jobs: Sequence[DictConfig], groups: Sequen
     if settings.enabled:
         plan.forecast = _forecast(config, plan, settings)
         plan.slice_usd = _slice_spent(plan, settings)
-        _check_budget(config, plan)
+        _check_spend_limit(config, plan)
     elif settings.calibration:  # time the slice from where the main run's timing starts: tracking ready
         from cts import tracking
 
@@ -181,7 +181,7 @@ def _one_schedule(config: DictConfig) -> bool:
 
 def _dirs_spent(root: Path, jobs: Sequence[JobPlan]) -> float:
     """USD booked under ``root`` by the jobs' dirs (records and ledger, every run into them)."""
-    from cts.protocol.budget import spent_so_far
+    from cts.protocol.spend import spent_so_far
 
     return sum(spent_so_far(root / j.name) for j in jobs)
 
@@ -191,8 +191,8 @@ def _slice_spent(plan: SweepPlan, settings: PlanSettings) -> float:
     return 0.0 if settings.source else _dirs_spent(calibration_dir(plan.sweep_dir), plan.jobs)
 
 
-def _check_budget(config: DictConfig, plan: SweepPlan) -> None:
-    """Exit 1 before the main run when what the sweep may cost in all exceeds ``budget.max_usd``.
+def _check_spend_limit(config: DictConfig, plan: SweepPlan) -> None:
+    """Exit 1 before the main run when what the sweep may cost in all exceeds ``services.llm.spend.max_usd``.
 
     The total is what the job dirs spent before (every earlier run into them) + what the
     calibration slice's dirs booked (:attr:`SweepPlan.slice_usd`) + the forecast's high end.
@@ -205,8 +205,8 @@ def _check_budget(config: DictConfig, plan: SweepPlan) -> None:
     spend is not this sweep's (a source that is the sweep dir itself is in the first term).
     The main run's running guard caps the job dirs' spend only; this check alone sees the slice's.
     """
-    budget = OmegaConf.select(config, "services.llm.budget", default=None) or {}
-    cap = budget.get("max_usd")
+    limit = OmegaConf.select(config, "services.llm.spend", default=None) or {}
+    cap = limit.get("max_usd")
     forecast = plan.forecast
     if cap is None or forecast is None:
         return
@@ -215,7 +215,7 @@ def _check_budget(config: DictConfig, plan: SweepPlan) -> None:
     part = f" (priced models only; no price: {', '.join(forecast.unpriced)})" if forecast.unpriced else ""
     if high <= float(cap):
         if part:
-            log.warning("plan: the forecast is within the budget for its priced models only%s", part)
+            log.warning("plan: the forecast is within the spend limit for its priced models only%s", part)
         return
     terms = [
         f"forecast high end ${forecast.usd.high:.4f}{part}",
@@ -223,13 +223,15 @@ def _check_budget(config: DictConfig, plan: SweepPlan) -> None:
         *([f"${spent:.4f} spent in the job dirs before"] if spent else []),
     ]
     total = " + ".join(terms) + (f" = ${high:.4f}" if len(terms) > 1 else "")
-    over = f"{total} exceeds services.llm.budget.max_usd ${float(cap):.4f} by ${high - float(cap):.4f}"
-    if budget.get("allow_over_forecast"):
-        log.warning("plan: %s; running anyway (budget.allow_over_forecast=true), the running guard stays", over)
+    over = f"{total} exceeds services.llm.spend.max_usd ${float(cap):.4f} by ${high - float(cap):.4f}"
+    if limit.get("allow_over_forecast"):
+        log.warning(
+            "plan: %s; running anyway (services.llm.spend.allow_over_forecast=true), the running guard stays", over
+        )
         return
     sys.exit(
-        f"error: plan: {over}; nothing of the main run was sent. Raise the budget, shrink the sweep, or pass "
-        "services.llm.budget.allow_over_forecast=true."
+        f"error: plan: {over}; nothing of the main run was sent. Raise the spend limit, shrink the sweep, or pass "
+        "services.llm.spend.allow_over_forecast=true."
     )
 
 

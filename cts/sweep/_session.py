@@ -3,7 +3,7 @@
 Jobs run in their own threads (Hydra's ``run_job`` and the job's tracking run
 there) but hand their async part to the session's loop with :func:`start_async`,
 so all instances of all jobs share one schedule: one LLM runtime per distinct
-``services.llm`` (one cache, one budget), one adaptive limiter per endpoint and
+``services.llm`` (one cache, one spend limit), one adaptive limiter per endpoint and
 one in-flight table across them, and one orig arm per setting and instance.
 
 Hydra keeps the current job's config in process globals (``HydraConfig``), so

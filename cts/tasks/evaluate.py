@@ -15,18 +15,18 @@ from cts.core.records import Record, read_records
 from cts.data.clusters import ci_summary, dataset_clusters
 from cts.data.jsonl import Dataset, dataset_metrics, select_instances
 from cts.llm import usage_scope
-from cts.protocol.budget import (
-    Budget,
-    budget_metrics,
-    run_within_budget,
-    stop_note,
-    within_budget,
-)
 from cts.protocol.design import PLAIN, Design
 from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE
 from cts.protocol.metrics import metric_view, summarize
 from cts.protocol.outcome import finish, read_outcome
 from cts.protocol.pipeline import Roles, run_instances
+from cts.protocol.spend import (
+    SpendLimit,
+    run_within_spend_limit,
+    spend_metrics,
+    stop_note,
+    within_spend_limit,
+)
 from cts.sweep import orig_share_for, sweep_progress
 from cts.tasks.job import (
     RunInfo,
@@ -74,7 +74,7 @@ class Resume:
 
 
 def check_job(k: Any, job_dir: Path, resume: Resume) -> None:
-    """Refuse a bad budget or a job dir of another protocol (before anything is built)."""
+    """Refuse a bad budget ``k`` or a job dir of another protocol (before anything is built)."""
     if not isinstance(k, int) or k < 1:
         raise SystemExit(f"k must be a positive integer (the paper uses 1, 2, 3), got {k!r}")
     check_resume(job_dir, resume.fingerprint, resume.config)
@@ -100,7 +100,7 @@ def compose_evaluate(ctx: TaskContext) -> float | None:
             protocol=EvalProtocol(ctx.value("k"), ctx.value("seed"), ctx.value("bootstrap"), design),
             run=ctx.run,
             resume=resume,
-            budget=ctx.budget,
+            spend_limit=ctx.spend_limit,
             models=role_models(ctx),
             orig_parts=orig_parts(ctx),
             limit=ctx.value("limit"),
@@ -161,7 +161,7 @@ def evaluate_task(
     protocol: EvalProtocol,
     run: RunInfo,
     resume: Resume,
-    budget: Budget,
+    spend_limit: SpendLimit,
     models: Mapping[str, str],
     orig_parts: Mapping[str, Any],
     limit: int | None = None,
@@ -176,7 +176,7 @@ def evaluate_task(
         protocol: The budget ``k`` and the summary settings.
         run: Where the job sits and how it is tracked.
         resume: The job dir's fingerprint and the resume command (see :func:`check_job`).
-        budget: The LLM budget of the job dir.
+        spend_limit: The LLM spend limit of the job dir.
         models: Per role, the model id it calls (recorded with every instance).
         orig_parts: What the orig arm depends on (shared across a sweep's jobs with the same).
         limit: Evaluate only the first ``limit`` instances (None = all).
@@ -211,7 +211,7 @@ def evaluate_task(
     # In a sweep the instances start before the job's MLflow run is set up (their traces wait for it),
     # unless the store already failed another job.
     late = tracking.store_failed(run.tracking.uri)
-    early = contextlib.nullcontext() if late else within_budget(job, ctx.job_dir, budget)
+    early = contextlib.nullcontext() if late else within_spend_limit(job, ctx.job_dir, spend_limit)
     with (
         interruptible_job(
             ctx.job_dir, n_runs, lambda: count_done(ctx.job_dir, instances, protocol.design.repeats), ctx.sweep_dir
@@ -232,11 +232,11 @@ def evaluate_task(
         tracking.log_dataset_input(
             dataset.name, instances, dataset.gold, evaluation_dataset=run.tracking.evaluation_dataset
         )
-        records, stop = started.result() if started else run_within_budget(job, ctx.job_dir, budget)
+        records, stop = started.result() if started else run_within_spend_limit(job, ctx.job_dir, spend_limit)
         if run.tracking.records_table:
             log_job_records_table(ctx.job_dir, [i.id for i in dataset.instances], run_id, tracer)
         ended = read_outcome(ctx.job_dir, stop, n_runs, len(records))
-        planned = budget_metrics(ctx.job_dir, records, n_runs)  # over this run's instances (and repeats)
+        planned = spend_metrics(ctx.job_dir, records, n_runs)  # over this run's instances (and repeats)
         records = job_dir_records(ctx.job_dir, records, [i.id for i in dataset.instances], keep=metric_view)
         clusters = dataset_clusters(dataset)
         metrics = {

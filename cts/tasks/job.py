@@ -130,7 +130,7 @@ def tracked_task(run: RunInfo, task: str) -> Iterator[str]:
     """Track a non-evaluate task (gold, robustness analyses) as one MLflow run, open while the task works.
 
     The run ends ``FINISHED``, ``KILLED`` on SIGINT, else ``FAILED``. An infrastructure
-    failure (:func:`cts.core.records.infra_stop`: the budget, an open circuit breaker, a dead
+    failure (:func:`cts.core.records.infra_stop`: the spend limit, an open circuit breaker, a dead
     or failing endpoint, a broken cache) ends the run ``FAILED`` with the tag
     ``stop_reason``, and the task with one line and exit status 1 instead of a traceback.
 

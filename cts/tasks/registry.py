@@ -24,7 +24,7 @@ from hydra.utils import get_object
 
 if TYPE_CHECKING:
     from cts.llm import LLMRuntime
-    from cts.protocol.budget import Budget
+    from cts.protocol.spend import SpendLimit
     from cts.tasks.job import RunInfo
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,8 +54,8 @@ class TaskContext(Protocol):
         ...
 
     @property
-    def budget(self) -> Budget:
-        """The job's LLM budget (``services.llm.budget``)."""
+    def spend_limit(self) -> SpendLimit:
+        """The job's LLM spend limit (``services.llm.spend``)."""
         ...
 
     @property

@@ -27,8 +27,8 @@ from cts._util import io as cts_io
 from cts._util.io import LineFile, UnwritableOutput, output_fault, unwritable_reason
 from cts.compose.errors import problems_of, quiet_unwritable_logs
 from cts.core.records import Record
-from cts.protocol.budget import SPEND_FILE, _append
 from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE, JobSink
+from cts.protocol.spend import SPEND_FILE, _append
 from tests import faults
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,7 +91,7 @@ def test_the_spend_ledger_never_holds_a_torn_line(tmp_path: Path, monkeypatch: p
     _append(tmp_path / SPEND_FILE, {"unrecorded_usd": 0.5})
     failing_writes(monkeypatch, after=0)
     with pytest.raises(UnwritableOutput, match=SPEND_FILE):
-        _append(tmp_path / SPEND_FILE, {"unrecorded_usd": 0.25, "stop_reason": "budget"})
+        _append(tmp_path / SPEND_FILE, {"unrecorded_usd": 0.25, "stop_reason": "spend_limit"})
     assert [json.loads(x) for x in (tmp_path / SPEND_FILE).read_text().splitlines()] == [{"unrecorded_usd": 0.5}]
 
 

@@ -101,12 +101,12 @@ def test_plan_config_is_a_node_that_plan_true_switches_on() -> None:
     assert plan_settings(composed("plan.enabled=true", "plan.calibration_n=10")).calibration_n == 10
     assert value_problems(composed("plan=true")) == []
     problems = value_problems(
-        composed("plan.calibration_n=0", "plan.confidence=1.5", "services.llm.budget.allow_over_forecast=2")
+        composed("plan.calibration_n=0", "plan.confidence=1.5", "services.llm.spend.allow_over_forecast=2")
     )
     assert sorted(p.split(":")[0] for p in problems) == [
         "plan.calibration_n",
         "plan.confidence",
-        "services.llm.budget.allow_over_forecast",
+        "services.llm.spend.allow_over_forecast",
     ]
 
 
@@ -198,7 +198,7 @@ def test_each_repeat_is_a_run_the_forecast_counts(tmp_path: Path, repeats: int) 
     assert forecast.n_paid == 18 * repeats - 1 and forecast.calls.expected == 3 * (18 * repeats - 1)
 
 
-def budget_plan(tmp_path: Path, slice_usd: float, forecast_high: float):  # noqa: ANN201 - a SweepPlan
+def spend_plan(tmp_path: Path, slice_usd: float, forecast_high: float):  # noqa: ANN201 - a SweepPlan
     from cts.plan.calibrate import JobPlan
     from cts.plan.samples import Routes
     from cts.plan.sweep import SweepPlan
@@ -214,14 +214,14 @@ def budget_plan(tmp_path: Path, slice_usd: float, forecast_high: float):  # noqa
     return SweepPlan(sweep, jobs, {}, 0.0, forecast=forecast, slice_usd=slice_usd)
 
 
-def test_the_budget_counts_what_the_calibration_slice_spent(tmp_path: Path) -> None:
+def test_the_spend_limit_counts_what_the_calibration_slice_spent(tmp_path: Path) -> None:
     """A $0.006 forecast high end fits a $0.01 cap alone; with the slice's $0.005 it does not."""
     from omegaconf import OmegaConf
 
-    from cts.plan.sweep import _check_budget, _slice_spent
+    from cts.plan.sweep import _check_spend_limit, _slice_spent
 
-    config = OmegaConf.create({"services": {"llm": {"budget": {"max_usd": 0.01}}}})
-    plan = budget_plan(tmp_path, 0.0, 0.006)
+    config = OmegaConf.create({"services": {"llm": {"spend": {"max_usd": 0.01}}}})
+    plan = spend_plan(tmp_path, 0.0, 0.006)
     calibration = tmp_path / "sweep.plan" / "calibration"
     write_records(calibration / "a", [{"id": "q0", "usage": usage(2, 0.002)}])  # a fresh call booked in the slice
     write_records(calibration / "b", [{"id": "q0", "usage": usage(2, 0.002)}])
@@ -229,14 +229,14 @@ def test_the_budget_counts_what_the_calibration_slice_spent(tmp_path: Path) -> N
     write_records(tmp_path / "sweep" / "a", [{"id": "q0", "usage": usage(0, 0.0)}])  # the main run's cache hit: $0
     assert _slice_spent(plan, PlanSettings(enabled=True)) == pytest.approx(0.005)
     assert _slice_spent(plan, PlanSettings(enabled=True, source=str(calibration))) == 0.0  # plan.source sent nothing
-    _check_budget(config, plan)  # the forecast alone is within the cap
-    plan = budget_plan(tmp_path, _slice_spent(plan, PlanSettings(enabled=True)), 0.006)
+    _check_spend_limit(config, plan)  # the forecast alone is within the cap
+    plan = spend_plan(tmp_path, _slice_spent(plan, PlanSettings(enabled=True)), 0.006)
     with pytest.raises(SystemExit) as stop:
-        _check_budget(config, plan)
+        _check_spend_limit(config, plan)
     assert str(stop.value).startswith(
         "error: plan: forecast high end $0.0060 + $0.0050 spent by the calibration slice = $0.0110 exceeds "
-        "services.llm.budget.max_usd $0.0100 by $0.0010"
+        "services.llm.spend.max_usd $0.0100 by $0.0010"
     )
     write_records(tmp_path / "sweep" / "b", [{"id": "q1", "usage": usage(1, 0.003)}])  # an earlier main run's spend
     with pytest.raises(SystemExit, match=r"\+ \$0\.0030 spent in the job dirs before = \$0\.0140 exceeds"):
-        _check_budget(config, budget_plan(tmp_path, 0.005, 0.006))
+        _check_spend_limit(config, spend_plan(tmp_path, 0.005, 0.006))

@@ -106,7 +106,7 @@ def test_card_sweep_forecast_from_a_5_instance_slice_holds_the_measured_run(tmp_
     sweep, calibration = tmp_path / "sweep", tmp_path / "sweep.plan" / "calibration"
     rows = forecast_rows(sweep)
     actual = json.loads((sweep / "sweep_actual.json").read_text())
-    main_requests = total - slice_requests(calibration)  # the slice's count: the budget test checks it
+    main_requests = total - slice_requests(calibration)  # the slice's count: the spend-limit test checks it
     booked = records_usage(sweep)
     # The ground truth: the server's requests, their fixed token counts and the models' prices.
     assert booked["calls"] == actual["calls"] == main_requests > 0
@@ -150,7 +150,7 @@ def slice_requests(calibration: Path) -> int:
 
 
 @pytest.mark.slow
-def test_a_budget_below_the_forecast_stops_the_sweep_before_the_main_run(tmp_path, cache_dir):
+def test_a_spend_limit_below_the_forecast_stops_the_sweep_before_the_main_run(tmp_path, cache_dir):
     with ScriptedServer(latency_s=0.0) as server:
         server.handler = reply
         proc = run(
@@ -162,13 +162,13 @@ def test_a_budget_below_the_forecast_stops_the_sweep_before_the_main_run(tmp_pat
                 "k=1,2",
                 "limit=30",
                 "plan=true",
-                "services.llm.budget.max_usd=0.01",
+                "services.llm.spend.max_usd=0.01",
             ),
             tmp_path,
         )
         requests = len(server.requests)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "exceeds services.llm.budget.max_usd $0.0100" in proc.stderr
+    assert "exceeds services.llm.spend.max_usd $0.0100" in proc.stderr
     assert "| **sweep** |" in proc.stdout  # the forecast table was printed
     assert (
         requests == slice_requests(tmp_path / "sweep.plan" / "calibration") > 0

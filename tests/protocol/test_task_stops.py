@@ -1,7 +1,7 @@
 """Infrastructure failures stop gold building and the robustness analyses cleanly.
 
 A failing endpoint (500s after the retries), a refused connection (the circuit
-breaker opens) or the budget is not an item's failure: the task stops at once with
+breaker opens) or the spend limit is not an item's failure: the task stops at once with
 one line and exit status 1, writes no archive or tables, and its MLflow run ends
 FAILED with the tag ``stop_reason``. Everything goes over HTTP to the local scripted
 server (tests/llm_fakes.py) or to a port nobody listens on.
@@ -25,12 +25,12 @@ from cts import tracking
 from cts.compose.app import build_services, run, run_configured_task
 from cts.core.records import infra_stop
 from cts.core.types import (
-    BudgetExceeded,
     CallError,
     CircuitOpen,
     GoldDraft,
     Instance,
     SearchResult,
+    SpendLimitReached,
     UnscoredError,
 )
 from cts.data.jsonl import write_instances_jsonl
@@ -77,7 +77,7 @@ def stopped(call: Any) -> str:
 
 
 def test_infra_stop_separates_the_infrastructure_from_the_item() -> None:
-    assert infra_stop(BudgetExceeded("cap")) and infra_stop(CircuitOpen("http://h/v1", 20, "connection: refused"))
+    assert infra_stop(SpendLimitReached("cap")) and infra_stop(CircuitOpen("http://h/v1", 20, "connection: refused"))
     assert infra_stop(CallError("server_error", "500")) and infra_stop(CallError("connection", "refused"))
     assert infra_stop(type("DatabaseError", (Exception,), {})("file is not a database"))
     assert infra_stop(CallError("bad_request", "400"))  # a rejected request is a configuration failure
@@ -110,7 +110,7 @@ def test_gold_build_stops_on_the_infrastructure_and_reports_item_failures() -> N
     for error in (
         CircuitOpen("http://h:1/v1", 2, "connection: refused"),
         CallError("server_error", "500"),
-        BudgetExceeded("cap"),
+        SpendLimitReached("cap"),
     ):
         with pytest.raises(type(error)):
             asyncio.run(build_gold(inst, _Search(), _Extractor(error), provenance={}))
