@@ -30,7 +30,7 @@ FAKES = Path(__file__).resolve().parents[1] / "tests" / "llm_fakes.py"
 
 SPEC = {
     "name": "bench",
-    "model": "openai/bench-model",
+    "id": "openai/bench-model",
     "params": {"temperature": 0},
     "input_cost_per_token": 1e-7,
     "output_cost_per_token": 4e-7,

@@ -82,12 +82,15 @@ def check_start(config: DictConfig, jobs: Sequence[DictConfig]) -> None:
 
     The Hydra callback calls it before the pre-flight (:mod:`cts.compose.callbacks`), with the run's
     (or sweep's) ``config`` and every job's composed config. Exits 1 with one ``error:`` line each:
-    :func:`cts.compose.validate.value_problems`, :func:`cts.compose.validate.output_problems`, :func:`preload_inputs`.
+    :func:`cts.compose.model_checks.spec_key_problems`, :func:`cts.compose.validate.value_problems`,
+    :func:`cts.compose.validate.output_problems`, :func:`preload_inputs`.
     """
     from cts.compose.checks import output_problems
     from cts.compose.errors import InputError, input_errors, missing_values, refuse
+    from cts.compose.model_checks import spec_key_problems
     from cts.compose.validate import value_problems
 
+    refuse([p for job in jobs for p in spec_key_problems(job)])  # before any spec is built from a model file
     refuse([p for job in jobs for p in value_problems(job)])
     refuse(output_problems(config))
     for job in jobs:
@@ -195,8 +198,7 @@ class ConfiguredTask:
         from cts.compose.model_checks import find_model_specs
 
         return {
-            path: str(node.get("model"))
-            for path, node in find_model_specs(OmegaConf.masked_copy(self._cfg, list(keys)))
+            path: str(node.get("id")) for path, node in find_model_specs(OmegaConf.masked_copy(self._cfg, list(keys)))
         }
 
     def input(self) -> Any:

@@ -48,7 +48,7 @@ class Probe:
 
     def describe(self) -> str:
         """``model gpt (openai/gpt-5.2), used by clarifier.model``."""
-        return f"model {self.spec.get('name')} ({self.spec.get('model')}), used by {', '.join(self.paths)}"
+        return f"model {self.spec.get('name')} ({self.spec.get('id')}), used by {', '.join(self.paths)}"
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,7 @@ def rule_problems(cfg: DictConfig) -> list[str]:
         if not isinstance(spec, Mapping):
             continue
         rules = RequestRules.coerce(spec.get("request"))
-        name, model = str(spec.get("name") or "?"), str(spec.get("model") or "?")
+        name, model = str(spec.get("name") or "?"), str(spec.get("id") or "?")
         params, origin = call_params(cfg, path, spec, {p for p, _ in specs})
         for (what, _rule), message in zip(rules.refused(params), rule_violations(name, model, rules, params)):
             where = ", ".join(origin[p] for p in _params_of(what) if p in origin)

@@ -12,7 +12,7 @@ from cts.llm._localserver import LocalLLMServer, LocalServerError
 from cts.llm._rules import CAP_FIELDS, RequestRules, rule_violations
 from cts.llm._runtime import LLMRuntime, settled
 from cts.llm._settings import Backoff, LLMSettings
-from cts.llm._spec import ModelSpec
+from cts.llm._spec import ModelSpec, old_id_key
 from cts.llm._usage import USAGE_KEYS, usage_scope
 from cts.llm.cache import ResponseCache
 from cts.llm.sampling import current_sample, sample_scope
@@ -37,6 +37,7 @@ __all__ = [
     "LocalLLMServer",
     "LocalServerError",
     "ModelSpec",
+    "old_id_key",
     "ResponseCache",
     "route_for",
     "sample_scope",

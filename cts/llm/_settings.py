@@ -42,7 +42,8 @@ class LLMSettings:
     """A store URL (``sqlite:///...``, ``postgresql://...``); overrides ``cache_path``."""
     api_base: str | None = None
     api_key: str | None = None
-    model: str | None = None
+    served_name: str | None = None
+    """Model name sent to ``api_base`` (vLLM's ``--served-model-name``); None = the registry id without its prefix."""
     concurrency_per_endpoint: int = 16
     timeout_s: float = 120.0
     """Seconds a request may take before it counts as timed out (roles not in ``role_timeout_s``)."""

@@ -52,6 +52,19 @@ def rename_in_nodes(target_suffix: str, old: str, new: str) -> Callable[[Config]
     return apply
 
 
+def rename_at(path: str, old: str, new: str) -> Callable[[Config], None]:
+    """A migration that renames key ``old`` to ``new`` in the node at dotted ``path`` (``services.llm``)."""
+
+    def apply(config: Config) -> None:
+        node: Any = config
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and old in node and new not in node:
+            node[new] = node.pop(old)
+
+    return apply
+
+
 def _nodes(value: Any) -> list[dict[str, Any]]:
     """Every mapping inside ``value``, ``value`` itself included."""
     found: list[dict[str, Any]] = []
@@ -68,6 +81,11 @@ def _nodes(value: Any) -> list[dict[str, Any]]:
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("stats -> bootstrap (the bootstrap settings)", rename_top_level("stats", "bootstrap")),
+    Migration("the litellm id of a model spec: ModelSpec.model -> id", rename_in_nodes("ModelSpec", "model", "id")),
+    Migration(
+        "the model name sent to services.llm.api_base: services.llm.model -> services.llm.served_name",
+        rename_at("services.llm", "model", "served_name"),
+    ),
 )
 """Every rename since protocol configs were stored, oldest first (each applies to any older config)."""
 

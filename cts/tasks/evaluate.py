@@ -135,9 +135,9 @@ def build_roles(ctx: TaskContext) -> Roles:
 
 
 def role_models(ctx: TaskContext) -> dict[str, str]:
-    """Per role: the model id it calls (``<role>.model.model``), or the baseline's class."""
+    """Per role: the model id it calls (``<role>.model.id``), or the baseline's class."""
     return {
-        name: str(ctx.value(name, "model", "model", default=None) or ctx.value(name, "_target_").rsplit(".", 1)[-1])
+        name: str(ctx.value(name, "model", "id", default=None) or ctx.value(name, "_target_").rsplit(".", 1)[-1])
         for name in ROLE_NAMES
     }
 
@@ -145,7 +145,7 @@ def role_models(ctx: TaskContext) -> dict[str, str]:
 def orig_parts(ctx: TaskContext) -> dict[str, Any]:
     """What the orig arm of an instance depends on: dataset (and gold), search, judge, routing."""
     llm = ctx.value("services.llm", default=None) or {}
-    routing = {key: llm.get(key) for key in ("api_base", "model", "max_reasks")}
+    routing = {key: llm.get(key) for key in ("api_base", "served_name", "max_reasks")}
     return {
         **ctx.values("dataset", "search", "judge"),
         "llm": routing,

@@ -104,7 +104,7 @@ def test_a_gpt5_model_file_with_temperature_0_fails_before_anything_is_spent(tmp
     """A user's own model file, without the registry's request rules: the provider's answer stops the run."""
     (tmp_path / "conf" / "model").mkdir(parents=True)
     (tmp_path / "conf" / "model" / "mygpt.yaml").write_text(
-        "_target_: cts.llm.ModelSpec\nname: mygpt\nmodel: openai/gpt-5-mini\napi_key_env: null\n"
+        "_target_: cts.llm.ModelSpec\nname: mygpt\nid: openai/gpt-5-mini\napi_key_env: null\n"
         "params:\n  temperature: 0\n"
     )
     with ScriptedServer() as server:

@@ -67,7 +67,7 @@ def test_other_options_compose(group, option):
 @pytest.mark.parametrize("option", options("model"))
 def test_model_registry_entries_instantiate(option):
     spec = instantiate(OmegaConf.load(CONF / "model" / f"{option}.yaml"))
-    assert spec.model and spec.name
+    assert spec.id and spec.name
 
 
 @pytest.mark.parametrize("option", options("llm"))

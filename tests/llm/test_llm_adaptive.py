@@ -14,7 +14,7 @@ from cts.llm import AdaptiveLimiter, LLMRuntime, ModelSpec
 from cts.sweep import SweepSession
 from tests.llm_server import ScriptedServer, llm_settings
 
-SPEC = ModelSpec(name="m", model="openai/m", params={"temperature": 0})
+SPEC = ModelSpec(name="m", id="openai/m", params={"temperature": 0})
 
 
 class _Status(Exception):

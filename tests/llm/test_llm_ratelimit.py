@@ -21,7 +21,7 @@ from cts.llm._retry import Failure, RetryAllowance
 from tests.llm_server import ScriptedServer, llm_settings
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC = ModelSpec(name="m", model="openai/m")
+SPEC = ModelSpec(name="m", id="openai/m")
 
 
 def allowance(seed: int = 0, **llm: Any) -> RetryAllowance:

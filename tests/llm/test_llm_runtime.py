@@ -16,7 +16,7 @@ from tests.llm_server import Reply, ScriptedServer, llm_settings
 
 SPEC = ModelSpec(
     name="gpt",
-    model="openai/gpt-5.2",
+    id="openai/gpt-5.2",
     api_key_env="CTS_TEST_UNSET_KEY",
     params={"temperature": 0},
     input_cost_per_token=1e-3,
@@ -153,8 +153,8 @@ def test_model_own_api_base_and_key_variable(
     assert llm_server.requests[0].headers.get("authorization") == "Bearer secret-123"
 
 
-def test_global_model_override(llm_server: ScriptedServer, tmp_path: Path) -> None:
-    complete(runtime(llm_server, tmp_path, model="Qwen/Qwen3-8B"))
+def test_served_name_override(llm_server: ScriptedServer, tmp_path: Path) -> None:
+    complete(runtime(llm_server, tmp_path, served_name="Qwen/Qwen3-8B"))
     assert llm_server.requests[0].body["model"] == "Qwen/Qwen3-8B"
 
 

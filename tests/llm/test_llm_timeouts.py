@@ -29,7 +29,7 @@ from tests.helpers import TableSearch, Typer, built, gold_for
 from tests.llm_server import Reply, ScriptedServer, llm_settings
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC = ModelSpec(name="m", model="openai/m")
+SPEC = ModelSpec(name="m", id="openai/m")
 MESSAGES = [{"role": "user", "content": "Which year?"}]
 QUESTIONS = '["Which planet or element do you mean?"]'
 
@@ -117,7 +117,7 @@ def llm_job(
     Returns its records, its stop reason and how long it ran (its set-up excluded).
     """
     services = Services(cache_dir=tmp_path / "cache", settings={"llm": llm_settings(server, **llm)})
-    spec = {"name": "m", "model": "openai/m", "api_base": None, "api_key_env": None}
+    spec = {"name": "m", "id": "openai/m", "api_base": None, "api_key_env": None}
     roles = Roles(
         clarifier=built(LLMClarifier, services, model=spec, prompt="clarifier"),
         ua=built(RuleUserAnswerer, core),

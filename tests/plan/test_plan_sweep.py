@@ -34,7 +34,7 @@ def model_dir(tmp_path: Path, server: ScriptedServer) -> Path:
     (root / "model").mkdir(parents=True)
     for name, (p_in, p_out) in {**PRICES, "pfree": (0.0, 0.0)}.items():
         (root / "model" / f"{name}.yaml").write_text(
-            f"_target_: cts.llm.ModelSpec\nname: {name}\nmodel: openai/{name}\napi_base: {server.base_url}\n"
+            f"_target_: cts.llm.ModelSpec\nname: {name}\nid: openai/{name}\napi_base: {server.base_url}\n"
             f"api_key_env: null\nparams: {{}}\ninput_cost_per_token: {p_in}\noutput_cost_per_token: {p_out}\n"
             "max_concurrency: null\n",
             encoding="utf-8",

@@ -97,7 +97,7 @@ def test_llm_gate_over_http_sees_q_only(llm_server: ScriptedServer, tmp_path):
 
     llm_server.handler = handler
     services = Services(cache_dir=tmp_path, settings={"llm": llm_settings(llm_server)})
-    gate = built(LLMGate, services, model={"name": "m", "model": "openai/m"}, prompt="gate")
+    gate = built(LLMGate, services, model={"name": "m", "id": "openai/m"}, prompt="gate")
     with services.usage_scope() as usage:
         result, decisions = evaluate_gate(RECORDS, gate, n_resamples=200)
     assert len(llm_server.requests) == 4 == usage["gate"]["calls"] and set(usage) == {"gate"}

@@ -42,7 +42,7 @@ from tests.llm_server import Reply, llm_settings
 from tests.search.fakes import ARTICLE, FakeHTTP
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
-MODEL = ModelSpec(name="webdancer", model="openai/WebDancer-32B")
+MODEL = ModelSpec(name="webdancer", id="openai/WebDancer-32B")
 QUESTION = "Which city is the capital of France? 法国的首都是哪里？"
 SUMMARY = json.dumps(
     {
@@ -472,7 +472,7 @@ def test_config_builds_the_agent_with_released_defaults(tmp_path):
     agent = build_node(cfg.search, Services(cache_dir=tmp_path))
     assert isinstance(agent.provider, SearxngProvider)
     assert sorted(agent.fetcher.routes) == ["http", "https", "local"]
-    assert agent.agent.spec.model == "openai/WebDancer-32B" and agent.summariser.spec.name == "webdancer"
+    assert agent.agent.spec.id == "openai/WebDancer-32B" and agent.summariser.spec.name == "webdancer"
     assert (agent.agent.role, agent.summariser.role) == ("search", "visit_summary")
     assert (
         agent.max_llm_calls,

@@ -28,7 +28,7 @@ PRICE = {"input_cost_per_token": 1e-3, "output_cost_per_token": 0.0}
 
 
 def _spec(name: str = "gpt", api_base: str | None = None) -> ModelSpec:
-    return ModelSpec(name=name, model=f"openai/{name}", api_base=api_base, params={"temperature": 0})
+    return ModelSpec(name=name, id=f"openai/{name}", api_base=api_base, params={"temperature": 0})
 
 
 def _ask(rt: LLMRuntime, text: str, spec: ModelSpec | None = None) -> Any:

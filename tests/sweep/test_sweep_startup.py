@@ -59,7 +59,7 @@ def test_a_failed_setup_stops_the_started_job_and_books_what_it_paid(tmp_path: P
     with ScriptedServer() as server:
         server.default = Reply("ok", tokens_in=10, tokens_out=0)  # 0.01 USD per call
         rt = LLMRuntime.from_settings(llm_settings(server, api_base_price=PRICE), tmp_path)
-        spec = ModelSpec(name="gpt", model="openai/gpt", api_base=None, params={})
+        spec = ModelSpec(name="gpt", id="openai/gpt", api_base=None, params={})
 
         async def job() -> tuple[list[Any], str]:
             await rt.client(spec, "clarifier").complete([{"role": "user", "content": "Which year?"}])
