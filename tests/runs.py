@@ -57,7 +57,7 @@ def offline_job(job_dir: Path, cache_dir: Path, *overrides: str) -> Path:
         f"hydra.run.dir={job_dir}",
         f"tracking.uri=sqlite:///{job_dir.parent / 'mlflow.db'}",
         f"paths.cache_dir={cache_dir}",
-        f"stats.n_resamples={OFFLINE_RESAMPLES}",
+        f"bootstrap.n_resamples={OFFLINE_RESAMPLES}",
         *overrides,
         cwd=job_dir.parent,
     )

@@ -14,18 +14,20 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from omegaconf import OmegaConf
 
 __all__ = [
+    "CLARIFIER_MODEL",
     "RESOLVER",
     "factors",
     "job_name",
     "override_items",
     "register_resolver",
     "swept_keys",
+    "system_name",
 ]
 
 RESOLVER = "cts_job_name"
@@ -91,6 +93,23 @@ def job_name(overrides: Sequence[str], swept: Collection[str] | None, fallback: 
     """
     items = [f"{key}={value}" for key, value in override_items(overrides) if swept is None or key in swept]
     return _safe(",".join(sorted(items))) if items else fallback
+
+
+CLARIFIER_MODEL = "model@clarifier.model"
+"""The override that rebinds the clarifier's model: ``clarifier=gpt model@clarifier.model=claude`` is ``claude``."""
+
+
+def system_name(choices: Mapping[str, str], swept: Mapping[str, str]) -> str:
+    """A job's system: what the report names its rows by, the MLflow tag ``cts.system`` and the analyses.
+
+    The clarifier's model when a swept override rebinds it (:data:`CLARIFIER_MODEL`), else the
+    clarifier option (``rules_scope``, ``gpt``; ``none`` plays the orig arm). Never k, a mode or a setting.
+
+    Args:
+        choices: The job's config group choices (Hydra's ``runtime.choices``).
+        swept: The job's swept factors, as :func:`factors` gives them.
+    """
+    return swept.get(CLARIFIER_MODEL) or choices.get("clarifier") or swept.get("clarifier") or "unknown"
 
 
 def _resolve_job_name(overrides: Sequence[str], num: int | str = 0, sweep_dir: str = "") -> str:

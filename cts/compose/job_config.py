@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cts import tracking
 from cts._util.launch import swept_keys_of
-from cts._util.naming import job_name, override_items
+from cts._util.naming import factors, job_name, override_items, system_name
 from cts._util.secrets import scrub, scrub_tree
 from cts.tasks.job import JobContext, Tracking
 
@@ -143,7 +143,7 @@ def job_tags(cfg: DictConfig, ctx: JobContext) -> dict[str, str]:
         "cts.kind": "job",
         "cts.job_dir": str(ctx.job_dir),
         "cts.sweep_dir": ctx.sweep_dir,
-        "cts.system": ctx.choices.get("clarifier", ""),
+        "cts.system": system_name(ctx.choices, factors(list(ctx.overrides), ctx.swept)),
         "cts.k": str(cfg.k),
     }
     tags.update({f"cts.choice.{g}": v for g, v in ctx.choices.items()})

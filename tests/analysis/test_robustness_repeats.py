@@ -39,7 +39,7 @@ def lexical_score(instance_id: str, n_tokens: int) -> float:
 def test_rejudged_scores_are_instance_means_and_each_instance_gets_one_feedback_per_judge() -> None:
     job = repeated_job()
     scores, labels = asyncio.run(jr.rejudge([job], GOLD, {"lexical": LexicalJudge()}, include_recorded=False))
-    mine = scores[scores["system"] == "sys_a-k1"].set_index("instance_id")["score"]
+    mine = scores[scores["condition"] == "sys_a-k1"].set_index("instance_id")["score"]
     assert sorted(mine.index) == sorted(TOKENS)  # one row per instance, not per repeat
     for i in TOKENS:
         assert mine[i] == pytest.approx(sum(lexical_score(i, t[i]) for t in TOKENS_BY_REPEAT) / 3)
