@@ -90,7 +90,7 @@ def test_python_m_cts_gating_counts_instances_not_repeats(offline_jobs: dict[int
     from cts.gating.cli import compose_config, gate_jobs
     from tests.runs import OFFLINE_RESAMPLES
 
-    cfg = compose_config(["gate=oracle", f"paths.cache_dir={cache_dir}", f"stats.n_resamples={OFFLINE_RESAMPLES}"])
+    cfg = compose_config(["gate=oracle", f"paths.cache_dir={cache_dir}", f"bootstrap.n_resamples={OFFLINE_RESAMPLES}"])
     (one,), _ = gate_jobs(offline_jobs[1], cfg)
     (three,), calls = gate_jobs(offline_jobs[3], cfg)  # 3 identical repeats of each of the 12 instances
     assert three["n"] == one["n"] == 12 and three == one
