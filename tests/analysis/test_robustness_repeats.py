@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
 
 from cts.analysis import backbone_stability as bs
 from cts.analysis import judge_robustness as jr
@@ -17,7 +16,7 @@ from cts.core.records import Record
 from cts.core.scoring import restore_score
 from cts.report.jobs import Job
 from cts.roles.lexical import LexicalJudge
-from tests.analysis.fakes import CONF, GOLD, INSTANCES, TOKENS, answer_with, job_records
+from tests.analysis.fakes import GOLD, INSTANCES, TOKENS, answer_with, job_records, robustness_config
 
 TOKENS_BY_REPEAT = ({"a": 4, "b": 4, "c": 3}, {"a": 5, "b": 2, "c": 3}, {"a": 3, "b": 5, "c": 1})
 
@@ -59,17 +58,7 @@ def run_analysis(experiment: str, source: Path, out: Path, services: Services) -
     from cts.compose.app import run_configured_task
 
     out.mkdir(parents=True)
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose(
-            "config",
-            overrides=[
-                f"experiment={experiment}",
-                f"robustness.source={source}",
-                f"paths.output_dir={out}",
-                f"paths.cache_dir={services.cache_dir}",
-                f"tracking.uri=sqlite:///{out}/mlflow.db",
-            ],
-        )
+    cfg = robustness_config(experiment, out, source, f"paths.cache_dir={services.cache_dir}", db="mlflow.db")
     run_configured_task(cfg, services)
     return {p.stem: pd.read_csv(p) for p in sorted(out.glob("*.csv"))}
 
