@@ -101,7 +101,7 @@ def check_start(config: DictConfig, jobs: Sequence[DictConfig]) -> None:
 
 
 def preload_inputs(cfg: DictConfig) -> None:
-    """Read the task's input files now (a dataset built from files alone, the gold task's instances).
+    """Read the task's input files now (a dataset built from files alone, build_gold's instances).
 
     A broken file is refused before anything is created, and the task reuses what was read
     (:meth:`ConfiguredTask.input`). An input built from the job's resources (the demo set) is left to the job.

@@ -1,4 +1,8 @@
-"""Hydra callbacks: tracking-store set-up before jobs, the sweep report after them."""
+"""Hydra callbacks of a launch (:class:`LaunchCallbacks`): everything before the jobs and after them.
+
+Before: the start-up checks, the pre-flight, the endpoint and completion probes, the plan and
+the MLflow store; after: the sweep report and the closing lines.
+"""
 
 from __future__ import annotations
 
@@ -120,8 +124,14 @@ def report_or_exit(config: DictConfig, n_jobs: int) -> Path:
     return result.out_dir
 
 
-class PrepareTrackingStore(Callback):
-    """Create the MLflow schema once in the parent, before parallel jobs race to migrate it."""
+class LaunchCallbacks(Callback):
+    """The launch's lifecycle, in the launching process (``hydra.callbacks.cts`` in ``conf/config.yaml``).
+
+    Before any job: the start-up checks (values, output places, input files), the pre-flight
+    (keys, request rules), one probe per distinct endpoint and request, the plan (forecast, budget)
+    and the MLflow store, whose schema is created once here before parallel jobs race to migrate it.
+    After the jobs: the sweep report, and the lines saying where the results are.
+    """
 
     def __init__(self) -> None:
         self._n_jobs = 0  # the jobs of the sweep (on_multirun_start), which its report must cover
@@ -203,6 +213,10 @@ class PrepareTrackingStore(Callback):
             return
         job_dir = Path(str(job_return.hydra_cfg.hydra.runtime.output_dir))
         print("\n".join(job_closing_lines(str(job_dir), *_tracked_run(job_dir, config))), flush=True)
+
+
+PrepareTrackingStore = LaunchCallbacks
+"""The old name of :class:`LaunchCallbacks` (``.hydra/hydra.yaml`` of older job dirs names it)."""
 
 
 def _tracked_run(job_dir: Path, config: DictConfig) -> tuple[str | None, str, str]:

@@ -32,7 +32,7 @@ from typing import Any
 from cts._util.io import write_jsonl
 from cts.core.types import Gold, Instance
 from cts.data.clusters import cluster_problem
-from cts.data.goldfile import open_gold
+from cts.gold.file import open_gold
 from cts.text.tokens import normalize
 
 log = logging.getLogger(__name__)

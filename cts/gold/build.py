@@ -189,7 +189,7 @@ def _refuse_existing(out: Path, overwrite: bool) -> None:
     if existing and not overwrite:
         raise FileExistsError(
             f"{out}: a gold archive exists ({', '.join(existing)}); to replace it, "
-            "set gold.overwrite=true on the command line (overwrite=True in Python)"
+            "set build_gold.overwrite=true on the command line (overwrite=True in Python)"
         )
 
 

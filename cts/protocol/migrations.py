@@ -86,6 +86,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "the model name sent to services.llm.api_base: services.llm.model -> services.llm.served_name",
         rename_at("services.llm", "model", "served_name"),
     ),
+    Migration("the gold build's config node: gold -> build_gold", rename_top_level("gold", "build_gold")),
 )
 """Every rename since protocol configs were stored, oldest first (each applies to any older config)."""
 

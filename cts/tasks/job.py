@@ -127,7 +127,7 @@ def resume_refusal(out_dir: Path, stored: Mapping[str, Any], fingerprint: str, c
 
 @contextlib.contextmanager
 def tracked_task(run: RunInfo, task: str) -> Iterator[str]:
-    """Track a non-evaluate task (gold, robustness analyses) as one MLflow run, open while the task works.
+    """Track a non-evaluate task (build_gold, robustness analyses) as one MLflow run, open while the task works.
 
     The run ends ``FINISHED``, ``KILLED`` on SIGINT, else ``FAILED``. An infrastructure
     failure (:func:`cts.core.records.infra_stop`: the spend limit, an open circuit breaker, a dead

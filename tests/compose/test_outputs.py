@@ -115,6 +115,27 @@ def test_a_dir_under_a_file_is_refused(tmp_path: Path) -> None:
     assert unwritable_reason(tmp_path / "f" / "runs") == (tmp_path / "f", "it is not a directory")
 
 
+def test_the_dirs_a_task_registers_as_written_are_output_places(tmp_path: Path) -> None:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from cts.compose.checks import output_places
+
+    out = tmp_path / "archive" / "x"
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        built = compose(
+            "config", overrides=["experiment=build_gold", "build_gold.instances=i", f"build_gold.out_dir={out}"]
+        )
+        evaluate = compose("config", overrides=[OFFLINE, f"+build_gold.out_dir={out}"])
+    assert [(p.path, p.hint) for p in output_places(built) if p.key == "build_gold.out_dir"] == [
+        (out.parent, "build_gold.out_dir=DIR")
+    ]  # @task(writes=("build_gold.out_dir",)) on the task, not a test of its _target_'s name
+    assert not [p for p in output_places(evaluate) if p.key == "build_gold.out_dir"]  # evaluate writes no archive
+    with open_dict(built):
+        built.task._target_ = "cts.tasks.nowhere.task"
+    assert not [p for p in output_places(built) if p.key == "build_gold.out_dir"]  # its own error says why
+
+
 def test_a_read_only_dir_is_refused_whoever_runs(tmp_path: Path) -> None:
     with faults.read_only(tmp_path / "ro") as wrap:
         if wrap(["x"]) != ["x"]:

@@ -208,7 +208,7 @@ def test_every_problem_of_a_config_is_listed_at_once() -> None:
         ("limit=1", "k=3", "concurrency=1"),
         ("hydra.launcher.job_concurrency=null",),
         (f"{LLM}.breaker_failures=0", f"{LLM}.spend.max_usd=0.01", f"{LLM}.max_reasks=0"),
-        ("experiment=gold",),
+        ("experiment=build_gold",),
         ("experiment=judge_robustness",),
         ("experiment=backbone_stability",),
         ("hydra/launcher=slurm",),
@@ -242,7 +242,7 @@ def test_every_numeric_default_in_conf_is_covered_by_a_rule() -> None:
     for option in [
         "",
         *_options(),
-        "experiment=gold",
+        "experiment=build_gold",
         "experiment=judge_robustness",
         "hydra/launcher=slurm",
         "hydra/launcher=joblib",

@@ -148,3 +148,13 @@ def test_a_changed_litellm_id_under_its_old_key_still_refuses(tmp_path: Path) ->
     assert _resumes(tmp_path, old, today)
     old["clarifier"]["model"]["model"] = "openai/gpt-5-mini"
     assert not _resumes(tmp_path, old, today)
+
+
+def test_a_gold_build_stored_before_its_node_was_renamed_resumes(tmp_path: Path) -> None:
+    paths = ("build_gold.instances=data/x.jsonl", "build_gold.out_dir=gold/x")
+    today = _today("experiment=build_gold", *paths)
+    assert today["build_gold"]["out_dir"] == "gold/x" and "gold" not in today
+    old = {("gold" if key == "build_gold" else key): value for key, value in today.items()}
+    assert _resumes(tmp_path, old, today)
+    old["gold"] = {**old["gold"], "allow_partial": True}
+    assert not _resumes(tmp_path, old, today)

@@ -140,11 +140,11 @@ def gold_cfg(tmp: Path, cache_dir: Path, instances: Path, api_base: str, *overri
         return compose(
             "config",
             overrides=[
-                "experiment=gold",
+                "experiment=build_gold",
                 "search=extractive",
                 "extractor=gpt",
-                f"gold.instances={instances}",
-                f"gold.out_dir={tmp}/gold",
+                f"build_gold.instances={instances}",
+                f"build_gold.out_dir={tmp}/gold",
                 f"services.llm.api_base={api_base}",
                 f"paths.cache_dir={cache_dir}",
                 f"paths.output_dir={tmp}/out",
@@ -163,11 +163,11 @@ def test_gold_task_stops_on_500s_fails_its_run_and_archives_nothing(
     llm_server.handler = lambda body: Reply.error(500, "internal error")
     cfg = gold_cfg(tmp_path, cache_dir, instances_file, llm_server.base_url)
     line = stopped(lambda: run(cfg))
-    assert line.startswith("cts: gold stopped") and f"server_error at {llm_server.base_url}" in line, line
+    assert line.startswith("cts: build_gold stopped") and f"server_error at {llm_server.base_url}" in line, line
     assert llm_server.requests and not (tmp_path / "gold").exists()
     run_row = the_task_run(f"sqlite:///{tmp_path}/mlflow.db")
     assert run_row["status"] == "FAILED" and run_row["tags.stop_reason"] == "infra"
-    assert run_row["tags.cts.kind"] == "gold"
+    assert run_row["tags.cts.kind"] == "build_gold"
 
 
 def test_gold_task_stops_when_the_endpoint_refuses_connections(tmp_path, cache_dir, instances_file) -> None:
@@ -236,11 +236,11 @@ def test_backbone_stability_stops_on_500s(tmp_path: Path, llm_server) -> None:
 def test_gold_command_exits_1_with_one_line_and_no_traceback(tmp_path, cache_dir, instances_file, llm_server) -> None:
     llm_server.handler = lambda body: Reply.error(500, "internal error")
     args = [
-        "experiment=gold",
+        "experiment=build_gold",
         "search=extractive",
         "extractor=gpt",
-        f"gold.instances={instances_file}",
-        f"gold.out_dir={tmp_path}/gold",
+        f"build_gold.instances={instances_file}",
+        f"build_gold.out_dir={tmp_path}/gold",
         f"services.llm.api_base={llm_server.base_url}",
         f"paths.cache_dir={cache_dir}",
         f"hydra.run.dir={tmp_path}/run",
@@ -262,5 +262,5 @@ def test_gold_command_exits_1_with_one_line_and_no_traceback(tmp_path, cache_dir
     )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-3000:]
-    assert proc.stderr.strip().splitlines()[-1].startswith("cts: gold stopped by an infrastructure failure")
+    assert proc.stderr.strip().splitlines()[-1].startswith("cts: build_gold stopped by an infrastructure failure")
     assert the_task_run(f"sqlite:///{tmp_path}/m.db")["status"] == "FAILED"
