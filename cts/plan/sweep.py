@@ -32,6 +32,7 @@ from cts.plan.calibrate import (
 from cts.plan.forecast import COUNTS, JobForecast, forecast_job, forecast_sweep
 from cts.plan.samples import Routes, count_records, instance_costs, routes_of
 from cts.plan.table import comparison_markdown, forecast_csv, forecast_markdown, write_tables
+from cts.protocol.spend import ledger_rows, unrecorded_usage
 
 __all__ = ["SweepPlan", "after_sweep", "before_launch"]
 
@@ -52,6 +53,8 @@ class SweepPlan:
     tracking: Mapping[str, str] = field(default_factory=dict)
     slice_usd: float = 0.0
     """What the calibration slice's job dirs booked (0 with ``plan.source``: nothing was sent for it)."""
+    ledger_before: Mapping[str, int] = field(default_factory=dict)
+    """Per job, the rows of its spend ledger before the main run (what it paid without records)."""
 
 
 def before_launch(config: DictConfig, jobs: Sequence[DictConfig], groups: Sequence[Sequence[str]]) -> SweepPlan:
@@ -89,6 +92,7 @@ def before_launch(config: DictConfig, jobs: Sequence[DictConfig], groups: Sequen
         from cts import tracking
 
         tracking.prepare_store(str(config.tracking.uri))
+    plan.ledger_before = {p.name: ledger_rows(p.job_dir) for p in plans}
     plan.started, plan.cpu_started = time.monotonic(), time.process_time()  # the main run starts now
     return plan
 
@@ -236,12 +240,20 @@ def _check_spend_limit(config: DictConfig, plan: SweepPlan) -> None:
 
 
 def actual_figures(plan: SweepPlan) -> dict[str, float]:
-    """What the main run did: its new records' calls, tokens and USD, and its wall time."""
+    """What the main run did: its calls, tokens and USD, and its wall time.
+
+    The counts are its new records' plus what its jobs' spend ledgers booked for
+    instances without a record (stopped mid-way by the spend limit): every request paid for.
+    """
     totals = {c: 0.0 for c in COUNTS}
     for job in plan.jobs:
         for cost in instance_costs(job.job_dir, job.routes, skip=plan.records_before.get(job.name, 0)):
             for c in COUNTS:
                 totals[c] += cost.counts.get(c, 0.0)
+        unrecorded = unrecorded_usage(job.job_dir, skip=plan.ledger_before.get(job.name, 0))
+        totals["calls"] += unrecorded.pop("requests")
+        for c, value in unrecorded.items():
+            totals[c] += value
     return {**totals, "wall_s": time.monotonic() - plan.started, "cpu_s": time.process_time() - plan.cpu_started}
 
 

@@ -3,7 +3,7 @@
 A job dir's spend is the cost booked in its records plus a small ledger
 (``spend.jsonl``) of what was paid for instances that never got a record: calls
 in flight when the spend limit stopped the job, and calls of instances it stopped
-mid-way. ``services.llm.spend.max_usd`` caps that total across every run into
+mid-way. Each row books the USD and the requests and tokens behind it. ``services.llm.spend.max_usd`` caps that total across every run into
 the dir, so a resume with the same cap does not spend it again.
 """
 
@@ -38,16 +38,51 @@ def recorded_spend(records: Iterable[Record]) -> float:
 
 def unrecorded_spend(job_dir: Path) -> float:
     """USD paid in ``job_dir`` for instances without a record (the ledger's total)."""
-    path = Path(job_dir) / SPEND_FILE
+    return sum(float(row["unrecorded_usd"]) for row in _ledger_rows(Path(job_dir)))
+
+
+UNRECORDED_KEYS = ("requests", "tokens_in", "tokens_out", "tokens_reasoning")
+"""The usage counts a ledger row books beside its USD (``unrecorded``)."""
+
+
+def unrecorded_usage(job_dir: Path, skip: int = 0) -> dict[str, float]:
+    """Requests, tokens and USD paid in ``job_dir`` for instances without a record.
+
+    Args:
+        job_dir: The job dir.
+        skip: Ledger rows to leave out (those written before a run started).
+
+    Returns:
+        Each of :data:`UNRECORDED_KEYS` and ``usd``, summed over the ledger's rows after
+        the first ``skip`` (rows written before the counts were booked count only their USD).
+    """
+    totals = dict.fromkeys((*UNRECORDED_KEYS, "usd"), 0.0)
+    for row in _ledger_rows(Path(job_dir))[skip:]:
+        totals["usd"] += float(row.get("unrecorded_usd", 0.0))
+        counts = row.get("unrecorded") or {}
+        for key in UNRECORDED_KEYS:
+            totals[key] += float(counts.get(key, 0.0))
+    return totals
+
+
+def ledger_rows(job_dir: Path) -> int:
+    """How many rows the ledger of ``job_dir`` holds (0 without one)."""
+    return len(_ledger_rows(Path(job_dir)))
+
+
+def _ledger_rows(job_dir: Path) -> list[dict[str, Any]]:
+    path = job_dir / SPEND_FILE
     if not path.exists():
-        return 0.0
-    total = 0.0
+        return []
+    rows = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            total += float(json.loads(line)["unrecorded_usd"])
+            row = json.loads(line)
+            float(row["unrecorded_usd"])
         except (ValueError, KeyError, TypeError):
             continue  # a line torn by a killed process
-    return total
+        rows.append(row)
+    return rows
 
 
 def spent_so_far(job_dir: Path) -> float:
@@ -100,7 +135,8 @@ class SpendLimitedJob:
         from cts.sweep import start_async
 
         self.job_dir = Path(job_dir)
-        self._before = recorded_spend(read_records(self.job_dir / RECORDS_FILE))
+        before = list(read_records(self.job_dir / RECORDS_FILE))
+        self._n_before, self._before = len(before), recorded_spend(before)
         if limit.max_usd is not None:
             limit.count_prior_spend(self._before + unrecorded_spend(self.job_dir), str(self.job_dir.resolve()))
 
@@ -131,12 +167,22 @@ class SpendLimitedJob:
 
     def _book(self, stop: str) -> None:
         paid = sum(float(u.get("cost_usd", 0.0)) for u in self._usage.values())
-        orphan = paid - (recorded_spend(read_records(self.job_dir / RECORDS_FILE)) - self._before)
+        records = list(read_records(self.job_dir / RECORDS_FILE))[self._n_before :]
+        orphan = paid - recorded_spend(records)
         if orphan > _EPS:
             log.warning(
                 "%.6f USD paid for instances without a record (in flight at the stop); booked in %s", orphan, SPEND_FILE
             )
-            _append(self.job_dir / SPEND_FILE, {"unrecorded_usd": orphan, "stop_reason": stop, "time": time.time()})
+            counts = {
+                key: _total(self._usage.values(), key) - _total((u for r in records for u in r.usage.values()), key)
+                for key in UNRECORDED_KEYS
+            }
+            row = {"unrecorded_usd": orphan, "unrecorded": counts, "stop_reason": stop, "time": time.time()}
+            _append(self.job_dir / SPEND_FILE, row)
+
+
+def _total(rows: Iterable[Mapping[str, Any]], key: str) -> float:
+    return sum(float(row.get(key, 0.0)) for row in rows)
 
 
 @contextlib.contextmanager

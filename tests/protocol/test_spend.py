@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_dir
 
 from cts import tracking
 from cts.core.records import read_records
-from cts.protocol.spend import SPEND_FILE
+from cts.protocol.spend import SPEND_FILE, unrecorded_usage
 from tests.conftest import REPO
 from tests.llm_fakes import protocol_reply
 from tests.llm_server import Reply, ScriptedServer
@@ -62,6 +62,10 @@ def test_a_spend_limit_stop_is_marked_paid_calls_counted_and_cap_holds_across_re
         assert m["cost_usd"] == pytest.approx(PER_CALL)  # the one record
         assert m["cost_unrecorded_usd"] == pytest.approx(3 * PER_CALL)  # paid, in flight at the stop
         assert m["cost_total_usd"] == pytest.approx(paid)
+        # the ledger books the requests and tokens behind that USD too (what the planner's actuals add)
+        assert unrecorded_usage(tmp_path / "job") == pytest.approx(
+            {"requests": 3, "tokens_in": 30, "tokens_out": 0, "tokens_reasoning": 0, "usd": 3 * PER_CALL}
+        )
         run_ = latest_run(tmp_path)
         assert run_["tags.stop_reason"] == "spend_limit" and run_["metrics.n_missing"] == 7
         assert run_["metrics.cost_total_usd"] == pytest.approx(paid)

@@ -82,7 +82,19 @@ def test_a_failed_setup_stops_the_started_job_and_books_what_it_paid(tmp_path: P
         assert len(server.requests) == 1
     assert cancelled.is_set()
     booked = [json.loads(line) for line in (tmp_path / SPEND_FILE).read_text().splitlines()]
-    assert booked == [{"unrecorded_usd": pytest.approx(0.01), "stop_reason": "setup_failed", "time": booked[0]["time"]}]
+    assert booked == [
+        {
+            "unrecorded_usd": pytest.approx(0.01),
+            "unrecorded": {
+                "requests": 1,
+                "tokens_in": 10,
+                "tokens_out": 0,
+                "tokens_reasoning": 0,
+            },
+            "stop_reason": "setup_failed",
+            "time": booked[0]["time"],
+        }
+    ]
 
 
 def _one_job_in_a_sweep(
