@@ -8,11 +8,13 @@ import gc
 gc.disable()
 
 import os
+import sys
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
+from cts._util.switches import spell_out_switches
 from cts.compose.validate import register_resolvers
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
@@ -28,4 +30,8 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    try:  # plan=true is plan.enabled=true, so plan.calibration_n=10 beside it has a node to go into
+        sys.argv[1:] = spell_out_switches(sys.argv[1:])
+    except ValueError as e:
+        sys.exit(f"error: {e}")
     main()

@@ -19,6 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from cts.compose.services import Services, component_arguments
 from cts.core.types import QA, Nugget
@@ -29,7 +30,7 @@ FAKES = Path(__file__).resolve().parents[1] / "tests" / "llm_fakes.py"
 
 SPEC = {
     "name": "bench",
-    "model": "openai/bench-model",
+    "id": "openai/bench-model",
     "params": {"temperature": 0},
     "input_cost_per_token": 1e-7,
     "output_cost_per_token": 4e-7,
@@ -69,7 +70,10 @@ def _services(base_url: str, concurrency: int, cache_dir: Path, transport: str =
     return Services(cache_dir=cache_dir, settings={"llm": llm})
 
 
-def built(target: type, services: Services, **config: object) -> object:
+T = TypeVar("T")
+
+
+def built(target: type[T], services: Services, **config: object) -> T:
     """``target`` as the composition layer builds it (a chat client for ``model``)."""
     return target(**component_arguments(target, config, services))
 

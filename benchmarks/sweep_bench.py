@@ -148,7 +148,8 @@ class _Sampler:
     """Samples the server's calls in flight every 50 ms while a sweep runs."""
 
     def __init__(self, server: ScriptedServer) -> None:
-        self.server, self.samples = server, []  # type: ignore[var-annotated]
+        self.server = server
+        self.samples: list[tuple[float, int]] = []  # (time, calls in flight)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -170,7 +171,9 @@ class _Sampler:
         if not busy:
             return []
         kept = self.samples[busy[0] : busy[-1] + 1]
-        t0, out, bucket = kept[0][0], [], []  # type: ignore[var-annotated]
+        t0 = kept[0][0]
+        out: list[float] = []  # the means so far
+        bucket: list[int] = []  # the samples of the current step
         for t, n in kept:
             if t - t0 >= step * (len(out) + 1):
                 out.append(sum(bucket) / max(1, len(bucket)))

@@ -60,6 +60,18 @@ def services(cache_dir: Path):  # noqa: ANN201 - Services (imported lazily)
     return Services(cache_dir=cache_dir, settings={"corpus_lang": "en-us"})
 
 
+@pytest.fixture(scope="session")
+def offline_jobs(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> dict[int, Path]:
+    """Job dirs of one offline job (rules_scope, k=1, 12 instances) run with ``repeats`` 1 and 3, by repeats.
+
+    The offline roles are deterministic, so the three repeats of an instance are identical.
+    """
+    from tests.runs import offline_job
+
+    root = tmp_path_factory.mktemp("offline-jobs")
+    return {n: offline_job(root / f"repeats{n}", cache_dir, "k=1", "limit=12", f"repeats={n}") for n in (1, 3)}
+
+
 # Real services for the cluster tests (tests/cluster_servers.py): started once per session on
 # loopback, skipped with the reason when this machine cannot run them.
 @pytest.fixture(scope="session")

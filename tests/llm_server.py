@@ -44,7 +44,7 @@ def llm_settings(server: ScriptedServer, cache_dir: Path | None = None, **overri
 
     Routes every model to the server, uses tiny backoffs and a short timeout,
     and turns the cache off unless ``cache_dir`` is given. ``overrides`` replace
-    top-level keys (e.g. ``max_attempts=2``, ``budget={"max_usd": 0.01}``).
+    top-level keys (e.g. ``max_attempts=2``, ``spend={"max_usd": 0.01}``).
     """
     settings: dict[str, Any] = {
         "api_base": server.base_url,
@@ -55,7 +55,7 @@ def llm_settings(server: ScriptedServer, cache_dir: Path | None = None, **overri
         "max_attempts": 3,
         "backoff": {"initial": 0.01, "max": 0.05, "jitter": 0.01, "max_retry_after": 5.0},
         "max_reasks": 2,
-        "budget": {"max_usd": None},
+        "spend": {"max_usd": None},
         "tracing": False,
     }
     settings.update(overrides)

@@ -45,10 +45,29 @@ def run_py(*args: str, cwd: Path = REPO, timeout: int = 600) -> subprocess.Compl
     return proc
 
 
+OFFLINE_RESAMPLES = 2000
+"""Bootstrap resamples of :func:`offline_job` (a report recomputing its CIs must use the same)."""
+
+
+def offline_job(job_dir: Path, cache_dir: Path, *overrides: str) -> Path:
+    """Run one offline job (``experiment=offline``) into ``job_dir``, with a tracking store beside it."""
+    job_dir.parent.mkdir(parents=True, exist_ok=True)
+    run_py(
+        "experiment=offline",
+        f"hydra.run.dir={job_dir}",
+        f"tracking.uri=sqlite:///{job_dir.parent / 'mlflow.db'}",
+        f"paths.cache_dir={cache_dir}",
+        f"bootstrap.n_resamples={OFFLINE_RESAMPLES}",
+        *overrides,
+        cwd=job_dir.parent,
+    )
+    return job_dir
+
+
 _COPIED = ("run.py", "conf", "prompts", "cts", "hydra_plugins")
 
 
-_SWEEP_ENV = ("PROJECT_ROOT", "CTS_SWEEP_RESUME", "CTS_SWEPT_KEYS", "HYDRA_FULL_ERROR")
+_SWEEP_ENV = ("PROJECT_ROOT", "HYDRA_FULL_ERROR")
 
 
 def fresh_clone(root: Path) -> Path:

@@ -150,3 +150,31 @@ def test_old_module_paths_import_the_moved_modules() -> None:
 
     for old, new in MOVED.items():
         assert importlib.import_module(old) is importlib.import_module(new), old
+
+
+_CONFIG_READERS = ("cts.compose", "cts.sweep", "cts._util.naming", *LAYERS[-1][1])
+"""Where the config is read: the composition layer, the launcher's session (it hands ``HydraConfig``
+from job to job), Hydra's resolver for job names, and the entry points that compose their own
+command line (``python -m cts.gating``, ``cts.plan`` ...). Everything else takes plain objects."""
+_CONFIG_NAMES = {"DictConfig", "ListConfig", "HydraConfig"}
+_CONFIG_CALLS = {"select", "to_container", "masked_copy", "to_object"}
+
+
+def _reads_config(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module in ("omegaconf", "hydra.core.hydra_config"):
+            found += [a.name for a in node.names if a.name in _CONFIG_NAMES]
+        elif isinstance(node, ast.Attribute) and getattr(node.value, "id", "") == "OmegaConf":
+            found += [f"OmegaConf.{node.attr}"] if node.attr in _CONFIG_CALLS else []
+    return found
+
+
+def test_only_the_composition_layer_reads_the_config() -> None:
+    """Tasks, the protocol and the components never read the config or Hydra's runtime (``cts.compose`` does)."""
+    bad = {}
+    for path in PKG.rglob("*.py"):
+        name = module_name(path)
+        if not any(name == p or name.startswith(p + ".") for p in _CONFIG_READERS) and (found := _reads_config(path)):
+            bad[name] = sorted(set(found))
+    assert not bad, bad

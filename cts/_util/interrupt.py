@@ -17,8 +17,8 @@ the same records or update the same run.
 The resume command works from any directory: the Python that ran the job, the
 absolute path of the script, every argument shell-quoted and the dir Hydra-quoted.
 A job of a multirun resumes with its sweep's command (the same sweep plus
-``hydra.sweep.dir=<abs dir>``), recorded once by the launching process
-(:func:`remember_sweep`) for every job, in-process or in a launcher's worker. A
+``hydra.sweep.dir=<abs dir>``), recorded once by the launching process with the sweep
+(:mod:`cts._util.launch`) for every job, in-process or in a launcher's worker. A
 launcher that runs every job of the sweep in its own process says it once for all
 of them (:func:`sweep_signals`).
 """
@@ -26,7 +26,6 @@ of them (:func:`sweep_signals`).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shlex
@@ -39,8 +38,6 @@ from types import FrameType
 from filelock import FileLock, Timeout
 
 LOCK_FILE = ".cts.lock"
-SWEEP_ENV = "CTS_SWEEP_RESUME"
-"""The running sweep's dir and resume command (JSON), set by the launching process for every job."""
 _DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
 _HYDRA_PLAIN = re.compile(r"[A-Za-z0-9_/.\-+:@%]+")  # a value Hydra's override grammar reads unquoted, as is
 _received: list[int] = []
@@ -120,7 +117,7 @@ def resume_command(overrides: Sequence[str], job_dir: Path, sweep_dir: str = "",
         overrides: The arguments after the script (``hydra.run.dir``/``hydra.sweep.dir`` are replaced).
         job_dir: The job's output dir.
         sweep_dir: The multirun's sweep dir ("" for a single run): the command reruns the sweep,
-            as recorded by :func:`remember_sweep` when it is this sweep.
+            as the launching process recorded it (:mod:`cts._util.launch`) when it is this sweep.
         script: The script that started the job (default: :func:`entry_script`).
     """
     recorded = recorded_sweep(sweep_dir) if sweep_dir else None
@@ -134,30 +131,12 @@ def resume_command(overrides: Sequence[str], job_dir: Path, sweep_dir: str = "",
     return shlex.join([sys.executable, os.path.abspath(script) if script else entry_script(), *args, pinned])
 
 
-def remember_sweep(sweep_dir: str, argv: Sequence[str]) -> str:
-    """Record the running sweep's resume command for its jobs (in the environment: workers inherit it).
-
-    Args:
-        sweep_dir: The sweep's dir (resolved once, absolute).
-        argv: The sweep's command line after the script (``sys.argv[1:]``).
-
-    Returns:
-        The command.
-    """
-    os.environ.pop(SWEEP_ENV, None)
-    command = resume_command(argv, Path(sweep_dir), sweep_dir)
-    os.environ[SWEEP_ENV] = json.dumps({"dir": os.path.abspath(sweep_dir), "command": command})
-    return command
-
-
 def recorded_sweep(sweep_dir: str) -> str | None:
-    """The resume command :func:`remember_sweep` recorded for ``sweep_dir`` (None for another sweep or none)."""
-    try:
-        data = json.loads(os.environ.get(SWEEP_ENV) or "{}")
-    except ValueError:
-        return None
-    same = bool(sweep_dir) and data.get("dir") == os.path.abspath(sweep_dir)
-    return str(data["command"]) if same and data.get("command") else None
+    """The resume command the launching process recorded for the sweep in ``sweep_dir`` (None if none)."""
+    from cts._util.launch import sweep_record
+
+    record = sweep_record(sweep_dir) if sweep_dir else None
+    return record.resume if record is not None and record.resume else None
 
 
 @contextlib.contextmanager

@@ -5,33 +5,31 @@ Hydra's default ``override_dirname`` joins every override, so routing and paths
 the name and their slashes nest directories. A job is named by the factors the
 sweep varies (``clarifier=gpt,k=2``); every other setting stays in the params.
 
-The launching process knows which overrides are sweeps; it records their keys in
-the environment (:func:`remember_swept`), which every job, in-process or in a
-launcher's worker, reads back when its sub-dir is resolved (resolver ``cts_job_name``).
+The launching process knows which overrides are sweeps; it records their keys with the
+sweep (:mod:`cts._util.launch`), and every job, in-process or in a launcher's worker,
+reads them back when its sub-dir is resolved (resolver ``cts_job_name``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from omegaconf import OmegaConf
 
 __all__ = [
+    "CLARIFIER_MODEL",
     "RESOLVER",
-    "SWEPT_ENV",
     "factors",
     "job_name",
     "override_items",
     "register_resolver",
-    "remember_swept",
     "swept_keys",
+    "system_name",
 ]
 
-SWEPT_ENV = "CTS_SWEPT_KEYS"
 RESOLVER = "cts_job_name"
 _UNSAFE = re.compile(r"[^\w.,=+\-@]")  # \w keeps CJK; drops path separators, ':' and quotes
 _MAX_LEN = 120
@@ -78,22 +76,6 @@ def swept_keys(overrides: Sequence[str]) -> tuple[str, ...]:
     return tuple(o.get_key_element() for o in _parse(overrides) if o.is_sweep_override())
 
 
-def remember_swept(overrides: Sequence[str]) -> None:
-    """Record the sweep's factors for the jobs about to be launched (see the module docstring)."""
-    os.environ[SWEPT_ENV] = ",".join(swept_keys(overrides))
-
-
-def forget_swept() -> None:
-    """Drop the record once the sweep has ended."""
-    os.environ.pop(SWEPT_ENV, None)
-
-
-def current_swept() -> tuple[str, ...] | None:
-    """The swept keys of the running sweep (None when no sweep recorded them)."""
-    raw = os.environ.get(SWEPT_ENV)
-    return None if raw is None else tuple(k for k in raw.split(",") if k)
-
-
 def _safe(text: str) -> str:
     safe = _UNSAFE.sub("_", text)
     if len(safe) <= _MAX_LEN:
@@ -113,11 +95,30 @@ def job_name(overrides: Sequence[str], swept: Collection[str] | None, fallback: 
     return _safe(",".join(sorted(items))) if items else fallback
 
 
-def _resolve_job_name(overrides: Sequence[str], num: int | str = 0) -> str:
-    return job_name(list(overrides), current_swept(), fallback=f"job{num}")
+CLARIFIER_MODEL = "model@clarifier.model"
+"""The override that rebinds the clarifier's model: ``clarifier=gpt model@clarifier.model=claude`` is ``claude``."""
+
+
+def system_name(choices: Mapping[str, str], swept: Mapping[str, str]) -> str:
+    """A job's system: what the report names its rows by, the MLflow tag ``cts.system`` and the analyses.
+
+    The clarifier's model when a swept override rebinds it (:data:`CLARIFIER_MODEL`), else the
+    clarifier option (``rules_scope``, ``gpt``; ``none`` plays the orig arm). Never k, a mode or a setting.
+
+    Args:
+        choices: The job's config group choices (Hydra's ``runtime.choices``).
+        swept: The job's swept factors, as :func:`factors` gives them.
+    """
+    return swept.get(CLARIFIER_MODEL) or choices.get("clarifier") or swept.get("clarifier") or "unknown"
+
+
+def _resolve_job_name(overrides: Sequence[str], num: int | str = 0, sweep_dir: str = "") -> str:
+    from cts._util.launch import swept_keys_of
+
+    return job_name(list(overrides), swept_keys_of(str(sweep_dir)), fallback=f"job{num}")
 
 
 def register_resolver() -> None:
-    """Register ``${cts_job_name:<overrides>,<job num>}`` (idempotent)."""
+    """Register ``${cts_job_name:<overrides>,<job num>,<sweep dir>}`` (idempotent)."""
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, _resolve_job_name)

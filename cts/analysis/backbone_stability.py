@@ -29,6 +29,7 @@ from cts.analysis.common import bounded
 from cts.core.contracts import Rewriter, UserAnswerer
 from cts.core.records import Record, infra_stop
 from cts.core.types import QA, UNKNOWN, CallError, Instance, UnscoredError
+from cts.protocol.repeats import instance_means
 from cts.report.jobs import Job
 from cts.report.tables import Table
 from cts.text.lexicon import place_pattern
@@ -67,11 +68,15 @@ class Backbone:
 
 
 def frozen_items(jobs: Sequence[Job], instances: Iterable[Instance]) -> list[FrozenItem]:
-    """Unique (instance, questions) of the clarified records of ``jobs``."""
+    """Unique (instance, questions) of the clarified records of ``jobs`` (a job's in id order).
+
+    A job's repeats are reduced first (:func:`cts.protocol.repeats.instance_means` keeps repeat
+    0's questions), so a job gives one item per instance however many repeats it ran.
+    """
     by_id = {i.id: i for i in instances}
     items: dict[tuple[str, tuple[str, ...]], FrozenItem] = {}
     for job in jobs:
-        for r in job.records:
+        for r in instance_means(job.records):
             if r.questions and r.id in by_id:
                 items.setdefault((r.id, r.questions), FrozenItem(by_id[r.id], r.questions, _types(r)))
     return list(items.values())
@@ -288,7 +293,7 @@ async def _replay_or_none(item: FrozenItem, backbone: Backbone) -> Replay | None
         return await replay(item, backbone)
     except (CallError, UnscoredError) as e:  # one failed item is excluded, not the analysis...
         if infra_stop(e):
-            raise  # ...unless the infrastructure failed (budget and open circuit are no CallError: they pass)
+            raise  # ...unless the infrastructure failed (spend limit and open circuit are no CallError: they pass)
         log.warning("replay of %s failed: %s", item.instance.id, e)
         return None
 
@@ -298,7 +303,7 @@ def replayed_by_all(
 ) -> tuple[list[FrozenItem], dict[str, list[Replay]]]:
     """Keep the items every backbone replayed, so that backbones are compared on the same items."""
     keep = [i for i in range(len(items)) if all(outs[i] is not None for outs in outputs.values())]
-    return [items[i] for i in keep], {n: [outs[i] for i in keep] for n, outs in outputs.items()}  # type: ignore[misc]
+    return [items[i] for i in keep], {n: [o for i in keep if (o := outs[i]) is not None] for n, outs in outputs.items()}
 
 
 def stability_report(
@@ -352,7 +357,7 @@ def backbone_feedback(
     index = {(it.instance.id, it.questions): n for n, it in enumerate(items)}
     out = []
     for job in jobs:
-        for r in job.records:
+        for r in instance_means(job.records):  # once per instance: the repeat its item replayed (repeat 0)
             n = index.get((r.id, r.questions))
             if not job.run_id or n is None:
                 continue

@@ -1,7 +1,8 @@
 """Judge robustness (paper Table 9): re-judge the frozen answers of finished runs.
 
-Every system and orig arm of the source jobs is judged again by each judge; the
-report gives each system's score per judge, whether the ordering of systems matches
+Every clarified and orig arm of the source jobs is judged again by each judge; the
+report gives each condition's score per judge (a condition is a job's system at its k,
+``rules_scope-k1``, or the pooled ``orig``), whether the ordering of conditions matches
 the reference judge's, Kendall's tau between the rankings, and Cohen's kappa on the
 per-nugget full/partial/none labels of every pair of judges. No clarify or search
 call is made.
@@ -14,14 +15,14 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import pandas as pd
 
 from cts.analysis.common import bounded
 from cts.core.contracts import Judge
-from cts.core.records import infra_stop
+from cts.core.records import ArmResult, infra_stop
 from cts.core.scoring import restore_score
 from cts.core.types import LABELS, Gold, Label
 from cts.report.jobs import ORIG, Job
@@ -38,10 +39,10 @@ NAN = float("nan")
 
 @dataclass(frozen=True)
 class FrozenArm:
-    """One frozen answer to re-judge, and the system it belongs to."""
+    """One frozen answer to re-judge, and the condition it belongs to."""
 
-    system: str
-    """``orig`` or ``<label>-k<k>``."""
+    condition: str
+    """``orig`` or ``<label>-k<k>`` (:func:`condition_name`)."""
     instance_id: str
     answer: str
     recorded: Mapping[str, Label] = field(default_factory=dict)
@@ -53,25 +54,29 @@ class FrozenArm:
         return self.instance_id, self.answer
 
 
-def system_name(job: Job) -> str:
-    """Display name of a job's system (its configuration) in Table 9 (``rules_scope-k1``)."""
+def condition_name(job: Job) -> str:
+    """A job's condition in Table 9: its report label (the system, plus varying factors) at its k (``rules_scope-k1``)."""
     return ORIG if job.is_orig else f"{job.label}-k{job.k}"
 
 
-def _judgeable(arm: Any) -> bool:
+def _judgeable(arm: ArmResult | None) -> TypeGuard[ArmResult]:
     # An arm whose search failed has no answer; one whose judge failed does.
     return arm is not None and (arm.error is None or arm.error.stage == "judge")
 
 
 def frozen_arms(jobs: Sequence[Job]) -> list[FrozenArm]:
-    """Every judgeable system and orig answer of ``jobs`` (orig arms pooled as ``orig``)."""
+    """Every judgeable clarified and orig answer of ``jobs`` (orig arms pooled as ``orig``).
+
+    Every repeat's answer is judged (identical answers once); :func:`score_frame` then reduces
+    per instance, to the mean over its repeats, as the job's metrics do.
+    """
     arms: list[FrozenArm] = []
     for job in jobs:
-        for r in job.records:
+        for r in sorted(job.records, key=lambda r: (r.id, r.repeat)):  # not the order they finished in
             if _judgeable(r.orig):
-                arms.append(FrozenArm(ORIG, r.id, r.orig.answer, dict(r.orig.labels)))  # type: ignore[union-attr]
+                arms.append(FrozenArm(ORIG, r.id, r.orig.answer, dict(r.orig.labels)))
             if not job.is_orig and _judgeable(r.clarified):
-                arms.append(FrozenArm(system_name(job), r.id, r.clarified.answer, dict(r.clarified.labels)))  # type: ignore[union-attr]
+                arms.append(FrozenArm(condition_name(job), r.id, r.clarified.answer, dict(r.clarified.labels)))
     return arms
 
 
@@ -87,7 +92,7 @@ async def judge_all(
                 return await judge.judge(key[1], gold[key[0]].nuggets)
             except Exception as e:  # noqa: BLE001 - an unscored item is excluded, never 0...
                 if infra_stop(e):
-                    raise  # ...but the budget, an open circuit or a dead endpoint stops the analysis
+                    raise  # ...but the spend limit, an open circuit or a dead endpoint stops the analysis
                 log.warning("judge failed on %s: %s", key[0], e)
                 return None
 
@@ -112,11 +117,16 @@ def _score(labels: Mapping[str, Label] | None, gold: Gold) -> float | None:
 def score_frame(
     arms: Sequence[FrozenArm], gold: Mapping[str, Gold], labels: Mapping[str, Mapping[tuple[str, str], Any]]
 ) -> pd.DataFrame:
-    """Long table ``judge, system, instance_id, score`` (orig answers of one instance averaged)."""
+    """Long table ``judge, condition, instance_id, score``: one row per instance.
+
+    A condition's answers to one instance (its repeats) are averaged, as
+    :func:`cts.protocol.repeats.instance_means` averages their recorded scores; the orig answers
+    of one instance are averaged over every job and repeat.
+    """
     rows = [
         {
             "judge": j,
-            "system": a.system,
+            "condition": a.condition,
             "instance_id": a.instance_id,
             "score": _score(by_key.get(a.key), gold[a.instance_id]),
         }
@@ -124,42 +134,42 @@ def score_frame(
         for a in arms
         if a.instance_id in gold
     ]
-    df = pd.DataFrame(rows, columns=["judge", "system", "instance_id", "score"])
+    df = pd.DataFrame(rows, columns=["judge", "condition", "instance_id", "score"])
     df["score"] = df["score"].astype(float)
-    return df.groupby(["judge", "system", "instance_id"], sort=False, as_index=False)["score"].mean()
+    return df.groupby(["judge", "condition", "instance_id"], sort=False, as_index=False)["score"].mean()
 
 
-def system_means(scores: pd.DataFrame) -> pd.DataFrame:
-    """Mean score per judge (rows) and system (columns) over instances every judge scored."""
-    wide = scores.pivot_table(index=["system", "instance_id"], columns="judge", values="score", aggfunc="mean")
+def condition_means(scores: pd.DataFrame) -> pd.DataFrame:
+    """Mean score per judge (rows) and condition (columns) over instances every judge scored."""
+    wide = scores.pivot_table(index=["condition", "instance_id"], columns="judge", values="score", aggfunc="mean")
     common = wide.dropna()
-    means = common.groupby(level="system").mean().T
+    means = common.groupby(level="condition").mean().T
     means = means.loc[[j for j in dict.fromkeys(scores["judge"]) if j in means.index]]  # config order
-    systems = [ORIG] + sorted(s for s in means.columns if s != ORIG)
-    return means[[s for s in systems if s in means.columns]]
+    conditions = [ORIG] + sorted(c for c in means.columns if c != ORIG)
+    return means[[c for c in conditions if c in means.columns]]
 
 
 def ordering(means: pd.Series) -> str:
     """``A > B = C`` from best to worst (equal means within 1e-9 are ties)."""
     ranked = means.sort_values(ascending=False, kind="stable")
     text, last = "", None
-    for system, value in ranked.items():
+    for condition, value in ranked.items():
         if last is not None:
             text += " = " if math.isclose(value, last, abs_tol=1e-9) else " > "
-        text += str(system)
+        text += str(condition)
         last = value
     return text
 
 
 def _rank_key(means: pd.Series) -> tuple[tuple[str, ...], ...]:
     groups: dict[float, list[str]] = {}
-    for system, value in means.items():
-        groups.setdefault(round(float(value), 9), []).append(str(system))
+    for condition, value in means.items():
+        groups.setdefault(round(float(value), 9), []).append(str(condition))
     return tuple(tuple(sorted(groups[v])) for v in sorted(groups, reverse=True))
 
 
 def table9(means: pd.DataFrame, reference: str) -> Table:
-    """Table 9: score of each system per judge, ordering, same-as-reference, tau vs reference."""
+    """Table 9: score of each condition per judge, ordering, same-as-reference, tau vs reference."""
     ref = means.loc[reference]
     data = means.copy()
     data.insert(0, "judge", data.index)
@@ -168,32 +178,33 @@ def table9(means: pd.DataFrame, reference: str) -> Table:
     data["kendall_tau"] = [kendall_tau(ref.values, means.loc[j].values) for j in means.index]
     data = data.reset_index(drop=True)
     display = pd.DataFrame({"Judge": data["judge"]})
-    for s in means.columns:
-        display[s] = data[s].map(lambda v: "–" if not math.isfinite(v) else f"{v:.2f}")
+    for c in means.columns:
+        display[c] = data[c].map(lambda v: "–" if not math.isfinite(v) else f"{v:.2f}")
     display["Ordering"] = data["ordering"]
     display[f"same as {reference}"] = data["same_ordering"].map({True: "yes", False: "no"})
     display["Kendall τ"] = data["kendall_tau"].map(lambda v: "–" if not math.isfinite(v) else f"{v:.3f}")
     caption = (
-        f"Table 9. Judge robustness: mean restore_score_100 per system under each judge "
+        f"Table 9. Judge robustness: mean restore_score_100 per system and k under each judge "
         f"(instances scored by every judge); ordering and Kendall's tau vs. {reference}."
     )
     return Table("judge_table9", caption, data, display)
 
 
 def tau_table(means: pd.DataFrame) -> Table:
-    """Kendall's tau between the system rankings of every pair of judges."""
+    """Kendall's tau between the condition rankings of every pair of judges."""
     rows = [
         {
             "judge_a": a,
             "judge_b": b,
-            "n_systems": len(means.columns),
+            "n_conditions": len(means.columns),
             "kendall_tau": kendall_tau(means.loc[a].values, means.loc[b].values),
         }
         for a, b in itertools.combinations(means.index, 2)
     ]
-    data = pd.DataFrame(rows, columns=["judge_a", "judge_b", "n_systems", "kendall_tau"])
+    data = pd.DataFrame(rows, columns=["judge_a", "judge_b", "n_conditions", "kendall_tau"])
     display = data.assign(kendall_tau=data["kendall_tau"].map(lambda v: "–" if not math.isfinite(v) else f"{v:.3f}"))
-    return Table("judge_tau", "Kendall's tau between the system rankings of each pair of judges.", data, display)
+    caption = "Kendall's tau between the rankings of the conditions (system and k) by each pair of judges."
+    return Table("judge_tau", caption, data, display)
 
 
 def kappa_table(labels: Mapping[str, Mapping[tuple[str, str], Mapping[str, Label] | None]]) -> Table:
@@ -253,7 +264,7 @@ def judge_report(
     scores: pd.DataFrame, labels: Mapping[str, Mapping[tuple[str, str], Any]], reference: str
 ) -> list[Table]:
     """Table 9, the pairwise tau table and the kappa table."""
-    means = system_means(scores)
+    means = condition_means(scores)
     if reference not in means.index:
         raise ValueError(f"reference judge {reference!r} is not among {list(means.index)}")
     return [table9(means, reference), tau_table(means), kappa_table(labels)]
@@ -275,13 +286,15 @@ def judge_feedback(
 
     Named ``restore_score_100.<judge>`` beside the run's own ``restore_score_100``; the
     rationale gives the judge's labels, the metadata their agreement with the run's labels.
+    An instance's trace gets one score per judge: its first repeat's (the run's traces are found
+    by instance, :func:`cts.tracking.trace_ids_of_runs`).
     """
     out = []
     for job in jobs:
         for r in job.records:
-            if not job.run_id or not _judgeable(r.clarified) or r.id not in gold:
+            if r.repeat or not job.run_id or not _judgeable(r.clarified) or r.id not in gold:
                 continue
-            key, recorded = (r.id, r.clarified.answer), dict(r.clarified.labels)  # type: ignore[union-attr]
+            key, recorded = (r.id, r.clarified.answer), dict(r.clarified.labels)
             for judge, by_key in labels.items():
                 if judge != RECORDED:
                     out.append((job.run_id, r.id, _rejudged(judge, by_key.get(key), recorded, gold[r.id])))

@@ -26,14 +26,15 @@ from cts.compose.checks import (  # noqa: F401 - the pre-flight, also reached th
     stop_on_problems,
     unknown_key_problems,
 )
+from cts.compose.job_config import in_multirun
+from cts.compose.launch_state import launch_state
 from cts.compose.probes import exit_on_probe_problems, probe_completions, probe_endpoints, task_groups  # noqa: F401 - re-exported
 from cts.compose.services import Services, component_arguments, resource_parameters
-from cts.tasks.job import in_multirun
 from cts.tasks.registry import OutputsUnwritable, task_spec
 
 if TYPE_CHECKING:
     from cts.llm import LLMRuntime
-    from cts.protocol.budget import Budget
+    from cts.protocol.spend import SpendLimit
     from cts.tasks.job import RunInfo
 
 log = logging.getLogger(__name__)
@@ -81,12 +82,15 @@ def check_start(config: DictConfig, jobs: Sequence[DictConfig]) -> None:
 
     The Hydra callback calls it before the pre-flight (:mod:`cts.compose.callbacks`), with the run's
     (or sweep's) ``config`` and every job's composed config. Exits 1 with one ``error:`` line each:
-    :func:`cts.compose.validate.value_problems`, :func:`cts.compose.validate.output_problems`, :func:`preload_inputs`.
+    :func:`cts.compose.model_checks.spec_key_problems`, :func:`cts.compose.validate.value_problems`,
+    :func:`cts.compose.validate.output_problems`, :func:`preload_inputs`.
     """
     from cts.compose.checks import output_problems
     from cts.compose.errors import InputError, input_errors, missing_values, refuse
+    from cts.compose.model_checks import spec_key_problems
     from cts.compose.validate import value_problems
 
+    refuse([p for job in jobs for p in spec_key_problems(job)])  # before any spec is built from a model file
     refuse([p for job in jobs for p in value_problems(job)])
     refuse(output_problems(config))
     for job in jobs:
@@ -97,7 +101,7 @@ def check_start(config: DictConfig, jobs: Sequence[DictConfig]) -> None:
 
 
 def preload_inputs(cfg: DictConfig) -> None:
-    """Read the task's input files now (a dataset built from files alone, the gold task's instances).
+    """Read the task's input files now (a dataset built from files alone, build_gold's instances).
 
     A broken file is refused before anything is created, and the task reuses what was read
     (:meth:`ConfiguredTask.input`). An input built from the job's resources (the demo set) is left to the job.
@@ -106,7 +110,7 @@ def preload_inputs(cfg: DictConfig) -> None:
         found = task_spec(str(cfg.task._target_)).read(ConfiguredTask(cfg, build_services(cfg), files_only=True))
     except _NeedsResources:
         return
-    _INPUTS[_input_key(cfg)] = found
+    launch_state().inputs[_input_key(cfg)] = found
 
 
 def _input_key(cfg: DictConfig) -> str:
@@ -115,9 +119,6 @@ def _input_key(cfg: DictConfig) -> str:
     names = [v for v in (ds.values() if isinstance(ds, dict) else ()) if isinstance(v, str) and os.path.isfile(v)]
     files = [(n, os.stat(n).st_size, os.stat(n).st_mtime_ns) for n in names]
     return json.dumps([str(cfg.task._target_), ds, files], sort_keys=True, default=str)
-
-
-_INPUTS: dict[str, Any] = {}
 
 
 class _NeedsResources(Exception):
@@ -143,19 +144,19 @@ class ConfiguredTask:
 
     @functools.cached_property
     def fingerprint(self) -> str:
-        from cts.tasks.job import protocol_fingerprint
+        from cts.compose.job_config import protocol_fingerprint
 
         return protocol_fingerprint(self._cfg)
 
     @functools.cached_property
     def protocol_config(self) -> dict[str, Any]:
-        from cts.tasks.job import protocol_config
+        from cts.compose.job_config import protocol_config
 
         return protocol_config(self._cfg)
 
     @property
-    def budget(self) -> Budget:
-        return llm_budget(self._services)
+    def spend_limit(self) -> SpendLimit:
+        return llm_spend_limit(self._services)
 
     @property
     def llm(self) -> LLMRuntime:
@@ -194,21 +195,21 @@ class ConfiguredTask:
         return build_node(node, self._services)
 
     def model_ids(self, *keys: str) -> dict[str, str]:
-        from cts.llm.preflight import find_model_specs
+        from cts.compose.model_checks import find_model_specs
 
         return {
-            path: str(node.get("model"))
-            for path, node in find_model_specs(OmegaConf.masked_copy(self._cfg, list(keys)))
+            path: str(node.get("id")) for path, node in find_model_specs(OmegaConf.masked_copy(self._cfg, list(keys)))
         }
 
     def input(self) -> Any:
         """What :func:`preload_inputs` read if its files are unchanged (a sweep's jobs share it), else read now."""
         key = _input_key(self._cfg)
-        found = _INPUTS.get(key) if in_multirun() else _INPUTS.pop(key, None)
+        inputs = launch_state().inputs
+        found = inputs.get(key) if in_multirun() else inputs.pop(key, None)
         return found if found is not None else task_spec(str(self._cfg.task._target_)).read(self)
 
-    def resource_stats(self) -> dict[str, float]:
-        return self._services.stats()
+    def resource_counters(self) -> dict[str, float]:
+        return self._services.counters()
 
     def places(self) -> tuple[str, ...]:
         from cts.compose.services import concretiser_places
@@ -229,7 +230,8 @@ def run_configured_task(cfg: DictConfig, services: Services) -> float | None:
 
 def run_info(cfg: DictConfig) -> RunInfo:
     """Where the job sits, its tracking settings, resolved config and tags."""
-    from cts.tasks.job import RunInfo, job_context, job_tags, tracking_settings
+    from cts.compose.job_config import job_context, job_tags, tracking_settings
+    from cts.tasks.job import RunInfo
 
     ctx, t = job_context(cfg), cfg.tracking
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -237,14 +239,14 @@ def run_info(cfg: DictConfig) -> RunInfo:
     return RunInfo(ctx, tracking_settings(t), cast("dict[str, Any]", resolved), job_tags(cfg, ctx))
 
 
-def llm_budget(services: Services) -> Budget:
-    """The job's LLM budget (``services.llm.budget.max_usd``, ``timeout_s``); the runtime is built only if capped."""
-    from cts.protocol.budget import Budget
+def llm_spend_limit(services: Services) -> SpendLimit:
+    """The job's LLM spend limit (``services.llm.spend.max_usd``, ``timeout_s``); the runtime is built only if capped."""
+    from cts.protocol.spend import SpendLimit
 
     llm = services.settings.get("llm") or {}
-    cap = (llm.get("budget") or {}).get("max_usd")
+    cap = (llm.get("spend") or {}).get("max_usd")
     timeouts = [llm.get("timeout_s") or 120.0, *(llm.get("role_timeout_s") or {}).values()]  # the longest settles
-    return Budget(
+    return SpendLimit(
         None if cap is None else float(cap),
         float(max(t for t in timeouts if t is not None)),
         lambda usd, job_dir: services.llm.count_prior_spend(usd, job_dir),
@@ -254,7 +256,7 @@ def llm_budget(services: Services) -> Budget:
 def build_services(cfg: DictConfig) -> Services:
     """The job's shared resources (corpus, index, LLM runtime), built lazily."""
     settings = OmegaConf.to_container(cfg.services, resolve=True)
-    return Services(cache_dir=Path(cfg.paths.cache_dir).expanduser(), settings=settings)  # type: ignore[arg-type]
+    return Services(cache_dir=Path(cfg.paths.cache_dir).expanduser(), settings=settings)  # type: ignore[arg-type]  # a mapping node: a dict
 
 
 def build_node(node: Any, services: Services) -> Any:

@@ -1,4 +1,8 @@
-"""Hydra callbacks: tracking-store set-up before jobs, the sweep report after them."""
+"""Hydra callbacks of a launch (:class:`LaunchCallbacks`): everything before the jobs and after them.
+
+Before: the start-up checks, the pre-flight, the endpoint and completion probes, the plan and
+the MLflow store; after: the sweep report and the closing lines.
+"""
 
 from __future__ import annotations
 
@@ -19,8 +23,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from cts import tracking
 from cts._util.console import job_closing_lines, sweep_closing_lines
-from cts._util.interrupt import hydra_quote, remember_sweep
-from cts._util.naming import forget_swept, register_resolver, remember_swept
+from cts._util.interrupt import hydra_quote, resume_command
+from cts._util.launch import begin_sweep, end_sweep
+from cts._util.naming import register_resolver, swept_keys
+from cts.compose.launch_state import new_launch
 
 if TYPE_CHECKING:
     from cts.report import ReportResult
@@ -118,8 +124,14 @@ def report_or_exit(config: DictConfig, n_jobs: int) -> Path:
     return result.out_dir
 
 
-class PrepareTrackingStore(Callback):
-    """Create the MLflow schema once in the parent, before parallel jobs race to migrate it."""
+class LaunchCallbacks(Callback):
+    """The launch's lifecycle, in the launching process (``hydra.callbacks.cts`` in ``conf/config.yaml``).
+
+    Before any job: the start-up checks (values, output places, input files), the pre-flight
+    (keys, request rules), one probe per distinct endpoint and request, the plan (forecast, budget)
+    and the MLflow store, whose schema is created once here before parallel jobs race to migrate it.
+    After the jobs: the sweep report, and the lines saying where the results are.
+    """
 
     def __init__(self) -> None:
         self._n_jobs = 0  # the jobs of the sweep (on_multirun_start), which its report must cover
@@ -140,9 +152,11 @@ class PrepareTrackingStore(Callback):
             task_groups,
         )
 
-        remember_swept(list(config.hydra.overrides.task))
+        end_sweep()  # an earlier sweep of this process (a notebook) is over
+        new_launch()  # nothing of an earlier launch is reused: its endpoints are probed again
         sweep_dir = pin_sweep_dir(config)  # before any job's config is composed
-        remember_sweep(sweep_dir, sys.argv[1:])
+        swept = swept_keys(list(config.hydra.overrides.task))
+        record = begin_sweep(sweep_dir, swept, resume_command(sys.argv[1:], Path(sweep_dir), sweep_dir))
         jobs = sweep_job_configs(config)
         self._n_jobs = len(jobs)
         check_start(config, jobs)  # values, output places, input files: before any dir or store exists
@@ -151,7 +165,8 @@ class PrepareTrackingStore(Callback):
         probe_completions(jobs)  # one minimal completion per distinct request of the sweep
         from cts.plan import before_launch
 
-        self._plan = before_launch(config, jobs, [task_groups(job) for job in jobs])  # plan=true: forecast, budget
+        self._plan = before_launch(config, jobs, [task_groups(job) for job in jobs])  # plan=true: forecast, spend limit
+        record.write()  # <sweep>/sweep.json: what jobs in other processes (joblib, Slurm) read
         if not jobs_open_store_here(config):
             tracking.prepare_store(config.tracking.uri)
 
@@ -165,6 +180,7 @@ class PrepareTrackingStore(Callback):
             task_groups,
         )
 
+        new_launch()
         check_start(config, [config])  # values, output places, input files: before the run dir or store exists
         preflight(config, groups=task_groups(config))
         probe_endpoints([config])  # before the store: a dead endpoint fails fast and creates nothing
@@ -177,7 +193,7 @@ class PrepareTrackingStore(Callback):
         from cts.sweep._compose import forget_composed
 
         end_startup_gc()  # a launcher whose jobs ran elsewhere (joblib, Slurm) left it off here
-        forget_swept()
+        end_sweep()
         forget_composed()
         from cts.plan import after_sweep
 
@@ -197,6 +213,10 @@ class PrepareTrackingStore(Callback):
             return
         job_dir = Path(str(job_return.hydra_cfg.hydra.runtime.output_dir))
         print("\n".join(job_closing_lines(str(job_dir), *_tracked_run(job_dir, config))), flush=True)
+
+
+PrepareTrackingStore = LaunchCallbacks
+"""The old name of :class:`LaunchCallbacks` (``.hydra/hydra.yaml`` of older job dirs names it)."""
 
 
 def _tracked_run(job_dir: Path, config: DictConfig) -> tuple[str | None, str, str]:
@@ -227,11 +247,10 @@ def build_report(config: DictConfig) -> ReportResult:
 
     result = build_sweep_report(
         config.hydra.sweep.dir,
-        n_resamples=config.stats.n_resamples,
-        confidence=config.stats.confidence,
+        n_resamples=config.bootstrap.n_resamples,
+        confidence=config.bootstrap.confidence,
         seed=config.seed,
     )
-    if result.ok:
+    if result.ok:  # build_sweep_report said where it wrote the report: once on the console
         log_sweep_report(result, config.tracking.uri, config.tracking.experiment)
-        log.info("sweep report written to %s", result.out_dir)
     return result

@@ -1,7 +1,7 @@
 """Checks of a composed config that need no job: what the run writes, unknown keys, the pre-flight.
 
 :func:`output_problems` tries every place a run writes (its run or sweep dir, the SQLite
-store and its artifacts, a gold archive) by creating a file there
+store and its artifacts, the dirs its task writes, e.g. a gold archive) by creating a file there
 (:func:`cts._util.io.unwritable_reason`), which also holds for root, whom permission bits do not
 stop: a read-only or full place is refused before Hydra opens its log file there.
 :func:`preflight` lists unknown keys and unusable models (missing keys, request rules).
@@ -30,6 +30,7 @@ __all__ = [
     "preflight",
     "preflight_problems_of",
     "stop_on_problems",
+    "task_writes",
     "unknown_key_problems",
 ]
 
@@ -51,7 +52,7 @@ class Place:
 
 
 def output_places(cfg: DictConfig) -> list[Place]:
-    """Where the run in ``cfg`` will write: its run or sweep dir, the SQLite store and its artifacts, a gold archive."""
+    """Where the run in ``cfg`` will write: its run or sweep dir, the SQLite store and its artifacts, its task's dirs."""
     root = "paths.output_root=DIR"
     mode = OmegaConf.select(cfg, "hydra.mode", default=None)
     key = "hydra.sweep.dir" if str(getattr(mode, "name", mode)) == "MULTIRUN" else "hydra.run.dir"
@@ -69,10 +70,22 @@ def output_places(cfg: DictConfig) -> list[Place]:
             Place(db.parent, "tracking.uri", hint, (db.name, f"{db.name}.lock")),
             Place(db.parent / "artifacts", "tracking.uri", hint, ()),
         ]
-    gold = OmegaConf.select(cfg, "gold.out_dir", default=None, throw_on_missing=False)
-    if gold is not None and str(OmegaConf.select(cfg, "task._target_", default="")).endswith(".gold_task"):
-        places.append(Place(Path(str(gold)).absolute().parent, "gold.out_dir", "gold.out_dir=DIR", ()))
+    for out in task_writes(cfg):
+        where = OmegaConf.select(cfg, out, default=None, throw_on_missing=False)
+        if where is not None:
+            places.append(Place(Path(str(where)).absolute().parent, out, f"{out}=DIR", ()))
     return places
+
+
+def task_writes(cfg: DictConfig) -> tuple[str, ...]:
+    """The config keys of the dirs the task of ``cfg`` writes besides its job dir (its ``@task(writes=...)``)."""
+    from cts.tasks.registry import task_spec
+
+    target = OmegaConf.select(cfg, "task._target_", default=None, throw_on_missing=False)
+    try:
+        return task_spec(str(target)).writes if target else ()
+    except ValueError:  # not a cts task: the run refuses it itself, with its own line
+        return ()
 
 
 def output_problems(cfg: DictConfig) -> list[str]:
@@ -143,8 +156,8 @@ def preflight(cfg: DictConfig, groups: tuple[str, ...] | None = None) -> None:
 
 def preflight_problems_of(cfg: DictConfig, groups: tuple[str, ...] | None = None) -> list[str]:
     """The pre-flight problems of one composed config: unknown keys, unreachable models."""
-    from cts.llm.preflight import preflight_problems
-    from cts.llm.rulecheck import rule_problems
+    from cts.compose.model_checks import preflight_problems
+    from cts.compose.request_rules import rule_problems
 
     components = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k not in ("hydra", "task")])
     scoped = OmegaConf.masked_copy(cfg, list(groups)) if groups else cfg
@@ -159,7 +172,7 @@ def stop_on_problems(problems: list[str]) -> None:
     hints = []
     if any(is_key_problem(p) for p in problems):
         hints.append("Correct or remove the config keys above.")
-    if any(_RULE_PROBLEM in p for p in problems):  # cts.llm.rulecheck
+    if any(_RULE_PROBLEM in p for p in problems):  # cts.compose.request_rules
         hints.append("Change or remove the parameters above; the model file's `request:` node cites each rule.")
     if not all(is_key_problem(p) or _RULE_PROBLEM in p for p in problems):
         hints.append(

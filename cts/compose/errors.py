@@ -191,7 +191,7 @@ def quiet_unwritable_logs() -> None:
     """
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler) and not isinstance(handler.handleError, functools.partial):
-            handler.handleError = functools.partial(_log_file_failed, handler)  # type: ignore[method-assign]
+            handler.handleError = functools.partial(_log_file_failed, handler)  # type: ignore[method-assign]  # this handler's own
 
 
 def _log_file_failed(handler: logging.FileHandler, record: logging.LogRecord) -> None:

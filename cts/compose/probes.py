@@ -1,7 +1,8 @@
 """Pre-flight probes of a sweep's LLM endpoints: one GET per endpoint, one minimal completion per request.
 
-Each runs once per process for what it already checked (a sweep's jobs share it); a problem
-exits 1 before anything is created, one line per endpoint or model.
+Each runs once per launch for what it already checked (a sweep's jobs share it:
+:mod:`cts.compose.launch_state`); a problem exits 1 before anything is created, one line per
+endpoint or model.
 """
 
 from __future__ import annotations
@@ -25,26 +26,21 @@ def task_groups(cfg: DictConfig) -> tuple[str, ...]:
     return (*calls, "services")
 
 
-_PROBED: set[tuple[str, str | None]] = set()
-
-
-_COMPLETED: set[str] = set()
-
-
 def probe_endpoints(cfgs: Sequence[DictConfig]) -> None:
     """Probe every distinct endpoint of these jobs once; exit 1 naming each dead one.
 
-    Jobs with ``services.llm.preflight_probe=false`` are not probed (see :mod:`cts.llm.preflight`);
-    an endpoint that answered once in this process is not probed again.
+    Jobs with ``services.llm.preflight_probe=false`` are not probed (see :mod:`cts.compose.model_checks`);
+    an endpoint that answered once in this launch is not probed again.
     """
-    from cts.llm.preflight import endpoints_of, probe_problems
+    from cts.compose.launch_state import launch_state
+    from cts.compose.model_checks import endpoints_of, probe_problems
 
     jobs = [
         OmegaConf.masked_copy(c, list(task_groups(c)))
         for c in cfgs
         if OmegaConf.select(c, "services.llm.preflight_probe", default=True)
     ]
-    endpoints = [e for e in endpoints_of(jobs) if (e.api_base, e.api_key) not in _PROBED]
+    endpoints = [e for e in endpoints_of(jobs) if (e.api_base, e.api_key) not in launch_state().probed]
     if not endpoints:
         return
     timeout = float(OmegaConf.select(jobs[0], "services.llm.preflight_timeout_s", default=5.0))
@@ -54,22 +50,23 @@ def probe_endpoints(cfgs: Sequence[DictConfig]) -> None:
         "Start the server or correct its URL (services.llm.api_base, or the model's api_base); "
         "services.llm.preflight_probe=false skips this check.",
     )
-    _PROBED.update((e.api_base, e.api_key) for e in endpoints)
+    launch_state().probed.update((e.api_base, e.api_key) for e in endpoints)
 
 
 def probe_completions(cfgs: Sequence[DictConfig]) -> None:
     """One minimal completion per distinct request of these jobs; exit 1 naming each failure.
 
     Runs after :func:`probe_endpoints` (a dead server fails there, for free); see
-    :mod:`cts.llm.completion_probe`. Its cost is printed on stderr.
+    :mod:`cts.compose.completion_probe`. Its cost is printed on stderr.
     """
-    from cts.llm.completion_probe import check_completions
+    from cts.compose.completion_probe import check_completions
+    from cts.compose.launch_state import launch_state
 
     jobs = [OmegaConf.masked_copy(c, list(task_groups(c))) for c in cfgs]
     if not jobs:
         return
     cache_dir = Path(str(OmegaConf.select(cfgs[0], "paths.cache_dir", default=".")))
-    problems, report = check_completions(jobs, cache_dir, _COMPLETED)
+    problems, report = check_completions(jobs, cache_dir, launch_state().completed)
     if report:
         print(report, file=sys.stderr, flush=True)
     exit_on_probe_problems(

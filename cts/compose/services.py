@@ -90,13 +90,13 @@ class Services:
 
         return usage_scope()
 
-    def stats(self) -> dict[str, float]:
+    def counters(self) -> dict[str, float]:
         """Counters of every built resource that keeps some (e.g. tool-cache hits)."""
         out: dict[str, float] = {}
         for resource in self._memo.values():
-            stats = getattr(resource, "stats", None)
-            if callable(stats):
-                out.update({k: float(v) for k, v in stats().items()})
+            counters = getattr(resource, "counters", None)
+            if callable(counters):
+                out.update({k: float(v) for k, v in counters().items()})
         return out
 
 

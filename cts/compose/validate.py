@@ -123,8 +123,8 @@ RULES: tuple[Rule, ...] = (
         number(ge=0, null=True),
         "temperature of every LLM role past repeat 0; null = each model's",
     ),
-    rule("stats.n_resamples", integer(1), "bootstrap resamples"),
-    rule("stats.confidence", number(gt=0, lt=1), "confidence level of the intervals"),
+    rule("bootstrap.n_resamples", integer(1), "bootstrap resamples"),
+    rule("bootstrap.confidence", number(gt=0, lt=1), "confidence level of the intervals"),
     rule(("sweep_report", "debug"), BOOL),
     rule(
         "hydra.launcher.job_concurrency", integer(1, null=True), "instances in flight per job; null keeps concurrency"
@@ -140,8 +140,8 @@ RULES: tuple[Rule, ...] = (
     rule("hydra.launcher.mem_gb", number(gt=0)),
     rule(("hydra.launcher.max_num_timeout", "hydra.launcher.signal_delay_s", "hydra.launcher.verbose"), integer(0)),
     Rule(("hydra.launcher.n_jobs",), lambda v: _is_int(v) and v != 0, "an integer other than 0", "-1 = every CPU"),
-    rule(f"{LLM}.budget.max_usd", number(gt=0, null=True), "USD a job dir may spend; null = no cap"),
-    rule(("plan", "plan.enabled", "plan.calibration", f"{LLM}.budget.allow_over_forecast"), BOOL),
+    rule(f"{LLM}.spend.max_usd", number(gt=0, null=True), "USD a job dir may spend; null = no cap"),
+    rule(("plan", "plan.enabled", "plan.calibration", f"{LLM}.spend.allow_over_forecast"), BOOL),
     rule("plan.calibration_n", integer(1), "instances of each job in the calibration slice"),
     rule("plan.confidence", number(gt=0, lt=1), "of the forecast's intervals"),
     rule(f"{LLM}.concurrency_per_endpoint", integer(1), "calls in flight per endpoint"),

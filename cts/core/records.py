@@ -10,12 +10,13 @@ from typing import Any
 
 from cts.core.types import (
     INFRA_CALL_KINDS,
-    BudgetExceeded,
+    OLD_END_REASONS,
     CallError,
     CircuitOpen,
     ErrorKind,
     Label,
     SearchResult,
+    SpendLimitReached,
 )
 
 # Exception classes whose failure is the machine's, not the instance's (cache or disk errors).
@@ -45,14 +46,14 @@ def infra_stop(exc: BaseException) -> bool:
     """Whether a failure on one item must stop a whole task rather than exclude the item.
 
     True for what cts treats as infrastructure, never as a result: the spending cap
-    (:class:`~cts.core.types.BudgetExceeded`), an open circuit breaker
+    (:class:`~cts.core.types.SpendLimitReached`), an open circuit breaker
     (:class:`~cts.core.types.CircuitOpen`), a call failure of an infrastructure kind
     (:data:`~cts.core.types.INFRA_CALL_KINDS`: connection, timeout, 5xx or 429 after the
     retries, auth, model not found, cache) and cache or disk errors. Not a missing or
     existing file the user named (``FileNotFoundError``, ``FileExistsError``): that is bad
     input, reported as such (:mod:`cts.compose.errors`).
     """
-    if isinstance(exc, (BudgetExceeded, CircuitOpen)):
+    if isinstance(exc, (SpendLimitReached, CircuitOpen)):
         return True
     if isinstance(exc, CallError):
         return exc.infra
@@ -216,7 +217,16 @@ def _err(d: Mapping[str, Any] | None) -> ErrorInfo | None:
 def _arm(d: Mapping[str, Any] | None) -> ArmResult | None:
     if not d:
         return None
-    return ArmResult(**{**d, "error": _err(d.get("error"))})
+    summary = dict(d.get("trace_summary") or {})
+    if "end_reason" in summary:
+        summary["end_reason"] = _end_reason(summary["end_reason"])
+    end = _end_reason(d.get("end_reason", ""))
+    return ArmResult(**{**d, "end_reason": end, "trace_summary": summary, "error": _err(d.get("error"))})
+
+
+def _end_reason(reason: Any) -> Any:
+    """A search end reason in today's names (older records say ``call_budget``, ``context_budget``)."""
+    return OLD_END_REASONS.get(reason, reason) if isinstance(reason, str) else reason
 
 
 def read_records(path: str | Path) -> Iterator[Record]:

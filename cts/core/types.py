@@ -103,7 +103,7 @@ class SearchResult:
     answer_rule: str = "direct"
     """Which answer-extraction rule matched (``answer_tag``, ``unclosed_tag``, ``direct`` ...)."""
     end_reason: str = "answer"
-    """Why the run ended: ``answer``, ``call_budget``, ``context_budget`` or ``error``."""
+    """Why the run ended: ``answer``, ``call_limit``, ``context_limit``, ``truncated`` or ``error``."""
     evidence: tuple[Evidence, ...] = ()
     """Every document the backend saw (search hits, visited pages), citable by id."""
     trace: tuple[Mapping[str, Any], ...] = ()
@@ -112,6 +112,10 @@ class SearchResult:
     """Compact trace summary kept in the record (calls, searches, visits, tokens)."""
     failure: SearchFailure | None = None
     """Why the run ended early when ``end_reason`` is ``error`` (None otherwise)."""
+
+
+OLD_END_REASONS: Mapping[str, str] = {"call_budget": "call_limit", "context_budget": "context_limit"}
+"""End reasons as older versions wrote them -> today's (read from older records)."""
 
 
 @dataclass(frozen=True)
@@ -170,7 +174,7 @@ INFRA_CALL_KINDS: frozenset[str] = frozenset(
 )
 """Call failures that say nothing about the model's output: the instance is retried on resume."""
 
-ErrorKind = Literal["invalid_output", "truncated", "no_weight", "api_error", "infra", "budget", "exception"]
+ErrorKind = Literal["invalid_output", "truncated", "no_weight", "api_error", "infra", "spend_limit", "exception"]
 """Why an instance (or an arm) has no score.
 
 Results (committed, counted in ``n_unscored``): ``truncated`` (every reply stopped at the
@@ -179,12 +183,19 @@ after the bounded re-asks), ``no_weight`` (gold without weight), ``api_error`` (
 the endpoint answered), ``exception`` (a bug: the same input fails again). A request the
 provider rejects as invalid (400/422) is no result: it stops the job (:class:`RequestRejected`),
 and records older versions committed for it (``api_error`` ``bad_request: ...``) are retried.
-Infrastructure (never committed, retried on resume): ``infra``. ``budget`` stops the job.
+Infrastructure (never committed, retried on resume): ``infra``. ``spend_limit`` stops the job.
 """
 
 
-class BudgetExceeded(Exception):
-    """The job's spending cap (``budget.max_usd``) is reached; stop cleanly."""
+class SpendLimitReached(Exception):
+    """The job's spend limit (``services.llm.spend.max_usd``) is reached; stop cleanly."""
+
+    kind: ClassVar[str] = "spend_limit"
+    """The job's stop reason (``stop_reason`` of ``summary.json`` and MLflow; older versions wrote ``budget``)."""
+
+
+BudgetExceeded = SpendLimitReached
+"""The old name of :class:`SpendLimitReached`."""
 
 
 class CircuitOpen(Exception):

@@ -1,4 +1,4 @@
-"""Datasets: instances as JSONL (``jsonl``, the ``dataset=`` loader) and gold nugget files (``goldfile``)."""
+"""Datasets: instances as JSONL (``jsonl``, the ``dataset=`` loader, which reads gold with :mod:`cts.gold.file`)."""
 
 from cts.data.jsonl import (
     MAX_FIELD_CHARS,

@@ -32,7 +32,7 @@ from typing import Any
 from cts._util.io import write_jsonl
 from cts.core.types import Gold, Instance
 from cts.data.clusters import cluster_problem
-from cts.data.goldfile import open_gold
+from cts.gold.file import open_gold
 from cts.text.tokens import normalize
 
 log = logging.getLogger(__name__)
@@ -117,10 +117,10 @@ def _parse_row(
     values: dict[str, str] = {}
     for paper, name in fmap.items():
         value, problem = _check_value(paper, row.get(name), max_chars)
-        if problem:
+        if value is None:  # then there is a problem (_check_value gives one or the other)
             problems.append(f"{name}: {problem}")
         else:
-            values[paper] = value  # type: ignore[assignment]
+            values[paper] = value
     extra = {k: v for k, v in row.items() if k not in fmap.values()}
     nested = extra.pop("meta", {})
     if not isinstance(nested, dict):

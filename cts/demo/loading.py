@@ -81,7 +81,7 @@ def _build_demo(corpus: Corpus, index: CorpusIndex, n: int, seed: int, path: Pat
     extractor = RuleExtractor(**GOLD_EXTRACTOR)
     provenance = _gold_provenance(corpus, n, seed)
     with atomic_dir(path, replace=False) as tmp:
-        # The same archive code path as `experiment=gold`: gold.jsonl + every trace in gold_runs.jsonl.
+        # The same archive code path as `experiment=build_gold`: gold.jsonl + every trace in gold_runs.jsonl.
         report = _run_sync(build_gold_archive(instances, search, extractor, tmp, provenance=provenance))
         for instance_id, reason in report.failures:
             log.warning("demo gold %s dropped: %s", instance_id, reason)

@@ -42,7 +42,7 @@ def gate_jobs(sweep: str | Path, cfg: DictConfig) -> tuple[list[dict[str, Any]],
     """Apply ``cfg.gate`` to every clarified job of ``sweep``.
 
     Returns:
-        One row per job (label, k, mode and the :class:`GateStats` fields), and the
+        One row per job (label, k, mode and the :class:`GateResult` fields), and the
         call counters of the whole evaluation (LLM calls per role, search and judge calls).
     """
     from cts.compose.app import build_node, build_services
@@ -56,8 +56,8 @@ def gate_jobs(sweep: str | Path, cfg: DictConfig) -> tuple[list[dict[str, Any]],
         for job in load_jobs(str(sweep)):
             if job.is_orig:
                 continue
-            stats, _ = evaluate_gate(job.records, gate, seed=int(cfg.seed), **_stats_args(cfg))
-            rows.append({"system": job.label, "k": job.k, "mode": job.mode, **asdict(stats)})
+            result, _ = evaluate_gate(job.records, gate, seed=int(cfg.seed), **_bootstrap_args(cfg))
+            rows.append({"system": job.label, "k": job.k, "mode": job.mode, **asdict(result)})
     return rows, counters(usage, before)
 
 
@@ -78,8 +78,8 @@ def counters(usage: Any, stage_calls_before: Mapping[str, int]) -> dict[str, flo
     }
 
 
-def _stats_args(cfg: DictConfig) -> dict[str, Any]:
-    return {"n_resamples": int(cfg.stats.n_resamples), "confidence": float(cfg.stats.confidence)}
+def _bootstrap_args(cfg: DictConfig) -> dict[str, Any]:
+    return {"n_resamples": int(cfg.bootstrap.n_resamples), "confidence": float(cfg.bootstrap.confidence)}
 
 
 def write_outputs(sweep: Path, name: str, rows: list[dict[str, Any]], calls: dict[str, float]) -> Path:

@@ -1,4 +1,7 @@
-"""Static gold (paper section 4.2): built once per ``fused_query``, then read-only.
+"""Gold: the static nuggets of each ``fused_query`` (paper section 4.2), built once, then read-only.
+
+The gold file format (:mod:`cts.gold.archive`: write, validate, load; :mod:`cts.gold.file`:
+read on demand) and the building of it (:mod:`cts.gold.build`, run by the task ``build_gold``).
 
 Stage 1 runs the search backend once on each intent query ``q*`` and archives
 its answer and evidence trace; stage 2 has an :class:`~cts.core.types.Extractor`
@@ -27,10 +30,12 @@ from cts.gold.archive import (
     write_gold,
 )
 from cts.gold.build import build_gold, build_gold_archive
+from cts.gold.file import GoldFile, open_gold
 
 __all__ = [
     "GOLD_FILE",
     "GoldError",
+    "GoldFile",
     "FAILURES_FILE",
     "GoldReport",
     "failure_summary",
@@ -38,6 +43,7 @@ __all__ = [
     "build_gold_archive",
     "gold_to_dict",
     "load_gold",
+    "open_gold",
     "restore_nugget_ids",
     "validate_gold",
     "write_gold",

@@ -2,7 +2,7 @@
 
 An instance whose search or extraction fails (or whose gold does not validate) is
 reported as a failure; a failure of the infrastructure (:func:`cts.core.records.infra_stop`:
-budget, open circuit, connection, 5xx after the retries, cache) stops the whole build
+spend limit, open circuit, connection, 5xx after the retries, cache) stops the whole build
 before anything is archived, since it says nothing about the instance.
 """
 
@@ -189,7 +189,7 @@ def _refuse_existing(out: Path, overwrite: bool) -> None:
     if existing and not overwrite:
         raise FileExistsError(
             f"{out}: a gold archive exists ({', '.join(existing)}); to replace it, "
-            "set gold.overwrite=true on the command line (overwrite=True in Python)"
+            "set build_gold.overwrite=true on the command line (overwrite=True in Python)"
         )
 
 

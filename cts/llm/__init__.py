@@ -1,7 +1,7 @@
 """The LLM layer: model specs, the per-job runtime, chat clients and accounting.
 
 Importing this package does not import litellm (that happens on the first call),
-so config checks such as :mod:`cts.llm.preflight` stay fast.
+so config checks such as :mod:`cts.compose.model_checks` stay fast.
 """
 
 from cts.core.contracts import Chat, Completion, InFlight
@@ -9,9 +9,10 @@ from cts.llm._adaptive import Adaptive, AdaptiveLimiter, calls_in_flight, priori
 from cts.llm._calls import CallEvent, route_for
 from cts.llm._client import ChatClient
 from cts.llm._localserver import LocalLLMServer, LocalServerError
+from cts.llm._rules import CAP_FIELDS, RequestRules, rule_violations
 from cts.llm._runtime import LLMRuntime, settled
 from cts.llm._settings import Backoff, LLMSettings
-from cts.llm._spec import ModelSpec
+from cts.llm._spec import ModelSpec, old_id_key
 from cts.llm._usage import USAGE_KEYS, usage_scope
 from cts.llm.cache import ResponseCache
 from cts.llm.sampling import current_sample, sample_scope
@@ -24,6 +25,9 @@ __all__ = [
     "priority_scope",
     "USAGE_KEYS",
     "Backoff",
+    "CAP_FIELDS",
+    "RequestRules",
+    "rule_violations",
     "CallEvent",
     "Chat",
     "ChatClient",
@@ -33,6 +37,7 @@ __all__ = [
     "LocalLLMServer",
     "LocalServerError",
     "ModelSpec",
+    "old_id_key",
     "ResponseCache",
     "route_for",
     "sample_scope",

@@ -90,8 +90,8 @@ class Adaptive:
 
 
 @dataclass(frozen=True)
-class LimiterStats:
-    """Counters of one endpoint's limiter."""
+class LimiterSnapshot:
+    """Counters of one endpoint's limiter at one moment."""
 
     limit: float
     in_flight: int
@@ -168,11 +168,11 @@ class AdaptiveLimiter:
         """Calls admitted at once right now."""
         return max(self.floor, min(self.ceiling, int(self.limit)))
 
-    def stats(self) -> LimiterStats:
+    def snapshot(self) -> LimiterSnapshot:
         """Current counters."""
         starts = self.started()
         oldest = time.monotonic() - min(starts) if starts else 0.0
-        return LimiterStats(
+        return LimiterSnapshot(
             self.limit, self.in_flight, self._peak, self._admitted, self._congestion, self._cuts, oldest
         )
 

@@ -51,10 +51,10 @@ Listener = Callable[[CallEvent], None]
 
 
 def route_for(spec: ModelSpec, settings: LLMSettings) -> Route:
-    """Apply the global ``api_base``/``model`` overrides to ``spec``."""
+    """Apply the global ``api_base``/``served_name`` overrides to ``spec``."""
     if settings.api_base:
         # One OpenAI-compatible endpoint serves every role: drop the provider prefix.
-        served = settings.model or spec.model.split("/", 1)[-1]
+        served = settings.served_name or spec.id.split("/", 1)[-1]
         model = f"openai/{served}"
         token = settings.api_key or _DUMMY_KEY
         return Route(model, settings.api_base, token, settings.api_base, settings.concurrency_per_endpoint)
@@ -63,7 +63,7 @@ def route_for(spec: ModelSpec, settings: LLMSettings) -> Route:
     if key is None and spec.api_base and not missing:
         key = _DUMMY_KEY
     limit = spec.max_concurrency or settings.concurrency_per_endpoint
-    return Route(spec.model, spec.api_base, key, spec.api_base or spec.provider, limit, missing, spec.min_concurrency)
+    return Route(spec.id, spec.api_base, key, spec.api_base or spec.provider, limit, missing, spec.min_concurrency)
 
 
 def cache_value(completion: Completion) -> dict[str, Any]:

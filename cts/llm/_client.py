@@ -68,7 +68,7 @@ class ChatClient:
 
         Raises:
             CallError: The call failed for good (``kind``: rate_limit, timeout, ...).
-            BudgetExceeded: The job's ``budget.max_usd`` is spent (checked before sending).
+            SpendLimitReached: The job's ``services.llm.spend.max_usd`` is spent (checked before sending).
             CircuitOpen: The endpoint failed ``breaker_failures`` times in a row (the job stops);
                 :class:`cts.core.types.RequestRejected` when the provider refused the request as invalid.
         """

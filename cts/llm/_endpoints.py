@@ -12,7 +12,7 @@ import weakref
 from typing import Any
 
 from cts.core.contracts import Route
-from cts.llm._adaptive import AdaptiveLimiter, LimiterStats
+from cts.llm._adaptive import AdaptiveLimiter, LimiterSnapshot
 from cts.llm._settings import LLMSettings
 from cts.llm._singleflight import SingleFlight
 
@@ -46,10 +46,10 @@ class EndpointState:
             )
         return per_loop[route.endpoint]
 
-    def stats(self) -> dict[str, LimiterStats]:
+    def snapshots(self) -> dict[str, LimiterSnapshot]:
         """Per endpoint: the adaptive limiter's counters (the running loop's, else every loop's)."""
         try:
             per_loop = self._limits.get(asyncio.get_running_loop(), {})
         except RuntimeError:  # no running loop
             per_loop = {k: v for limits in self._limits.values() for k, v in limits.items()}
-        return {endpoint: limiter.stats() for endpoint, limiter in per_loop.items()}
+        return {endpoint: limiter.snapshot() for endpoint, limiter in per_loop.items()}

@@ -3,7 +3,7 @@
 Only rate limits (429), timeouts, connection errors and 5xx are retried; every
 other 4xx fails at once. Classification reads the HTTP status and the class
 names of the exception's MRO, so it needs no litellm import. Each kind has its
-own budget (:class:`RetryBudget`): a 429 is the server asking for time, not a
+own allowance (:class:`RetryAllowance`): a 429 is the server asking for time, not a
 failure of the request, so it is retried for as long as the waits stay within a
 time bound, while a timed-out request is retried only a few times.
 """
@@ -141,10 +141,10 @@ def _headers(exc: BaseException) -> Mapping[str, str] | None:
 
 
 @dataclass
-class RetryBudget:
+class RetryAllowance:
     """What one call has used of its retries; :meth:`wait` decides the next step.
 
-    Each kind of failure has its own budget, so a 429 does not use up the attempts of a
+    Each kind of failure has its own allowance, so a 429 does not use up the attempts of a
     hard failure: 429s are retried while the call's total wait on them stays within
     ``rate_limit_wait_s`` (each wait charged at least ``backoff.initial``, so a
     ``Retry-After: 0`` cannot loop forever); timeouts at most ``max_timeout_attempts``
@@ -198,7 +198,7 @@ class RetryBudget:
 
 
 class Retrying:
-    """The retry policy of one call (see :class:`RetryBudget`), run by tenacity; the slot is free while it waits.
+    """The retry policy of one call (see :class:`RetryAllowance`), run by tenacity; the slot is free while it waits.
 
     Args:
         settings: The runtime's :class:`cts.llm.LLMSettings`.
@@ -206,7 +206,7 @@ class Retrying:
     """
 
     def __init__(self, settings: Any, before_wait: Callable[[], None] | None = None) -> None:
-        self.budget = RetryBudget(settings)
+        self.allowance = RetryAllowance(settings)
         self.before_wait = before_wait
         self._next_wait: float | None = None
         self._decided_for = 0
@@ -225,10 +225,10 @@ class Retrying:
         return await policy(attempt, *args)
 
     def _decide(self, state: Any) -> float | None:
-        """The budget's decision for the failed attempt (tenacity asks wait and stop for each: decide once)."""
+        """The allowance's decision for the failed attempt (tenacity asks wait and stop for each: decide once)."""
         if self._decided_for != state.attempt_number:
             exc = state.outcome.exception() if state.outcome else None
-            self._next_wait = self.budget.wait(classify(exc)) if exc is not None else None
+            self._next_wait = self.allowance.wait(classify(exc)) if exc is not None else None
             self._decided_for = state.attempt_number
         return self._next_wait
 
@@ -244,7 +244,7 @@ class Retrying:
 
 
 def retrying(settings: Any, before_wait: Callable[[], None] | None = None) -> Retrying:
-    """The retry policy of one call: retryable kinds only, each within its own budget.
+    """The retry policy of one call: retryable kinds only, each within its own allowance.
 
     Args:
         settings: The runtime's :class:`cts.llm.LLMSettings` (``backoff``, ``max_attempts``,

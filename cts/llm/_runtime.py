@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from cts.core.contracts import Completion, Route
-from cts.core.types import BudgetExceeded, CallError, CircuitOpen
-from cts.llm._adaptive import AdaptiveLimiter, LimiterStats
+from cts.core.types import CallError, CircuitOpen, SpendLimitReached
+from cts.llm._adaptive import AdaptiveLimiter, LimiterSnapshot
 from cts.llm._breaker import CircuitBreaker
 from cts.llm._calls import (
     IN_FLIGHT,
@@ -36,7 +36,7 @@ from cts.llm._settings import LLMSettings
 from cts.llm._singleflight import SingleFlight
 from cts.llm._spec import ModelSpec
 from cts.llm._transport import Sender, openai_compatible
-from cts.llm._usage import CallUsage, Usage, add_call, add_to_scopes, check_budget
+from cts.llm._usage import CallUsage, Usage, add_call, add_to_scopes, check_spend_limit
 from cts.llm.cache import ResponseCache
 from cts.llm.sampling import salted, sampled_params
 
@@ -114,7 +114,7 @@ class LLMRuntime:
         return self._spent
 
     def count_prior_spend(self, usd: float, job_dir: str = "") -> None:
-        """Count ``usd`` already spent by earlier runs into ``job_dir`` against ``budget.max_usd``.
+        """Count ``usd`` already spent by earlier runs into ``job_dir`` against ``services.llm.spend.max_usd``.
 
         A sweep's jobs share one runtime: each job dir's prior spend adds up (a job dir
         counted again replaces its own figure), and the cap applies to the sum.
@@ -171,13 +171,13 @@ class LLMRuntime:
                 call.completion = cached_completion(hit)
                 call.saved_usd = float(hit.get("cost_usd", 0.0))
             else:
-                self._check_budget()  # before claims and joins: a spent cap stops the job at once
+                self._check_spend_limit()  # before claims and joins: a spent cap stops the job at once
                 call.completion = await self._fresh(call, key)
         except CallError as exc:
             call.error = exc.kind
             raise
-        except BudgetExceeded:
-            call.error = "budget"
+        except SpendLimitReached as exc:
+            call.error = exc.kind
             raise
         except CircuitOpen as exc:
             call.error = exc.kind
@@ -203,7 +203,7 @@ class LLMRuntime:
         # Across processes (a sweep's jobs on several nodes), the cache key is claimed first:
         # one sends, the others wait for its row (cts.llm.cache.ResponseCache.get_or_compute).
         value, cached = await self.cache.get_or_compute(
-            key, lambda: self._send_value(call), run=self._storage, on_miss=self._check_budget
+            key, lambda: self._send_value(call), run=self._storage, on_miss=self._check_spend_limit
         )
         if not cached:
             assert call.completion is not None  # set by _send_value
@@ -217,9 +217,9 @@ class LLMRuntime:
         """On ``loop``, use these endpoint limiters and in-flight table (shared by a sweep's runtimes)."""
         self._endpoints.share(loop, limits, inflight)
 
-    def limiter_stats(self) -> dict[str, LimiterStats]:
+    def limiter_snapshots(self) -> dict[str, LimiterSnapshot]:
         """Per endpoint: the adaptive limiter's counters (on the running loop)."""
-        return self._endpoints.stats()
+        return self._endpoints.snapshots()
 
     async def _call(self, call: PendingCall) -> Completion:
         spec, route = call.client.spec, call.route
@@ -233,7 +233,7 @@ class LLMRuntime:
             # an open breaker ends the call before its wait, not after it
             retry = retrying(self.settings, before_wait=lambda: self.breaker.check(route.endpoint))
             response: Any = await retry(self._attempt, call)
-        except (BudgetExceeded, CallError, CircuitOpen):
+        except (SpendLimitReached, CallError, CircuitOpen):
             raise
         except Exception as exc:
             kind = classify(exc).kind
@@ -248,7 +248,7 @@ class LLMRuntime:
         """One request, counted by the endpoint's circuit breaker."""
         spec, route = call.client.spec, call.route
         prices = route_prices(spec, self.settings)
-        self._check_budget()
+        self._check_spend_limit()
         self.breaker.check(route.endpoint)
         timeout = self.settings.timeout_for(call.client.role)
         async with self._endpoints.limiter(route, self.settings).slot(retry=call.requests > 0):
@@ -275,7 +275,7 @@ class LLMRuntime:
         """Await one request; a cancelled caller does not cancel it.
 
         A request on the wire is billed whether or not anyone waits for the reply
-        (e.g. the budget stop cancels the other instances): it runs on, and its
+        (e.g. the spend-limit stop cancels the other instances): it runs on, and its
         tokens and cost are booked when it lands (see :func:`settled`), and its
         reply is cached, so a resume does not pay for it again.
         """
@@ -315,8 +315,8 @@ class LLMRuntime:
             except Exception as exc:  # noqa: BLE001 - a lost cache entry costs a request, not the job
                 log.warning("could not cache a late reply: %s", exc)
 
-    def _check_budget(self) -> None:
-        check_budget(self.settings.max_usd, self.prior_usd, self._spent)
+    def _check_spend_limit(self) -> None:
+        check_spend_limit(self.settings.max_usd, self.prior_usd, self._spent)
 
     async def _cache_get(self, key: str) -> dict | None:
         if self.cache.mode == "off":

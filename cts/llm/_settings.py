@@ -42,7 +42,8 @@ class LLMSettings:
     """A store URL (``sqlite:///...``, ``postgresql://...``); overrides ``cache_path``."""
     api_base: str | None = None
     api_key: str | None = None
-    model: str | None = None
+    served_name: str | None = None
+    """Model name sent to ``api_base`` (vLLM's ``--served-model-name``); None = the registry id without its prefix."""
     concurrency_per_endpoint: int = 16
     timeout_s: float = 120.0
     """Seconds a request may take before it counts as timed out (roles not in ``role_timeout_s``)."""
@@ -81,7 +82,8 @@ class LLMSettings:
         """Parse the ``services.llm`` mapping; unknown keys are an error (typos)."""
         raw = plain_data(settings or {})
         cache = raw.pop("cache", None) or {}
-        budget = raw.pop("budget", None) or {}
+        old_spend = raw.pop("budget", None) or {}  # the name before ``spend`` (a job dir's stored config)
+        spend = raw.pop("spend", None) or old_spend
         backoff = raw.pop("backoff", None) or {}
         price = raw.pop("api_base_price", None) or {}
         adaptive = raw.pop("adaptive", None) or {}
@@ -107,7 +109,7 @@ class LLMSettings:
             cache_mode=mode,
             cache_path=Path(path) if path else None,
             cache_url=cache.get("url") or None,
-            max_usd=budget.get("max_usd"),
+            max_usd=spend.get("max_usd"),
             backoff=Backoff(**backoff),
             api_base_price=Price(**price),
             adaptive=Adaptive(**adaptive),

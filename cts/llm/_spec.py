@@ -24,7 +24,8 @@ class ModelSpec:
 
     Attributes:
         name: Short registry name, e.g. ``gpt``.
-        model: litellm model id, e.g. ``openai/gpt-5.2``.
+        id: litellm model id, e.g. ``openai/gpt-5.2`` (``id:`` in the model file; ``model:`` before
+            the rename, refused with a message by :meth:`coerce` and the start-up check).
         api_base: Endpoint URL for OpenAI-compatible servers (None = provider default).
         api_key_env: Name of the environment variable holding the key (never the key);
             None for keyless local servers.
@@ -37,7 +38,7 @@ class ModelSpec:
     """
 
     name: str
-    model: str
+    id: str
     api_base: str | None = None
     api_key_env: str | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
@@ -54,13 +55,30 @@ class ModelSpec:
 
     @classmethod
     def coerce(cls, value: ModelSpec | Mapping[str, Any]) -> ModelSpec:
-        """Return ``value`` as a ModelSpec (accepts a spec or a config mapping)."""
+        """Return ``value`` as a ModelSpec (accepts a spec or a config mapping).
+
+        Raises:
+            ValueError: ``value`` names the litellm id ``model:``, its key before the rename to ``id:``.
+        """
         if isinstance(value, ModelSpec):
             return value
         fields = {k: v for k, v in plain_data(value).items() if not k.startswith("_")}
+        if problem := old_id_key(fields):
+            raise ValueError(problem)
         return cls(**fields)
 
     @property
     def provider(self) -> str:
-        """The litellm provider prefix of :attr:`model` (``openai`` when absent)."""
-        return self.model.split("/", 1)[0] if "/" in self.model else "openai"
+        """The litellm provider prefix of :attr:`id` (``openai`` when absent)."""
+        return self.id.split("/", 1)[0] if "/" in self.id else "openai"
+
+
+def old_id_key(node: Mapping[str, Any]) -> str | None:
+    """What is wrong with a model file that names its litellm id ``model:`` (the key before ``id:``), or None."""
+    if "model" not in node or "id" in node:
+        return None
+    name = node.get("name") or "?"
+    return (
+        f"model {name}: the litellm id is `id:` now (it was `model:`): "
+        f"write `id: {node['model']}` in conf/model/{name}.yaml"
+    )

@@ -7,7 +7,7 @@ import contextvars
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from cts.core.types import BudgetExceeded
+from cts.core.types import SpendLimitReached
 
 USAGE_KEYS: tuple[str, ...] = (
     "calls",
@@ -24,7 +24,7 @@ USAGE_KEYS: tuple[str, ...] = (
 )
 """Counters kept per role: ``calls`` = ``complete`` invocations (cache hits and
 failures included), ``cache_hits`` = those served from the cache, ``errors`` =
-those that raised (CallError or BudgetExceeded), ``requests`` = HTTP requests sent
+those that raised (CallError or SpendLimitReached), ``requests`` = HTTP requests sent
 (retries included), tokens and cost = fresh (billed) completions only
 (``tokens_reasoning`` is the hidden reasoning part of ``tokens_out``), ``truncated`` = replies
 that stopped at the output cap (cache hits included: the text a role parses was cut),
@@ -99,8 +99,8 @@ def usage_scope() -> Iterator[Usage]:
         _SCOPES.reset(token)
 
 
-def check_budget(cap: float | None, prior_usd: float, spent_usd: float) -> None:
-    """Raise :class:`BudgetExceeded` when ``prior_usd + spent_usd`` reached the cap (None = no cap).
+def check_spend_limit(cap: float | None, prior_usd: float, spent_usd: float) -> None:
+    """Raise :class:`SpendLimitReached` when ``prior_usd + spent_usd`` reached the cap (None = no cap).
 
     Args:
         prior_usd: What earlier runs into the same job dir spent.
@@ -109,4 +109,4 @@ def check_budget(cap: float | None, prior_usd: float, spent_usd: float) -> None:
     spent = prior_usd + spent_usd
     if cap is not None and spent >= cap:
         prior = f" ({prior_usd:.4f} by earlier runs into this job dir)" if prior_usd else ""
-        raise BudgetExceeded(f"LLM budget spent: {spent:.4f}{prior} >= max_usd {cap}")
+        raise SpendLimitReached(f"LLM spend limit reached: {spent:.4f}{prior} >= max_usd {cap}")

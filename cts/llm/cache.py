@@ -108,7 +108,7 @@ class ResponseCache:
             storable: Whether a computed value may be stored.
             run: Runs each store operation off the event loop (default ``asyncio.to_thread``);
                 the LLM runtime passes one that reports store failures as infrastructure.
-            on_miss: Called on a miss before anything else (the runtime's budget check).
+            on_miss: Called on a miss before anything else (the runtime's spend-limit check).
 
         Returns:
             The value and whether it came from the cache.

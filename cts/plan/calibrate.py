@@ -3,7 +3,7 @@
 It runs as ``python run.py -m <the same command> limit=<n> plan=false`` into
 ``<sweep dir>.plan/calibration`` (outside the sweep dir, whose report counts every job dir
 under it), logging to the experiment ``<experiment>.plan``: the same launcher, jobs, caches
-and budget as the main run, so the jobs share work in the slice as they will in the sweep,
+and spend limit as the main run, so the jobs share work in the slice as they will in the sweep,
 and the replies it paid for are cache hits of the main run. ``plan.source=<dir>`` reads
 an earlier run's job dirs instead and sends nothing.
 """
@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cts._util.interrupt import entry_script
 from cts.plan.forecast import JobSlice, Timing, wall_time
-from cts.plan.samples import Routes, instance_costs, raw_records, roles_with_requests
+from cts.plan.samples import Routes, instance_costs, raw_records, record_run_id, roles_with_requests, run_id
 
 __all__ = ["JobPlan", "PlanSettings", "calibrate", "calibration_dir", "plan_settings", "slices_from"]
 
@@ -32,7 +32,10 @@ _REPLACED = ("limit", "plan", "hydra.sweep.dir", "sweep_report", "tracking.exper
 
 @dataclass(frozen=True)
 class PlanSettings:
-    """``plan`` (``plan=true``, or the node: ``plan.enabled=true plan.calibration_n=10``).
+    """``plan`` (``plan=true`` or ``plan.enabled=true``, each with sub-keys: ``plan=true plan.calibration_n=10``).
+
+    ``run.py`` reads ``plan=<bool>`` as ``plan.enabled=<bool>`` (:mod:`cts._util.switches`);
+    a config that holds a bare bool (the compose API given ``plan=true``) stands for the same.
 
     Attributes:
         enabled: Forecast the sweep before it runs.
@@ -61,13 +64,18 @@ def plan_settings(cfg: DictConfig) -> PlanSettings:
 
 @dataclass(frozen=True)
 class JobPlan:
-    """One job of the sweep as the planner sees it: its dir name, instance ids and routes."""
+    """One job of the sweep as the planner sees it: its dir name, instance ids, routes and ``repeats``."""
 
     name: str
     ids: tuple[str, ...]
     routes: Routes
     job_concurrency: int
     job_dir: Path
+    repeats: int = 1
+
+    def runs(self) -> set[str]:
+        """Every run the job makes: each instance once per repeat (:func:`cts.plan.samples.run_id`)."""
+        return {run_id(i, r) for i in self.ids for r in range(max(1, self.repeats))}
 
 
 def calibration_dir(sweep_dir: Path) -> Path:
@@ -107,16 +115,19 @@ def calibrate(argv: Sequence[str], n: int, into: Path, experiment: str) -> None:
 def slices_from(source: Path, jobs: Sequence[JobPlan]) -> tuple[list[JobSlice], Timing]:
     """Each job's :class:`JobSlice` from the records under ``source`` (a calibration or an earlier run).
 
-    The source's instances are free in the main run (their replies are cached), and so are those
-    the main job dir already holds a record of. The source's own wall time beyond the model
+    A job makes ``repeats`` runs of each instance (each with its own calls, but for the stages
+    ``repeat_stages`` replays from repeat 0's cache, which the samples of later repeats show). The
+    source's runs are free in the main run (their replies are cached), and so are those the main
+    job dir already holds a record of. The source's own wall time beyond the model
     (``<source>/sweep_actual.json``) is the sweep's overhead.
     """
     slices, calibration = [], []
     for job in jobs:
         samples = instance_costs(source / job.name, job.routes)
-        seen = {str(r.get("id")) for r in raw_records(source / job.name)}
-        seen |= {str(r.get("id")) for r in raw_records(job.job_dir)}
-        free = len(seen & set(job.ids))
+        seen = {record_run_id(r) for r in raw_records(source / job.name)}
+        seen |= {record_run_id(r) for r in raw_records(job.job_dir)}
+        runs = job.runs()
+        free = len(seen & runs)
         unpriced = job.routes.unpriced_used(roles_with_requests(source / job.name))
         common: dict[str, Any] = dict(
             samples=tuple(samples),
@@ -124,7 +135,7 @@ def slices_from(source: Path, jobs: Sequence[JobPlan]) -> tuple[list[JobSlice], 
             concurrency=dict(job.routes.concurrency),
             job_concurrency=job.job_concurrency,
         )
-        slices.append(JobSlice(job.name, len(job.ids), free, **common))
+        slices.append(JobSlice(job.name, len(runs), free, **common))
         calibration.append(JobSlice(job.name, len(samples), 0, **common))
     return slices, _timing(source, calibration)
 

@@ -74,9 +74,9 @@ class JobSlice:
 
     Attributes:
         name: The job (its dir name: the swept factors).
-        n_total: Instances the main run covers.
-        n_free: Of those, instances whose record or cached replies exist (the slice's among them).
-        samples: The slice's instances.
+        n_total: Runs the main run covers: its instances times ``repeats``.
+        n_free: Of those, runs whose record or cached replies exist (the slice's among them).
+        samples: The slice's runs (one per instance and repeat).
         unpriced: Models the job calls that have no price (its USD is then unknown).
         concurrency: Endpoint -> calls in flight it takes.
         job_concurrency: Instances in flight in the job.
@@ -92,7 +92,7 @@ class JobSlice:
 
     @property
     def remaining(self) -> int:
-        """Instances the main run pays for."""
+        """Runs (instances x repeats) the main run pays for."""
         return max(0, self.n_total - self.n_free)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from cts.plan.forecast import Interval, sum_interval
 from cts.plan.samples import Routes, instance_costs, raw_records, roles_with_requests, routes_of
@@ -118,9 +118,9 @@ def _extra_usd(job_dir: Path, runs: int, confidence: float) -> tuple[Interval, t
     config = job_dir / ".hydra" / "config.yaml"
     routes = Routes({}, {}, {})  # a job dir without its config: the records' USD as they are
     unpriced: tuple[str, ...] = ()
-    if config.exists():
-        cfg = OmegaConf.load(config)
-        routes = routes_of(cfg, task_groups(cfg))  # type: ignore[arg-type]
+    cfg = OmegaConf.load(config) if config.exists() else None
+    if isinstance(cfg, DictConfig):  # a job's saved config is a mapping
+        routes = routes_of(cfg, task_groups(cfg))
         unpriced = routes.unpriced_used(roles_with_requests(job_dir))
     costs = instance_costs(job_dir, routes)
     return sum_interval([c.counts["usd"] for c in costs], runs, confidence), unpriced

@@ -14,7 +14,7 @@ from cts.llm import LLMSettings, ModelSpec, route_for
 from cts.plan.forecast import InstanceCost
 from cts.protocol.job_files import RECORDS_FILE
 
-__all__ = ["Routes", "instance_costs", "raw_records", "routes_of"]
+__all__ = ["Routes", "instance_costs", "raw_records", "routes_of", "run_id"]
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Routes:
 
 def routes_of(cfg: DictConfig, groups: Sequence[str]) -> Routes:
     """The routes of the model specs under ``groups`` of a job config (the groups its task calls)."""
-    from cts.llm.preflight import find_model_specs
+    from cts.compose.model_checks import find_model_specs
 
     llm = OmegaConf.to_container(cfg.services.llm, resolve=True)
     assert isinstance(llm, dict)
@@ -56,7 +56,9 @@ def routes_of(cfg: DictConfig, groups: Sequence[str]) -> Routes:
     concurrency: dict[str, int] = {}
     unpriced: dict[str, str] = {}
     for path, node in find_model_specs(OmegaConf.masked_copy(cfg, [g for g in groups if g in cfg])):
-        spec = ModelSpec.coerce(OmegaConf.to_container(node, resolve=True))  # type: ignore[arg-type]
+        values = OmegaConf.to_container(node, resolve=True)
+        assert isinstance(values, dict)  # a DictConfig node
+        spec = ModelSpec.coerce({str(k): v for k, v in values.items()})
         route = route_for(spec, settings)
         endpoint[path] = route.endpoint
         concurrency[route.endpoint] = min(concurrency.get(route.endpoint, route.limit), route.limit)
@@ -110,19 +112,25 @@ def instance_cost(record: Mapping[str, Any], routes: Routes) -> InstanceCost:
         calls = float(row.get("calls", 0.0))
         if calls and requests and not row.get("cache_hits") and not row.get("errors"):
             latencies.append(float(row.get("latency_s", 0.0)) / calls)
-    return InstanceCost(_run_id(record), counts, by_endpoint, tuple(latencies), float(record.get("elapsed_s") or 0.0))
+    return InstanceCost(
+        record_run_id(record), counts, by_endpoint, tuple(latencies), float(record.get("elapsed_s") or 0.0)
+    )
 
 
 def instance_costs(job_dir: Path, routes: Routes, skip: int = 0) -> list[InstanceCost]:
     """Every record's :func:`instance_cost` (after the first ``skip`` records), the last per instance id."""
-    costs = {_run_id(r): instance_cost(r, routes) for r in raw_records(job_dir, skip)}
+    costs = {record_run_id(r): instance_cost(r, routes) for r in raw_records(job_dir, skip)}
     return list(costs.values())
 
 
-def _run_id(record: Mapping[str, Any]) -> str:
-    """An instance's id, with its repeat when the records carry one (each repeat is a sample)."""
-    repeat = record.get("repeat")
-    return str(record.get("id")) if repeat is None else f"{record.get('id')}#{repeat}"
+def run_id(instance_id: str, repeat: int = 0) -> str:
+    """One run of an instance: its id, with the repeat after ``#`` from repeat 1 on (each repeat is a sample)."""
+    return f"{instance_id}#{repeat}" if repeat else str(instance_id)
+
+
+def record_run_id(record: Mapping[str, Any]) -> str:
+    """The :func:`run_id` of a record (a record of repeat 0 leaves the key out)."""
+    return run_id(str(record.get("id")), int(record.get("repeat") or 0))
 
 
 def roles_with_requests(job_dir: Path) -> list[str]:

@@ -1,4 +1,4 @@
-"""The planner's two moments in a multirun: before the launch (forecast, budget) and after it (actuals).
+"""The planner's two moments in a multirun: before the launch (forecast, spend limit) and after it (actuals).
 
 :mod:`cts.compose.callbacks` calls :func:`before_launch` once the pre-flight has passed and
 :func:`after_sweep` when every job has ended. Every sweep writes what it actually did to
@@ -50,10 +50,12 @@ class SweepPlan:
     forecast: JobForecast | None = None
     cpu_started: float = 0.0
     tracking: Mapping[str, str] = field(default_factory=dict)
+    slice_usd: float = 0.0
+    """What the calibration slice's job dirs booked (0 with ``plan.source``: nothing was sent for it)."""
 
 
 def before_launch(config: DictConfig, jobs: Sequence[DictConfig], groups: Sequence[Sequence[str]]) -> SweepPlan:
-    """Note each job dir's records; with ``plan`` on, forecast the sweep and refuse one over its budget.
+    """Note each job dir's records; with ``plan`` on, forecast the sweep and refuse one over its spend limit.
 
     Args:
         config: The sweep's config.
@@ -61,8 +63,9 @@ def before_launch(config: DictConfig, jobs: Sequence[DictConfig], groups: Sequen
         groups: Per job, the config groups its task calls models of (``cts.compose.app.task_groups``).
 
     Raises:
-        SystemExit: The calibration slice failed, or the forecast's high end exceeds
-            ``services.llm.budget.max_usd`` (unless ``budget.allow_over_forecast``).
+        SystemExit: The calibration slice failed, or its spend plus the forecast's high end plus
+            what the job dirs spent exceeds ``services.llm.spend.max_usd`` (unless
+            ``services.llm.spend.allow_over_forecast``; see :func:`_check_spend_limit`).
     """
     sweep_dir = Path(str(config.hydra.sweep.dir))
     settings = plan_settings(config)
@@ -80,7 +83,8 @@ def before_launch(config: DictConfig, jobs: Sequence[DictConfig], groups: Sequen
     )
     if settings.enabled:
         plan.forecast = _forecast(config, plan, settings)
-        _check_budget(config, plan)
+        plan.slice_usd = _slice_spent(plan, settings)
+        _check_spend_limit(config, plan)
     elif settings.calibration:  # time the slice from where the main run's timing starts: tracking ready
         from cts import tracking
 
@@ -102,6 +106,7 @@ def _job_plan(config: DictConfig, job: DictConfig, i: int, groups: Sequence[str]
         routes_of(job, groups),
         _job_concurrency(config, job),
         Path(str(config.hydra.sweep.dir)) / name,
+        int(job.get("repeats") or 1),  # each repeat is a run with its own calls (cts.protocol.design)
     )
 
 
@@ -155,7 +160,7 @@ def _forecast(config: DictConfig, plan: SweepPlan, settings: PlanSettings) -> Jo
     out = plan.sweep_dir / PLAN_DIR
     paths = write_tables(out, {"forecast.md": table, "forecast.csv": forecast_csv(per_job, sweep)})
     paid = sum(c.counts.get("usd", 0.0) for j in slices for c in j.samples)
-    print(f"cts plan: from {source} (its instances cost ${paid:.4f}, not counted below)\n{table}", flush=True)
+    print(f"cts plan: from {source} (its instances cost ${paid:.4f}, not in the forecast below)\n{table}", flush=True)
     for job in slices:
         if not job.samples and job.remaining:
             log.warning("plan: no record of %s in %s: its forecast counts nothing", job.name, source)
@@ -174,34 +179,59 @@ def _one_schedule(config: DictConfig) -> bool:
         return False
 
 
-def _check_budget(config: DictConfig, plan: SweepPlan) -> None:
-    """Exit 1 before the main run when the forecast's high end (plus what the dirs spent) exceeds the budget."""
-    from cts.protocol.budget import spent_so_far
+def _dirs_spent(root: Path, jobs: Sequence[JobPlan]) -> float:
+    """USD booked under ``root`` by the jobs' dirs (records and ledger, every run into them)."""
+    from cts.protocol.spend import spent_so_far
 
-    budget = OmegaConf.select(config, "services.llm.budget", default=None) or {}
-    cap = budget.get("max_usd")
+    return sum(spent_so_far(root / j.name) for j in jobs)
+
+
+def _slice_spent(plan: SweepPlan, settings: PlanSettings) -> float:
+    """What the calibration slice's dirs booked; 0 with ``plan.source`` (nothing was sent for it)."""
+    return 0.0 if settings.source else _dirs_spent(calibration_dir(plan.sweep_dir), plan.jobs)
+
+
+def _check_spend_limit(config: DictConfig, plan: SweepPlan) -> None:
+    """Exit 1 before the main run when what the sweep may cost in all exceeds ``services.llm.spend.max_usd``.
+
+    The total is what the job dirs spent before (every earlier run into them) + what the
+    calibration slice's dirs booked (:attr:`SweepPlan.slice_usd`) + the forecast's high end.
+    Nothing in it is counted twice: a reply is billed once, to the call that sent it, and a
+    cache hit books $0. The slice's fresh calls are booked in its own dirs only (beside the
+    sweep dir, never in a job dir); the main run replays them from the cache at $0, and the
+    forecast counts the slice's runs as free (``JobSlice.n_free``). A slice whose replies
+    were already cached (an earlier run of the same jobs) booked $0 itself, and a resumed
+    slice's earlier spend is counted, as a job dir's is. ``plan.source`` sends nothing: its
+    spend is not this sweep's (a source that is the sweep dir itself is in the first term).
+    The main run's running guard caps the job dirs' spend only; this check alone sees the slice's.
+    """
+    limit = OmegaConf.select(config, "services.llm.spend", default=None) or {}
+    cap = limit.get("max_usd")
     forecast = plan.forecast
     if cap is None or forecast is None:
         return
-    spent = sum(spent_so_far(j.job_dir) for j in plan.jobs)
-    high = spent + forecast.usd.high
+    spent = _dirs_spent(plan.sweep_dir, plan.jobs)
+    high = spent + plan.slice_usd + forecast.usd.high
     part = f" (priced models only; no price: {', '.join(forecast.unpriced)})" if forecast.unpriced else ""
     if high <= float(cap):
         if part:
-            log.warning("plan: the forecast is within the budget for its priced models only%s", part)
+            log.warning("plan: the forecast is within the spend limit for its priced models only%s", part)
         return
-    over = (
-        f"forecast high end ${high:.4f}{part} exceeds services.llm.budget.max_usd ${float(cap):.4f} "
-        f"by ${high - float(cap):.4f}"
-    )
-    if budget.get("allow_over_forecast"):
-        log.warning("plan: %s; running anyway (budget.allow_over_forecast=true), the running guard stays", over)
+    terms = [
+        f"forecast high end ${forecast.usd.high:.4f}{part}",
+        *([f"${plan.slice_usd:.4f} spent by the calibration slice"] if plan.slice_usd else []),
+        *([f"${spent:.4f} spent in the job dirs before"] if spent else []),
+    ]
+    total = " + ".join(terms) + (f" = ${high:.4f}" if len(terms) > 1 else "")
+    over = f"{total} exceeds services.llm.spend.max_usd ${float(cap):.4f} by ${high - float(cap):.4f}"
+    if limit.get("allow_over_forecast"):
+        log.warning(
+            "plan: %s; running anyway (services.llm.spend.allow_over_forecast=true), the running guard stays", over
+        )
         return
     sys.exit(
-        f"error: plan: {over}"
-        + (f" (${spent:.4f} spent before)" if spent else "")
-        + "; nothing of the main run was sent. Raise the budget, shrink the sweep, or pass "
-        "services.llm.budget.allow_over_forecast=true."
+        f"error: plan: {over}; nothing of the main run was sent. Raise the spend limit, shrink the sweep, or pass "
+        "services.llm.spend.allow_over_forecast=true."
     )
 
 

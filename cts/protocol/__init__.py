@@ -1,1 +1,1 @@
-"""The protocol run: stages, the per-instance pipeline, job files, metrics, diagnostics, outcome, budget."""
+"""The protocol run: stages, the per-instance pipeline, job files, metrics, diagnostics, outcome, spend limit."""

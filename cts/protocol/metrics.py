@@ -71,7 +71,7 @@ def score_metrics(records: Sequence[Record], *, n_resamples: int, confidence: fl
 
 
 def cluster_metrics(
-    records: Sequence[Record], clusters: Mapping[str, str], naive: Mapping[str, float], **stats: Any
+    records: Sequence[Record], clusters: Mapping[str, str], naive: Mapping[str, float], **bootstrap: Any
 ) -> dict[str, float]:
     """The delta CI when instances share clusters: whole clusters resampled, the naive CI kept beside it.
 
@@ -84,14 +84,14 @@ def cluster_metrics(
         records: The job's records.
         clusters: Instance id -> cluster label (:func:`cts.data.clusters.dataset_clusters`).
         naive: :func:`score_metrics` of the same records (its instance-level interval).
-        stats: ``n_resamples``, ``confidence`` and ``seed`` of the bootstrap.
+        bootstrap: ``n_resamples``, ``confidence`` and ``seed`` of the bootstrap.
     """
     # In id order: the report reads records.jsonl in completion order, and must draw the same clusters.
     pairs = sorted((r for r in records if r.score is not None and r.orig_score is not None), key=lambda r: r.id)
     labels = [clusters.get(r.id, ("instance", r.id)) for r in pairs]
     scores = [float(r.score) for r in pairs if r.score is not None]
     orig = [float(r.orig_score) for r in pairs if r.orig_score is not None]
-    c = cluster_bootstrap_ci(scores, orig, labels, **stats)
+    c = cluster_bootstrap_ci(scores, orig, labels, **bootstrap)
     return {
         "delta_ci_low": c.low,
         "delta_ci_high": c.high,
@@ -165,23 +165,24 @@ def summarize(
 ) -> dict[str, float]:
     """All job metrics: scores, CI, interaction diagnostics and usage; repeats' spread and arms when there are.
 
-    With repeats, the score metrics and the paired CI are over instance means
-    (:func:`cts.protocol.repeats.instance_means`; ``n_instances`` counts instances); the
-    interaction diagnostics and usage are over every record. With ``clusters`` (instance id ->
-    cluster) the delta CI resamples clusters (:func:`cluster_metrics`).
+    The score metrics and the paired CI are over :func:`cts.protocol.repeats.instance_means`
+    (in id order, whatever order ``records`` come in; with repeats the instance means, and
+    ``n_instances`` counts instances); the interaction diagnostics and usage are over every
+    record. With ``clusters`` (instance id -> cluster) the delta CI resamples clusters
+    (:func:`cluster_metrics`).
     """
     from cts.protocol.diagnostics import diagnostics
 
-    stats: dict[str, Any] = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
-    per_instance = instance_means(records)  # ``records`` themselves without repeats
-    scores = score_metrics(per_instance, **stats)
+    bootstrap: dict[str, Any] = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
+    per_instance = instance_means(records)  # one per instance, in id order: the report resamples the same vector
+    scores = score_metrics(per_instance, **bootstrap)
     return {
         **scores,
-        **(cluster_metrics(per_instance, clusters, scores, **stats) if clusters is not None else {}),
+        **(cluster_metrics(per_instance, clusters, scores, **bootstrap) if clusters is not None else {}),
         **interaction_metrics(records, k),
         "questions_asked_mean": questions_asked_mean(records),
         **diagnostics(records),
         **usage_metrics(records),
         **repeat_metrics(records),
-        **attribution_metrics(per_instance, stats),
+        **attribution_metrics(per_instance, bootstrap),
     }

@@ -23,7 +23,7 @@ from hydra.errors import CompactHydraException
 
 from cts._util.interrupt import recorded_sweep
 from cts.core.records import Record
-from cts.core.types import BudgetExceeded, CallError, CircuitOpen, RequestRejected
+from cts.core.types import CallError, CircuitOpen, RequestRejected, SpendLimitReached
 from cts.protocol.job_files import INFRA_FILE, RECORDS_FILE
 
 INCOMPLETE_STOPS = frozenset({"infra", "circuit_open", "request_rejected"})
@@ -147,10 +147,8 @@ def sweep_resume_of(job_dir: Path) -> str | None:
 
 
 def stop_reason(error: BaseException) -> str:
-    """The ``stop_reason`` of a task stopped by an infrastructure failure: budget, circuit_open or infra."""
-    if isinstance(error, BudgetExceeded):
-        return "budget"
-    return error.kind if isinstance(error, CircuitOpen) else "infra"
+    """The ``stop_reason`` of a task stopped by an infrastructure failure: spend_limit, circuit_open or infra."""
+    return error.kind if isinstance(error, (SpendLimitReached, CircuitOpen)) else "infra"
 
 
 def stop_message(task: str, error: BaseException) -> str:
@@ -159,8 +157,8 @@ def stop_message(task: str, error: BaseException) -> str:
         what = str(error)
     elif isinstance(error, CircuitOpen):
         what = f"circuit breaker open for {error}"
-    elif isinstance(error, BudgetExceeded):
-        what = f"budget reached ({error}; services.llm.budget.max_usd)"
+    elif isinstance(error, SpendLimitReached):
+        what = f"spend limit reached ({error}; services.llm.spend.max_usd)"
     elif isinstance(error, CallError):
         what = f"{error.kind} at {error.endpoint or 'an endpoint'}: {error.message}"
     else:

@@ -240,7 +240,7 @@ async def run_instance(
         orig, orig_trace = await orig_task
         arms = {"oracle": await oracle} if oracle is not None else {}
     finally:
-        orig_task.cancel()  # a no-op once done; stops the spending when the budget ends the job
+        orig_task.cancel()  # a no-op once done; stops the spending when the spend limit ends the job
         if oracle is not None:
             oracle.cancel()
     traces = [{"id": instance.id, "arm": "orig", **orig_trace}]
@@ -329,7 +329,7 @@ async def run_instances(
     Returns:
         The committed records of the job (old and new, as ``keep`` made them) and the
         stop reason: ``done``, ``infra`` (some instances failed on infrastructure),
-        ``circuit_open`` (an endpoint kept failing, the job stopped) or ``budget``.
+        ``circuit_open`` (an endpoint kept failing, the job stopped) or ``spend_limit``.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     finished = {record_key(r): keep(r) for r in read_results(out_dir)}

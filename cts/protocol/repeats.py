@@ -3,8 +3,8 @@
 With repeats, an instance has one record per repeat. The job's scores reduce per
 instance first (:func:`instance_means`: the mean over its repeats), so the paired CI
 and every score statistic count instances, not repeats; the spread between repeats
-is reported apart (:func:`repeat_metrics`). A job without repeats is left exactly as
-it is. With attribution arms, :func:`attribution_metrics` decomposes the delta
+is reported apart (:func:`repeat_metrics`). A job without repeats keeps its records, in
+id order. With attribution arms, :func:`attribution_metrics` decomposes the delta
 against orig (:mod:`cts.protocol.arms`).
 """
 
@@ -37,27 +37,35 @@ def has_repeats(records: Sequence[Record]) -> bool:
 
 
 def _mean_arm(arms: Sequence[ArmResult | None]) -> ArmResult | None:
-    """One arm whose score is the mean over the scored repeats (unscored, with the first error, if none is)."""
+    """One arm whose score is the mean over the scored repeats (unscored, with the first error, if none is).
+
+    It keeps the first repeat's query: a gate decides on the orig arm's query (the blurred ``q``).
+    """
     present = [a for a in arms if a is not None]
     if not present:
         return None
+    query = present[0].query
     scores = [a.score for a in present if a.score is not None]
     if scores:
-        return ArmResult(query="", score=float(np.mean(scores)))
-    return ArmResult(query="", error=next((a.error for a in present if a.error is not None), None))
+        return ArmResult(query=query, score=float(np.mean(scores)))
+    return ArmResult(query=query, error=next((a.error for a in present if a.error is not None), None))
 
 
 def instance_means(records: Sequence[Record]) -> list[Record]:
-    """One record per instance, each arm scored with the mean over its repeats (``records`` without repeats).
+    """One record per instance, in id order, each arm scored with the mean over its repeats.
 
-    The reduced record keeps the first repeat's interaction and the first error any repeat had. With
-    repeats, instances come in id order: a job's metrics and its report (which reads the records in
-    the order they finished) then resample the same vector.
+    The reduction every per-instance statistic starts from: the job's metrics, the report's
+    tables, post-hoc gating and the robustness analyses. Without repeats the records are
+    returned as they are, sorted. The reduced record keeps repeat 0's interaction (questions,
+    answers, usage) and the first error any repeat had. The id order is the one canonical order
+    of a bootstrap's vector: the job holds its records in dataset order and the report reads
+    them in the order they finished, and both must resample the same vector.
     """
     if not has_repeats(records):
-        return list(records)
+        return sorted(records, key=lambda r: r.id)
     out = []
-    for _, group in sorted(by_instance(records).items()):
+    for _, finished in sorted(by_instance(records).items()):
+        group = sorted(finished, key=lambda r: r.repeat)  # repeat 0 first, whatever order they finished in
         names = dict.fromkeys(n for r in group for n in r.arms)
         error = next((r.error for r in group if r.error is not None), None)
         out.append(
@@ -129,12 +137,12 @@ DECOMPOSITION = (
 """(metric, arm, baseline): the rewrite's own effect, the answers' information, the ceiling and what is left."""
 
 
-def attribution_metrics(reduced: Sequence[Record], stats: Mapping[str, Any]) -> dict[str, float]:
+def attribution_metrics(reduced: Sequence[Record], bootstrap: Mapping[str, Any]) -> dict[str, float]:
     """Scores of the attribution arms and the decomposition of the delta, with paired CIs.
 
     Args:
         reduced: One record per instance (:func:`instance_means`).
-        stats: ``n_resamples``, ``confidence``, ``seed`` of the paired bootstrap.
+        bootstrap: ``n_resamples``, ``confidence``, ``seed`` of the paired bootstrap.
 
     Returns:
         ``arm_<name>_score_mean``, ``<delta>_mean`` / ``_ci_low`` / ``_ci_high`` per
@@ -150,7 +158,7 @@ def attribution_metrics(reduced: Sequence[Record], stats: Mapping[str, Any]) -> 
         out[f"arm_{n}_score_mean"] = float(np.mean(scores)) if scores else NAN
     for metric, a, b in (*DECOMPOSITION, *marginal_steps(reduced)):
         if a in names or b in names:
-            mean, low, high = paired_bootstrap_ci(*_paired(reduced, a, b), **stats)
+            mean, low, high = paired_bootstrap_ci(*_paired(reduced, a, b), **bootstrap)
             out.update({f"{metric}_mean": mean, f"{metric}_ci_low": low, f"{metric}_ci_high": high})
     return out
 

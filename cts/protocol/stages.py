@@ -3,7 +3,7 @@ a :class:`StageClock` records when each stage ran.
 
 Invalid model output stays a result (``invalid_output``); failures of the
 infrastructure (connection, auth, missing model, cache or disk errors) become
-``infra``, which a resume retries; ``BudgetExceeded`` and ``CircuitOpen`` stop the job.
+``infra``, which a resume retries; ``SpendLimitReached`` and ``CircuitOpen`` stop the job.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any, TypeVar
 from cts.core.records import ErrorInfo, infra_exception
 from cts.core.types import (
     INFRA_CALL_KINDS,
-    BudgetExceeded,
     CallError,
     CircuitOpen,
     ErrorKind,
+    SpendLimitReached,
     UnscoredError,
 )
 
@@ -40,13 +40,13 @@ class StageError(Exception):
 def stage(name: str) -> Iterator[None]:
     """Turn a role failure into a :class:`StageError` naming the stage.
 
-    ``BudgetExceeded`` and ``CircuitOpen`` pass through untouched: they stop the job,
+    ``SpendLimitReached`` and ``CircuitOpen`` pass through untouched: they stop the job,
     not the instance. Call failures of the infrastructure (connection, auth, missing
     model, cache or disk errors) become kind ``infra``; invalid output stays a result.
     """
     try:
         yield
-    except (BudgetExceeded, CircuitOpen, StageError, asyncio.CancelledError):
+    except (SpendLimitReached, CircuitOpen, StageError, asyncio.CancelledError):
         raise
     except UnscoredError as e:
         raise StageError(ErrorInfo(name, e.kind, e.reason)) from e

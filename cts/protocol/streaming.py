@@ -1,4 +1,4 @@
-"""How a job streams its instances: commit each as it finishes, show progress, stop on budget or breaker.
+"""How a job streams its instances: commit each as it finishes, show progress, stop on the spend limit or a breaker.
 
 Moved out of :mod:`cts.protocol.pipeline` (which runs them) so that it stays one screenful per idea.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 from cts.core.contracts import Progress
 from cts.core.records import Record
-from cts.core.types import BudgetExceeded, CircuitOpen, Gold, Instance
+from cts.core.types import CircuitOpen, Gold, Instance, SpendLimitReached
 from cts.llm import calls_in_flight
 from cts.protocol.job_files import JobSink
 
@@ -76,9 +76,9 @@ async def drain(
                     bar.update(1)
                     if on_commit is not None:
                         on_commit(record, traces)
-    except BudgetExceeded as e:
-        log.warning("budget reached, stopping cleanly (finished records kept): %s", e)
-        return "budget"
+    except SpendLimitReached as e:
+        log.warning("spend limit reached, stopping cleanly (finished records kept): %s", e)
+        return e.kind
     except CircuitOpen as e:  # an open breaker, or a request the provider rejects (RequestRejected)
         log.error("%s, stopping cleanly (finished records kept): %s", e.kind, e)
         sink.write_failure({"id": None, "stage": "", "kind": e.kind, "message": str(e), "endpoint": e.endpoint})

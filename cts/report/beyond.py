@@ -19,6 +19,7 @@ import pandas as pd
 
 from cts.core.records import Record
 from cts.protocol.metrics import interaction_metrics, questions_asked_mean
+from cts.protocol.repeats import instance_means
 from cts.report.gate_evaluation import evaluate_gate
 from cts.report.jobs import ORIG
 from cts.report.plots import pyplot
@@ -47,15 +48,20 @@ def _paired(records: Sequence[Record]) -> tuple[list[float], list[float]]:
 # ----------------------------------------------------------------- batch vs sequential
 
 
-def sequential_rows(jobs: Sequence[Any], stats: Any) -> pd.DataFrame:
-    """Per (k, system, mode): score, Δ vs orig with paired CI, all_unknown_rate, questions asked."""
+def sequential_rows(jobs: Sequence[Any], bootstrap: Any) -> pd.DataFrame:
+    """Per (k, system, mode): score, Δ vs orig with paired CI, all_unknown_rate, questions asked.
+
+    As in the job's metrics, the scores and the CI are over instances (repeats reduced,
+    :func:`cts.protocol.repeats.instance_means`), the interaction rates over every record.
+    """
     rows = []
     for j in jobs:
         if j.is_orig:
             continue
-        clarified_s, orig_s = _paired(j.records)
-        delta, low, high = paired_bootstrap_ci(clarified_s, orig_s, **vars(stats))
-        scores = [r.score for r in j.records if r.score is not None]
+        reduced = instance_means(j.records)
+        clarified_s, orig_s = _paired(reduced)
+        delta, low, high = paired_bootstrap_ci(clarified_s, orig_s, **vars(bootstrap))
+        scores = [r.score for r in reduced if r.score is not None]
         rows.append(
             {
                 "k": j.k,
@@ -124,14 +130,18 @@ def default_gates() -> dict[str, Any]:
     return gates
 
 
-def gating_rows(jobs: Sequence[Any], stats: Any, gates: Mapping[str, Any]) -> pd.DataFrame:
-    """One row per (clarified job, gate): the :class:`cts.report.gate_evaluation.GateStats` fields."""
+def gating_rows(jobs: Sequence[Any], bootstrap: Any, gates: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per (clarified job, gate): the :class:`cts.report.gate_evaluation.GateResult` fields.
+
+    ``n`` and the CI count instances (repeats reduced by :func:`cts.report.gate_evaluation.gateable`);
+    the cost is the mean over every record (each repeat paid for its own clarification).
+    """
     rows = []
     for j in jobs:
         if j.is_orig:
             continue
         for name, gate in gates.items():
-            result, decisions = evaluate_gate(j.records, gate, **vars(stats))
+            result, decisions = evaluate_gate(j.records, gate, **vars(bootstrap))
             asked = {i for i, d in decisions.items() if d.ask}
             cost, unit = _clarify_cost(j.records, asked)
             rows.append(
@@ -216,7 +226,7 @@ def frontier_rows(gating: pd.DataFrame) -> pd.DataFrame:
     The oracle is an upper bound, not a system: it is listed but never on the frontier.
     ``never`` is the orig arm, shared by the jobs of one setting, so it is listed once per setting
     (``orig``, or ``orig[judge=strict]`` when settings vary), scored by the mean over those jobs
-    (equal up to summation order, as each job's records are in the order they finished).
+    (equal when they share the orig arm: each job's gated scores are over its instances, in id order).
     """
     if gating.empty:
         return pd.DataFrame()
@@ -310,14 +320,18 @@ def plot_frontier(rows: pd.DataFrame, path: Path, x: str, xlabel: str, title: st
     return path
 
 
-def extra_report(jobs: Sequence[Any], stats: Any, out_dir: Path) -> tuple[list[Any], list[Path], dict[str, float]]:
+def extra_report(jobs: Sequence[Any], bootstrap: Any, out_dir: Path) -> tuple[list[Any], list[Path], dict[str, float]]:
     """Tables, plots and MLflow metrics of the sections above for the sweep report."""
     if not any(not j.is_orig for j in jobs):
         return [], [], {}
-    seq = sequential_rows(jobs, stats)
-    gating = gating_rows(jobs, stats, default_gates())
+    seq = sequential_rows(jobs, bootstrap)
+    gating = gating_rows(jobs, bootstrap, default_gates())
     front = frontier_rows(gating)
-    tables = [sequential_table(seq, stats.confidence), gating_table(gating, stats.confidence), frontier_table(front)]
+    tables = [
+        sequential_table(seq, bootstrap.confidence),
+        gating_table(gating, bootstrap.confidence),
+        frontier_table(front),
+    ]
     unit = front["cost_unit"].iloc[0]
     plots = [
         plot_frontier(

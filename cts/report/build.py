@@ -16,7 +16,7 @@ from cts.report.beyond import extra_report
 from cts.report.jobs import NO_MODE, Job, load_jobs
 from cts.report.plots import plot_scores, plot_unknown_vs_region
 from cts.report.repeats import design_report
-from cts.report.rows import Stats, diagnostic_rows, score_rows
+from cts.report.rows import Bootstrap, diagnostic_rows, score_rows
 from cts.report.tables import Table, build_tables, markdown, write_table
 from cts.stats.compare import PValueTest
 
@@ -76,19 +76,19 @@ def sweep_metrics(scores: pd.DataFrame, diag: pd.DataFrame) -> dict[str, float]:
 
 
 def write_report(
-    jobs: Sequence[Job], out_dir: Path, stats: Stats, source: str = "", p_value: PValueTest = "bootstrap"
+    jobs: Sequence[Job], out_dir: Path, bootstrap: Bootstrap, source: str = "", p_value: PValueTest = "bootstrap"
 ) -> ReportResult:
     """Build every table and plot of ``jobs`` into ``out_dir`` (raises on failure); ``p_value``: Table 3's test."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    scores, diag = score_rows(jobs, stats, p_value), diagnostic_rows(jobs)
-    tables = build_tables(scores, diag, stats.confidence)
+    scores, diag = score_rows(jobs, bootstrap, p_value), diagnostic_rows(jobs)
+    tables = build_tables(scores, diag, bootstrap.confidence)
     files = [p for t in tables for p in write_table(t, out_dir)]
     files.append(plot_scores(scores, out_dir / "score_vs_k.png"))
     if not diag.empty:
         files.append(plot_unknown_vs_region(diag, out_dir / "unknown_vs_region.png"))
     # batch vs sequential, gating, frontier
-    more_tables, more_plots, more_metrics = extra_report(jobs, stats, out_dir)
-    more_tables += design_report(jobs, stats)  # repeats, attribution arms, variance by stage (when jobs have them)
+    more_tables, more_plots, more_metrics = extra_report(jobs, bootstrap, out_dir)
+    more_tables += design_report(jobs, bootstrap)  # repeats, attribution arms, variance by stage (when jobs have them)
     tables += more_tables
     files += [p for t in more_tables for p in write_table(t, out_dir)] + more_plots
     files.append(write_index(tables, [p for p in files if p.suffix == ".png"], out_dir, source, len(jobs)))
@@ -154,7 +154,7 @@ def build_sweep_report(
         if not jobs:
             raise ValueError(f"no finished job found in {name}")
         out = Path(out_dir) if out_dir is not None else default_out_dir(source)
-        result = write_report(jobs, out, Stats(n_resamples, confidence, seed), name, p_value)
+        result = write_report(jobs, out, Bootstrap(n_resamples, confidence, seed), name, p_value)
         log.info("sweep report (%d jobs) written to %s", len(jobs), out)
         return result
     except Exception as e:

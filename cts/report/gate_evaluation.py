@@ -18,6 +18,7 @@ import numpy as np
 
 from cts.core.contracts import Decision, Gate, OutcomeGate
 from cts.core.records import Record
+from cts.protocol.repeats import instance_means
 from cts.roles.gates import gate_kind
 from cts.stats.bootstrap import paired_bootstrap_ci
 
@@ -26,8 +27,16 @@ T = TypeVar("T")
 
 
 def gateable(records: Sequence[Record]) -> list[Record]:
-    """Records where both arms are scored and the blurred query is known (the orig arm's query)."""
-    return [r for r in records if r.score is not None and r.orig_score is not None and r.orig is not None]
+    """One record per instance where both arms are scored and the blurred query is known (the orig arm's query).
+
+    Repeats are reduced first, as the job's metrics reduce them
+    (:func:`cts.protocol.repeats.instance_means`): a gate decides once per instance, and ``n``
+    and the CI count instances. The result is in id order, so the CI does not depend on the
+    order the records finished in.
+    """
+    return [
+        r for r in instance_means(records) if r.score is not None and r.orig_score is not None and r.orig is not None
+    ]
 
 
 async def decide_all(records: Sequence[Record], gate: Gate | OutcomeGate, concurrency: int = 8) -> dict[str, Decision]:
@@ -59,7 +68,7 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
 
 
 @dataclass(frozen=True)
-class GateStats:
+class GateResult:
     """How a gate does over one job's records."""
 
     n: int
@@ -79,9 +88,13 @@ class GateStats:
     questions_per_instance: float
 
 
+GateStats = GateResult
+"""The old name of :class:`GateResult`."""
+
+
 def gated_scores(records: Sequence[Record], decisions: Mapping[str, Decision]) -> list[float]:
     """Per record: the clarified arm's score where the gate asked, else the orig arm's."""
-    return [float(r.score if decisions[r.id].ask else r.orig_score) for r in records]  # type: ignore[arg-type]
+    return [float(r.score if decisions[r.id].ask else r.orig_score) for r in records]  # type: ignore[arg-type]  # callers pass gateable() records: both scored
 
 
 def _precision_recall(asks: Sequence[bool], oracle: Sequence[bool]) -> tuple[float, float]:
@@ -91,27 +104,27 @@ def _precision_recall(asks: Sequence[bool], oracle: Sequence[bool]) -> tuple[flo
     return precision, recall
 
 
-def gate_stats(
+def gate_result(
     records: Sequence[Record],
     decisions: Mapping[str, Decision],
     *,
     n_resamples: int = 10_000,
     confidence: float = 0.95,
     seed: int = 0,
-) -> GateStats:
+) -> GateResult:
     """Gated score, deltas (paired CI vs orig), precision/recall vs the oracle, questions asked."""
     rs = gateable(records)
     if not rs:
-        return GateStats(0, *([NAN] * 11))
+        return GateResult(0, *([NAN] * 11))
     gated = gated_scores(rs, decisions)
-    orig = [float(r.orig_score) for r in rs]  # type: ignore[arg-type]
-    always = [float(r.score) for r in rs]  # type: ignore[arg-type]
+    orig = [float(r.orig_score) for r in rs]  # type: ignore[arg-type]  # gateable: scored
+    always = [float(r.score) for r in rs]  # type: ignore[arg-type]  # gateable: scored
     asks = [decisions[r.id].ask for r in rs]
     oracle = [s > o for s, o in zip(always, orig)]
     delta, low, high = paired_bootstrap_ci(gated, orig, n_resamples=n_resamples, confidence=confidence, seed=seed)
     precision, recall = _precision_recall(asks, oracle)
     asked_q = [len(r.questions) if a else 0 for r, a in zip(rs, asks)]
-    return GateStats(
+    return GateResult(
         n=len(rs),
         ask_rate=float(np.mean(asks)),
         score_mean=float(np.mean(gated)),
@@ -134,8 +147,11 @@ def evaluate_gate(
     n_resamples: int = 10_000,
     confidence: float = 0.95,
     seed: int = 0,
-) -> tuple[GateStats, dict[str, Decision]]:
-    """Decide for every gateable record, then score the gated system (synchronous wrapper)."""
+) -> tuple[GateResult, dict[str, Decision]]:
+    """Decide for every gateable instance (repeats reduced, :func:`gateable`), then score the gated system.
+
+    A synchronous wrapper of :func:`decide_all` and :func:`gate_result`.
+    """
     rs = gateable(records)
     decisions = run_sync(decide_all(rs, gate))
-    return gate_stats(rs, decisions, n_resamples=n_resamples, confidence=confidence, seed=seed), decisions
+    return gate_result(rs, decisions, n_resamples=n_resamples, confidence=confidence, seed=seed), decisions

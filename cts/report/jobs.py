@@ -24,8 +24,8 @@ NO_MODE = "–"
 SUMMARY_FILE = "summary.json"
 MODE_KEY = "clarifier.mode"
 """The factor every table shows as its ``mode`` column (read from the records), never in a label."""
-_REBIND = "model@clarifier.model"
-"""An override of this key names the system: ``clarifier=gpt model@clarifier.model=claude`` is ``claude``."""
+_REBIND = naming.CLARIFIER_MODEL
+"""An override of this key names the system (:func:`cts._util.naming.system_name`)."""
 _NOT_FACTORS = frozenset({"clarifier", "k"})
 
 
@@ -34,7 +34,8 @@ class Job:
     """One job of a sweep: its identity and its records."""
 
     system: str
-    """The clarifier option (``rules_scope``, ``gpt``; ``none`` = orig), or the model option an override binds."""
+    """:func:`cts._util.naming.system_name`: the clarifier option (``rules_scope``, ``gpt``; ``none`` = orig),
+    or the model option a swept override binds."""
     k: int
     records: tuple[Record, ...]
     factors: Mapping[str, str] = field(default_factory=dict)
@@ -110,7 +111,7 @@ def job_from_summary(summary: Mapping[str, Any], records: Sequence[Record], job_
     """Build a :class:`Job` from a ``summary.json`` mapping and the job's records."""
     choices = {str(g): str(v) for g, v in (summary.get("choices") or {}).items() if not str(g).startswith("hydra")}
     swept = _overridden(summary)
-    system = swept.get(_REBIND) or choices.get("clarifier") or swept.get("clarifier") or "unknown"
+    system = naming.system_name(choices, swept)
     chosen = {g: v for g, v in choices.items() if not _implied(g, choices)}
     setting = {g: v for g, v in {**chosen, **swept}.items() if g not in _NOT_FACTORS and not _clarifier_only(g)}
     variant = {g: v for g, v in swept.items() if _clarifier_only(g) and g != _REBIND}

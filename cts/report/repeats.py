@@ -16,7 +16,7 @@ import pandas as pd
 from cts.protocol.design import STAGES
 from cts.protocol.repeats import attribution_metrics, has_repeats, instance_means, marginal_steps, repeat_metrics
 from cts.report.jobs import Job
-from cts.report.rows import Stats
+from cts.report.rows import Bootstrap
 from cts.report.tables import Table
 from cts.stats.bootstrap import paired_bootstrap_ci
 from cts.stats.variance import stage_shares
@@ -42,13 +42,13 @@ def _stages(job: Job) -> tuple[str, ...]:
     return tuple(sorted({s for stages in found for s in stages}))
 
 
-def _delta(reduced: Sequence[Any], stats: Stats) -> dict[str, float]:
+def _delta(reduced: Sequence[Any], bootstrap: Bootstrap) -> dict[str, float]:
     pairs = [(r.score, r.orig_score) for r in reduced if r.score is not None and r.orig_score is not None]
-    mean, low, high = paired_bootstrap_ci([p[0] for p in pairs], [p[1] for p in pairs], **vars(stats))
+    mean, low, high = paired_bootstrap_ci([p[0] for p in pairs], [p[1] for p in pairs], **vars(bootstrap))
     return {"n": float(len(pairs)), "delta_mean": mean, "delta_ci_low": low, "delta_ci_high": high}
 
 
-def repeats_rows(jobs: Sequence[Job], stats: Stats) -> pd.DataFrame:
+def repeats_rows(jobs: Sequence[Job], bootstrap: Bootstrap) -> pd.DataFrame:
     """Per job that repeated every stage: repeats, spread within instances, Δ vs orig over instance means."""
     rows = []
     for j in jobs:
@@ -60,7 +60,7 @@ def repeats_rows(jobs: Sequence[Job], stats: Stats) -> pd.DataFrame:
             {
                 "k": j.k,
                 "system": j.label,
-                **_delta(reduced, stats),
+                **_delta(reduced, bootstrap),
                 "score": float(sum(scores) / len(scores)) if scores else NAN,
                 **repeat_metrics(j.records),
             }
@@ -94,7 +94,7 @@ def repeats_table(rows: pd.DataFrame, confidence: float) -> Table:
     return Table("repeats", caption, rows, display)
 
 
-def attribution_rows(jobs: Sequence[Job], stats: Stats) -> pd.DataFrame:
+def attribution_rows(jobs: Sequence[Job], bootstrap: Bootstrap) -> pd.DataFrame:
     """Per job with attribution arms: Δ vs orig split into the rewrite's effect and the answers' information."""
     rows = []
     for j in jobs:
@@ -105,8 +105,8 @@ def attribution_rows(jobs: Sequence[Job], stats: Stats) -> pd.DataFrame:
             {
                 "k": j.k,
                 "system": j.label,
-                **_delta(reduced, stats),
-                **attribution_metrics(reduced, vars(stats)),
+                **_delta(reduced, bootstrap),
+                **attribution_metrics(reduced, vars(bootstrap)),
                 "steps": len(marginal_steps(reduced)),
             }
         )
@@ -216,13 +216,13 @@ def stage_table(rows: pd.DataFrame) -> Table:
     return Table("stage_variance", caption, rows, display)
 
 
-def design_report(jobs: Sequence[Job], stats: Stats) -> list[Table]:
+def design_report(jobs: Sequence[Job], bootstrap: Bootstrap) -> list[Table]:
     """The repeats, attribution and variance-by-stage tables the jobs call for (none for plain jobs)."""
     tables = []
-    if not (rows := repeats_rows(jobs, stats)).empty:
-        tables.append(repeats_table(rows, stats.confidence))
-    if not (rows := attribution_rows(jobs, stats)).empty:
-        tables.append(attribution_table(rows, stats.confidence))
+    if not (rows := repeats_rows(jobs, bootstrap)).empty:
+        tables.append(repeats_table(rows, bootstrap.confidence))
+    if not (rows := attribution_rows(jobs, bootstrap)).empty:
+        tables.append(attribution_table(rows, bootstrap.confidence))
     if not (rows := stage_rows(jobs)).empty:
         tables.append(stage_table(rows))
     return tables

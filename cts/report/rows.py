@@ -23,12 +23,16 @@ NAN = float("nan")
 
 
 @dataclass(frozen=True)
-class Stats:
+class Bootstrap:
     """Bootstrap settings of a report."""
 
     n_resamples: int = 10_000
     confidence: float = 0.95
     seed: int = 0
+
+
+Stats = Bootstrap
+"""The old name of :class:`Bootstrap`."""
 
 
 def _finite(values: Iterable[float | None]) -> list[float]:
@@ -71,12 +75,12 @@ def _settings(jobs: Sequence[Job]) -> list[tuple[int, str, list[Job]]]:
 
 def paired(job: Job) -> tuple[list[float], list[float]]:
     """Clarified-arm and orig scores of the instances where both arms are scored."""
-    reduced = instance_means(job.records)  # with repeats: the instance means
+    reduced = instance_means(job.records)  # one per instance (repeats' means), in id order as the job's metrics
     pairs = [(r.score, r.orig_score) for r in reduced if r.score is not None and r.orig_score is not None]
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
-def comparison(job: Job, stats: Stats, p_value: PValueTest = "bootstrap") -> Comparison:
+def comparison(job: Job, bootstrap: Bootstrap, p_value: PValueTest = "bootstrap") -> Comparison:
     """The job's paired comparison with orig: clustered when its summary names clusters (:mod:`cts.stats.compare`)."""
     pairs = [r for r in instance_means(job.records) if r.score is not None and r.orig_score is not None]
     labels = None
@@ -84,7 +88,7 @@ def comparison(job: Job, stats: Stats, p_value: PValueTest = "bootstrap") -> Com
         pairs = sorted(pairs, key=lambda r: r.id)
         labels = [job.clusters.get(r.id, ("instance", r.id)) for r in pairs]
     scores, origs = [r.score for r in pairs], [r.orig_score for r in pairs]
-    return paired_comparison(scores, origs, labels, **vars(stats), p_value=p_value)  # type: ignore[arg-type]
+    return paired_comparison(scores, origs, labels, **vars(bootstrap), p_value=p_value)  # type: ignore[arg-type]  # pairs: both scores set
 
 
 def _comparison_columns(job: Job | None, c: Comparison | None) -> dict[str, object]:
@@ -100,7 +104,7 @@ def _comparison_columns(job: Job | None, c: Comparison | None) -> dict[str, obje
     }
 
 
-def score_rows(jobs: Sequence[Job], stats: Stats, p_value: PValueTest = "bootstrap") -> pd.DataFrame:
+def score_rows(jobs: Sequence[Job], bootstrap: Bootstrap, p_value: PValueTest = "bootstrap") -> pd.DataFrame:
     """Tables 2/3/6 numbers: one orig row per k, then one row per system job.
 
     Each system row also has its p-value against orig (``p_value``, by ``p_value`` test) and
@@ -109,7 +113,7 @@ def score_rows(jobs: Sequence[Job], stats: Stats, p_value: PValueTest = "bootstr
     rows = []
     for k, setting, at_k in _settings(jobs):
         origs = orig_scores(at_k)  # pooled only over jobs of one setting (search, judge, dataset ...)
-        _, low, high = mean_ci(list(origs.values()), **vars(stats))
+        _, low, high = mean_ci(list(origs.values()), **vars(bootstrap))
         rows.append(
             {
                 "k": k,
@@ -129,8 +133,8 @@ def score_rows(jobs: Sequence[Job], stats: Stats, p_value: PValueTest = "bootstr
             if j.is_orig:
                 continue
             scores = _finite(r.score for r in instance_means(j.records))
-            _, low, high = mean_ci(scores, **vars(stats))
-            c = comparison(j, stats, p_value)
+            _, low, high = mean_ci(scores, **vars(bootstrap))
+            c = comparison(j, bootstrap, p_value)
             rows.append(
                 {
                     "k": k,

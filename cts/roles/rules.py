@@ -150,7 +150,7 @@ class NoClarifier:
         del mode, stop_early
 
     async def ask(self, blurred_query: str, k: int) -> list[str]:
-        """Return no question, whatever the budget."""
+        """Return no question, whatever the budget ``k``."""
         return []
 
 

@@ -19,24 +19,24 @@ if TYPE_CHECKING:
 PASSAGE_SEP = "\n\n"
 
 
-def _sentence_prefix(passage: str, budget: int) -> str:
-    """Longest prefix of ``passage`` that ends at a sentence end and fits ``budget``."""
+def _sentence_prefix(passage: str, max_chars: int) -> str:
+    """Longest prefix of ``passage`` that ends at a sentence end and fits ``max_chars``."""
     best, pos = "", 0
     for sentence in split_sentences(passage):
         start = passage.find(sentence, pos)
         if start < 0:
             break
         pos = start + len(sentence)
-        if pos > budget:
+        if pos > max_chars:
             break
         best = passage[:pos]
     return best
 
 
-def _hard_cut(text: str, budget: int) -> str:
-    """Cut at the last word boundary within ``budget`` (a CJK run has none: cut anywhere)."""
-    cut = text[:budget]
-    head = cut.rsplit(" ", 1)[0] if " " in cut and len(text) > budget else cut
+def _hard_cut(text: str, max_chars: int) -> str:
+    """Cut at the last word boundary within ``max_chars`` (a CJK run has none: cut anywhere)."""
+    cut = text[:max_chars]
+    head = cut.rsplit(" ", 1)[0] if " " in cut and len(text) > max_chars else cut
     return head.rstrip()
 
 
@@ -51,12 +51,12 @@ def bounded_answer(passages: Sequence[str], max_chars: int) -> str:
     used = 0
     for passage in passages:
         sep = len(PASSAGE_SEP) if parts else 0
-        budget = max_chars - used - sep
-        if budget <= 0:
+        room = max_chars - used - sep
+        if room <= 0:
             break
-        piece = passage if len(passage) <= budget else _sentence_prefix(passage, budget)
+        piece = passage if len(passage) <= room else _sentence_prefix(passage, room)
         if not piece and not parts:
-            piece = _hard_cut(passage, budget)
+            piece = _hard_cut(passage, room)
         if piece:
             parts.append(piece)
             used += sep + len(piece)

@@ -87,6 +87,6 @@ class ToolCache:
             self.misses += 1
         return value, cached
 
-    def stats(self) -> dict[str, int]:
+    def counters(self) -> dict[str, int]:
         """Hit and miss counts since this cache was opened (for the job log)."""
         return {"tool_cache_hits": self.hits, "tool_cache_misses": self.misses}

@@ -6,8 +6,8 @@ tools and ends with the question. Each assistant turn is ``<think>...</think>``
 followed by one ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``;
 generation stops at ``<tool_response>`` and the tool's output comes back as a
 user message ``<tool_response>\\n...\\n</tool_response>``. The run ends at
-``<answer>...</answer>`` (or a turn without a tool call). When the call budget
-or the context budget runs out, one last message asks for the answer now.
+``<answer>...</answer>`` (or a turn without a tool call). When the call limit
+or the context limit is reached, one last message asks for the answer now.
 
 Every search hit and every visited page becomes a citable
 :class:`~cts.core.types.Evidence` whose id is derived from its url (``S-<hash>`` for
@@ -58,8 +58,8 @@ CUT_TURN = (
 )
 """Shown to the agent after a turn that stopped at its output cap (the cut turn stays in the conversation)."""
 _LIMITS = {
-    "call_budget": "the maximum number of tool calls you can make",
-    "context_budget": "the maximum context length you can handle",
+    "call_limit": "the maximum number of tool calls you can make",
+    "context_limit": "the maximum context length you can handle",
 }
 
 
@@ -67,7 +67,7 @@ class WebDancerSearch(WebTools):
     """ReAct deep-search agent in the WebDancer / WebSailor format.
 
     Defaults are those of the released demo code: ``max_llm_calls`` 50 (the
-    WebDancer demo; WebSailor uses 40), a context budget of 31 * 1024 - 500
+    WebDancer demo; WebSailor uses 40), a context limit of 31 * 1024 - 500
     tokens, temperature 0.6, top_p 0.95, stop at ``<tool_response>``, 10
     results per query, at most 3 queries per search call, pages cut at 150,000
     characters before the summariser reads them.
@@ -79,8 +79,8 @@ class WebDancerSearch(WebTools):
         fetcher: Page fetcher.
         tool_cache: The job's shared cache of tool results (its counters are the job's).
         summary_model: Chat client of the model extracting evidence from visited pages (None = ``model``).
-        max_llm_calls: Agent turns before the call budget runs out.
-        max_context_tokens: Approximate conversation size before the context budget runs out.
+        max_llm_calls: Agent turns before the call limit is reached.
+        max_context_tokens: Approximate conversation size before the context limit is reached.
         temperature: Agent sampling temperature (None = the model's default).
         top_p: Agent nucleus sampling (None = the model's default).
         max_output_tokens: Cap on tokens per agent turn (None = the server's default); a turn
@@ -95,7 +95,7 @@ class WebDancerSearch(WebTools):
         max_page_chars: Page characters handed to the summariser.
         fallback_page_chars: Page characters returned when no summary can be extracted.
         summary_params: Decoding params of the summariser (None = temperature 0.7, as released).
-        force_final_answer: Ask once more for an answer when a budget runs out.
+        force_final_answer: Ask once more for an answer when the call or context limit is reached.
         extra_params: More decoding params for agent turns (e.g. ``repetition_penalty``).
         prompts: Prompt names for ``system``, ``user``, ``final`` and ``summary``.
     """
@@ -159,7 +159,7 @@ class WebDancerSearch(WebTools):
         self.prompt_version = "+".join(self.prompts[r].version for r in ("system", "user", "final"))
 
     async def search(self, query: str) -> SearchResult:
-        """Run the agent on ``query`` until it answers or a budget runs out.
+        """Run the agent on ``query`` until it answers or reaches its call or context limit.
 
         Args:
             query: The question (rewritten, blurred or fused query).
@@ -211,7 +211,7 @@ class WebDancerSearch(WebTools):
     async def _loop(self, run: Episode) -> str:
         while True:
             if run.counts.get("llm_calls", 0) >= self.max_llm_calls:
-                return await self._force_final(run, "call_budget")
+                return await self._force_final(run, "call_limit")
             text = await self._agent_turn(run)
             if run.cut_turns:
                 if run.cut_turns > self.max_truncated_turns:
@@ -224,7 +224,7 @@ class WebDancerSearch(WebTools):
             output = await self._run_tool(run, call)
             run.messages.append({"role": "user", "content": f"<tool_response>\n{output.content}\n</tool_response>"})
             if messages_tokens(run.messages) > self.max_context_tokens:
-                return await self._force_final(run, "context_budget")
+                return await self._force_final(run, "context_limit")
 
     async def _agent_turn(self, run: Episode) -> str:
         completion = await self.agent.complete(
@@ -262,9 +262,9 @@ class WebDancerSearch(WebTools):
             return reason
         note = render(self.prompts["final"], limit=_LIMITS[reason])
         last = run.messages[-1]
-        # Over the context budget the last tool response goes (as in WebSailor);
+        # Over the context limit the last tool response goes (as in WebSailor);
         # out of calls it stays, since the agent has not read it yet.
-        replace = reason == "context_budget" and last["role"] == "user" and len(run.messages) > 2
+        replace = reason == "context_limit" and last["role"] == "user" and len(run.messages) > 2
         if last["role"] == "user":
             last["content"] = note if replace else f"{last['content']}\n\n{note}"
         else:

@@ -60,8 +60,8 @@ def paired_comparison(
     """
     if p_value not in P_VALUE_TESTS:
         raise ValueError(f"p_value must be one of {', '.join(P_VALUE_TESTS)}, got {p_value!r}")
-    stats: dict[str, Any] = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
-    mean, low, high = paired_bootstrap_ci(scores, baseline, **stats)
+    bootstrap: dict[str, Any] = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
+    mean, low, high = paired_bootstrap_ci(scores, baseline, **bootstrap)
     diffs = np.asarray(scores, dtype=float) - np.asarray(baseline, dtype=float)
     permuted = (
         sign_flip_p_value(diffs, clusters, n_resamples=n_resamples, seed=seed) if p_value == "permutation" else None
@@ -75,7 +75,7 @@ def paired_comparison(
             )
         )
         return Comparison(mean, low, high, boot if permuted is None else permuted)
-    c = cluster_bootstrap_ci(scores, baseline, clusters, **stats)
+    c = cluster_bootstrap_ci(scores, baseline, clusters, **bootstrap)
     return Comparison(
         c.mean, c.low, c.high, c.p_value if permuted is None else permuted, c.n_clusters, c.design_effect, low, high
     )

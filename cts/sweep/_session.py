@@ -3,7 +3,7 @@
 Jobs run in their own threads (Hydra's ``run_job`` and the job's tracking run
 there) but hand their async part to the session's loop with :func:`start_async`,
 so all instances of all jobs share one schedule: one LLM runtime per distinct
-``services.llm`` (one cache, one budget), one adaptive limiter per endpoint and
+``services.llm`` (one cache, one spend limit), one adaptive limiter per endpoint and
 one in-flight table across them, and one orig arm per setting and instance.
 
 Hydra keeps the current job's config in process globals (``HydraConfig``), so
@@ -161,7 +161,7 @@ class SweepSession:
             # The job's context (its log file, usage scopes, prompts) follows it onto the loop.
             edges = _Edges()
             fut = asyncio.run_coroutine_threadsafe(_in_context(contextvars.copy_context(), coro, edges), self.loop)
-            fut.edges = edges  # type: ignore[attr-defined]
+            fut.edges = edges  # type: ignore[attr-defined]  # read back by stop_job (getattr)
             self._jobs.add(fut)
         return fut
 

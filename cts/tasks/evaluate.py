@@ -15,27 +15,25 @@ from cts.core.records import Record, read_records
 from cts.data.clusters import ci_summary, dataset_clusters
 from cts.data.jsonl import Dataset, dataset_metrics, select_instances
 from cts.llm import usage_scope
-from cts.protocol.budget import (
-    Budget,
-    budget_metrics,
-    run_within_budget,
-    stop_note,
-    within_budget,
-)
 from cts.protocol.design import PLAIN, Design
 from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE
 from cts.protocol.metrics import metric_view, summarize
 from cts.protocol.outcome import finish, read_outcome
 from cts.protocol.pipeline import Roles, run_instances
+from cts.protocol.spend import (
+    SpendLimit,
+    run_within_spend_limit,
+    spend_metrics,
+    stop_note,
+    within_spend_limit,
+)
 from cts.sweep import orig_share_for, sweep_progress
 from cts.tasks.job import (
     RunInfo,
     check_resume,
-    in_multirun,
     print_metrics,
     prompt_files,
     prompt_versions,
-    task_overrides,
     write_summary,
 )
 from cts.tasks.registry import OutputsUnwritable, TaskContext, task
@@ -48,11 +46,12 @@ ROLE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Roles))
 
 @dataclass(frozen=True)
 class EvalProtocol:
-    """What a job measures: the budget ``k`` and how scores are summarised (``seed``, ``stats``)."""
+    """What a job measures: the budget ``k`` and how scores are summarised (``seed``, ``bootstrap``)."""
 
     k: int
     seed: int = 0
-    stats: Mapping[str, Any] = field(default_factory=dict)
+    bootstrap: Mapping[str, Any] = field(default_factory=dict)
+    """The bootstrap settings of the intervals (``n_resamples``, ``confidence``)."""
     design: Design = PLAIN
     """Repeats and attribution arms (``repeats``, ``repeat_temperature``, ``repeat_stages``, ``arms``)."""
 
@@ -62,7 +61,7 @@ class Resume:
     """How a job resumes: the protocol fingerprint its dir must match, and the rerun command.
 
     Attributes:
-        fingerprint: Hash of the protocol config (:func:`cts.tasks.job.protocol_fingerprint`).
+        fingerprint: Hash of the protocol config (:func:`cts.compose.job_config.protocol_fingerprint`).
         config: The protocol config (stored beside it, so a refusal names the keys that differ).
         command: The command that resumes the job (printed when it ends incomplete).
         multirun: Whether the job runs inside a Hydra multirun.
@@ -75,7 +74,7 @@ class Resume:
 
 
 def check_job(k: Any, job_dir: Path, resume: Resume) -> None:
-    """Refuse a bad budget or a job dir of another protocol (before anything is built)."""
+    """Refuse a bad budget ``k`` or a job dir of another protocol (before anything is built)."""
     if not isinstance(k, int) or k < 1:
         raise SystemExit(f"k must be a positive integer (the paper uses 1, 2, 3), got {k!r}")
     check_resume(job_dir, resume.fingerprint, resume.config)
@@ -87,7 +86,8 @@ def compose_evaluate(ctx: TaskContext) -> float | None:
     from cts._util.io import output_fault, unwritable
 
     job_dir = ctx.run.context.job_dir
-    resume = Resume(ctx.fingerprint, ctx.protocol_config, resume_command(task_overrides(), job_dir), in_multirun())
+    where = ctx.run.context
+    resume = Resume(ctx.fingerprint, ctx.protocol_config, resume_command(list(where.command), job_dir), where.multirun)
     check_job(ctx.value("k"), job_dir, resume)
     design = design_of(ctx)  # a bad design stops the job before anything is built
     dataset, roles = ctx.input(), build_roles(ctx)
@@ -97,15 +97,15 @@ def compose_evaluate(ctx: TaskContext) -> float | None:
         return evaluate_task(
             dataset=dataset,
             roles=roles,
-            protocol=EvalProtocol(ctx.value("k"), ctx.value("seed"), ctx.value("stats"), design),
+            protocol=EvalProtocol(ctx.value("k"), ctx.value("seed"), ctx.value("bootstrap"), design),
             run=ctx.run,
             resume=resume,
-            budget=ctx.budget,
+            spend_limit=ctx.spend_limit,
             models=role_models(ctx),
             orig_parts=orig_parts(ctx),
             limit=ctx.value("limit"),
             concurrency=ctx.value("concurrency"),
-            resource_stats=ctx.resource_stats,
+            resource_counters=ctx.resource_counters,
         )
     except OSError as e:
         fault = output_fault(e)
@@ -135,9 +135,9 @@ def build_roles(ctx: TaskContext) -> Roles:
 
 
 def role_models(ctx: TaskContext) -> dict[str, str]:
-    """Per role: the model id it calls (``<role>.model.model``), or the baseline's class."""
+    """Per role: the model id it calls (``<role>.model.id``), or the baseline's class."""
     return {
-        name: str(ctx.value(name, "model", "model", default=None) or ctx.value(name, "_target_").rsplit(".", 1)[-1])
+        name: str(ctx.value(name, "model", "id", default=None) or ctx.value(name, "_target_").rsplit(".", 1)[-1])
         for name in ROLE_NAMES
     }
 
@@ -145,7 +145,7 @@ def role_models(ctx: TaskContext) -> dict[str, str]:
 def orig_parts(ctx: TaskContext) -> dict[str, Any]:
     """What the orig arm of an instance depends on: dataset (and gold), search, judge, routing."""
     llm = ctx.value("services.llm", default=None) or {}
-    routing = {key: llm.get(key) for key in ("api_base", "model", "max_reasks")}
+    routing = {key: llm.get(key) for key in ("api_base", "served_name", "max_reasks")}
     return {
         **ctx.values("dataset", "search", "judge"),
         "llm": routing,
@@ -161,12 +161,12 @@ def evaluate_task(
     protocol: EvalProtocol,
     run: RunInfo,
     resume: Resume,
-    budget: Budget,
+    spend_limit: SpendLimit,
     models: Mapping[str, str],
     orig_parts: Mapping[str, Any],
     limit: int | None = None,
     concurrency: int = 8,
-    resource_stats: Callable[[], Mapping[str, float]] = dict,
+    resource_counters: Callable[[], Mapping[str, float]] = dict,
 ) -> float | None:
     """Run the protocol (clarified + orig arms) over the dataset and track the job.
 
@@ -176,12 +176,12 @@ def evaluate_task(
         protocol: The budget ``k`` and the summary settings.
         run: Where the job sits and how it is tracked.
         resume: The job dir's fingerprint and the resume command (see :func:`check_job`).
-        budget: The LLM budget of the job dir.
+        spend_limit: The LLM spend limit of the job dir.
         models: Per role, the model id it calls (recorded with every instance).
         orig_parts: What the orig arm depends on (shared across a sweep's jobs with the same).
         limit: Evaluate only the first ``limit`` instances (None = all).
         concurrency: Instances in flight at once.
-        resource_stats: Counters of the job's resources (tool-cache hits ...), read at the end.
+        resource_counters: Counters of the job's resources (tool-cache hits ...), read at the end.
 
     Returns:
         The job's mean restore_score_100 (Hydra's sweep metric).
@@ -211,7 +211,7 @@ def evaluate_task(
     # In a sweep the instances start before the job's MLflow run is set up (their traces wait for it),
     # unless the store already failed another job.
     late = tracking.store_failed(run.tracking.uri)
-    early = contextlib.nullcontext() if late else within_budget(job, ctx.job_dir, budget)
+    early = contextlib.nullcontext() if late else within_spend_limit(job, ctx.job_dir, spend_limit)
     with (
         interruptible_job(
             ctx.job_dir, n_runs, lambda: count_done(ctx.job_dir, instances, protocol.design.repeats), ctx.sweep_dir
@@ -232,16 +232,16 @@ def evaluate_task(
         tracking.log_dataset_input(
             dataset.name, instances, dataset.gold, evaluation_dataset=run.tracking.evaluation_dataset
         )
-        records, stop = started.result() if started else run_within_budget(job, ctx.job_dir, budget)
+        records, stop = started.result() if started else run_within_spend_limit(job, ctx.job_dir, spend_limit)
         if run.tracking.records_table:
             log_job_records_table(ctx.job_dir, [i.id for i in dataset.instances], run_id, tracer)
         ended = read_outcome(ctx.job_dir, stop, n_runs, len(records))
-        planned = budget_metrics(ctx.job_dir, records, n_runs)  # over this run's instances (and repeats)
+        planned = spend_metrics(ctx.job_dir, records, n_runs)  # over this run's instances (and repeats)
         records = job_dir_records(ctx.job_dir, records, [i.id for i in dataset.instances], keep=metric_view)
         clusters = dataset_clusters(dataset)
         metrics = {
-            **summarize(records, k=k, seed=protocol.seed, clusters=clusters, **protocol.stats),
-            **resource_stats(),
+            **summarize(records, k=k, seed=protocol.seed, clusters=clusters, **protocol.bootstrap),
+            **resource_counters(),
             **dataset_metrics(dataset),
             "n_infra_failures": float(ended.n_infra),
             **planned,

@@ -24,7 +24,7 @@ from hydra.utils import get_object
 
 if TYPE_CHECKING:
     from cts.llm import LLMRuntime
-    from cts.protocol.budget import Budget
+    from cts.protocol.spend import SpendLimit
     from cts.tasks.job import RunInfo
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -34,7 +34,7 @@ _SPEC = "__cts_task__"
 class TaskContext(Protocol):
     """What a task's composer may ask of its job (built by :mod:`cts.compose` from the config).
 
-    Keys are dotted config paths (``"k"``, ``"gold.out_dir"``); ``parts`` are further keys taken
+    Keys are dotted config paths (``"k"``, ``"build_gold.out_dir"``); ``parts`` are further keys taken
     literally (a judge named ``qwen2.5`` stays one key).
     """
 
@@ -54,8 +54,8 @@ class TaskContext(Protocol):
         ...
 
     @property
-    def budget(self) -> Budget:
-        """The job's LLM budget (``services.llm.budget``)."""
+    def spend_limit(self) -> SpendLimit:
+        """The job's LLM spend limit (``services.llm.spend``)."""
         ...
 
     @property
@@ -87,7 +87,7 @@ class TaskContext(Protocol):
         """The task's input, as its reader read it (before the run, when its files allow)."""
         ...
 
-    def resource_stats(self) -> dict[str, float]:
+    def resource_counters(self) -> dict[str, float]:
         """Counters of the job's built resources (tool-cache hits ...)."""
         ...
 
@@ -114,24 +114,30 @@ class TaskSpec:
         read: ``read(ctx)``: the task's input (``ctx.input()`` returns it).
         calls: The config keys whose models the task calls (the pre-flight checks them),
             unless ``task.preflight`` lists them.
+        writes: The config keys of dirs the task writes besides its job dir (``build_gold.out_dir``):
+            refused before the run when they cannot be written (:func:`cts.compose.checks.output_places`).
     """
 
     compose: Composer
     read: Reader = read_dataset
     calls: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
 
 
-def task(compose: Composer, *, read: Reader = read_dataset, calls: tuple[str, ...] = ()) -> Callable[[F], F]:
+def task(
+    compose: Composer, *, read: Reader = read_dataset, calls: tuple[str, ...] = (), writes: tuple[str, ...] = ()
+) -> Callable[[F], F]:
     """Register the decorated function as a task that ``task._target_`` can name.
 
     Args:
         compose: Builds the task's typed arguments from a :class:`TaskContext` and calls it.
         read: Reads the task's input (default: the configured ``dataset``).
         calls: The config keys whose models the task calls (its pre-flight).
+        writes: The config keys of the dirs it writes besides its job dir (checked before the run).
     """
 
     def register(fn: F) -> F:
-        setattr(fn, _SPEC, TaskSpec(compose, read, tuple(calls)))
+        setattr(fn, _SPEC, TaskSpec(compose, read, tuple(calls), tuple(writes)))
         return fn
 
     return register

@@ -1,4 +1,4 @@
-"""The records as an MLflow table of the job's run: one row per instance, in dataset order."""
+"""The records as an MLflow table of the job's run: one row per instance and repeat, in dataset order."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ def _row(r: Any, run_id: str, trace_id: str) -> dict[str, Any]:
         "clarified_labels": json.dumps(dict(r.clarified.labels) if r.clarified else {}, ensure_ascii=False),
         "orig_labels": json.dumps(dict(r.orig.labels) if r.orig else {}, ensure_ascii=False),
         "error": f"{r.error.stage}: {r.error.kind}" if r.error else "",
+        "repeat": r.repeat,  # last: the columns before it are where tables logged without it had them
     }
 
 
@@ -40,25 +41,26 @@ def log_records_table(
     trace_ids: Mapping[str, str] | None = None,
     artifact_file: str = RECORDS_TABLE,
 ) -> None:
-    """Log the records as an MLflow table of the active run (one row per instance).
+    """Log the records as an MLflow table of the active run (one row per instance and repeat).
 
-    Rows follow ``order`` (the dataset's ids; ids not in it go last, as they come), so two
-    runs of one dataset list their instances alike whatever order they finished in. Each
-    row names its run (``run_id``) and its per-instance trace (``trace_id``, empty without
-    traces). ``mlflow.set_experiment(name)`` then ``mlflow.load_table(artifact_file,
-    run_ids=[...])`` lines the same instance up across runs.
+    Rows follow ``order`` (the dataset's ids; ids not in it go last, as they come), then the
+    repeat, so two runs of one dataset list their instances alike whatever order they finished
+    in. Each row names its repeat (``repeat``: 0 without repeats, as in tables logged before the
+    column existed), its run (``run_id``) and its per-instance trace (``trace_id``, empty
+    without traces). ``mlflow.set_experiment(name)`` then ``mlflow.load_table(artifact_file,
+    run_ids=[...])`` lines the same instance (and repeat) up across runs.
 
     Args:
         records: The job dir's records (any order).
         order: Instance ids in dataset order.
-        trace_ids: Instance id -> the id of its trace.
+        trace_ids: Instance id -> the id of its trace (with repeats, one trace for all its rows).
     """
     import pandas as pd
 
     mlflow = mlflow_module()
     run_id = mlflow.active_run().info.run_id
     rank = {i: n for n, i in enumerate(order)}
-    ordered = sorted(records, key=lambda r: rank.get(r.id, len(rank)))
+    ordered = sorted(records, key=lambda r: (rank.get(r.id, len(rank)), r.repeat))
     rows = [_row(r, run_id, (trace_ids or {}).get(r.id, "")) for r in ordered]
     _write_table(run_id, pd.DataFrame(rows, columns=list(_row_columns())), artifact_file)
 
@@ -96,4 +98,5 @@ def _row_columns() -> Iterable[str]:
         "clarified_labels",
         "orig_labels",
         "error",
+        "repeat",
     )

@@ -94,9 +94,9 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
             return []
 
         # The wrapper takes what map_array takes; mypy sees only the two signatures differ.
-        submitit.AutoExecutor.map_array = capture  # type: ignore[method-assign,assignment]
+        submitit.AutoExecutor.map_array = capture  # type: ignore[method-assign,assignment]  # see above
         try:
             super().launch(job_overrides, initial_job_idx)
         finally:
-            submitit.AutoExecutor.map_array = original  # type: ignore[method-assign]
+            submitit.AutoExecutor.map_array = original  # type: ignore[method-assign]  # restored
         return captured[0], captured[1:]

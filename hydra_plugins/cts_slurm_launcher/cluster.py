@@ -201,7 +201,7 @@ def _watcher_base() -> type:
     return SlurmInfoWatcher
 
 
-class _ScontrolFallbackWatcher(_watcher_base()):  # type: ignore[misc]
+class _ScontrolFallbackWatcher(_watcher_base()):  # type: ignore[misc]  # a base imported lazily
     """submitit's watcher; when ``sacct`` fails (no accounting), states come from ``scontrol``."""
 
     _no_sacct = False

@@ -110,18 +110,23 @@ def frozen_sweep(tmp_path: Path) -> Path:
     return sweep
 
 
-def compose_task(experiment: str, out: Path, source: Path, *overrides: str) -> DictConfig:
+def robustness_config(experiment: str, out: Path, source: Path, *overrides: str, db: str = "unused.db") -> DictConfig:
+    """The real config of a robustness ``experiment`` over the jobs in ``source``, writing into ``out``."""
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose(
+        return compose(
             "config",
             overrides=[
                 f"experiment={experiment}",
                 f"robustness.source={source}",
                 f"paths.output_dir={out}",
-                f"tracking.uri=sqlite:///{out}/unused.db",
+                f"tracking.uri=sqlite:///{out}/{db}",
                 *overrides,
             ],
         )
+
+
+def compose_task(experiment: str, out: Path, source: Path, *overrides: str) -> DictConfig:
+    cfg = robustness_config(experiment, out, source, *overrides)
     with open_dict(cfg):
         cfg.dataset = {"_target_": f"{HERE}.make_dataset"}
         for group in ("clarifier", "search", "ua", "rewriter"):  # built => counted => test fails

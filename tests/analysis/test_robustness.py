@@ -94,7 +94,7 @@ def test_failed_judge_call_is_excluded_not_zero(frozen_sweep: Path) -> None:
     jobs = report_jobs.load_jobs(frozen_sweep)
     scores, _ = asyncio.run(jr.rejudge(jobs, GOLD, {"flaky": Flaky()}, include_recorded=False))
     assert scores[scores["instance_id"] == "c"]["score"].isna().all()
-    means = jr.system_means(scores)
+    means = jr.condition_means(scores)
     assert means.loc["flaky", "sys_a-k1"] == 100.0  # a and b only
 
 

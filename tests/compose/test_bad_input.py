@@ -20,7 +20,7 @@ from cts.data.jsonl import DatasetError, write_instances_jsonl
 from cts.demo import load_demo
 
 REPO = Path(__file__).resolve().parents[2]
-GOLD_OFFLINE = ("experiment=gold", "search=extractive", "extractor=rules")
+GOLD_OFFLINE = ("experiment=build_gold", "search=extractive", "extractor=rules")
 
 
 def cli(tmp: Path, cache_dir: Path, *args: str, debug: bool = False) -> subprocess.CompletedProcess[str]:
@@ -99,7 +99,7 @@ def test_bad_inputs_fail_at_load_with_one_line_per_problem(tmp_path: Path, cache
     assert in_process(tmp_path, cache_dir, *evaluate, f"dataset.path={empty}", gold_path) == [
         f"error: {empty}: no instances (the file has no rows)"
     ]
-    assert in_process(tmp_path, cache_dir, *GOLD_OFFLINE, f"gold.instances={empty}", "gold.out_dir=g") == [
+    assert in_process(tmp_path, cache_dir, *GOLD_OFFLINE, f"build_gold.instances={empty}", "build_gold.out_dir=g") == [
         f"error: {empty}: no instances (the file has no rows)"
     ]
     bad = write_rows(
@@ -115,8 +115,8 @@ def test_bad_inputs_fail_at_load_with_one_line_per_problem(tmp_path: Path, cache
         "error: dataset.gold_path: missing mandatory value; set it on the command line: dataset.gold_path=..."
     ]
     assert in_process(tmp_path, cache_dir, *GOLD_OFFLINE) == [
-        "error: gold.instances: missing mandatory value; set it on the command line: gold.instances=...",
-        "error: gold.out_dir: missing mandatory value; set it on the command line: gold.out_dir=...",
+        "error: build_gold.instances: missing mandatory value; set it on the command line: build_gold.instances=...",
+        "error: build_gold.out_dir: missing mandatory value; set it on the command line: build_gold.out_dir=...",
     ]
 
 
@@ -125,15 +125,20 @@ def test_gold_partial_refusal_and_field_mapping_in_process(tmp_path: Path, cache
     data = write_rows(
         tmp_path / "data.jsonl", [{"qid" if k == "id" else k: v for k, v in r.items()} for r in [*rows[:1], nonsense]]
     )
-    gold = (*GOLD_OFFLINE, "dataset.fields.id=qid", f"gold.instances={data}", f"gold.out_dir={tmp_path / 'g'}")
+    gold = (
+        *GOLD_OFFLINE,
+        "dataset.fields.id=qid",
+        f"build_gold.instances={data}",
+        f"build_gold.out_dir={tmp_path / 'g'}",
+    )
     lines = in_process(tmp_path, cache_dir, *gold)
     assert (
         lines[0]
-        == f"gold: 1 of 2 instance(s) have no gold (invalid gold: 1); reasons in {tmp_path / 'g' / 'failures.jsonl'}"
+        == f"build_gold: 1 of 2 instance(s) have no gold (invalid gold: 1); reasons in {tmp_path / 'g' / 'failures.jsonl'}"
     )
-    assert "gold.allow_partial=true" in lines[1] and "dataset.only_with_gold=true" in lines[1]
+    assert "build_gold.allow_partial=true" in lines[1] and "dataset.only_with_gold=true" in lines[1]
     (refusal,) = in_process(tmp_path, cache_dir, *gold)
-    assert "a gold archive exists" in refusal and "set gold.overwrite=true on the command line" in refusal
+    assert "a gold archive exists" in refusal and "set build_gold.overwrite=true on the command line" in refusal
 
 
 @pytest.mark.slow
@@ -149,7 +154,9 @@ def test_empty_dataset_is_a_load_time_error(tmp_path: Path, cache_dir: Path) -> 
         f"dataset.gold_path={tmp_path / 'gold.jsonl'}",
     )
     clean_failure(proc, f"{empty}: no instances")
-    gold = cli(tmp_path, cache_dir, *GOLD_OFFLINE, f"gold.instances={empty}", f"gold.out_dir={tmp_path / 'g'}")
+    gold = cli(
+        tmp_path, cache_dir, *GOLD_OFFLINE, f"build_gold.instances={empty}", f"build_gold.out_dir={tmp_path / 'g'}"
+    )
     clean_failure(gold, f"{empty}: no instances")
     assert not (tmp_path / "g").exists()
 
@@ -197,14 +204,14 @@ def test_partial_gold_field_mapping_overwrite_and_only_with_gold(
         tmp_path / "data.jsonl", [{"qid" if k == "id" else k: v for k, v in r.items()} for r in [*rows, nonsense]]
     )
     out = tmp_path / "gold"
-    gold = (*GOLD_OFFLINE, "dataset.fields.id=qid", f"gold.instances={data}", f"gold.out_dir={out}")
+    gold = (*GOLD_OFFLINE, "dataset.fields.id=qid", f"build_gold.instances={data}", f"build_gold.out_dir={out}")
     first = cli(tmp_path, cache_dir, *gold)
     assert first.returncode == 1, first.stderr[-3000:]
-    assert "gold: 1 of 4 instance(s) have no gold (invalid gold: 1)" in first.stderr
-    assert "gold.allow_partial=true" in first.stderr and "Traceback" not in first.stderr
+    assert "build_gold: 1 of 4 instance(s) have no gold (invalid gold: 1)" in first.stderr
+    assert "build_gold.allow_partial=true" in first.stderr and "Traceback" not in first.stderr
     assert "no gold for nope: invalid gold" in first.stdout
-    clean_failure(cli(tmp_path, cache_dir, *gold), "a gold archive exists", "gold.overwrite=true")
-    accepted = cli(tmp_path, cache_dir, *gold, "gold.overwrite=true", "gold.allow_partial=true")
+    clean_failure(cli(tmp_path, cache_dir, *gold), "a gold archive exists", "build_gold.overwrite=true")
+    accepted = cli(tmp_path, cache_dir, *gold, "build_gold.overwrite=true", "build_gold.allow_partial=true")
     assert accepted.returncode == 0, accepted.stderr[-3000:]
 
     evaluate = (
@@ -247,7 +254,8 @@ def test_debug_is_asked_for_by_the_env_or_the_config(monkeypatch: pytest.MonkeyP
 def test_a_refused_resume_lists_the_keys_that_differ(tmp_path: Path) -> None:
     from hydra import compose, initialize_config_dir
 
-    from cts.tasks.job import check_resume, protocol_config, protocol_fingerprint
+    from cts.compose.job_config import protocol_config, protocol_fingerprint
+    from cts.tasks.job import check_resume
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         old, new = (compose("config", overrides=["experiment=offline", *o]) for o in ([], ["k=2", "judge.full=0.9"]))

@@ -67,7 +67,7 @@ def test_other_options_compose(group, option):
 @pytest.mark.parametrize("option", options("model"))
 def test_model_registry_entries_instantiate(option):
     spec = instantiate(OmegaConf.load(CONF / "model" / f"{option}.yaml"))
-    assert spec.model and spec.name
+    assert spec.id and spec.name
 
 
 @pytest.mark.parametrize("option", options("llm"))
@@ -81,3 +81,17 @@ def test_every_group_in_the_defaults_list_has_its_default_option():
     for group in COMPONENT_GROUPS:
         assert cfg[group]["_target_"]
     assert cfg.k in (1, 2, 3)
+
+
+def test_the_launch_callbacks_are_configured_by_their_name_and_keep_their_old_one() -> None:
+    from hydra.utils import get_object
+
+    from cts.compose.callbacks import LaunchCallbacks
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose("config", return_hydra_config=True)
+    assert list(cfg.hydra.callbacks) == ["cts"]
+    assert get_object(cfg.hydra.callbacks.cts._target_) is LaunchCallbacks
+    # what the .hydra/hydra.yaml of older job dirs names
+    for old in ("cts.callbacks.PrepareTrackingStore", "cts.compose.callbacks.PrepareTrackingStore"):
+        assert get_object(old) is LaunchCallbacks

@@ -27,8 +27,8 @@ from cts._util import io as cts_io
 from cts._util.io import LineFile, UnwritableOutput, output_fault, unwritable_reason
 from cts.compose.errors import problems_of, quiet_unwritable_logs
 from cts.core.records import Record
-from cts.protocol.budget import SPEND_FILE, _append
 from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE, JobSink
+from cts.protocol.spend import SPEND_FILE, _append
 from tests import faults
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,7 +91,7 @@ def test_the_spend_ledger_never_holds_a_torn_line(tmp_path: Path, monkeypatch: p
     _append(tmp_path / SPEND_FILE, {"unrecorded_usd": 0.5})
     failing_writes(monkeypatch, after=0)
     with pytest.raises(UnwritableOutput, match=SPEND_FILE):
-        _append(tmp_path / SPEND_FILE, {"unrecorded_usd": 0.25, "stop_reason": "budget"})
+        _append(tmp_path / SPEND_FILE, {"unrecorded_usd": 0.25, "stop_reason": "spend_limit"})
     assert [json.loads(x) for x in (tmp_path / SPEND_FILE).read_text().splitlines()] == [{"unrecorded_usd": 0.5}]
 
 
@@ -113,6 +113,27 @@ def test_a_writable_dir_passes_and_a_missing_one_is_judged_by_its_parent(tmp_pat
 def test_a_dir_under_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("")
     assert unwritable_reason(tmp_path / "f" / "runs") == (tmp_path / "f", "it is not a directory")
+
+
+def test_the_dirs_a_task_registers_as_written_are_output_places(tmp_path: Path) -> None:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from cts.compose.checks import output_places
+
+    out = tmp_path / "archive" / "x"
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        built = compose(
+            "config", overrides=["experiment=build_gold", "build_gold.instances=i", f"build_gold.out_dir={out}"]
+        )
+        evaluate = compose("config", overrides=[OFFLINE, f"+build_gold.out_dir={out}"])
+    assert [(p.path, p.hint) for p in output_places(built) if p.key == "build_gold.out_dir"] == [
+        (out.parent, "build_gold.out_dir=DIR")
+    ]  # @task(writes=("build_gold.out_dir",)) on the task, not a test of its _target_'s name
+    assert not [p for p in output_places(evaluate) if p.key == "build_gold.out_dir"]  # evaluate writes no archive
+    with open_dict(built):
+        built.task._target_ = "cts.tasks.nowhere.task"
+    assert not [p for p in output_places(built) if p.key == "build_gold.out_dir"]  # its own error says why
 
 
 def test_a_read_only_dir_is_refused_whoever_runs(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from cts.compose.app import preflight_problems_of, task_groups
 CONF = Path(__file__).resolve().parents[2] / "conf"
 NEW_MODEL = """_target_: cts.llm.ModelSpec
 name: newmodel
-model: openai/new-model-7b
+id: openai/new-model-7b
 api_base: http://127.0.0.1:9/v1
 api_key_env: null
 params: {temperature: 0}
@@ -51,7 +51,7 @@ def test_a_new_model_file_makes_every_role_option(tmp_path: Path) -> None:
         ("extractor", "LLMExtractor"),
     ):
         assert cfg[group]._target_ == f"cts.roles.llm.{target}"
-        assert cfg[group].model.model == "openai/new-model-7b" and cfg[group].prompt == group
+        assert cfg[group].model.id == "openai/new-model-7b" and cfg[group].prompt == group
     problems = preflight_problems_of(cfg, task_groups(cfg))
     assert not [p for p in problems if "newmodel" in p], problems  # keyless with an api_base: reachable
 
@@ -124,7 +124,7 @@ def roles_of(printed: str) -> dict[str, tuple[str, str]]:
     import yaml
 
     cfg = yaml.safe_load(printed)
-    return {g: (cfg[g]["_target_"], cfg[g]["model"]["model"]) for g in ("clarifier", "ua", "judge")}
+    return {g: (cfg[g]["_target_"], cfg[g]["model"]["id"]) for g in ("clarifier", "ua", "judge")}
 
 
 def model_dir(root: Path, name: str) -> Path:

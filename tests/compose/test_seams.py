@@ -76,7 +76,7 @@ def test_components_and_tasks_do_not_import_the_services_module() -> None:
 
 TASKS = (
     "evaluate.evaluate_task",
-    "gold.gold_task",
+    "build_gold.build_gold_task",
     "judge_robustness.judge_robustness_task",
     "backbone_stability.backbone_stability_task",
 )

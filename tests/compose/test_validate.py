@@ -64,12 +64,12 @@ CASES: list[tuple[tuple[str, ...], str]] = [
         "hydra.launcher.n_jobs: must be an integer other than 0 (-1 = every CPU), got 0",
     ),
     (
-        (f"{LLM}.budget.max_usd=0",),
-        f"{LLM}.budget.max_usd: must be a number > 0 or null (USD a job dir may spend; null = no cap), got 0",
+        (f"{LLM}.spend.max_usd=0",),
+        f"{LLM}.spend.max_usd: must be a number > 0 or null (USD a job dir may spend; null = no cap), got 0",
     ),
     (
-        (f"{LLM}.budget.max_usd=-1",),
-        f"{LLM}.budget.max_usd: must be a number > 0 or null (USD a job dir may spend; null = no cap), got -1",
+        (f"{LLM}.spend.max_usd=-1",),
+        f"{LLM}.spend.max_usd: must be a number > 0 or null (USD a job dir may spend; null = no cap), got -1",
     ),
     ((f"{LLM}.timeout_s=0",), f"{LLM}.timeout_s: must be a number > 0 (seconds), got 0"),
     (
@@ -115,18 +115,18 @@ CASES: list[tuple[tuple[str, ...], str]] = [
         (f"{LLM}.api_base_price.input_cost_per_token=-1e-6",),
         f"{LLM}.api_base_price.input_cost_per_token: must be a number >= 0 (USD per token), got -1e-06",
     ),
-    (("stats.n_resamples=0",), "stats.n_resamples: must be an integer >= 1 (bootstrap resamples), got 0"),
+    (("bootstrap.n_resamples=0",), "bootstrap.n_resamples: must be an integer >= 1 (bootstrap resamples), got 0"),
     (
-        ("stats.confidence=1",),
-        "stats.confidence: must be a number > 0 and < 1 (confidence level of the intervals), got 1",
+        ("bootstrap.confidence=1",),
+        "bootstrap.confidence: must be a number > 0 and < 1 (confidence level of the intervals), got 1",
     ),
     (
-        ("stats.confidence=0",),
-        "stats.confidence: must be a number > 0 and < 1 (confidence level of the intervals), got 0",
+        ("bootstrap.confidence=0",),
+        "bootstrap.confidence: must be a number > 0 and < 1 (confidence level of the intervals), got 0",
     ),
     (
-        ("stats.confidence=95",),
-        "stats.confidence: must be a number > 0 and < 1 (confidence level of the intervals), got 95",
+        ("bootstrap.confidence=95",),
+        "bootstrap.confidence: must be a number > 0 and < 1 (confidence level of the intervals), got 95",
     ),
     (("clarifier.model.params.temperature=-1",), "clarifier.model.params.temperature: must be a number >= 0, got -1"),
     (
@@ -195,8 +195,8 @@ def test_each_mistyped_value_gets_its_one_line(overrides: tuple[str, ...], line:
 
 
 def test_every_problem_of_a_config_is_listed_at_once() -> None:
-    problems = value_problems(composed("k=7", "concurrency=0", "limit=-1", "stats.confidence=1"))
-    assert [p.split(":")[0] for p in problems] == ["k", "concurrency", "limit", "stats.confidence"]
+    problems = value_problems(composed("k=7", "concurrency=0", "limit=-1", "bootstrap.confidence=1"))
+    assert [p.split(":")[0] for p in problems] == ["k", "concurrency", "limit", "bootstrap.confidence"]
 
 
 @pytest.mark.parametrize(
@@ -207,8 +207,8 @@ def test_every_problem_of_a_config_is_listed_at_once() -> None:
         ("limit=null",),
         ("limit=1", "k=3", "concurrency=1"),
         ("hydra.launcher.job_concurrency=null",),
-        (f"{LLM}.breaker_failures=0", f"{LLM}.budget.max_usd=0.01", f"{LLM}.max_reasks=0"),
-        ("experiment=gold",),
+        (f"{LLM}.breaker_failures=0", f"{LLM}.spend.max_usd=0.01", f"{LLM}.max_reasks=0"),
+        ("experiment=build_gold",),
         ("experiment=judge_robustness",),
         ("experiment=backbone_stability",),
         ("hydra/launcher=slurm",),
@@ -242,7 +242,7 @@ def test_every_numeric_default_in_conf_is_covered_by_a_rule() -> None:
     for option in [
         "",
         *_options(),
-        "experiment=gold",
+        "experiment=build_gold",
         "experiment=judge_robustness",
         "hydra/launcher=slurm",
         "hydra/launcher=joblib",
@@ -252,7 +252,9 @@ def test_every_numeric_default_in_conf_is_covered_by_a_rule() -> None:
     ]:
         cfg = composed(*([option] if option else []))
         for path, parent, key in _checked_leaves(cfg):
-            if ".request.accepted_with." in path:  # a provider's documented rule (cts.llm.rulecheck), not a knob
+            if (
+                ".request.accepted_with." in path
+            ):  # a provider's documented rule (cts.compose.request_rules), not a knob
                 continue
             node = parent._get_node(key)
             value = None if node._is_interpolation() or node._is_missing() else node._value()
@@ -312,11 +314,11 @@ def test_bad_values_stop_a_single_run_before_the_store_or_its_dir(tmp_path: Path
         "concurrency=0",
         "limit=-1",
         "hydra.launcher.job_concurrency=0",
-        f"{LLM}.budget.max_usd=0",
+        f"{LLM}.spend.max_usd=0",
         f"{LLM}.timeout_s=-1",
         f"{LLM}.adaptive.decrease=2",
-        "stats.n_resamples=0",
-        "stats.confidence=1.5",
+        "bootstrap.n_resamples=0",
+        "bootstrap.confidence=1.5",
     ]
     errors = refused(cli(tmp_path, cache_dir, OFFLINE, *bad), tmp_path)
     assert sorted(e.split(":")[1].strip() for e in errors) == sorted(b.split("=")[0] for b in bad)

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from cts.compose.job_config import protocol_fingerprint
 from cts.compose.validate import value_problems
 from cts.data.clusters import ci_summary, cluster_labels, dataset_clusters, summary_clusters
 from cts.data.jsonl import Dataset, DatasetError, read_instances_jsonl, with_clusters
-from cts.tasks.job import protocol_fingerprint
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTERED = REPO / "tests" / "fixtures" / "clustered" / "instances.jsonl"

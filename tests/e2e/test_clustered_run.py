@@ -40,11 +40,11 @@ def test_offline_sweep_of_the_handwritten_set_reports_clustered_intervals(tmp_pa
     gold = run_py(
         tmp_path,
         cache_dir,
-        "experiment=gold",
+        "experiment=build_gold",
         "search=extractive",
         "extractor=rules",
-        f"gold.instances={CLUSTERED}",
-        f"gold.out_dir={tmp_path / 'gold'}",
+        f"build_gold.instances={CLUSTERED}",
+        f"build_gold.out_dir={tmp_path / 'gold'}",
         f"hydra.run.dir={tmp_path}/g",
     )
     assert gold.returncode == 0, gold.stderr[-3000:]

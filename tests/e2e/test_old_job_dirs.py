@@ -21,6 +21,8 @@ import pytest
 import yaml
 from hydra.utils import get_object
 
+from cts.protocol.migrations import migrate
+
 REPO = Path(__file__).resolve().parents[2]
 OLD_COMMIT = "6216629"  # main before "Restructure: cts/ holds packages only" (03bcf8f)
 _DROPPED = {"PROJECT_ROOT", "PYTHONPATH", "PYTHONHOME"}
@@ -102,7 +104,8 @@ def test_a_pre_restructure_job_dir_resumes_with_todays_code(tmp_path: Path, cach
     first = _run(old / "run.py", ["limit=3", *common], old_env, where)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     records, traces = _lines(job / "records.jsonl"), _lines(job / "traces.jsonl")
-    fingerprint = json.loads((job / "fingerprint.json").read_text())["fingerprint"]
+    stored = json.loads((job / "fingerprint.json").read_text())
+    fingerprint, old_config = stored["fingerprint"], stored["config"]
     run_id = json.loads((job / "summary.json").read_text())["run_id"]
     targets = _stored_targets(job)
     assert len(records) == 3 and "cts.callbacks.PrepareTrackingStore" in targets
@@ -117,7 +120,12 @@ def test_a_pre_restructure_job_dir_resumes_with_todays_code(tmp_path: Path, cach
     later = _lines(job / "traces.jsonl")
     assert later[: len(traces)] == traces
     assert {json.loads(t)["id"] for t in later[len(traces) :]} == new_ids  # only the new instances ran
-    assert json.loads((job / "fingerprint.json").read_text())["fingerprint"] == fingerprint
+    # The same protocol config, in today's names where a key was renamed since (cts/protocol/migrations.py).
+    resumed = json.loads((job / "fingerprint.json").read_text())
+    assert [*resumed.get("migrated_from", []), resumed["fingerprint"]][0] == fingerprint
+    assert resumed["config"] == migrate(old_config) and (resumed["fingerprint"] == fingerprint) == (
+        old_config == resumed["config"]
+    )
     summary = json.loads((job / "summary.json").read_text())
     assert summary["run_id"] == run_id and summary["metrics"]["n_instances"] == 6  # the same MLflow run goes on
     for target in sorted(targets):

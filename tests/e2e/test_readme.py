@@ -353,6 +353,9 @@ def test_offline_sweep_is_one_sweep_dir_with_one_report(user: User, sweep_outcom
     report = (sweep / "report" / "report.md").read_text(encoding="utf-8")
     assert f"Source: `{sweep}` ({len(expected)} jobs)" in report
     assert (sweep / "report" / "scores.csv").is_file() and len(list((sweep / "report").glob("*.png"))) >= 1
-    assert f"sweep report ({len(expected)} jobs) written to {sweep / 'report'}" in outcome.output
+    said = [line for line in outcome.output.splitlines() if "sweep report" in line and "written to" in line]
+    assert len(said) == 1 and said[0].endswith(f"sweep report ({len(expected)} jobs) written to {sweep / 'report'}"), (
+        said
+    )
     reports = outcome.new_runs[outcome.new_runs["tags.cts.kind"] == "sweep_report"]
     assert len(reports) == 1 and set(reports["status"]) == {"FINISHED"}

@@ -14,13 +14,8 @@ from pathlib import Path
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from cts._util.interrupt import (
-    SWEEP_ENV,
-    hydra_quote,
-    recorded_sweep,
-    remember_sweep,
-    resume_command,
-)
+from cts._util.interrupt import hydra_quote, recorded_sweep, resume_command
+from cts._util.launch import RECORD_FILE, begin_sweep, end_sweep, sweep_record
 from cts.core.records import read_records
 from cts.protocol.outcome import JobIncomplete, Outcome, finish
 from tests.llm_fakes import protocol_reply
@@ -51,10 +46,20 @@ def test_a_relative_dir_and_script_become_absolute(tmp_path: Path, monkeypatch) 
     assert argv[1] == str(tmp_path / "run.py") and argv[-1] == f"hydra.sweep.dir={tmp_path}/outputs/multirun/d"
 
 
-def test_the_jobs_of_a_sweep_resume_with_the_sweep_command(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv(SWEEP_ENV, "{}")  # restored after the test
+@pytest.fixture
+def launching():  # noqa: ANN201 - records a sweep as the launching process does, and ends it after the test
+    end_sweep()
+
+    def begin(sweep: Path, argv: list[str], swept: tuple[str, ...] = ("k",)) -> str:
+        return begin_sweep(str(sweep), swept, resume_command(argv, sweep, str(sweep))).resume
+
+    yield begin
+    end_sweep()
+
+
+def test_the_jobs_of_a_sweep_resume_with_the_sweep_command(tmp_path: Path, launching) -> None:
     sweep = tmp_path / "sweep"
-    command = remember_sweep(str(sweep), ["-m", "clarifier=gpt,claude", "k=1,2", f"hydra.sweep.dir={tmp_path}/old"])
+    command = launching(sweep, ["-m", "clarifier=gpt,claude", "k=1,2", f"hydra.sweep.dir={tmp_path}/old"])
     assert shlex.split(command)[2:] == ["-m", "clarifier=gpt,claude", "k=1,2", f"hydra.sweep.dir={sweep}"]
     assert resume_command(["clarifier=gpt", "k=1"], sweep / "clarifier=gpt,k=1", str(sweep)) == command
     assert recorded_sweep(str(tmp_path / "other")) is None  # another sweep builds its own
@@ -62,10 +67,22 @@ def test_the_jobs_of_a_sweep_resume_with_the_sweep_command(tmp_path: Path, monke
     assert other[2:] == ["-m", "k=1", f"hydra.sweep.dir={tmp_path / 'other'}"]
 
 
-def test_an_incomplete_job_of_a_sweep_names_the_sweep_command_once(tmp_path: Path, monkeypatch, capsys) -> None:
-    monkeypatch.setenv(SWEEP_ENV, "{}")
+def test_a_job_in_another_process_reads_the_sweep_record_from_the_sweep_dir(tmp_path: Path, launching) -> None:
     sweep = tmp_path / "sweep"
-    command = remember_sweep(str(sweep), ["-m", "k=1,2"])
+    command = launching(sweep, ["-m", "clarifier=gpt,claude", "k=1,2"], ("clarifier", "k"))
+    assert sweep_record(str(sweep)) is not None and not (sweep / RECORD_FILE).exists()  # in-process: nothing written
+    record = sweep_record(str(sweep))
+    assert record is not None
+    record.write()
+    end_sweep()  # as a joblib or Slurm worker sees it: no record in its process
+    assert json.loads((sweep / RECORD_FILE).read_text()) == {"swept": ["clarifier", "k"], "resume": command}
+    assert recorded_sweep(str(sweep)) == command and sweep_record(str(sweep)) == record
+    assert sweep_record(str(tmp_path / "other")) is None
+
+
+def test_an_incomplete_job_of_a_sweep_names_the_sweep_command_once(tmp_path: Path, launching, capsys) -> None:
+    sweep = tmp_path / "sweep"
+    command = launching(sweep, ["-m", "k=1,2"])
     outcome = Outcome("infra", 5, 3, ({"id": "i1", "stage": "clarify", "kind": "infra", "endpoint": "e"},))
     with pytest.raises(JobIncomplete) as raised:
         finish(outcome, [], sweep / "k=1", "the job's own command", multirun=True)

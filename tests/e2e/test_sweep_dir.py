@@ -78,7 +78,7 @@ def _sweep_config(sweep_dir: str, hydra_overrides: list[str]):  # noqa: ANN202 -
     return OmegaConf.create(
         {
             "hydra": {"sweep": {"dir": sweep_dir}, "overrides": {"hydra": hydra_overrides}},
-            "stats": {"n_resamples": 10, "confidence": 0.95},
+            "bootstrap": {"n_resamples": 10, "confidence": 0.95},
             "seed": 0,
         }
     )
@@ -125,3 +125,23 @@ def test_a_report_without_every_job_of_the_sweep_is_an_error(tmp_path, monkeypat
     )
     with pytest.raises(SystemExit, match="^error: sweep report: E: x$"):
         report_or_exit(config, 1)
+
+
+def test_the_sweep_end_says_once_where_the_report_is(tmp_path, caplog):
+    import logging
+
+    from cts.compose.callbacks import build_report
+    from tests.report.fakes import make_records, write_job
+
+    sweep = tmp_path / "sweep"
+    write_job(sweep, "none", 1, make_records(1, [10.0, 20.0, 30.0, 40.0]))
+    write_job(sweep, "rules_scope", 1, make_records(1, [20.0, 20.0, 40.0, 40.0]))
+    config = OmegaConf.merge(
+        _sweep_config(str(sweep), []),
+        {"tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "once"}},
+    )
+    with caplog.at_level(logging.INFO):
+        result = build_report(config)
+    assert result.ok, result.errors
+    said = [r.getMessage() for r in caplog.records if "report" in r.getMessage() and "written" in r.getMessage()]
+    assert said == [f"sweep report (2 jobs) written to {sweep / 'report'}"]

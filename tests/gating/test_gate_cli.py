@@ -58,7 +58,7 @@ def test_sequential_sweep_report_and_post_hoc_gates(tmp_path, cache_dir, llm_ser
         f"hydra.sweep.dir={sweep}",
         f"tracking.uri=sqlite:///{db}",
         f"paths.cache_dir={cache_dir}",
-        "stats.n_resamples=500",
+        "bootstrap.n_resamples=500",
         cwd=tmp_path,
     )
     report = sweep / "report"
@@ -70,7 +70,7 @@ def test_sequential_sweep_report_and_post_hoc_gates(tmp_path, cache_dir, llm_ser
 
     # The offline gates in this process; the CLI itself runs for the LLM gate below.
     gates = ("always", "never", "oracle", "rules")
-    results = {g: gate_in_process(sweep, capsys, f"gate={g}", "stats.n_resamples=300") for g in gates}
+    results = {g: gate_in_process(sweep, capsys, f"gate={g}", "bootstrap.n_resamples=300") for g in gates}
     for res in results.values():
         assert res["counters"]["search_calls"] == 0 and res["counters"]["judge_calls"] == 0
         assert res["counters"]["other_llm_calls"] == 0 and res["counters"]["gate_llm_calls"] == 0
@@ -88,9 +88,21 @@ def test_sequential_sweep_report_and_post_hoc_gates(tmp_path, cache_dir, llm_ser
         f"services.llm.api_base={llm_server.base_url}",
         "services.llm.api_key=x",
         "services.llm.cache.mode=off",
-        "stats.n_resamples=300",
+        "bootstrap.n_resamples=300",
     )
     n_jobs = len(res["rows"])
     assert res["counters"]["gate_llm_calls"] == len(llm_server.requests) == 40 * n_jobs
     assert res["counters"]["search_calls"] == res["counters"]["judge_calls"] == 0
     assert all("Query:" in r.body["messages"][-1]["content"] for r in llm_server.requests)
+
+
+@pytest.mark.slow
+def test_python_m_cts_gating_counts_instances_not_repeats(offline_jobs: dict[int, Path], cache_dir: Path):
+    from cts.gating.cli import compose_config, gate_jobs
+    from tests.runs import OFFLINE_RESAMPLES
+
+    cfg = compose_config(["gate=oracle", f"paths.cache_dir={cache_dir}", f"bootstrap.n_resamples={OFFLINE_RESAMPLES}"])
+    (one,), _ = gate_jobs(offline_jobs[1], cfg)
+    (three,), calls = gate_jobs(offline_jobs[3], cfg)  # 3 identical repeats of each of the 12 instances
+    assert three["n"] == one["n"] == 12 and three == one
+    assert calls["search_calls"] == calls["judge_calls"] == 0

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from cts.core.contracts import Extractor, SearchBackend
-from cts.core.types import BudgetExceeded, Evidence, Gold, GoldDraft, Instance, Nugget, SearchResult
+from cts.core.types import Evidence, Gold, GoldDraft, Instance, Nugget, SearchResult, SpendLimitReached
 from cts.gold import (
     GoldError,
     build_gold,
@@ -148,8 +148,8 @@ class FakeSearch:
         await asyncio.sleep(0)
         if "boom" in query:
             raise RuntimeError("backend down")
-        if "budget" in query:
-            raise BudgetExceeded("cap")
+        if "spend" in query:
+            raise SpendLimitReached("cap")
         return SearchResult(
             answer=f"Answer to {query}.",
             answer_rule="answer_tag",
@@ -214,9 +214,9 @@ def test_build_gold_reports_failures_and_assembles_valid_gold() -> None:
     assert g.provenance["date"][:2] == "20"
 
 
-def test_build_gold_stops_on_budget_and_rejects_duplicate_ids() -> None:
-    with pytest.raises(BudgetExceeded):
-        asyncio.run(build_gold([Instance("b", "q", "budget")], FakeSearch(), FakeExtractor(), provenance={}))
+def test_build_gold_stops_on_the_spend_limit_and_rejects_duplicate_ids() -> None:
+    with pytest.raises(SpendLimitReached):
+        asyncio.run(build_gold([Instance("b", "q", "spend")], FakeSearch(), FakeExtractor(), provenance={}))
     dup = [Instance("a", "q", "x"), Instance("a", "q", "y")]
     with pytest.raises(ValueError, match="duplicate instance id 'a'"):
         asyncio.run(build_gold(dup, FakeSearch(), FakeExtractor(), provenance={}))

@@ -14,7 +14,7 @@ from cts.llm import AdaptiveLimiter, LLMRuntime, ModelSpec
 from cts.sweep import SweepSession
 from tests.llm_server import ScriptedServer, llm_settings
 
-SPEC = ModelSpec(name="m", model="openai/m", params={"temperature": 0})
+SPEC = ModelSpec(name="m", id="openai/m", params={"temperature": 0})
 
 
 class _Status(Exception):
@@ -48,7 +48,7 @@ def test_limiter_slow_starts_cuts_once_per_round_and_ignores_client_errors() -> 
         return lim
 
     lim = asyncio.run(go())
-    assert lim.capacity == 2 and lim.stats().cuts == 1
+    assert lim.capacity == 2 and lim.snapshot().cuts == 1
 
 
 def test_limiter_burst_of_failures_is_one_cut_and_the_limit_follows_the_calls_left() -> None:
@@ -73,7 +73,7 @@ def test_limiter_burst_of_failures_is_one_cut_and_the_limit_follows_the_calls_le
         return lim
 
     lim = asyncio.run(go())
-    assert lim.stats().cuts == 1 and lim.stats().congestion == 10  # one congestion event
+    assert lim.snapshot().cuts == 1 and lim.snapshot().congestion == 10  # one congestion event
     assert lim.limit == 1  # every call in flight failed: the endpoint took none, down to the floor
 
 
@@ -89,7 +89,7 @@ def test_retry_after_pauses_the_whole_endpoint() -> None:
 
 
 def _drive(server: ScriptedServer, rt: LLMRuntime, calls: int) -> tuple[float, list[int], Any]:
-    """Send ``calls`` distinct requests at once; wall time, the server's in-flight samples, limiter stats."""
+    """Send ``calls`` distinct requests at once; wall time, the server's in-flight samples, limiter snapshot."""
     samples: list[int] = []
     stop = threading.Event()
 
@@ -101,14 +101,14 @@ def _drive(server: ScriptedServer, rt: LLMRuntime, calls: int) -> tuple[float, l
         client = rt.client(SPEC, "clarifier")
         start = time.monotonic()
         await asyncio.gather(*(client.complete([{"role": "user", "content": f"q{i}"}]) for i in range(calls)))
-        (stats,) = rt.limiter_stats().values()
-        return time.monotonic() - start, stats
+        (snapshot,) = rt.limiter_snapshots().values()
+        return time.monotonic() - start, snapshot
 
     sampler = threading.Thread(target=sample)
     sampler.start()
     try:
-        wall, stats = asyncio.run(go())
-        return wall, samples, stats
+        wall, snapshot = asyncio.run(go())
+        return wall, samples, snapshot
     finally:
         stop.set()
         sampler.join()
@@ -135,11 +135,11 @@ def test_adaptive_concurrency_converges_under_a_server_cap(tmp_path: Path) -> No
             ),
             tmp_path,
         )
-        wall, samples, stats = _drive(server, rt, calls)
+        wall, samples, snapshot = _drive(server, rt, calls)
         rejected, served = server.rejected, server.served
     assert served == calls
     assert rejected <= 0.1 * (served + rejected), (rejected, served)  # calls above the cap stay rare
-    assert 0.75 * cap <= stats.limit <= 1.25 * cap, stats  # settled at the server's cap, not the ceiling 64
+    assert 0.75 * cap <= snapshot.limit <= 1.25 * cap, snapshot  # settled at the server's cap, not the ceiling 64
     assert wall <= best / 0.7, (wall, best)  # at least 0.7 of the throughput of a limit fixed at the cap
     busy = [n for n in samples if n > 0]
     settled = busy[len(busy) // 2 :]  # after the additive ramp from 2, however slow the machine makes it

@@ -1,4 +1,4 @@
-"""Rate limits degrade gracefully: 429s have their own time budget, retries are jittered and do
+"""Rate limits degrade gracefully: 429s have their own time allowance, retries are jittered and do
 not wait behind the pauses of new calls, and a Retry-After pauses the endpoint without serialising it."""
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from typing import Any
 import pytest
 
 from cts.llm import AdaptiveLimiter, LLMRuntime, LLMSettings, ModelSpec
-from cts.llm._retry import Failure, RetryBudget
+from cts.llm._retry import Failure, RetryAllowance
 from tests.llm_server import ScriptedServer, llm_settings
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC = ModelSpec(name="m", model="openai/m")
+SPEC = ModelSpec(name="m", id="openai/m")
 
 
-def budget(seed: int = 0, **llm: Any) -> RetryBudget:
+def allowance(seed: int = 0, **llm: Any) -> RetryAllowance:
     backoff = {"initial": 1.0, "max": 30.0, "jitter": 0.0, "max_retry_after": 60.0, **llm.pop("backoff", {})}
-    return RetryBudget(LLMSettings.from_mapping({"backoff": backoff, **llm}), random.Random(seed))
+    return RetryAllowance(LLMSettings.from_mapping({"backoff": backoff, **llm}), random.Random(seed))
 
 
 RATE_LIMITED = Failure("rate_limit", 429, 1.0)
@@ -34,47 +34,47 @@ TIMED_OUT = Failure("timeout", None, None)
 SERVER_ERROR = Failure("server_error", 503, None)
 
 
-def waits(b: RetryBudget, failures: list[Failure]) -> list[float | None]:
+def waits(b: RetryAllowance, failures: list[Failure]) -> list[float | None]:
     return [b.wait(f) for f in failures]
 
 
-# ---------------------------------------------------------------- the retry budgets
+# ---------------------------------------------------------------- the retry allowances
 
 
 def test_429s_do_not_use_the_attempts_of_hard_failures() -> None:
-    b = budget(max_attempts=2, rate_limit_wait_s=5)
+    b = allowance(max_attempts=2, rate_limit_wait_s=5)
     assert waits(b, [RATE_LIMITED] * 5) == [1.0] * 5  # far more than max_attempts=2
     assert b.wait(RATE_LIMITED) is None  # a 6th wait of 1 s would pass the 5 s bound
     assert b.wait(SERVER_ERROR) == 1.0 and b.wait(SERVER_ERROR) is None  # max_attempts=2 still whole
 
 
 def test_a_429_without_a_wait_is_charged_the_initial_backoff_so_it_cannot_loop_forever() -> None:
-    b = budget(rate_limit_wait_s=2, backoff={"initial": 0.5})
+    b = allowance(rate_limit_wait_s=2, backoff={"initial": 0.5})
     told_now = Failure("rate_limit", 429, 0.0)
     assert waits(b, [told_now] * 5) == [0.0, 0.0, 0.0, 0.0, None]
     assert b.rate_limit_waited_s == 2.0
-    assert budget(rate_limit_wait_s=0).wait(RATE_LIMITED) is None  # 0: a 429 fails at once
+    assert allowance(rate_limit_wait_s=0).wait(RATE_LIMITED) is None  # 0: a 429 fails at once
 
 
 def test_a_429_without_retry_after_backs_off_exponentially_within_the_same_bound() -> None:
-    b = budget(rate_limit_wait_s=10)
+    b = allowance(rate_limit_wait_s=10)
     assert waits(b, [Failure("rate_limit", 429, None)] * 4) == [1.0, 2.0, 4.0, None]  # 1+2+4+8 > 10
 
 
 def test_timeouts_are_retried_only_max_timeout_attempts_times() -> None:
-    b = budget(max_attempts=6, max_timeout_attempts=2)
+    b = allowance(max_attempts=6, max_timeout_attempts=2)
     assert waits(b, [TIMED_OUT, TIMED_OUT]) == [1.0, None]
-    b = budget(max_attempts=6, max_timeout_attempts=2)
+    b = allowance(max_attempts=6, max_timeout_attempts=2)
     assert waits(b, [SERVER_ERROR, SERVER_ERROR, TIMED_OUT, TIMED_OUT]) == [1.0, 2.0, 4.0, None]
-    b = budget(max_attempts=3, max_timeout_attempts=5)
-    assert waits(b, [TIMED_OUT, SERVER_ERROR, TIMED_OUT]) == [1.0, 2.0, None]  # both budgets apply
+    b = allowance(max_attempts=3, max_timeout_attempts=5)
+    assert waits(b, [TIMED_OUT, SERVER_ERROR, TIMED_OUT]) == [1.0, 2.0, None]  # both allowances apply
 
 
 def test_retry_after_waits_get_jitter_so_the_calls_of_one_burst_come_back_spread() -> None:
-    spread = [budget(seed, backoff={"jitter": 1.0}).wait(RATE_LIMITED) for seed in range(20)]
+    spread = [allowance(seed, backoff={"jitter": 1.0}).wait(RATE_LIMITED) for seed in range(20)]
     assert all(1.0 <= w <= 2.0 for w in spread)  # never before the server's Retry-After
     assert max(spread) - min(spread) > 0.5 and len(set(spread)) == 20
-    capped = budget(backoff={"max_retry_after": 0.2}).wait(Failure("rate_limit", 429, 3600.0))
+    capped = allowance(backoff={"max_retry_after": 0.2}).wait(Failure("rate_limit", 429, 3600.0))
     assert capped == 0.2
 
 
@@ -203,9 +203,9 @@ def test_every_third_request_refused_costs_no_call_and_keeps_the_endpoint_concur
 
         replies = asyncio.run(go())
         refused, peak = refusals_per_request(server), server.peak_in_flight
-        (stats,) = rt.limiter_stats().values()
+        (snapshot,) = rt.limiter_snapshots().values()
     assert len(replies) == calls and all(r.text == "ok" for r in replies)
-    assert sum(refused.values()) > 10 and stats.limit >= 8  # refused often, never cut for it
+    assert sum(refused.values()) > 10 and snapshot.limit >= 8  # refused often, never cut for it
     assert peak >= 8  # not serialised
     # a retry lands anywhere in the server's order: refused again with chance about 1/3 each time
     assert sum(n for times, n in refused.items() if times >= 4) <= 0.15 * sum(refused.values()), refused

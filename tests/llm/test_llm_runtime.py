@@ -1,4 +1,4 @@
-"""LLM runtime against a real local HTTP server: retries, errors, limits, usage, budget."""
+"""LLM runtime against a real local HTTP server: retries, errors, limits, usage, spend limit."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from cts.core.types import BudgetExceeded, CallError, RequestRejected
+from cts.core.types import CallError, RequestRejected, SpendLimitReached
 from cts.llm import LLMRuntime, ModelSpec, usage_scope
 from tests.llm_server import Reply, ScriptedServer, llm_settings
 
 SPEC = ModelSpec(
     name="gpt",
-    model="openai/gpt-5.2",
+    id="openai/gpt-5.2",
     api_key_env="CTS_TEST_UNSET_KEY",
     params={"temperature": 0},
     input_cost_per_token=1e-3,
@@ -153,8 +153,8 @@ def test_model_own_api_base_and_key_variable(
     assert llm_server.requests[0].headers.get("authorization") == "Bearer secret-123"
 
 
-def test_global_model_override(llm_server: ScriptedServer, tmp_path: Path) -> None:
-    complete(runtime(llm_server, tmp_path, model="Qwen/Qwen3-8B"))
+def test_served_name_override(llm_server: ScriptedServer, tmp_path: Path) -> None:
+    complete(runtime(llm_server, tmp_path, served_name="Qwen/Qwen3-8B"))
     assert llm_server.requests[0].body["model"] == "Qwen/Qwen3-8B"
 
 
@@ -206,12 +206,12 @@ def test_usage_scope_attribution_across_concurrent_tasks(llm_server: ScriptedSer
     assert job["ua"]["cost_usd"] == pytest.approx(small["ua"]["cost_usd"] + large["ua"]["cost_usd"])
 
 
-def test_budget_stops_before_sending(llm_server: ScriptedServer, tmp_path: Path) -> None:
+def test_the_spend_limit_stops_before_sending(llm_server: ScriptedServer, tmp_path: Path) -> None:
     llm_server.default = Reply("ok", tokens_in=10, tokens_out=0)  # 0.01 USD per call
-    rt = runtime(llm_server, tmp_path, budget={"max_usd": 0.015}, api_base_price=SPEC_PRICE)
+    rt = runtime(llm_server, tmp_path, spend={"max_usd": 0.015}, api_base_price=SPEC_PRICE)
     complete(rt)
     complete(rt, prompt_version="b")
-    with pytest.raises(BudgetExceeded):
+    with pytest.raises(SpendLimitReached):
         complete(rt, prompt_version="c")
     assert len(llm_server.requests) == 2
     assert rt.spent_usd == pytest.approx(0.02)
@@ -275,16 +275,16 @@ def test_a_model_with_its_own_endpoint_keeps_its_registry_prices(llm_server: Scr
 
 def test_earlier_spend_counts_against_the_cap(llm_server: ScriptedServer, tmp_path: Path) -> None:
     llm_server.default = Reply("ok", tokens_in=10, tokens_out=0)  # 0.01 USD per call
-    rt = runtime(llm_server, tmp_path, budget={"max_usd": 0.05}, api_base_price=SPEC_PRICE)
+    rt = runtime(llm_server, tmp_path, spend={"max_usd": 0.05}, api_base_price=SPEC_PRICE)
     rt.count_prior_spend(0.045)
     complete(rt)
-    with pytest.raises(BudgetExceeded, match="0.0450 by earlier runs"):
+    with pytest.raises(SpendLimitReached, match="0.0450 by earlier runs"):
         complete(rt, prompt_version="b")
     assert len(llm_server.requests) == 1
 
 
 def test_calls_in_flight_when_their_caller_is_cancelled_are_booked(tmp_path: Path) -> None:
-    """The budget stop cancels instances; their requests are already paid, so they are counted."""
+    """The spend-limit stop cancels instances; their requests are already paid, so they are counted."""
     from cts.llm import settled
     from tests.llm_fakes import ScriptedServer as Server
 
@@ -310,3 +310,11 @@ def test_calls_in_flight_when_their_caller_is_cancelled_are_booked(tmp_path: Pat
     assert rt.spent_usd == pytest.approx(3 * 0.02)
     assert usage["judge"]["calls"] == 3 and usage["judge"]["tokens_in"] == 30
     assert usage["judge"]["cost_usd"] == pytest.approx(0.06) and rt.usage()["judge"]["calls"] == 3
+
+
+def test_the_spend_node_reads_under_its_old_name_budget() -> None:
+    from cts.llm import LLMSettings
+
+    assert LLMSettings.from_mapping({"spend": {"max_usd": 2.0}}).max_usd == 2.0
+    # a job dir's .hydra/config.yaml written before the rename (read by python -m cts.plan)
+    assert LLMSettings.from_mapping({"budget": {"max_usd": 3.0, "allow_over_forecast": False}}).max_usd == 3.0

@@ -29,7 +29,7 @@ from tests.helpers import TableSearch, Typer, built, gold_for
 from tests.llm_server import Reply, ScriptedServer, llm_settings
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC = ModelSpec(name="m", model="openai/m")
+SPEC = ModelSpec(name="m", id="openai/m")
 MESSAGES = [{"role": "user", "content": "Which year?"}]
 QUESTIONS = '["Which planet or element do you mean?"]'
 
@@ -44,11 +44,11 @@ def test_a_role_timeout_applies_to_that_role_only() -> None:
     assert (settings.timeout_for("search"), settings.timeout_for("ua"), settings.timeout_for("judge")) == (300, 20, 50)
 
 
-def test_a_budget_stop_lets_the_longest_role_timeout_settle(tmp_path: Path) -> None:
-    from cts.compose.app import llm_budget
+def test_a_spend_limit_stop_lets_the_longest_role_timeout_settle(tmp_path: Path) -> None:
+    from cts.compose.app import llm_spend_limit
 
     llm = {"timeout_s": 120, "role_timeout_s": {"search": 300, "ua": 60, "judge": None}}
-    assert llm_budget(Services(cache_dir=tmp_path, settings={"llm": llm})).timeout_s == 300
+    assert llm_spend_limit(Services(cache_dir=tmp_path, settings={"llm": llm})).timeout_s == 300
 
 
 def test_role_timeouts_reach_the_request(llm_server: ScriptedServer, tmp_path: Path, transport: str) -> None:
@@ -82,7 +82,7 @@ def test_role_timeouts_reach_the_request(llm_server: ScriptedServer, tmp_path: P
         assert stated == ["0.3", "0.3", "5.0"]
 
 
-def test_timed_out_attempts_have_their_own_small_budget(llm_server: ScriptedServer, tmp_path: Path) -> None:
+def test_timed_out_attempts_have_their_own_small_allowance(llm_server: ScriptedServer, tmp_path: Path) -> None:
     llm_server.script(Reply.error(503), Reply.error(503), Reply("late", delay_s=1.0), Reply.error(503), "done")
     settings = llm_settings(llm_server, timeout_s=0.3, max_attempts=6, max_timeout_attempts=2)
     reply = asyncio.run(LLMRuntime.from_settings(settings, tmp_path).client(SPEC, "judge").complete(MESSAGES))
@@ -117,7 +117,7 @@ def llm_job(
     Returns its records, its stop reason and how long it ran (its set-up excluded).
     """
     services = Services(cache_dir=tmp_path / "cache", settings={"llm": llm_settings(server, **llm)})
-    spec = {"name": "m", "model": "openai/m", "api_base": None, "api_key_env": None}
+    spec = {"name": "m", "id": "openai/m", "api_base": None, "api_key_env": None}
     roles = Roles(
         clarifier=built(LLMClarifier, services, model=spec, prompt="clarifier"),
         ua=built(RuleUserAnswerer, core),

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from cts.compose.completion_probe import PROBE_MESSAGES
 from cts.llm import Completion
 from cts.llm._rules import RequestRules, request_params
-from cts.llm.completion_probe import PROBE_MESSAGES
 from cts.roles.llm import (
     LLMClarifier,
     LLMExtractor,

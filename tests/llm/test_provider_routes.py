@@ -25,10 +25,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from cts import tracking
+from cts.compose.completion_probe import PROBE_TOKENS
 from cts.llm._rules import request_params, rule_violations
 from cts.llm._spec import ModelSpec
 from cts.llm._transport import HTTPStatusError, Sender
-from cts.llm.completion_probe import PROBE_TOKENS
 from tests.provider_emulators import (
     AnthropicEmulator,
     CompatibleEmulator,
@@ -96,7 +96,7 @@ def send(spec: ModelSpec, emulator: Emulator, transport: str, role_cap: int | No
     """One request as a role's call makes it: the spec's params and the role's cap, on its route."""
     params = request_params(spec.request, spec.params, role_cap)
     coro = Sender(transport).send(
-        spec.model,
+        spec.id,
         list(MESSAGES),
         emulator.base_url,
         "emulated-key",
@@ -139,7 +139,7 @@ def test_the_registry_request_is_what_the_provider_accepts(name: str, transport:
         assert list(wire_cap(seen.body, wire)) == [spec.request.cap_param]
     assert required_fields(seen, wire), seen
     sent = {k: v for k, v in seen.body.items() if k not in ("messages", "contents")}
-    assert not rule_violations(name, spec.model, spec.request, sent)
+    assert not rule_violations(name, spec.id, spec.request, sent)
     message = response.choices[0].message
     assert message.content.startswith('["Which')  # the reply was read back, thought summaries apart
     if wire == "gemini":
@@ -166,7 +166,7 @@ def test_gpt_5_2_goes_with_a_reasoning_effort_and_max_completion_tokens_on_both_
 @pytest.mark.parametrize("transport", ["openai", "litellm"])
 def test_temperature_0_on_gpt_5_2_is_refused_by_the_provider_as_by_the_registry(transport: str) -> None:
     spec = registry_spec("gpt", temperature=0)
-    problems = rule_violations(spec.name, spec.model, spec.request, spec.params)
+    problems = rule_violations(spec.name, spec.id, spec.request, spec.params)
     assert len(problems) == 1 and "`temperature`" in problems[0] and "gpt" in problems[0]
     with OpenAIEmulator() as openai, pytest.raises(Exception) as caught:
         send(spec, openai, transport)
@@ -186,7 +186,7 @@ def test_temperature_0_on_gpt_5_2_is_refused_by_the_provider_as_by_the_registry(
 
 def test_effort_none_makes_temperature_acceptable_to_gpt_5_2_as_documented() -> None:
     spec = registry_spec("gpt", reasoning_effort="none", temperature=0)
-    assert not rule_violations(spec.name, spec.model, spec.request, spec.params)
+    assert not rule_violations(spec.name, spec.id, spec.request, spec.params)
     with OpenAIEmulator() as openai:
         send(spec, openai, "openai")
     assert not openai.refusals and openai.bodies()[0]["temperature"] == 0
@@ -197,7 +197,7 @@ def test_max_tokens_is_refused_by_openai_reasoning_models_and_renamed_by_the_rul
     with OpenAIEmulator() as openai:
         with pytest.raises(HTTPStatusError):
             asyncio.run(
-                Sender("openai").send(spec.model, list(MESSAGES), openai.base_url, "k", 10.0, (0, 0), dict(spec.params))
+                Sender("openai").send(spec.id, list(MESSAGES), openai.base_url, "k", 10.0, (0, 0), dict(spec.params))
             )
         assert openai.refusals[0][1]["error"]["code"] == "unsupported_parameter"
         send(spec, openai, "openai")  # through request_params: the cap goes as max_completion_tokens
@@ -214,7 +214,7 @@ def test_max_tokens_is_refused_by_openai_reasoning_models_and_renamed_by_the_rul
 )
 def test_what_a_provider_refuses_the_registry_refuses_at_start(name: str, extra: dict[str, Any], needle: str) -> None:
     spec = registry_spec(name, **extra)
-    assert rule_violations(spec.name, spec.model, spec.request, spec.params)
+    assert rule_violations(spec.name, spec.id, spec.request, spec.params)
     factory, _ = PROVIDERS[name]
     with factory() as emulator, pytest.raises(Exception, match=re.escape(needle)):
         send(spec, emulator, "litellm")
@@ -385,7 +385,7 @@ def test_reasoning_tokens_per_role_are_recorded_from_each_providers_usage(native
 
 
 def test_the_probe_authenticates_a_gemini_route_as_gemini_does() -> None:
-    from cts.llm.preflight import Endpoint, probe
+    from cts.compose.model_checks import Endpoint, probe
 
     with GeminiEmulator() as gemini:
         problem = probe(Endpoint(gemini.base_url, "emulated-key", ("gemini/gemini-2.5-pro",), ("ua.model",)), 5.0)

@@ -310,7 +310,7 @@ def test_a_server_that_never_answers_fails_within_the_bound_and_is_killed(tmp_pa
 def test_the_preset_needs_no_key_and_probes_no_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     from hydra import compose, initialize_config_dir
 
-    from cts.llm.preflight import endpoints_of, find_model_specs, preflight_problems
+    from cts.compose.model_checks import endpoints_of, find_model_specs, preflight_problems
 
     for name in ("QIANFAN_API_KEY", "OPENAI_API_KEY", "WEBDANCER_API_BASE"):
         monkeypatch.delenv(name, raising=False)
@@ -324,7 +324,7 @@ def test_the_preset_needs_no_key_and_probes_no_endpoint(monkeypatch: pytest.Monk
 def test_the_servers_port_and_timeouts_are_not_part_of_the_fingerprint() -> None:
     from hydra import compose, initialize_config_dir
 
-    from cts.tasks.job import protocol_fingerprint
+    from cts.compose.job_config import protocol_fingerprint
 
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
         prints = {

@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 from scipy import stats
 
 from cts.compose.validate import value_problems
-from cts.plan.calibrate import calibration_command, plan_settings
+from cts.plan.calibrate import PlanSettings, calibration_command, plan_settings
 from cts.plan.forecast import InstanceCost, Interval, JobSlice, Timing, forecast_job, forecast_sweep, sum_interval
 from cts.plan.samples import routes_of
 from cts.plan.table import comparison_markdown, forecast_csv, forecast_markdown
@@ -101,17 +101,17 @@ def test_plan_config_is_a_node_that_plan_true_switches_on() -> None:
     assert plan_settings(composed("plan.enabled=true", "plan.calibration_n=10")).calibration_n == 10
     assert value_problems(composed("plan=true")) == []
     problems = value_problems(
-        composed("plan.calibration_n=0", "plan.confidence=1.5", "services.llm.budget.allow_over_forecast=2")
+        composed("plan.calibration_n=0", "plan.confidence=1.5", "services.llm.spend.allow_over_forecast=2")
     )
     assert sorted(p.split(":")[0] for p in problems) == [
         "plan.calibration_n",
         "plan.confidence",
-        "services.llm.budget.allow_over_forecast",
+        "services.llm.spend.allow_over_forecast",
     ]
 
 
 def test_planning_does_not_change_what_a_job_measures() -> None:
-    from cts.tasks.job import protocol_fingerprint
+    from cts.compose.job_config import protocol_fingerprint
 
     assert protocol_fingerprint(composed("plan=true")) == protocol_fingerprint(composed())
 
@@ -166,3 +166,77 @@ def test_an_earlier_run_stands_in_for_the_slice(tmp_path: Path) -> None:
         10.0 - 1.0
     )  # beyond its critical path
     assert forecast_job(slice_, timing).usd == Interval(0.14, 0.14, 0.14)
+
+
+def write_records(job_dir: Path, rows: list[dict]) -> None:
+    import json
+
+    job_dir.mkdir(parents=True, exist_ok=True)
+    (job_dir / "records.jsonl").write_text("".join(json.dumps({"k": 1, **r}) + "\n" for r in rows))
+
+
+def usage(calls: int, usd: float = 0.0) -> dict:
+    return {"clarifier": {"calls": calls, "requests": calls, "tokens_in": 100 * calls, "cost_usd": usd}}
+
+
+@pytest.mark.parametrize("repeats", [1, 2, 3])
+def test_each_repeat_is_a_run_the_forecast_counts(tmp_path: Path, repeats: int) -> None:
+    """20 instances x R repeats; the slice ran 2 instances x R (a repeat's record carries ``repeat``, 0 left out)."""
+    from cts.plan.calibrate import JobPlan, slices_from
+    from cts.plan.samples import Routes
+
+    source, sweep = tmp_path / "slice", tmp_path / "sweep"
+    rows = [
+        {"id": f"q{i}", **({"repeat": r} if r else {}), "usage": usage(3)} for i in range(2) for r in range(repeats)
+    ]
+    write_records(source / "j", rows)
+    write_records(sweep / "j", [{"id": "q9", "usage": usage(3)}])  # an earlier run's repeat 0 of q9
+    job = JobPlan("j", tuple(f"q{i}" for i in range(20)), Routes({}, {"e": 4}, {}), 8, sweep / "j", repeats)
+    (slice_,), timing = slices_from(source, [job])
+    assert (slice_.n_total, slice_.n_free, len(slice_.samples)) == (20 * repeats, 2 * repeats + 1, 2 * repeats)
+    forecast = forecast_job(slice_, timing)
+    assert forecast.n_paid == 18 * repeats - 1 and forecast.calls.expected == 3 * (18 * repeats - 1)
+
+
+def spend_plan(tmp_path: Path, slice_usd: float, forecast_high: float):  # noqa: ANN201 - a SweepPlan
+    from cts.plan.calibrate import JobPlan
+    from cts.plan.samples import Routes
+    from cts.plan.sweep import SweepPlan
+
+    sweep = tmp_path / "sweep"
+    jobs = tuple(JobPlan(n, ("q0", "q1"), Routes({}, {}, {}), 8, sweep / n) for n in ("a", "b"))
+    from dataclasses import replace
+
+    forecast = replace(
+        forecast_job(JobSlice("sweep", 4, 2, ()), Timing()),
+        usd=Interval(forecast_high / 2, forecast_high / 2, forecast_high),
+    )
+    return SweepPlan(sweep, jobs, {}, 0.0, forecast=forecast, slice_usd=slice_usd)
+
+
+def test_the_spend_limit_counts_what_the_calibration_slice_spent(tmp_path: Path) -> None:
+    """A $0.006 forecast high end fits a $0.01 cap alone; with the slice's $0.005 it does not."""
+    from omegaconf import OmegaConf
+
+    from cts.plan.sweep import _check_spend_limit, _slice_spent
+
+    config = OmegaConf.create({"services": {"llm": {"spend": {"max_usd": 0.01}}}})
+    plan = spend_plan(tmp_path, 0.0, 0.006)
+    calibration = tmp_path / "sweep.plan" / "calibration"
+    write_records(calibration / "a", [{"id": "q0", "usage": usage(2, 0.002)}])  # a fresh call booked in the slice
+    write_records(calibration / "b", [{"id": "q0", "usage": usage(2, 0.002)}])
+    (calibration / "b" / "spend.jsonl").write_text('{"unrecorded_usd": 0.001}\n')  # paid, no record (its ledger)
+    write_records(tmp_path / "sweep" / "a", [{"id": "q0", "usage": usage(0, 0.0)}])  # the main run's cache hit: $0
+    assert _slice_spent(plan, PlanSettings(enabled=True)) == pytest.approx(0.005)
+    assert _slice_spent(plan, PlanSettings(enabled=True, source=str(calibration))) == 0.0  # plan.source sent nothing
+    _check_spend_limit(config, plan)  # the forecast alone is within the cap
+    plan = spend_plan(tmp_path, _slice_spent(plan, PlanSettings(enabled=True)), 0.006)
+    with pytest.raises(SystemExit) as stop:
+        _check_spend_limit(config, plan)
+    assert str(stop.value).startswith(
+        "error: plan: forecast high end $0.0060 + $0.0050 spent by the calibration slice = $0.0110 exceeds "
+        "services.llm.spend.max_usd $0.0100 by $0.0010"
+    )
+    write_records(tmp_path / "sweep" / "b", [{"id": "q1", "usage": usage(1, 0.003)}])  # an earlier main run's spend
+    with pytest.raises(SystemExit, match=r"\+ \$0\.0030 spent in the job dirs before = \$0\.0140 exceeds"):
+        _check_spend_limit(config, spend_plan(tmp_path, 0.005, 0.006))

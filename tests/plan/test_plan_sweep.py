@@ -34,7 +34,7 @@ def model_dir(tmp_path: Path, server: ScriptedServer) -> Path:
     (root / "model").mkdir(parents=True)
     for name, (p_in, p_out) in {**PRICES, "pfree": (0.0, 0.0)}.items():
         (root / "model" / f"{name}.yaml").write_text(
-            f"_target_: cts.llm.ModelSpec\nname: {name}\nmodel: openai/{name}\napi_base: {server.base_url}\n"
+            f"_target_: cts.llm.ModelSpec\nname: {name}\nid: openai/{name}\napi_base: {server.base_url}\n"
             f"api_key_env: null\nparams: {{}}\ninput_cost_per_token: {p_in}\noutput_cost_per_token: {p_out}\n"
             "max_concurrency: null\n",
             encoding="utf-8",
@@ -106,7 +106,7 @@ def test_card_sweep_forecast_from_a_5_instance_slice_holds_the_measured_run(tmp_
     sweep, calibration = tmp_path / "sweep", tmp_path / "sweep.plan" / "calibration"
     rows = forecast_rows(sweep)
     actual = json.loads((sweep / "sweep_actual.json").read_text())
-    main_requests = total - slice_requests(calibration)  # the slice's count: the budget test checks it
+    main_requests = total - slice_requests(calibration)  # the slice's count: the spend-limit test checks it
     booked = records_usage(sweep)
     # The ground truth: the server's requests, their fixed token counts and the models' prices.
     assert booked["calls"] == actual["calls"] == main_requests > 0
@@ -150,7 +150,7 @@ def slice_requests(calibration: Path) -> int:
 
 
 @pytest.mark.slow
-def test_a_budget_below_the_forecast_stops_the_sweep_before_the_main_run(tmp_path, cache_dir):
+def test_a_spend_limit_below_the_forecast_stops_the_sweep_before_the_main_run(tmp_path, cache_dir):
     with ScriptedServer(latency_s=0.0) as server:
         server.handler = reply
         proc = run(
@@ -162,13 +162,13 @@ def test_a_budget_below_the_forecast_stops_the_sweep_before_the_main_run(tmp_pat
                 "k=1,2",
                 "limit=30",
                 "plan=true",
-                "services.llm.budget.max_usd=0.01",
+                "services.llm.spend.max_usd=0.01",
             ),
             tmp_path,
         )
         requests = len(server.requests)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "exceeds services.llm.budget.max_usd $0.0100" in proc.stderr
+    assert "exceeds services.llm.spend.max_usd $0.0100" in proc.stderr
     assert "| **sweep** |" in proc.stdout  # the forecast table was printed
     assert (
         requests == slice_requests(tmp_path / "sweep.plan" / "calibration") > 0
@@ -204,3 +204,59 @@ def test_a_model_without_a_price_is_forecast_as_unknown_cost(tmp_path, cache_dir
     assert cells["clarifier=pa"].startswith("$0.0")  # a price: dollars
     assert cells["clarifier=pfree"].startswith("unknown (no price: pfree")  # never a plain $0
     assert cells["**sweep**"].startswith("unknown (no price: pfree; priced models $0.0")
+
+
+def forecast_sizes(sweep: Path) -> dict[str, tuple[int, int]]:
+    """Per job (and ``sweep``): the runs the forecast covers and those it pays for."""
+    import csv
+
+    rows = csv.DictReader((sweep / "plan" / "forecast.csv").read_text().splitlines())
+    return {r["job"]: (int(r["instances"]), int(r["paid"])) for r in rows}
+
+
+@pytest.mark.slow
+def test_plan_true_takes_a_sub_key_beside_it(tmp_path, cache_dir):
+    """``plan=true plan.calibration_n=2`` (Hydra alone: "Could not override"): a slice of 2 of each job's 3 instances."""
+    args = [
+        "-m",
+        "experiment=offline",
+        "k=1,2",
+        "limit=3",
+        "plan=true",
+        "plan.calibration_n=2",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"paths.cache_dir={cache_dir}",
+        "hydra.launcher.progress=false",
+        "sweep_report=false",
+    ]
+    proc = run(args, tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    calibration = tmp_path / "sweep.plan" / "calibration"
+    assert {p.parent.name: len(p.read_text().splitlines()) for p in calibration.glob("*/records.jsonl")} == {
+        "k=1": 2,
+        "k=2": 2,
+    }
+    assert forecast_sizes(tmp_path / "sweep") == {"k=1": (3, 1), "k=2": (3, 1), "sweep": (6, 2)}
+
+
+@pytest.mark.slow
+def test_repeats_multiply_the_forecast_runs_and_calls(tmp_path, cache_dir):
+    """Each repeat is a run with its own calls: repeats=2 forecasts twice the runs and about twice the calls."""
+    forecast, actual = {}, {}
+    for repeats in (1, 2):
+        work = tmp_path / f"repeats{repeats}"
+        work.mkdir()
+        with ScriptedServer() as server:
+            server.handler = reply
+            plan = ("plan.enabled=true", "plan.calibration_n=2")  # the spelling that worked before run.py's switch
+            extra = ("clarifier=pa", "k=1", "limit=6", *plan, f"repeats={repeats}")
+            proc = run(sweep_args(work, server, cache_dir, *extra, agent=False), work)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert forecast_sizes(work / "sweep")["sweep"] == (6 * repeats, 4 * repeats)
+        forecast[repeats] = forecast_rows(work / "sweep")[("sweep", "calls")][:3]
+        actual[repeats] = json.loads((work / "sweep" / "sweep_actual.json").read_text())["calls"]
+    print(json.dumps({"forecast_calls": forecast, "actual_calls": actual}))
+    for repeats, (low, _, high) in forecast.items():
+        assert low <= actual[repeats] <= high, (repeats, forecast[repeats], actual[repeats])
+    assert 1.8 <= forecast[2][1] / forecast[1][1] <= 2.2

@@ -232,7 +232,7 @@ def test_offline_sweep_on_slurm_with_mlflow_server_and_postgres_cache(
     assert len(_array_results(sweep)) == N_JOBS  # all ran as Slurm jobs
     # The report: built once (not also by the waiting submitter), by the dependent job, after the last job.
     assert (runs["tags.cts.kind"] == "sweep_report").sum() == 1 and (sweep / "report" / "report.md").is_file()
-    assert "sweep report written to" in _job_log(sweep, _report_job(out.stdout + out.stderr))
+    assert re.search(r"sweep report \(\d+ jobs\) written to", _job_log(sweep, _report_job(out.stdout + out.stderr)))
     assert _mtime(sweep / "report" / "report.md") >= max(map(_mtime, _array_results(sweep)))
 
     on_slurm = _job_records(sweep)
@@ -285,7 +285,7 @@ def test_wait_false_returns_once_queued_and_a_dependent_job_builds_the_report(
         time.sleep(1)
     assert report.is_file() and len(_array_results(sweep)) == 2
     assert _mtime(report) >= max(map(_mtime, _array_results(sweep)))  # built after the last job ended
-    assert "sweep report written to" in _job_log(sweep, ids[-1])
+    assert re.search(r"sweep report \(\d+ jobs\) written to", _job_log(sweep, ids[-1]))
     runs = tracking.search_runs(f"sqlite:///{db}")
     assert sorted(runs["tags.cts.kind"]) == ["job", "job", "sweep_report"]
 

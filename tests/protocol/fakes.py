@@ -16,7 +16,7 @@ from cts.roles.rules import RuleRewriter, RuleUserAnswerer
 from tests.helpers import TableSearch, Typer, built, gold_for
 from tests.llm_server import ScriptedServer, llm_settings
 
-SPEC = {"name": "m", "model": "openai/m", "api_base": None, "api_key_env": None}
+SPEC = {"name": "m", "id": "openai/m", "api_base": None, "api_key_env": None}
 
 
 QUESTIONS = '["Which planet or element do you mean?"]'

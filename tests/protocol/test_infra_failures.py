@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from hydra import compose, initialize_config_dir
 
+from cts.compose.model_checks import Endpoint, endpoints_of, probe, probe_problems
 from cts.compose.services import Services
 from cts.core.records import ArmResult, ErrorInfo, Record, read_records
 from cts.core.types import CallError, CircuitOpen, Instance
 from cts.llm import LLMRuntime, LLMSettings, ResponseCache
 from cts.llm._breaker import CircuitBreaker
-from cts.llm.preflight import Endpoint, endpoints_of, probe, probe_problems
 from cts.protocol.job_files import INFRA_FILE, RECORDS_FILE, RETRIED_FILE
 from cts.protocol.outcome import (
     JobIncomplete,

@@ -45,12 +45,12 @@ def test_bounded_yields_finished_results_then_raises_and_cancels_the_rest() -> N
             cancelled.append(i)
             raise
         if i == 1:
-            raise RuntimeError("budget")
+            raise RuntimeError("spend limit")
         return i
 
     async def main() -> list[int]:
         got: list[int] = []
-        with pytest.raises(RuntimeError, match="budget"):
+        with pytest.raises(RuntimeError, match="spend limit"):
             async for r in bounded((job(i) for i in range(3)), 3):
                 got.append(r)
         return got

@@ -86,3 +86,15 @@ def test_usage_metrics_sum_per_role_and_job():
     m = usage_metrics([rec(0, 1, 1, usage=u1), rec(1, 1, 1, usage=u1)])
     assert m["llm_calls"] == 6 and m["cache_hits"] == 2 and math.isclose(m["cost_usd"], 0.06)
     assert m["tokens_in_judge"] == 600 and math.isclose(m["cost_usd_clarifier"], 0.02)
+
+
+def test_the_job_s_delta_ci_does_not_depend_on_the_order_of_its_records():
+    from cts.protocol.metrics import summarize
+
+    rng = np.random.default_rng(5)
+    records = [rec(f"i{i:02d}", float(rng.uniform(0, 100)), float(rng.uniform(0, 100))) for i in range(30)]
+    keys = ("delta_mean", "delta_ci_low", "delta_ci_high")
+    want = summarize(records, k=1, n_resamples=2000)
+    for order in (records[::-1], [records[i] for i in rng.permutation(30)]):
+        got = summarize(order, k=1, n_resamples=2000)
+        assert [got[k] for k in keys] == [want[k] for k in keys]  # the report reads them in another order

@@ -2,7 +2,7 @@ import asyncio
 import json
 
 from cts.core.records import read_records
-from cts.core.types import BudgetExceeded, Instance, UnscoredError
+from cts.core.types import Instance, SpendLimitReached, UnscoredError
 from cts.protocol.pipeline import Roles, run_instances
 from cts.roles.lexical import LexicalJudge
 from cts.roles.rules import NoClarifier, RuleClarifier, RuleRewriter, RuleUserAnswerer
@@ -118,18 +118,18 @@ class BudgetClarifier:
 
     async def ask(self, blurred_query, k):
         if self.allowed <= 0:
-            raise BudgetExceeded("max_usd reached")
+            raise SpendLimitReached("max_usd reached")
         self.allowed -= 1
         return ["Which one?"]
 
 
-def test_budget_stops_cleanly_and_resumes(services, tmp_path):
+def test_the_spend_limit_stops_cleanly_and_resumes(services, tmp_path):
     insts = [Instance(f"i{n}", f"query {n}", f"query {n} intent") for n in range(5)]
     gold = {i.id: gold_for(i.id, ("query", 1)) for i in insts}
     records, stop = job(
         tmp_path, insts, gold, roles(services, TableSearch({}), clarifier=BudgetClarifier(2)), concurrency=1
     )
-    assert stop == "budget" and len(records) == 2
+    assert stop == "spend_limit" and len(records) == 2
     assert [r.id for r in read_records(tmp_path / "records.jsonl")] == ["i0", "i1"]
     records, stop = job(tmp_path, insts, gold, roles(services, TableSearch({}), clarifier=BudgetClarifier(9)))
     assert stop == "done" and [r.id for r in records] == [i.id for i in insts]
@@ -138,12 +138,12 @@ def test_budget_stops_cleanly_and_resumes(services, tmp_path):
 def test_resume_fingerprint_ignores_operational_settings_only():
     from hydra import compose, initialize_config_dir
 
-    from cts.tasks.job import protocol_fingerprint
+    from cts.compose.job_config import protocol_fingerprint
     from tests.conftest import REPO
 
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
         base = protocol_fingerprint(compose("config", overrides=["experiment=offline"]))
-        same = [["limit=5"], ["concurrency=2"], ["services.llm.budget.max_usd=3"], ["services.llm.cache.mode=off"]]
+        same = [["limit=5"], ["concurrency=2"], ["services.llm.spend.max_usd=3"], ["services.llm.cache.mode=off"]]
         other = [["k=2"], ["clarifier=rules_region"], ["judge.full=0.9"], ["services.llm.api_base=http://x/v1"]]
         for o in same:
             assert protocol_fingerprint(compose("config", overrides=["experiment=offline", *o])) == base, o

@@ -354,7 +354,7 @@ def kinds_of_body(body: dict[str, Any]) -> str:
 def test_the_fingerprint_ignores_repeats_and_the_design_keys_at_their_defaults():
     from hydra import compose, initialize_config_dir
 
-    from cts.tasks.job import protocol_config, protocol_fingerprint
+    from cts.compose.job_config import protocol_config, protocol_fingerprint
     from tests.conftest import REPO
 
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):

@@ -1,7 +1,7 @@
 """Infrastructure failures stop gold building and the robustness analyses cleanly.
 
 A failing endpoint (500s after the retries), a refused connection (the circuit
-breaker opens) or the budget is not an item's failure: the task stops at once with
+breaker opens) or the spend limit is not an item's failure: the task stops at once with
 one line and exit status 1, writes no archive or tables, and its MLflow run ends
 FAILED with the tag ``stop_reason``. Everything goes over HTTP to the local scripted
 server (tests/llm_fakes.py) or to a port nobody listens on.
@@ -25,12 +25,12 @@ from cts import tracking
 from cts.compose.app import build_services, run, run_configured_task
 from cts.core.records import infra_stop
 from cts.core.types import (
-    BudgetExceeded,
     CallError,
     CircuitOpen,
     GoldDraft,
     Instance,
     SearchResult,
+    SpendLimitReached,
     UnscoredError,
 )
 from cts.data.jsonl import write_instances_jsonl
@@ -77,7 +77,7 @@ def stopped(call: Any) -> str:
 
 
 def test_infra_stop_separates_the_infrastructure_from_the_item() -> None:
-    assert infra_stop(BudgetExceeded("cap")) and infra_stop(CircuitOpen("http://h/v1", 20, "connection: refused"))
+    assert infra_stop(SpendLimitReached("cap")) and infra_stop(CircuitOpen("http://h/v1", 20, "connection: refused"))
     assert infra_stop(CallError("server_error", "500")) and infra_stop(CallError("connection", "refused"))
     assert infra_stop(type("DatabaseError", (Exception,), {})("file is not a database"))
     assert infra_stop(CallError("bad_request", "400"))  # a rejected request is a configuration failure
@@ -110,7 +110,7 @@ def test_gold_build_stops_on_the_infrastructure_and_reports_item_failures() -> N
     for error in (
         CircuitOpen("http://h:1/v1", 2, "connection: refused"),
         CallError("server_error", "500"),
-        BudgetExceeded("cap"),
+        SpendLimitReached("cap"),
     ):
         with pytest.raises(type(error)):
             asyncio.run(build_gold(inst, _Search(), _Extractor(error), provenance={}))
@@ -140,11 +140,11 @@ def gold_cfg(tmp: Path, cache_dir: Path, instances: Path, api_base: str, *overri
         return compose(
             "config",
             overrides=[
-                "experiment=gold",
+                "experiment=build_gold",
                 "search=extractive",
                 "extractor=gpt",
-                f"gold.instances={instances}",
-                f"gold.out_dir={tmp}/gold",
+                f"build_gold.instances={instances}",
+                f"build_gold.out_dir={tmp}/gold",
                 f"services.llm.api_base={api_base}",
                 f"paths.cache_dir={cache_dir}",
                 f"paths.output_dir={tmp}/out",
@@ -163,11 +163,11 @@ def test_gold_task_stops_on_500s_fails_its_run_and_archives_nothing(
     llm_server.handler = lambda body: Reply.error(500, "internal error")
     cfg = gold_cfg(tmp_path, cache_dir, instances_file, llm_server.base_url)
     line = stopped(lambda: run(cfg))
-    assert line.startswith("cts: gold stopped") and f"server_error at {llm_server.base_url}" in line, line
+    assert line.startswith("cts: build_gold stopped") and f"server_error at {llm_server.base_url}" in line, line
     assert llm_server.requests and not (tmp_path / "gold").exists()
     run_row = the_task_run(f"sqlite:///{tmp_path}/mlflow.db")
     assert run_row["status"] == "FAILED" and run_row["tags.stop_reason"] == "infra"
-    assert run_row["tags.cts.kind"] == "gold"
+    assert run_row["tags.cts.kind"] == "build_gold"
 
 
 def test_gold_task_stops_when_the_endpoint_refuses_connections(tmp_path, cache_dir, instances_file) -> None:
@@ -236,11 +236,11 @@ def test_backbone_stability_stops_on_500s(tmp_path: Path, llm_server) -> None:
 def test_gold_command_exits_1_with_one_line_and_no_traceback(tmp_path, cache_dir, instances_file, llm_server) -> None:
     llm_server.handler = lambda body: Reply.error(500, "internal error")
     args = [
-        "experiment=gold",
+        "experiment=build_gold",
         "search=extractive",
         "extractor=gpt",
-        f"gold.instances={instances_file}",
-        f"gold.out_dir={tmp_path}/gold",
+        f"build_gold.instances={instances_file}",
+        f"build_gold.out_dir={tmp_path}/gold",
         f"services.llm.api_base={llm_server.base_url}",
         f"paths.cache_dir={cache_dir}",
         f"hydra.run.dir={tmp_path}/run",
@@ -262,5 +262,5 @@ def test_gold_command_exits_1_with_one_line_and_no_traceback(tmp_path, cache_dir
     )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-3000:]
-    assert proc.stderr.strip().splitlines()[-1].startswith("cts: gold stopped by an infrastructure failure")
+    assert proc.stderr.strip().splitlines()[-1].startswith("cts: build_gold stopped by an infrastructure failure")
     assert the_task_run(f"sqlite:///{tmp_path}/m.db")["status"] == "FAILED"

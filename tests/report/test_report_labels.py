@@ -67,7 +67,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Path:
         f"hydra.sweep.dir={root / 'sweep'}",
         f"tracking.uri=sqlite:///{root / 'store' / 'mlflow.db'}",
         f"paths.cache_dir={cache_dir}",
-        "stats.n_resamples=300",
+        "bootstrap.n_resamples=300",
         cwd=root,
     )
     return root / "sweep"
@@ -110,7 +110,7 @@ def test_every_report_table_labels_rows_by_option_with_mode_a_column(sweep: Path
 @pytest.mark.slow
 @pytest.mark.xdist_group("report_labels")  # one worker builds the module's sweep
 def test_gate_cli_labels_rows_by_option(sweep: Path) -> None:
-    out = _run("-m", "cts.gating", str(sweep), "gate=rules", "stats.n_resamples=200", cwd=REPO).stdout
+    out = _run("-m", "cts.gating", str(sweep), "gate=rules", "bootstrap.n_resamples=200", cwd=REPO).stdout
     rows = json.loads((sweep / "gating" / "rules.json").read_text())["rows"]
     assert sorted((r["system"], r["k"], r["mode"]) for r in rows) == sorted(
         (s, k, m) for s in SYSTEMS for k in (1, 2) for m in MODES
@@ -220,7 +220,7 @@ def test_without_recorded_sweep_keys_every_override_is_a_factor() -> None:
 
 def test_stored_overrides_mask_secrets_and_stay_hydra_syntax() -> None:
     from cts._util import naming
-    from cts.tasks.job import stored_overrides
+    from cts.compose.job_config import stored_overrides
 
     written = [
         "services.llm.api_key=sk-live-1",

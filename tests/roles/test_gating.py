@@ -11,7 +11,7 @@ import pytest
 from cts.compose.services import Services
 from cts.core.contracts import Decision
 from cts.core.records import ArmResult, Record
-from cts.report.gate_evaluation import decide_all, evaluate_gate, gate_stats
+from cts.report.gate_evaluation import decide_all, evaluate_gate, gate_result
 from cts.roles.gates import AlwaysGate, LLMGate, NeverGate, OracleGate, RuleGate, parse_decision
 from cts.roles.llm import InvalidOutput
 from tests.handwritten import INSTANCES, TITLES
@@ -97,18 +97,18 @@ def test_llm_gate_over_http_sees_q_only(llm_server: ScriptedServer, tmp_path):
 
     llm_server.handler = handler
     services = Services(cache_dir=tmp_path, settings={"llm": llm_settings(llm_server)})
-    gate = built(LLMGate, services, model={"name": "m", "model": "openai/m"}, prompt="gate")
+    gate = built(LLMGate, services, model={"name": "m", "id": "openai/m"}, prompt="gate")
     with services.usage_scope() as usage:
-        stats, decisions = evaluate_gate(RECORDS, gate, n_resamples=200)
+        result, decisions = evaluate_gate(RECORDS, gate, n_resamples=200)
     assert len(llm_server.requests) == 4 == usage["gate"]["calls"] and set(usage) == {"gate"}
     assert decisions["a"].ask and not decisions["d"].ask
     bodies = json.dumps([r.body for r in llm_server.requests], ensure_ascii=False)
     assert "+" not in bodies.replace("2 +", "")  # the clarified arm's query is never shown
-    assert 0 < stats.ask_rate < 1
+    assert 0 < result.ask_rate < 1
 
 
-def test_gate_stats_with_no_gateable_record():
-    assert math.isnan(gate_stats([], {}).score_mean)
+def test_gate_result_with_no_gateable_record():
+    assert math.isnan(gate_result([], {}).score_mean)
 
 
 def test_evaluate_gate_inside_a_running_event_loop():

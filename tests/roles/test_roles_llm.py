@@ -39,7 +39,7 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 SPEC = {
     "_target_": "cts.llm.ModelSpec",
     "name": "ernie",
-    "model": "openai/ernie-4.5-turbo-128k",
+    "id": "openai/ernie-4.5-turbo-128k",
     "params": {"temperature": 0},
 }
 NUGGETS = (

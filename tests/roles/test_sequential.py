@@ -114,7 +114,7 @@ def test_llm_sequential_clarifier_over_http(llm_server: ScriptedServer, tmp_path
 
     llm_server.handler = handler
     services = Services(cache_dir=tmp_path, settings={"llm": llm_settings(llm_server)})
-    spec = {"name": "m", "model": "openai/m"}
+    spec = {"name": "m", "id": "openai/m"}
     clarifier = built(LLMClarifier, services, model=spec, prompt="clarifier", mode="sequential", stop_early=True)
     from cts.roles.llm import LLMRewriter, LLMUserAnswerer
 

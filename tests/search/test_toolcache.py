@@ -48,7 +48,7 @@ def test_miss_then_hit_and_counters(tmp_path: Path):
     second = lookup(cache, search_args("  PARIS ", 10))
     assert first == ({"hits": [1]}, False, 1)
     assert second == ({"hits": [1]}, True, 0)
-    assert cache.stats() == {"tool_cache_hits": 1, "tool_cache_misses": 1}
+    assert cache.counters() == {"tool_cache_hits": 1, "tool_cache_misses": 1}
 
 
 def test_key_separates_source_and_tool(tmp_path: Path):

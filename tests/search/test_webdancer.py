@@ -42,7 +42,7 @@ from tests.llm_server import Reply, llm_settings
 from tests.search.fakes import ARTICLE, FakeHTTP
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
-MODEL = ModelSpec(name="webdancer", model="openai/WebDancer-32B")
+MODEL = ModelSpec(name="webdancer", id="openai/WebDancer-32B")
 QUESTION = "Which city is the capital of France? 法国的首都是哪里？"
 SUMMARY = json.dumps(
     {
@@ -290,7 +290,7 @@ def test_missing_opening_think_is_restored(tmp_path, llm_server, web):
     assert (result.answer, result.answer_rule) == ("Paris", "answer_tag")
 
 
-def test_call_budget_forces_a_final_answer(tmp_path, llm_server, web):
+def test_call_limit_forces_a_final_answer(tmp_path, llm_server, web):
     search_turn = tool_call("search", query=["paris"])
     script(llm_server, [search_turn, search_turn, "<think>enough</think>\n<answer>Paris</answer>"])
     result = search(make_agent(make_services(tmp_path, llm_server), web, max_llm_calls=2))
@@ -300,27 +300,27 @@ def test_call_budget_forces_a_final_answer(tmp_path, llm_server, web):
     assert last.startswith("<tool_response>\nA search for 'paris'")  # the unread result is kept
     assert last.endswith("<answer>your answer</answer>")
     assert "You have now reached the maximum number of tool calls you can make." in last
-    assert (result.answer, result.end_reason, result.summary["llm_calls"]) == ("Paris", "call_budget", 3)
+    assert (result.answer, result.end_reason, result.summary["llm_calls"]) == ("Paris", "call_limit", 3)
     assert [t["type"] for t in result.trace][-3:] == ["final_prompt", "llm", "end"]
 
 
-def test_call_budget_without_forced_answer(tmp_path, llm_server, web):
+def test_call_limit_without_forced_answer(tmp_path, llm_server, web):
     script(llm_server, [tool_call("search", query=["paris"])] * 2)
     result = search(make_agent(make_services(tmp_path, llm_server), web, max_llm_calls=2, force_final_answer=False))
     assert len(agent_bodies(llm_server)) == 2
-    assert (result.end_reason, result.answer_rule, result.answer) == ("call_budget", "empty", "")
+    assert (result.end_reason, result.answer_rule, result.answer) == ("call_limit", "empty", "")
 
 
-def test_context_budget_replaces_the_last_tool_response_with_the_final_request(tmp_path, llm_server, web):
+def test_context_limit_replaces_the_last_tool_response_with_the_final_request(tmp_path, llm_server, web):
     services = make_services(tmp_path, llm_server)
-    budget = messages_tokens(make_agent(services, web).initial_messages(QUESTION)) + 60
+    limit = messages_tokens(make_agent(services, web).initial_messages(QUESTION)) + 60
     script(llm_server, [tool_call("search", query=["paris"]), "<think>ok</think><answer>Paris</answer>"])
-    result = search(make_agent(services, web, max_context_tokens=budget))
+    result = search(make_agent(services, web, max_context_tokens=limit))
     _, final = agent_bodies(llm_server)
     assert final["messages"][-1]["role"] == "user"
     assert final["messages"][-1]["content"].startswith("You have now reached the maximum context length")
     assert "<tool_response>" not in final["messages"][-1]["content"]
-    assert (result.end_reason, result.answer) == ("context_budget", "Paris")
+    assert (result.end_reason, result.answer) == ("context_limit", "Paris")
     assert result.evidence  # the search still produced citable evidence
 
 
@@ -408,7 +408,7 @@ def test_rerun_with_warm_caches_sends_no_request(tmp_path, llm_server, web):
     assert (second.answer, second.evidence, second.end_reason) == (first.answer, first.evidence, first.end_reason)
     assert without_cache_flags(second.trace) == without_cache_flags(first.trace)
     assert second.summary["tool_cache_hits"] == 3  # two queries and one page
-    assert services.memo("tool_cache", lambda: None).stats() == {"tool_cache_hits": 3, "tool_cache_misses": 0}
+    assert services.memo("tool_cache", lambda: None).counters() == {"tool_cache_hits": 3, "tool_cache_misses": 0}
 
 
 def without_cache_flags(value: Any) -> Any:
@@ -472,7 +472,7 @@ def test_config_builds_the_agent_with_released_defaults(tmp_path):
     agent = build_node(cfg.search, Services(cache_dir=tmp_path))
     assert isinstance(agent.provider, SearxngProvider)
     assert sorted(agent.fetcher.routes) == ["http", "https", "local"]
-    assert agent.agent.spec.model == "openai/WebDancer-32B" and agent.summariser.spec.name == "webdancer"
+    assert agent.agent.spec.id == "openai/WebDancer-32B" and agent.summariser.spec.name == "webdancer"
     assert (agent.agent.role, agent.summariser.role) == ("search", "visit_summary")
     assert (
         agent.max_llm_calls,

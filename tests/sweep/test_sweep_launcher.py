@@ -145,7 +145,7 @@ def test_a_failing_job_does_not_stop_the_others_and_the_exit_code_says_so(tmp_pa
 
 
 @pytest.mark.slow
-def test_budget_applies_to_the_whole_sweep_and_stops_every_job_cleanly(tmp_path, llm_server, cache_dir):
+def test_the_spend_limit_applies_to_the_whole_sweep_and_stops_every_job_cleanly(tmp_path, llm_server, cache_dir):
     llm_server.handler = protocol_reply
     llm_server.latency_s = 0.05
     sweep = _sweep(
@@ -155,13 +155,13 @@ def test_budget_applies_to_the_whole_sweep_and_stops_every_job_cleanly(tmp_path,
         "limit=6",
         f"services.llm.api_base={llm_server.base_url}",
         f"paths.cache_dir={cache_dir}",
-        "services.llm.budget.max_usd=0.002",
+        "services.llm.spend.max_usd=0.002",
         "hydra/launcher=cts",
         "services.llm.api_base_price.input_cost_per_token=1e-6",
         "services.llm.api_base_price.output_cost_per_token=4e-6",
         "hydra.launcher.progress=false",
     )
     summaries = [json.loads(p.read_text()) for p in sweep.glob("*/summary.json")]
-    assert len(summaries) == 9 and {s["stop_reason"] for s in summaries} == {"budget"}
+    assert len(summaries) == 9 and {s["stop_reason"] for s in summaries} == {"spend_limit"}
     spent = sum(s["metrics"]["cost_usd"] for s in summaries)
     assert spent < 0.002 * 2  # one cap for the sweep (a few calls in flight finish), not 9 caps

@@ -1,4 +1,4 @@
-"""The sweep session's shared pieces: one budget, one span per call, per-job logs, one composition, breakers."""
+"""The sweep session's shared pieces: one spend limit, one span per call, per-job logs, one composition, breakers."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from cts import tracking
-from cts.core.types import BudgetExceeded, CallError, CircuitOpen
+from cts.core.types import CallError, CircuitOpen, SpendLimitReached
 from cts.llm import LLMRuntime, ModelSpec
-from cts.protocol.budget import SPEND_FILE, Budget, run_within_budget
+from cts.protocol.spend import SPEND_FILE, SpendLimit, run_within_spend_limit
 from cts.sweep import SweepSession
 from cts.sweep._compose import MemoConfigLoader, forget_composed
 from cts.sweep._joblog import routed_job_logs
@@ -28,20 +28,20 @@ PRICE = {"input_cost_per_token": 1e-3, "output_cost_per_token": 0.0}
 
 
 def _spec(name: str = "gpt", api_base: str | None = None) -> ModelSpec:
-    return ModelSpec(name=name, model=f"openai/{name}", api_base=api_base, params={"temperature": 0})
+    return ModelSpec(name=name, id=f"openai/{name}", api_base=api_base, params={"temperature": 0})
 
 
 def _ask(rt: LLMRuntime, text: str, spec: ModelSpec | None = None) -> Any:
     return rt.client(spec or _spec(), "clarifier").complete([{"role": "user", "content": text}])
 
 
-def test_prior_spend_of_every_job_dir_adds_up_against_the_sweep_budget(
+def test_prior_spend_of_every_job_dir_adds_up_against_the_sweep_spend_limit(
     llm_server: ScriptedServer, tmp_path: Path
 ) -> None:
     """Resuming a sweep: each job dir's earlier spend counts, and the cap is the sweep's."""
     llm_server.default = Reply("ok", tokens_in=10, tokens_out=0)  # 0.01 USD per call
-    rt = LLMRuntime.from_settings(llm_settings(llm_server, budget={"max_usd": 0.05}, api_base_price=PRICE), tmp_path)
-    budget = Budget(max_usd=0.05, timeout_s=5.0, count_prior_spend=rt.count_prior_spend)
+    rt = LLMRuntime.from_settings(llm_settings(llm_server, spend={"max_usd": 0.05}, api_base_price=PRICE), tmp_path)
+    limit = SpendLimit(max_usd=0.05, timeout_s=5.0, count_prior_spend=rt.count_prior_spend)
     dirs = [tmp_path / "clarifier=gpt,k=1", tmp_path / "clarifier=gpt,k=2"]
     for d in dirs:  # what the first run of the sweep paid in each job dir
         d.mkdir()
@@ -52,11 +52,11 @@ def test_prior_spend_of_every_job_dir_adds_up_against_the_sweep_budget(
 
     with SweepSession(progress=False):
         for d in dirs:  # each resumed job books its dir's prior spend on the shared runtime
-            run_within_budget(nothing, d, budget)
-        run_within_budget(nothing, dirs[0], budget)  # the same dir counted again is not added twice
+            run_within_spend_limit(nothing, d, limit)
+        run_within_spend_limit(nothing, dirs[0], limit)  # the same dir counted again is not added twice
     assert rt.prior_usd == pytest.approx(0.04)
     asyncio.run(_ask(rt, "first"))  # 0.04 + 0.01 = the cap
-    with pytest.raises(BudgetExceeded, match="0.0400 by earlier runs"):
+    with pytest.raises(SpendLimitReached, match="0.0400 by earlier runs"):
         asyncio.run(_ask(rt, "second"))
     assert len(llm_server.requests) == 1
 

@@ -19,11 +19,11 @@ from cts import tracking
 from cts._util.startup import end_startup_gc
 from cts.compose.callbacks import jobs_open_store_here
 from cts.llm import LLMRuntime, ModelSpec
-from cts.protocol.budget import SPEND_FILE, Budget, within_budget
+from cts.protocol.spend import SPEND_FILE, SpendLimit, within_spend_limit
 from cts.sweep import SweepSession, start_async
 from tests.llm_fakes import protocol_reply
 from tests.llm_server import Reply, ScriptedServer, llm_settings
-from tests.protocol.budget_fakes import compose_job
+from tests.protocol.spend_fakes import compose_job
 
 PRICE = {"input_cost_per_token": 1e-3, "output_cost_per_token": 0.0}
 
@@ -59,7 +59,7 @@ def test_a_failed_setup_stops_the_started_job_and_books_what_it_paid(tmp_path: P
     with ScriptedServer() as server:
         server.default = Reply("ok", tokens_in=10, tokens_out=0)  # 0.01 USD per call
         rt = LLMRuntime.from_settings(llm_settings(server, api_base_price=PRICE), tmp_path)
-        spec = ModelSpec(name="gpt", model="openai/gpt", api_base=None, params={})
+        spec = ModelSpec(name="gpt", id="openai/gpt", api_base=None, params={})
 
         async def job() -> tuple[list[Any], str]:
             await rt.client(spec, "clarifier").complete([{"role": "user", "content": "Which year?"}])
@@ -70,11 +70,11 @@ def test_a_failed_setup_stops_the_started_job_and_books_what_it_paid(tmp_path: P
                 raise
             return [], "done"
 
-        budget = Budget(max_usd=None, timeout_s=5.0, count_prior_spend=rt.count_prior_spend)
+        limit = SpendLimit(max_usd=None, timeout_s=5.0, count_prior_spend=rt.count_prior_spend)
         with (
             SweepSession(progress=False),
             pytest.raises(RuntimeError, match="store is broken"),
-            within_budget(job, tmp_path, budget),
+            within_spend_limit(job, tmp_path, limit),
         ):
             _wait_for(lambda: len(server.requests) == 1)
             time.sleep(0.1)  # the reply is booked

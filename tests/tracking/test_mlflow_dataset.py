@@ -13,8 +13,8 @@ import pytest
 from cts import tracking
 from cts.core.types import QA, Instance, SearchResult
 from cts.data.jsonl import Dataset
-from cts.protocol.budget import Budget
 from cts.protocol.pipeline import Roles
+from cts.protocol.spend import SpendLimit
 from cts.tasks.evaluate import EvalProtocol, Resume, evaluate_task
 from cts.tasks.job import JobContext, RunInfo, Tracking
 from tests.helpers import Typer, gold_for
@@ -63,7 +63,7 @@ def _job(tmp_path: Path, name: str, reverse: bool, uri: str) -> Path:
         protocol=EvalProtocol(1),
         run=run,
         resume=Resume("f", {}, "rerun", False),
-        budget=Budget(None, 5.0, lambda usd, d: None),
+        spend_limit=SpendLimit(None, 5.0, lambda usd, d: None),
         models={"judge": "ordered"},
         orig_parts={},
         concurrency=N,

@@ -117,7 +117,7 @@ def test_a_new_experiment_gets_its_kind_once_and_a_kind_chosen_later_stays(tmp_p
 
 
 def test_the_tracking_config_reaches_the_tasks() -> None:
-    from cts.tasks.job import tracking_settings
+    from cts.compose.job_config import tracking_settings
 
     settings = tracking_settings(
         {"uri": "sqlite:///x.db", "experiment": "e", "instance_traces": False, "experiment_kind": "genai_development"}
@@ -143,3 +143,30 @@ def test_jobs_racing_to_set_the_experiment_kind_on_one_server_do_not_fail(tmp_pa
     monkeypatch.setattr(mlflow, "set_experiment_tag", racing)
     tracking._ensure_experiment(uri, "race", "genai_development")  # no exception
     assert mlflow.get_experiment_by_name("race").tags["mlflow.experimentKind"] == "genai_development"
+
+
+def test_the_records_table_has_one_row_per_repeat_and_keeps_its_columns(tmp_path: Path) -> None:
+    import mlflow
+
+    from cts.core.records import ArmResult, Record
+
+    def rec(i: str, repeat: int, score: float) -> Record:
+        return Record(id=i, k=1, clarified=ArmResult("q", score=score), orig=ArmResult("q", score=1.0), repeat=repeat)
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    finished = [rec("a", 1, 30.0), rec("b", 0, 20.0), rec("a", 0, 10.0), rec("b", 1, 40.0)]  # as they finished
+    with tracking.open_mlflow_run(uri, "tables", "repeats", {}) as repeats:
+        tracking.log_records_table(finished, ["b", "a"])
+    with tracking.open_mlflow_run(uri, "tables", "once", {}) as once:
+        tracking.log_records_table([rec("a", 0, 10.0), rec("b", 0, 20.0)], ["b", "a"])
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment("tables")
+    table = mlflow.load_table("records_table.json", run_ids=[repeats])
+    rows = table[["instance_id", "repeat", "score"]].values.tolist()
+    assert rows == [["b", 0, 20.0], ["b", 1, 40.0], ["a", 0, 10.0], ["a", 1, 30.0]]  # dataset order, then repeat
+    old = ["instance_id", "run_id", "trace_id", "k", "mode", "questions", "answers", "n_unknown", "rewritten_query"]
+    assert list(table.columns)[: len(old)] == old and list(table.columns)[-1] == "repeat"  # new column last
+    deltas = mlflow.load_table("records_table.json", run_ids=[once]).pivot(
+        index="instance_id", columns="run_id", values="delta"
+    )  # the README's reader, on a job without repeats
+    assert deltas[once].to_dict() == {"a": 9.0, "b": 19.0}

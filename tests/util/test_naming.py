@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cts._util import naming
@@ -41,18 +43,20 @@ def test_a_swept_path_value_does_not_nest_directories() -> None:
     assert name == "dataset.gold_path=_a_b_gold.jsonl"
 
 
-def test_the_resolver_reads_the_sweep_recorded_by_the_launching_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(naming.SWEPT_ENV, raising=False)
-    naming.remember_swept(["clarifier=gpt,ernie", "k=1", "services.llm.api_base=http://h:1/v1"])
-    assert naming.current_swept() == ("clarifier",)
-    assert (
-        naming._resolve_job_name(["clarifier=ernie", "k=1", "services.llm.api_base=http://h:1/v1"], 3)
-        == "clarifier=ernie"
-    )
-    naming.remember_swept(["k=1"])
-    assert naming._resolve_job_name(["k=1"], 3) == "job3"
-    naming.forget_swept()
-    assert naming.current_swept() is None
+def test_the_resolver_reads_the_sweep_recorded_by_the_launching_process(tmp_path: Path) -> None:
+    from cts._util.launch import begin_sweep, end_sweep
+
+    sweep = str(tmp_path / "sweep")
+    job = ["clarifier=ernie", "k=1", "services.llm.api_base=http://h:1/v1"]
+    try:
+        begin_sweep(sweep, naming.swept_keys(["clarifier=gpt,ernie", "k=1", "services.llm.api_base=http://h:1/v1"]), "")
+        assert naming._resolve_job_name(job, 3, sweep) == "clarifier=ernie"
+        assert naming._resolve_job_name(job, 3) == "clarifier=ernie"  # a config without the sweep dir argument
+        begin_sweep(sweep, naming.swept_keys(["k=1"]), "")
+        assert naming._resolve_job_name(["k=1"], 3, sweep) == "job3"
+    finally:
+        end_sweep()
+    assert naming._resolve_job_name(["k=1"], 3, sweep) == "k=1"  # no record: every override, path-safe
 
 
 def test_factors_are_parsed_by_hydra_not_split_by_hand() -> None:

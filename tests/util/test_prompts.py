@@ -54,7 +54,7 @@ def test_roles_render_their_prompts_over_http(llm_server: ScriptedServer, tmp_pa
     """Each role really fills its file (a missing or extra value would raise PromptError)."""
     llm_server.handler = protocol_reply
     services = Services(cache_dir=tmp_path, settings={"llm": llm_settings(llm_server)})
-    spec = {"name": "m", "model": "openai/m"}
+    spec = {"name": "m", "id": "openai/m"}
     evidence = [Evidence("e1", "local://1", "T", "Some fact.")]
 
     async def all_roles() -> None:

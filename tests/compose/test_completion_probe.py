@@ -15,13 +15,13 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from cts.compose.app import task_groups
-from cts.llm._rules import RequestRules
-from cts.llm.completion_probe import (
+from cts.compose.completion_probe import (
     PROBE_MESSAGES,
     PROBE_TOKENS,
     check_completions,
     completion_probes,
 )
+from cts.llm._rules import RequestRules
 from tests.llm_server import Reply, ScriptedServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,7 +104,7 @@ def test_a_gpt5_model_file_with_temperature_0_fails_before_anything_is_spent(tmp
     """A user's own model file, without the registry's request rules: the provider's answer stops the run."""
     (tmp_path / "conf" / "model").mkdir(parents=True)
     (tmp_path / "conf" / "model" / "mygpt.yaml").write_text(
-        "_target_: cts.llm.ModelSpec\nname: mygpt\nmodel: openai/gpt-5-mini\napi_key_env: null\n"
+        "_target_: cts.llm.ModelSpec\nname: mygpt\nid: openai/gpt-5-mini\napi_key_env: null\n"
         "params:\n  temperature: 0\n"
     )
     with ScriptedServer() as server:

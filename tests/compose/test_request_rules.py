@@ -18,8 +18,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from cts.compose.app import preflight_problems_of, task_groups
+from cts.compose.request_rules import rule_problems
 from cts.llm._rules import RequestRules, request_params, rule_violations
-from cts.llm.rulecheck import rule_problems
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"

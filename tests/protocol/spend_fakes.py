@@ -1,4 +1,4 @@
-"""Shared by several test modules (moved out of test_budget.py: no test module imports another)."""
+"""Shared by several test modules (moved out of test_spend.py: no test module imports another)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def compose_job(tmp_path: Path, cache_dir: Path, server: ScriptedServer, max_usd
         f"services.llm.cache.path={tmp_path / 'llm.sqlite'}",
         "services.llm.api_base_price.input_cost_per_token=1e-3",
         "services.llm.max_attempts=1",
-        f"services.llm.budget.max_usd={max_usd}",
+        f"services.llm.spend.max_usd={max_usd}",
     ]
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
         return compose("config", overrides=overrides)

@@ -10,9 +10,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from cts.llm.preflight import find_model_specs, preflight_problems
+from cts.compose.model_checks import find_model_specs, preflight_problems, spec_key_problems
+from cts.llm import ModelSpec
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
+REPO = Path(__file__).resolve().parents[2]
+CONF = REPO / "conf"
 KEYS = (
     "OPENAI_API_KEY",
     "ANTHROPIC_API_KEY",
@@ -65,7 +67,7 @@ def test_global_api_base_needs_no_keys() -> None:
 
 
 def test_keyless_model_needs_an_api_base() -> None:
-    spec = {"_target_": "cts.llm.ModelSpec", "name": "local", "model": "openai/m", "api_key_env": None}
+    spec = {"_target_": "cts.llm.ModelSpec", "name": "local", "id": "openai/m", "api_key_env": None}
     cfg = OmegaConf.create(
         {
             "search": {"model": {**spec, "api_base": None}},
@@ -86,7 +88,7 @@ def test_unresolvable_interpolations_are_skipped() -> None:
                 "model": {
                     "_target_": "cts.llm.ModelSpec",
                     "name": "gpt",
-                    "model": "openai/gpt-5.2",
+                    "id": "openai/gpt-5.2",
                     "api_key_env": "OPENAI_API_KEY",
                 }
             },
@@ -97,7 +99,52 @@ def test_unresolvable_interpolations_are_skipped() -> None:
 
 def test_preflight_does_not_import_litellm() -> None:
     code = (
-        "import sys; from omegaconf import DictConfig, OmegaConf; from cts.llm.preflight import preflight_problems; "
+        "import sys; from omegaconf import DictConfig, OmegaConf; from cts.compose.model_checks import preflight_problems; "
         "preflight_problems(OmegaConf.create({})); assert 'litellm' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+OLD_MODEL_FILE = "_target_: cts.llm.ModelSpec\nname: mine\nmodel: openai/my-model\napi_key_env: null\n"
+"""A user's model file written before the litellm id's key was renamed ``model:`` -> ``id:``."""
+
+
+def test_a_model_file_with_the_old_id_key_is_named_with_the_rename() -> None:
+    old = {"_target_": "cts.llm.ModelSpec", "name": "mine", "model": "openai/my-model"}
+    cfg = OmegaConf.create({"clarifier": {"model": old}, "judge": {"model": {**old, "id": "x", "temprature": 0}}})
+    assert spec_key_problems(cfg) == [
+        "clarifier.model: model mine: the litellm id is `id:` now (it was `model:`): "
+        "write `id: openai/my-model` in conf/model/mine.yaml",
+        "judge.model (mine): unknown model file keys ['model', 'temprature']",
+    ]
+    with pytest.raises(ValueError, match="the litellm id is `id:` now"):
+        ModelSpec.coerce(old)
+    assert spec_key_problems(composed(STACK)) == []  # the shipped registry
+
+
+def test_a_run_with_an_old_model_file_stops_with_one_line_naming_the_rename(tmp_path: Path) -> None:
+    (tmp_path / "conf" / "model").mkdir(parents=True)
+    (tmp_path / "conf" / "model" / "mine.yaml").write_text(OLD_MODEL_FILE)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "run.py"),
+            "--config-dir",
+            str(tmp_path / "conf"),
+            "clarifier=mine",
+            "limit=1",
+            f"hydra.run.dir={tmp_path / 'run'}",
+            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        "error: clarifier.model: model mine: the litellm id is `id:` now (it was `model:`): "
+        "write `id: openai/my-model` in conf/model/mine.yaml"
+    ]
+    assert not (tmp_path / "run").exists() and not (tmp_path / "mlflow.db").exists()

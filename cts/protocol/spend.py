@@ -1,9 +1,9 @@
-"""The LLM budget of one job dir: spend so far, what no record holds, how much is missing.
+"""The LLM spend limit of one job dir: spend so far, what no record holds, how much is missing.
 
 A job dir's spend is the cost booked in its records plus a small ledger
 (``spend.jsonl``) of what was paid for instances that never got a record: calls
-in flight when the budget stopped the job, and calls of instances it stopped
-mid-way. ``services.llm.budget.max_usd`` caps that total across every run into
+in flight when the spend limit stopped the job, and calls of instances it stopped
+mid-way. ``services.llm.spend.max_usd`` caps that total across every run into
 the dir, so a resume with the same cap does not spend it again.
 """
 
@@ -20,6 +20,7 @@ from typing import Any
 
 from cts._util.io import append_line
 from cts.core.records import Record, read_records
+from cts.core.types import SpendLimitReached
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +56,11 @@ def spent_so_far(job_dir: Path) -> float:
 
 
 @dataclass(frozen=True)
-class Budget:
-    """The job's LLM budget settings (``services.llm``), given by the composition layer.
+class SpendLimit:
+    """The job's LLM spend limit (``services.llm``), given by the composition layer.
 
     Attributes:
-        max_usd: The cap over every run into the job dir (``budget.max_usd``; None = no cap).
+        max_usd: The cap over every run into the job dir (``spend.max_usd``; None = no cap).
         timeout_s: How long in-flight requests may settle at the end (``timeout_s``).
         count_prior_spend: Tells the LLM runtime what earlier runs into the dir (the second
             argument) spent; the jobs of a sweep share one runtime, whose cap covers their sum.
@@ -70,35 +71,41 @@ class Budget:
     count_prior_spend: Callable[[float, str], None]
 
 
-def run_within_budget(job: Callable[[], Coroutine[Any, Any, JobResult]], job_dir: Path, budget: Budget) -> JobResult:
-    """Run one job's coroutine under the job dir's budget and book what no record holds.
+Budget = SpendLimit
+"""The old name of :class:`SpendLimit`."""
+
+
+def run_within_spend_limit(
+    job: Callable[[], Coroutine[Any, Any, JobResult]], job_dir: Path, limit: SpendLimit
+) -> JobResult:
+    """Run one job's coroutine under the job dir's spend limit and book what no record holds.
 
     Args:
         job: Builds the job's coroutine (``cts.protocol.pipeline.run_instances(...)``).
         job_dir: The job dir (records and ledger).
-        budget: The cap and the runtime's prior-spend hook.
+        limit: The cap and the runtime's prior-spend hook.
 
     Returns:
         What the job returned: all records and the stop reason.
     """
-    with within_budget(job, job_dir, budget) as pending:
+    with within_spend_limit(job, job_dir, limit) as pending:
         return pending.result()
 
 
-class BudgetedJob:
-    """A job's coroutine started under its budget (see :func:`within_budget`)."""
+class SpendLimitedJob:
+    """A job's coroutine started under its spend limit (see :func:`within_spend_limit`)."""
 
-    def __init__(self, job: Callable[[], Coroutine[Any, Any, JobResult]], job_dir: Path, budget: Budget) -> None:
+    def __init__(self, job: Callable[[], Coroutine[Any, Any, JobResult]], job_dir: Path, limit: SpendLimit) -> None:
         from cts.llm import settled, usage_scope
         from cts.sweep import start_async
 
         self.job_dir = Path(job_dir)
         self._before = recorded_spend(read_records(self.job_dir / RECORDS_FILE))
-        if budget.max_usd is not None:
-            budget.count_prior_spend(self._before + unrecorded_spend(self.job_dir), str(self.job_dir.resolve()))
+        if limit.max_usd is not None:
+            limit.count_prior_spend(self._before + unrecorded_spend(self.job_dir), str(self.job_dir.resolve()))
 
         async def started() -> JobResult:  # job() runs only now: a failed set-up leaves no unawaited coroutine
-            return await settled(job(), budget.timeout_s)
+            return await settled(job(), limit.timeout_s)
 
         with usage_scope() as usage:  # the started coroutine keeps counting into ``usage`` after the block
             self._started = start_async(started())  # the sweep's loop under hydra/launcher=cts
@@ -133,10 +140,10 @@ class BudgetedJob:
 
 
 @contextlib.contextmanager
-def within_budget(
-    job: Callable[[], Coroutine[Any, Any, JobResult]], job_dir: Path, budget: Budget
-) -> Iterator[BudgetedJob]:
-    """Start one job's coroutine under the job dir's budget; the block sets up the rest, then waits.
+def within_spend_limit(
+    job: Callable[[], Coroutine[Any, Any, JobResult]], job_dir: Path, limit: SpendLimit
+) -> Iterator[SpendLimitedJob]:
+    """Start one job's coroutine under the job dir's spend limit; the block sets up the rest, then waits.
 
     In a sweep session the coroutine runs on the shared loop from here on, so the
     job's first requests go out while the block still sets up (its MLflow run);
@@ -146,7 +153,7 @@ def within_budget(
     Yields:
         The started job: ``result()`` waits for it and returns records and stop reason.
     """
-    pending = BudgetedJob(job, job_dir, budget)
+    pending = SpendLimitedJob(job, job_dir, limit)
     try:
         yield pending
     except BaseException:
@@ -160,14 +167,14 @@ def _append(path: Path, row: Mapping[str, Any]) -> None:
     append_line(path, json.dumps(row) + "\n")  # one write: never a torn line (cts._util.io.LineFile)
 
 
-def budget_metrics(job_dir: Path, records: Iterable[Record], n_planned: int) -> dict[str, float]:
+def spend_metrics(job_dir: Path, records: Iterable[Record], n_planned: int) -> dict[str, float]:
     """How complete the job is and what its dir cost in total.
 
     Returns:
         ``n_planned`` (instances the job was asked to run), ``n_missing`` (those
-        without a record, e.g. after a budget stop), ``cost_unrecorded_usd`` (paid
+        without a record, e.g. after a spend-limit stop), ``cost_unrecorded_usd`` (paid
         for instances without a record) and ``cost_total_usd`` (every record of
-        the dir plus that: the figure ``budget.max_usd`` caps).
+        the dir plus that: the figure ``spend.max_usd`` caps).
     """
     n_done = sum(1 for _ in records)
     return {
@@ -179,11 +186,11 @@ def budget_metrics(job_dir: Path, records: Iterable[Record], n_planned: int) -> 
 
 
 def stop_note(stop: str, metrics: Mapping[str, float]) -> str | None:
-    """One line for the console when the budget stopped the job (None otherwise)."""
-    if stop != "budget":
+    """One line for the console when the spend limit stopped the job (None otherwise)."""
+    if stop != SpendLimitReached.kind:
         return None
     return (
-        f"STOPPED BY THE LLM BUDGET: {metrics['n_missing']:.0f} of {metrics['n_planned']:.0f} instances have no "
-        f"record ({metrics['cost_total_usd']:.4f} USD spent in this job dir). Raise services.llm.budget.max_usd "
+        f"STOPPED BY THE LLM SPEND LIMIT: {metrics['n_missing']:.0f} of {metrics['n_planned']:.0f} instances have no "
+        f"record ({metrics['cost_total_usd']:.4f} USD spent in this job dir). Raise services.llm.spend.max_usd "
         "and rerun into the same dir to finish them."
     )

@@ -1,7 +1,7 @@
 """Start-up check: does any model of the config get a parameter its provider rejects?
 
 Runs on the composed config before anything is instantiated (no litellm, no network).
-Every node with ``_target_: cts.llm.ModelSpec`` (:func:`cts.llm.preflight.find_model_specs`)
+Every node with ``_target_: cts.llm.ModelSpec`` (:func:`cts.compose.model_checks.find_model_specs`)
 is checked against its own ``request:`` rules (:mod:`cts.llm._rules`) with the parameters
 its calls would send, gathered from the config as the components read them:
 
@@ -25,8 +25,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from cts.llm._rules import RequestRules, rule_violations
-from cts.llm.preflight import find_model_specs, resolved
+from cts.compose.model_checks import find_model_specs, resolved
+from cts.llm import RequestRules, rule_violations
 
 __all__ = ["SAMPLING_KEYS", "call_params", "rule_problems"]
 
@@ -76,7 +76,7 @@ def rule_problems(cfg: DictConfig) -> list[str]:
         if not isinstance(spec, Mapping):
             continue
         rules = RequestRules.coerce(spec.get("request"))
-        name, model = str(spec.get("name") or "?"), str(spec.get("model") or "?")
+        name, model = str(spec.get("name") or "?"), str(spec.get("id") or "?")
         params, origin = call_params(cfg, path, spec, {p for p, _ in specs})
         for (what, _rule), message in zip(rules.refused(params), rule_violations(name, model, rules, params)):
             where = ", ".join(origin[p] for p in _params_of(what) if p in origin)

@@ -39,6 +39,7 @@ __all__ = [
     "probe",
     "probe_problems",
     "resolved",
+    "spec_key_problems",
 ]
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,30 @@ def find_model_specs(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
         ``(path, node)`` pairs, e.g. ``("clarifier.model", <node>)``, in config order.
     """
     return list(_walk(cfg, ""))
+
+
+def spec_key_problems(cfg: DictConfig) -> list[str]:
+    """One message per model spec with a key :class:`cts.llm.ModelSpec` does not take.
+
+    A model file written before the litellm id was renamed ``model:`` -> ``id:`` gets a
+    message naming the rename (instead of a ``TypeError`` when the spec is built).
+
+    Returns:
+        Problems such as ``clarifier.model: model mygpt: the litellm id is `id:` now ...``.
+    """
+    from dataclasses import fields
+
+    from cts.llm import ModelSpec, old_id_key
+
+    known = {f.name for f in fields(ModelSpec)}
+    problems = []
+    for path, node in find_model_specs(cfg):
+        keys = {str(k): _get(node, str(k)) for k in node if not str(k).startswith("_")}
+        if renamed := old_id_key(keys):
+            problems.append(f"{path}: {renamed}")
+        elif unknown := sorted(set(keys) - known):
+            problems.append(f"{path} ({keys.get('name') or '?'}): unknown model file keys {unknown}")
+    return problems
 
 
 def preflight_problems(cfg: DictConfig) -> list[str]:
@@ -114,9 +139,7 @@ def endpoints_of(cfgs: Sequence[DictConfig]) -> list[Endpoint]:
         One :class:`Endpoint` per (api_base, key), in first-use order; models whose key
         variable is missing are left to :func:`preflight_problems`.
     """
-    from cts.llm._calls import route_for
-    from cts.llm._settings import LLMSettings
-    from cts.llm._spec import ModelSpec
+    from cts.llm import LLMSettings, ModelSpec, route_for
 
     found: dict[tuple[str, str | None], tuple[dict[str, None], dict[str, None]]] = {}
     for cfg in cfgs:

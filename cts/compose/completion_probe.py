@@ -1,6 +1,6 @@
 """Completion pre-flight: one tiny paid completion per distinct request of a sweep.
 
-``GET /models`` (:mod:`cts.llm.preflight`) cannot see a parameter a provider rejects,
+``GET /models`` (:mod:`cts.compose.model_checks`) cannot see a parameter a provider rejects,
 a model the key may not use, or a hosted API that is down. Before any job starts,
 :func:`completion_probes` collects every distinct (model, endpoint, request
 parameters) that the sweep's jobs will send, and :func:`run_probes` sends each one
@@ -24,9 +24,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from cts.llm._rules import CAP_FIELDS
-from cts.llm.preflight import find_model_specs, resolved, serves_locally
-from cts.llm.rulecheck import call_params
+from cts.compose.model_checks import find_model_specs, resolved, serves_locally
+from cts.compose.request_rules import call_params
+from cts.llm import CAP_FIELDS
 
 PROBE_TOKENS = 8
 """Output cap of a probe (the model's reasoning allowance is added where reasoning counts against it)."""
@@ -48,7 +48,7 @@ class Probe:
 
     def describe(self) -> str:
         """``model gpt (openai/gpt-5.2), used by clarifier.model``."""
-        return f"model {self.spec.get('name')} ({self.spec.get('model')}), used by {', '.join(self.paths)}"
+        return f"model {self.spec.get('name')} ({self.spec.get('id')}), used by {', '.join(self.paths)}"
 
 
 @dataclass(frozen=True)
@@ -65,11 +65,9 @@ def completion_probes(cfgs: Sequence[DictConfig]) -> list[Probe]:
     """Every distinct (model, endpoint, params) the jobs ``cfgs`` send, in first-use order.
 
     Jobs with ``services.llm.preflight_completion=false`` and models whose key variable
-    is unset (reported by :func:`cts.llm.preflight.preflight_problems`) are left out.
+    is unset (reported by :func:`cts.compose.model_checks.preflight_problems`) are left out.
     """
-    from cts.llm._calls import route_for
-    from cts.llm._settings import LLMSettings
-    from cts.llm._spec import ModelSpec
+    from cts.llm import LLMSettings, ModelSpec, route_for
 
     found: dict[str, tuple[Probe, dict[str, None]]] = {}
     for cfg in cfgs:
@@ -123,10 +121,10 @@ async def _run_all(probes: Sequence[Probe], cache_dir: Path) -> list[ProbeResult
 
 async def _run_one(probe: Probe, cache_dir: Path) -> ProbeResult:
     from cts.core.types import CallError, CircuitOpen
-    from cts.llm._runtime import LLMRuntime
+    from cts.llm import LLMRuntime
 
     runtime = LLMRuntime.from_settings(
-        {**probe.settings, "max_attempts": 2, "max_timeout_attempts": 1, "budget": {"max_usd": None}}, cache_dir
+        {**probe.settings, "max_attempts": 2, "max_timeout_attempts": 1, "spend": {"max_usd": None}}, cache_dir
     )
     client = runtime.client(probe.spec, "preflight")
     try:

@@ -1,4 +1,7 @@
-"""Task ``gold``: build the static gold archive once per ``fused_query`` (paper 4.2)."""
+"""Task ``build_gold``: build the static gold archive once per ``fused_query`` (paper 4.2).
+
+``cts.tasks.gold`` (and its ``gold_task``) is the old name of this module (:mod:`cts._util.moved`).
+"""
 
 from __future__ import annotations
 
@@ -27,8 +30,8 @@ def read_gold_instances(ctx: TaskContext) -> list[Instance]:
     )
 
 
-def compose_gold(ctx: TaskContext) -> float:
-    """Read the instances, build search and extractor, archive their gold (the composer of :func:`gold_task`)."""
+def compose_build_gold(ctx: TaskContext) -> float:
+    """Read the instances, build search and extractor, archive their gold (the composer of :func:`build_gold_task`)."""
     limit = ctx.value("limit")
     instances = ctx.input()
     provenance = {
@@ -38,21 +41,21 @@ def compose_gold(ctx: TaskContext) -> float:
         "config_fingerprint": ctx.fingerprint,
         "cts_version": __import__("cts").__version__,
     }
-    return gold_task(
+    return build_gold_task(
         instances=instances[:limit] if limit else instances,
         search=ctx.build("search"),
         extractor=ctx.build("extractor"),
-        out_dir=Path(ctx.value("gold.out_dir")),
+        out_dir=Path(ctx.value("build_gold.out_dir")),
         provenance=provenance,
         run=ctx.run,
         concurrency=ctx.value("concurrency"),
-        overwrite=bool(ctx.value("gold.overwrite")),
-        allow_partial=bool(ctx.value("gold.allow_partial", default=False)),
+        overwrite=bool(ctx.value("build_gold.overwrite")),
+        allow_partial=bool(ctx.value("build_gold.allow_partial", default=False)),
     )
 
 
-@task(compose_gold, read=read_gold_instances, calls=("search", "extractor"))
-def gold_task(
+@task(compose_build_gold, read=read_gold_instances, calls=("search", "extractor"), writes=("build_gold.out_dir",))
+def build_gold_task(
     *,
     instances: Sequence[Instance],
     search: SearchBackend,
@@ -74,7 +77,7 @@ def gold_task(
         instances: The instances (their ``fused_query``).
         search: The search backend.
         extractor: The nugget extractor.
-        out_dir: The archive directory (``gold.out_dir``).
+        out_dir: The archive directory (``build_gold.out_dir``).
         provenance: Backend, extractor, models and config fingerprint (the prompts used are added).
         run: How the task's run is tracked.
         concurrency: Instances in flight at once.
@@ -86,7 +89,7 @@ def gold_task(
     """
     from cts.gold import build_gold_archive
 
-    with tracked_task(run, "gold"):  # an infrastructure failure stops the build: nothing archived, exit 1
+    with tracked_task(run, "build_gold"):  # an infrastructure failure stops the build: nothing archived, exit 1
         report = asyncio.run(
             build_gold_archive(
                 instances,
@@ -114,11 +117,15 @@ def stop_on_partial_gold(report: Any, allow_partial: bool) -> None:
 
     if not report.failures:
         return
-    line = f"gold: {failure_summary(report)}; reasons in {Path(report.out_dir) / FAILURES_FILE}"
+    line = f"build_gold: {failure_summary(report)}; reasons in {Path(report.out_dir) / FAILURES_FILE}"
     if allow_partial:
-        log.warning("%s (accepted: gold.allow_partial=true)", line)
+        log.warning("%s (accepted: build_gold.allow_partial=true)", line)
         return
     sys.exit(
-        f"{line}\nRebuild (gold.overwrite=true), accept the partial archive (gold.allow_partial=true), "
+        f"{line}\nRebuild (build_gold.overwrite=true), accept the partial archive (build_gold.allow_partial=true), "
         "or evaluate only the instances with gold (dataset.only_with_gold=true)."
     )
+
+
+gold_task = build_gold_task
+"""The old name of :func:`build_gold_task` (``task._target_: cts.tasks.gold.gold_task`` in older job dirs)."""

@@ -1,4 +1,4 @@
-"""Gold read from its file on demand: every line validated at load, one ``Gold`` parsed per access.
+"""The gold file, read on demand: every line validated at load, one ``Gold`` parsed per access.
 
 A dataset of tens of thousands of instances would otherwise keep every
 nugget and evidence snippet in memory for the whole job (about 9 KB per

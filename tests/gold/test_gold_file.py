@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cts.data.goldfile import open_gold
 from cts.gold import GoldError, load_gold, write_gold
+from cts.gold.file import open_gold
 from tests.gold.fakes import GOOD
 
 

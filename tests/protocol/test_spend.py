@@ -1,4 +1,4 @@
-"""Budget and cost truth, end to end over real HTTP: the app's evaluate task against the local server.
+"""Spend limit and cost truth, end to end over real HTTP: the app's evaluate task against the local server.
 
 Every request costs 0.01 USD (10 prompt tokens at 1e-3, priced through
 ``services.llm.api_base_price``), so the server's request count is the ground
@@ -18,11 +18,11 @@ from hydra import compose, initialize_config_dir
 
 from cts import tracking
 from cts.core.records import read_records
-from cts.protocol.budget import SPEND_FILE
+from cts.protocol.spend import SPEND_FILE
 from tests.conftest import REPO
 from tests.llm_fakes import protocol_reply
 from tests.llm_server import Reply, ScriptedServer
-from tests.protocol.budget_fakes import compose_job
+from tests.protocol.spend_fakes import compose_job
 
 PER_CALL = 0.01
 
@@ -40,7 +40,7 @@ def latest_run(tmp_path: Path) -> Any:
     return runs.sort_values("start_time").iloc[-1]
 
 
-def test_budget_stop_is_marked_paid_calls_counted_and_cap_holds_across_resumes(
+def test_a_spend_limit_stop_is_marked_paid_calls_counted_and_cap_holds_across_resumes(
     tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     arrivals = itertools.count()
@@ -61,14 +61,14 @@ def test_budget_stop_is_marked_paid_calls_counted_and_cap_holds_across_resumes(
         paid = len(server.requests) * PER_CALL
         assert len(server.requests) == 4  # concurrency 4: the three slow calls were in flight
         m = summary["metrics"]
-        assert summary["stop_reason"] == "budget"
-        assert "STOPPED BY THE LLM BUDGET: 7 of 8 instances have no record" in capsys.readouterr().out
+        assert summary["stop_reason"] == "spend_limit"
+        assert "STOPPED BY THE LLM SPEND LIMIT: 7 of 8 instances have no record" in capsys.readouterr().out
         assert m["n_instances"] == 1 and m["n_planned"] == 8 and m["n_missing"] == 7
         assert m["cost_usd"] == pytest.approx(PER_CALL)  # the one record
         assert m["cost_unrecorded_usd"] == pytest.approx(3 * PER_CALL)  # paid, in flight at the stop
         assert m["cost_total_usd"] == pytest.approx(paid)
         run_ = latest_run(tmp_path)
-        assert run_["tags.stop_reason"] == "budget" and run_["metrics.n_missing"] == 7
+        assert run_["tags.stop_reason"] == "spend_limit" and run_["metrics.n_missing"] == 7
         assert run_["metrics.cost_total_usd"] == pytest.approx(paid)
 
         # The same cap again: the dir has spent it, so nothing more is sent.
@@ -77,9 +77,9 @@ def test_budget_stop_is_marked_paid_calls_counted_and_cap_holds_across_resumes(
         # Replies paid at the first stop were cached, so instances they serve may finish for free
         # before the first uncached call stops the job again: how many is a race, not a cost.
         m = summary["metrics"]
-        assert summary["stop_reason"] == "budget" and 1 <= m["n_missing"] <= 7
+        assert summary["stop_reason"] == "spend_limit" and 1 <= m["n_missing"] <= 7
         assert m["n_instances"] + m["n_missing"] == 8 and m["cost_total_usd"] == pytest.approx(paid)
-        assert latest_run(tmp_path)["tags.stop_reason"] == "budget"
+        assert latest_run(tmp_path)["tags.stop_reason"] == "spend_limit"
 
         # A higher cap finishes the job; the total stays the truth over all runs.
         summary = run(tmp_path, cache_dir, server, max_usd=1.0)

@@ -1,0 +1,160 @@
+"""A job dir whose stored protocol config differs only by renamed keys resumes; any other change refuses."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from cts.compose.job_config import protocol_config
+from cts.protocol import migrations
+from cts.protocol.migrations import Migration, migrate, rename_in_nodes, rename_top_level
+from cts.tasks.job import check_resume
+
+OLD = {"k": 1, "stats": {"n_resamples": 100}, "clarifier": {"model": {"_target_": "cts.llm.ModelSpec", "model": "x/y"}}}
+NEW = {
+    "k": 1,
+    "bootstrap": {"n_resamples": 100},
+    "clarifier": {"model": {"_target_": "cts.llm.ModelSpec", "id": "x/y"}},
+}
+RENAMES = (
+    Migration("stats -> bootstrap", rename_top_level("stats", "bootstrap")),
+    Migration("ModelSpec.model -> id", rename_in_nodes("ModelSpec", "model", "id")),
+)
+
+
+def _old_dir(tmp_path: Path) -> Path:
+    check_resume(tmp_path, "old0", OLD)
+    (tmp_path / "records.jsonl").write_text('{"id": "a"}\n', encoding="utf-8")
+    return tmp_path
+
+
+def test_migrate_renames_keys_and_leaves_the_stored_config_alone() -> None:
+    assert migrate(OLD, RENAMES) == NEW
+    assert OLD["stats"] == {"n_resamples": 100} and "model" in OLD["clarifier"]["model"]  # type: ignore[index,operator]
+    assert migrate(NEW, RENAMES) == NEW  # today's names pass through
+
+
+def test_a_dir_of_renamed_keys_resumes_and_is_rewritten(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = _old_dir(tmp_path)
+    monkeypatch.setattr(migrations, "MIGRATIONS", ())
+    with pytest.raises(SystemExit):  # without the migrations the dir is another configuration
+        check_resume(job, "new1", NEW)
+    monkeypatch.setattr(migrations, "MIGRATIONS", RENAMES)
+    check_resume(job, "new1", NEW)
+    stored = json.loads((job / "fingerprint.json").read_text())
+    assert stored == {"fingerprint": "new1", "config": NEW, "migrated_from": ["old0"]}
+    check_resume(job, "new1", NEW)  # and it resumes again under today's fingerprint, history kept
+    assert json.loads((job / "fingerprint.json").read_text())["migrated_from"] == ["old0"]
+
+
+def test_a_renamed_key_with_a_changed_value_still_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = _old_dir(tmp_path)
+    monkeypatch.setattr(migrations, "MIGRATIONS", RENAMES)
+    changed = {**NEW, "bootstrap": {"n_resamples": 200}}
+    with pytest.raises(SystemExit) as stop:
+        check_resume(job, "new2", changed)
+    assert "  bootstrap.n_resamples: 100 -> 200" in str(stop.value.code).splitlines()  # the diff is in today's names
+
+
+def _composed(*overrides: str) -> tuple[str, dict[str, Any]]:
+    """The fingerprint and protocol config of the real ``conf/`` with ``experiment=offline`` and ``overrides``."""
+    from cts.compose.job_config import protocol_fingerprint
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=offline", *overrides])
+    return protocol_fingerprint(cfg), protocol_config(cfg)
+
+
+def _stored_before(config: dict[str, Any], fingerprint: str, tmp_path: Path) -> Path:
+    """A job dir with records whose ``fingerprint.json`` holds ``config`` and the hash it had then."""
+    (tmp_path / "fingerprint.json").write_text(json.dumps({"fingerprint": fingerprint, "config": config}))
+    (tmp_path / "records.jsonl").write_text('{"id": "a"}\n', encoding="utf-8")
+    return tmp_path
+
+
+def test_a_dir_of_the_stats_node_resumes_as_bootstrap(tmp_path: Path) -> None:
+    fingerprint, config = _composed()
+    assert "bootstrap" in config and "stats" not in config  # the bootstrap settings are part of the protocol
+    old = {("stats" if k == "bootstrap" else k): v for k, v in config.items()}
+    job = _stored_before(old, "before-rename", tmp_path)
+    check_resume(job, fingerprint, config)
+    assert json.loads((job / "fingerprint.json").read_text())["migrated_from"] == ["before-rename"]
+    _stored_before(old, "before-rename", tmp_path)
+    changed_fingerprint, changed = _composed("bootstrap.n_resamples=500")
+    with pytest.raises(SystemExit) as stop:  # a renamed key with another value is another protocol
+        check_resume(job, changed_fingerprint, changed)
+    assert "  bootstrap.n_resamples: 10000 -> 500" in str(stop.value.code).splitlines()
+
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def _today(*overrides: str) -> dict[str, Any]:
+    """The protocol config of the real ``conf/`` composed with ``overrides``, as ``fingerprint.json`` stores it."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides))
+    return json.loads(json.dumps(protocol_config(cfg), default=str))
+
+
+def _resumes(tmp_path: Path, old: dict[str, Any], today: dict[str, Any]) -> bool:
+    """Whether a dir of records stored under ``old`` resumes under ``today`` (False: refused)."""
+    job = tmp_path / "job"
+    job.mkdir(exist_ok=True)
+    (job / "fingerprint.json").unlink(missing_ok=True)
+    check_resume(job, "old0", old)
+    (job / "records.jsonl").write_text('{"id": "a"}\n', encoding="utf-8")
+    try:
+        check_resume(job, "new1", today)
+    except SystemExit:
+        return False
+    return True
+
+
+def _model_spec_nodes(config: Any) -> list[dict[str, Any]]:
+    found = [config] if isinstance(config, dict) and config.get("_target_") == "cts.llm.ModelSpec" else []
+    children = config.values() if isinstance(config, dict) else config if isinstance(config, list) else ()
+    return found + [node for child in children for node in _model_spec_nodes(child)]
+
+
+def _before_the_model_renames(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` in the names before ``ModelSpec.id`` and ``services.llm.served_name`` (the inverse renames)."""
+    old = copy.deepcopy(config)
+    for node in _model_spec_nodes(old):
+        node["model"] = node.pop("id")
+    llm = old["services"]["llm"]
+    llm["model"] = llm.pop("served_name")
+    return old
+
+
+@pytest.mark.parametrize("overrides", [("experiment=offline",), ("clarifier=gpt", "judge=claude", "search=webdancer")])
+def test_a_dir_stored_before_the_model_renames_resumes(tmp_path: Path, overrides: tuple[str, ...]) -> None:
+    today = _today(*overrides)
+    old = _before_the_model_renames(today)
+    assert old != today and "served_name" not in old["services"]["llm"]
+    assert _resumes(tmp_path, old, today)
+    changed = _before_the_model_renames(_today(*overrides, "services.llm.served_name=other"))
+    assert not _resumes(tmp_path, changed, today)  # a changed value still refuses
+
+
+def test_a_changed_litellm_id_under_its_old_key_still_refuses(tmp_path: Path) -> None:
+    today = _today("clarifier=gpt")
+    old = _before_the_model_renames(today)
+    assert len(_model_spec_nodes(old)) >= 1
+    assert _resumes(tmp_path, old, today)
+    old["clarifier"]["model"]["model"] = "openai/gpt-5-mini"
+    assert not _resumes(tmp_path, old, today)
+
+
+def test_a_gold_build_stored_before_its_node_was_renamed_resumes(tmp_path: Path) -> None:
+    paths = ("build_gold.instances=data/x.jsonl", "build_gold.out_dir=gold/x")
+    today = _today("experiment=build_gold", *paths)
+    assert today["build_gold"]["out_dir"] == "gold/x" and "gold" not in today
+    old = {("gold" if key == "build_gold" else key): value for key, value in today.items()}
+    assert _resumes(tmp_path, old, today)
+    old["gold"] = {**old["gold"], "allow_partial": True}
+    assert not _resumes(tmp_path, old, today)
