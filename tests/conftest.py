@@ -21,12 +21,35 @@ pytest_plugins = ["tests.search.fakes", "tests.analysis.fakes"]
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache (BM25 index, demo set, response caches) per test session.
+    """One cache (BM25 index, demo set, response caches) per test run, shared by its xdist workers.
 
-    ``CTS_TEST_CACHE_DIR`` points it at a warm cache to skip the one-time builds.
+    The index and the demo set are built once, by the first worker to get here, under a file
+    lock (each worker building its own cost ~15 s of CPU apiece). ``CTS_TEST_CACHE_DIR`` points
+    it at a warm cache to skip the one-time builds.
     """
     env = os.environ.get("CTS_TEST_CACHE_DIR")
-    return Path(env) if env else tmp_path_factory.mktemp("cts-cache")
+    if env:
+        return Path(env)
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # <run's basetemp>/popen-gw<N>: the run's is shared
+        base = base.parent
+    path = base / "cts-cache"
+    from filelock import FileLock
+
+    with FileLock(str(path) + ".lock"):
+        if not (path / ".warm").exists():
+            _warm(path)
+    return path
+
+
+def _warm(path: Path) -> None:
+    """Build the BM25 index and the default demo set (200 instances, seed 0) into ``path``."""
+    from cts.compose.services import Services
+    from cts.demo.loading import load_demo
+
+    services = Services(cache_dir=path, settings={"corpus_lang": "en-us"})
+    load_demo(services.corpus, services.index, services.cache_dir, n=200, seed=0)
+    (path / ".warm").touch()
 
 
 @pytest.fixture(scope="session")

@@ -30,6 +30,10 @@ in arrival order over all clients, like a provider whose quota refills in steps;
 429s are counted in ``server.rejected`` too. No refused request is recorded in
 ``server.requests``; each is appended to ``server.refused`` instead (with ``record``).
 
+``server.hold(after=n)`` answers the next ``n`` chat requests and leaves the later ones
+unanswered until ``server.release()`` (or the server stops): a test that signals a job
+mid-run holds it there, so no load on the machine can let the job finish first.
+
 Every request is recorded in ``server.requests`` (list of :class:`Recorded`:
 ``.body`` parsed JSON, ``.time`` monotonic arrival time, ``.path``, ``.headers`` with lower-cased names);
 ``server.bodies()`` returns just the parsed bodies and ``server.reset()`` clears
@@ -160,6 +164,10 @@ class ScriptedServer:
         self.gets: list[str] = []
         self._queue: collections.deque[ReplyLike] = collections.deque()
         self._lock = threading.Lock()
+        self._released = threading.Event()
+        self._released.set()
+        self._posts = 0
+        self._hold_from: int | None = None
         self._httpd = _Server(("127.0.0.1", 0), _make_handler(self))
         self._thread: threading.Thread | None = None
 
@@ -188,6 +196,25 @@ class ScriptedServer:
         self.handler = None
         self.default = "ok"
 
+    def hold(self, after: int = 0) -> None:
+        """Answer the next ``after`` chat requests, then leave the later ones unanswered until :meth:`release`."""
+        with self._lock:
+            self._released.clear()
+            self._hold_from = self._posts + after
+
+    def release(self) -> None:
+        """Answer the held requests (after their latency) and those to come."""
+        with self._lock:
+            self._hold_from = None
+            self._released.set()
+
+    def _wait_if_held(self) -> None:
+        with self._lock:
+            self._posts += 1
+            held = self._hold_from is not None and self._posts > self._hold_from
+        if held:
+            self._released.wait()
+
     def start(self) -> ScriptedServer:
         """Serve in a daemon thread; returns self."""
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
@@ -196,6 +223,7 @@ class ScriptedServer:
 
     def stop(self) -> None:
         """Stop serving and close the socket."""
+        self._released.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -296,6 +324,7 @@ def _make_handler(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
                 return
             try:
                 rec = Recorded(self.path, body, time.monotonic(), headers)
+                server._wait_if_held()
                 reply = server._record_and_pick(rec)
                 delay = server.latency_s + reply.delay_s
                 if delay > 0:

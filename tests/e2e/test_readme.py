@@ -347,6 +347,8 @@ def test_offline_sweep_is_one_sweep_dir_with_one_report(user: User, sweep_outcom
     (sweep,) = sweeps
     expected = rc.swept_job_names(command)
     assert {p.name for p in sweep.iterdir() if p.is_dir()} == expected | {"report"}
+    jobs = outcome.new_runs[outcome.new_runs["tags.cts.kind"] == "job"]
+    assert {Path(d).parent for d in jobs["tags.cts.job_dir"]} == {sweep}  # each run names its job dir in it
     assert (sweep / "multirun.yaml").is_file()
     report = (sweep / "report" / "report.md").read_text(encoding="utf-8")
     assert f"Source: `{sweep}` ({len(expected)} jobs)" in report

@@ -24,25 +24,8 @@ from tests.runs import clone_env, fresh_clone, job_runs, sweep_dirs
 README_SWEEP = ("-m", "experiment=offline", "clarifier=rules_scope,rules_region,none", "k=1,2,3")
 
 
-@pytest.mark.slow
-def test_the_readme_sweep_typed_as_written_puts_its_9_jobs_in_one_dir(tmp_path, cache_dir):
-    clone = fresh_clone(tmp_path)
-    proc = subprocess.run(
-        [sys.executable, "run.py", *README_SWEEP],
-        cwd=clone,
-        env=clone_env(cache_dir),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (sweep,) = sweep_dirs(clone)  # before: 6 dirs, one of them holding only multirun.yaml
-    expected = {f"clarifier={c},k={k}" for c in ("rules_scope", "rules_region", "none") for k in (1, 2, 3)}
-    assert {p.parent.name for p in sweep.glob("*/summary.json")} == expected
-    assert "(9 jobs)" in (sweep / "report" / "report.md").read_text()
-    runs = job_runs(clone)
-    assert len(runs) == 9 and set(runs["status"]) == {"FINISHED"}
-    assert {Path(d).parent for d in runs["tags.cts.job_dir"]} == {sweep}
+# The README's sweep typed as written (9 jobs in one dir, one report, every run's job dir in it)
+# runs verbatim from the README in tests/e2e/test_readme.py.
 
 
 @pytest.mark.slow

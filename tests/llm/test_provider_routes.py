@@ -354,6 +354,7 @@ def native_sweep(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> I
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("native_sweep")  # one worker runs the module's sweep
 def test_card_sweep_through_anthropic_gemini_and_qianfan_as_clarifier_ua_and_judge(native_sweep) -> None:
     jobs, emulators = native_sweep
     assert_clean_sweep(jobs, emulators, ("clarifier", "ua", "rewriter", "judge"))
@@ -374,6 +375,7 @@ def test_card_sweep_through_anthropic_gemini_and_qianfan_as_clarifier_ua_and_jud
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("native_sweep")  # one worker runs the module's sweep
 def test_reasoning_tokens_per_role_are_recorded_from_each_providers_usage(native_sweep) -> None:
     jobs, _ = native_sweep
     for role, expected in (("ua", True), ("judge", False)):  # Gemini reports thoughts; Claude thinks not here

@@ -5,8 +5,9 @@ corpus, so its outputs are real and mostly invalid. A recording proxy between ct
 (``services.llm.api_base`` wins over the server's own URL) keeps every request and the server's
 ``usage``, against which the job's token counts and output caps are checked.
 
-Slow (minutes of CPU-bound generation) and serial (its bound is wall time). Not skipped in CI:
-with ``CI=true`` a missing package fails the test (``.ci/run`` installs the ``[local]`` extra).
+Slow (minutes of CPU-bound generation) and serial (its bound is wall time; the stop tests, which have
+none, run in the parallel part). Not skipped in CI: with ``CI=true`` a missing package fails the test
+(``.ci/run`` installs the ``[local]`` extra).
 """
 
 from __future__ import annotations
@@ -208,8 +209,7 @@ def test_unparseable_outputs_are_unscored_with_their_reason_never_zero(real_job:
     assert metrics["n_unscored"] == sum(r.score is None for r in records) >= 1
 
 
-@pytest.mark.slow
-@pytest.mark.serial
+@pytest.mark.slow  # not serial: no wall-time bound; the signal lands once the server is up, long before the job ends
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
 def test_a_stopped_job_leaves_no_server_behind(signum: int, tmp_path: Path, cache_dir: Path) -> None:
     require_local_llm()

@@ -30,6 +30,8 @@ SLURM = (
 )
 N_SCANCEL = 4  # instances a job in the scancel test
 LIMIT = 40  # instances a job: enough to compare Slurm with one process; the full set is test_multirun's
+GRID = ("clarifier=rules_scope,none", "k=1,2")  # 4 jobs: an array of several tasks over two swept factors
+N_JOBS = 4
 
 
 def test_resolved_secrets_are_masked_in_params_and_written_configs():
@@ -205,8 +207,7 @@ def test_offline_sweep_on_slurm_with_mlflow_server_and_postgres_cache(
     common = (
         "-m",
         "experiment=offline",
-        "clarifier=rules_scope,rules_region,none",
-        "k=1,2,3",
+        *GRID,
         f"limit={LIMIT}",
         f"paths.cache_dir={cache_dir}",
         f"services.llm.cache.url={cache_url}",
@@ -224,11 +225,11 @@ def test_offline_sweep_on_slurm_with_mlflow_server_and_postgres_cache(
 
     runs = tracking.search_runs(mlflow_server.uri)
     jobs = runs[(runs["tags.cts.kind"] == "job") & runs["tags.cts.sweep_dir"].str.endswith("slurm")]
-    assert len(jobs) == 9 and set(jobs["status"]) == {"FINISHED"}
+    assert len(jobs) == N_JOBS and set(jobs["status"]) == {"FINISHED"}
     for name in METRICS:  # ua_unknown_rate is NaN where nothing was asked (clarifier=none)
         assert f"metrics.{name}" in jobs, name
     assert jobs["metrics.score_mean"].notna().all() and (jobs["metrics.n_instances"] == LIMIT).all()
-    assert len(_array_results(sweep)) == 9  # all nine ran as Slurm jobs
+    assert len(_array_results(sweep)) == N_JOBS  # all ran as Slurm jobs
     # The report: built once (not also by the waiting submitter), by the dependent job, after the last job.
     assert (runs["tags.cts.kind"] == "sweep_report").sum() == 1 and (sweep / "report" / "report.md").is_file()
     assert re.search(r"sweep report \(\d+ jobs\) written to", _job_log(sweep, _report_job(out.stdout + out.stderr)))
@@ -236,7 +237,7 @@ def test_offline_sweep_on_slurm_with_mlflow_server_and_postgres_cache(
 
     on_slurm = _job_records(sweep)
     on_one = {job.replace(",sweep_report=False", ""): rows for job, rows in _job_records(local).items()}
-    assert sorted(on_slurm) == sorted(on_one) and len(on_slurm) == 9
+    assert sorted(on_slurm) == sorted(on_one) and len(on_slurm) == N_JOBS
     for job, records in on_slurm.items():
         # Records stream in completion order, which concurrency varies: compare them by id.
         assert sorted(map(_stable, records)) == sorted(map(_stable, on_one[job])), job

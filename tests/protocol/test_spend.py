@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +40,20 @@ def latest_run(tmp_path: Path) -> Any:
     return runs.sort_values("start_time").iloc[-1]
 
 
-@pytest.mark.serial  # the three slow calls must be on the wire before the first (instant) reply lands
 def test_a_spend_limit_stop_is_marked_paid_calls_counted_and_cap_holds_across_resumes(
     tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     arrivals = itertools.count()
 
     def reply(body: Any) -> Reply:
-        # The first call lands at once and spends the cap; three others are still on the wire.
-        delay = 0.0 if next(arrivals) == 0 else 0.5
-        return Reply(protocol_reply(body), tokens_in=10, tokens_out=0, delay_s=delay)
+        # The first call spends the cap; it lands once the three others are on the wire (however
+        # loaded the machine), and they land after it.
+        if next(arrivals) == 0:
+            deadline = time.monotonic() + 60
+            while len(server.requests) < 4 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return Reply(protocol_reply(body), tokens_in=10, tokens_out=0)
+        return Reply(protocol_reply(body), tokens_in=10, tokens_out=0, delay_s=0.5)
 
     with ScriptedServer() as server:
         server.handler = reply

@@ -74,6 +74,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("report_labels")  # one worker builds the module's sweep
 def test_every_report_table_labels_rows_by_option_with_mode_a_column(sweep: Path) -> None:
     tables = {p.stem: markdown_rows(p) for p in sorted((sweep / "report").glob("*.md")) if p.stem != "report"}
     assert {
@@ -107,6 +108,7 @@ def test_every_report_table_labels_rows_by_option_with_mode_a_column(sweep: Path
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("report_labels")  # one worker builds the module's sweep
 def test_gate_cli_labels_rows_by_option(sweep: Path) -> None:
     out = _run("-m", "cts.gating", str(sweep), "gate=rules", "bootstrap.n_resamples=200", cwd=REPO).stdout
     rows = json.loads((sweep / "gating" / "rules.json").read_text())["rows"]
@@ -121,6 +123,7 @@ def test_gate_cli_labels_rows_by_option(sweep: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("report_labels")  # one worker builds the module's sweep
 def test_overrides_are_stored_in_the_summary_and_the_run(sweep: Path) -> None:
     from cts import tracking
     from cts.report import build_sweep_report

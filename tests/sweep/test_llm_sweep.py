@@ -14,12 +14,11 @@ from tests.runs import run_py
 CARD = ("-m", "clarifier=gpt,ernie,claude", "k=1,2,3")
 
 
-def sweep(tmp_path, server, cache_dir, name: str):
+def sweep(tmp_path, server, cache_dir, name: str, *launcher: str):
     args = (
         *CARD,
         "limit=3",
-        "hydra/launcher=joblib",
-        "hydra.launcher.n_jobs=2",
+        *launcher,
         f"services.llm.api_base={server.base_url}",
         f"hydra.sweep.dir={tmp_path / name}",
         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
@@ -32,7 +31,7 @@ def sweep(tmp_path, server, cache_dir, name: str):
 @pytest.mark.slow
 def test_card_multirun_against_local_server_then_zero_request_rerun(tmp_path, llm_server, cache_dir):
     llm_server.handler = protocol_reply
-    sweep(tmp_path, llm_server, cache_dir, "first")
+    sweep(tmp_path, llm_server, cache_dir, "first", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
     first = len(llm_server.requests)
     assert first > 0
     assert llm_server.gets == ["/v1/models"]  # the pre-flight probed the sweep's one endpoint once, for 9 jobs
@@ -51,7 +50,9 @@ def test_card_multirun_against_local_server_then_zero_request_rerun(tmp_path, ll
     # Only the clarifier varies: UA, rewriter, search and judge are the fixed ERNIE/WebDancer stack.
     assert set(jobs["params.ua.model.name"]) == {"ernie"} and set(jobs["params.search.model.name"]) == {"webdancer"}
 
-    sweep(tmp_path, llm_server, cache_dir, "second")
+    # The rerun in one process (the cts launcher; two joblib workers would cost their imports again)
+    # reads what the first sweep's worker processes cached.
+    sweep(tmp_path, llm_server, cache_dir, "second", "hydra/launcher=cts", "hydra.launcher.progress=false")
     assert len(llm_server.requests) == first  # the identical rerun is served from the caches
     runs = tracking.search_runs(f"sqlite:///{tmp_path}/mlflow.db")
     second = runs[(runs["tags.cts.kind"] == "job") & runs["tags.cts.sweep_dir"].str.endswith("second")]

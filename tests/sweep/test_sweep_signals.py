@@ -1,6 +1,7 @@
-"""SIGINT, SIGTERM and SIGKILL mid-sweep with the default sweep dir (a fresh copy of the repo, no
-``hydra.*.dir`` given), then the resume command run from another directory: every job exactly once in
-one dir, the same MLflow runs, none left RUNNING, no second FINISHED run for a job."""
+"""SIGINT, SIGTERM and SIGKILL mid-sweep on the cts launcher (a fresh copy of the repo; the default
+sweep dir, or for SIGTERM a relative one given on the command line), then the resume command run from
+another directory: every job exactly once in one dir, the same MLflow runs, none left RUNNING, no
+second FINISHED run for a job."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 
 from cts._util.interrupt import resume_command
 from cts.tracking import RUN_FILE
-from tests.llm_fakes import sweep_reply
+from tests.llm_fakes import ScriptedServer, sweep_reply
 from tests.runs import clone_env, fresh_clone, job_runs, sweep_dirs
 
 CARD = ("-m", "clarifier=gpt,ernie,claude", "k=1,2,3")
@@ -33,18 +34,25 @@ def _run_ids(sweep: Path) -> dict[str, str]:
     return {p.parent.name: json.loads(p.read_text())["run_id"] for p in sweep.glob(f"*/{RUN_FILE}")}
 
 
-def _stop_mid_sweep(clone: Path, argv: list[str], env: dict[str, str], sig: signal.Signals):  # noqa: ANN202
-    """Start the sweep, signal it once every job runs and a few instances are done; (returncode, out, err, dir)."""
+def _stop_mid_sweep(  # noqa: ANN202
+    clone: Path, argv: list[str], env: dict[str, str], sig: signal.Signals, server: ScriptedServer
+):
+    """Start the sweep, signal it once every job runs and a few instances are done; (returncode, out, err, dir).
+
+    The server holds its replies from then on, so the sweep stays where it was until the signal lands.
+    """
     proc = subprocess.Popen(argv, cwd=clone, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         dirs = sweep_dirs(clone)
         if len(dirs) == 1 and len(_run_ids(dirs[0])) == 9 and sum(map(len, _records(dirs[0]).values())) >= 4:
+            server.hold()
             break
         time.sleep(0.2)
     assert proc.poll() is None, "the sweep ended before it could be stopped"
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=300)
+    server.release()
     (sweep,) = sweep_dirs(clone)
     return proc.returncode, out, err, sweep
 
@@ -65,9 +73,12 @@ def _printed_command(sig: signal.Signals, rc: int, out: str, err: str, argv: lis
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # the signal must land while the sweep runs
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
-def test_a_sweep_stopped_in_its_default_dir_resumes_from_another_directory(tmp_path, llm_server, cache_dir, sig):
+@pytest.mark.parametrize(
+    "sig, given_dir",
+    [(signal.SIGINT, None), (signal.SIGTERM, "outputs/multirun/given"), (signal.SIGKILL, None)],
+    ids=["SIGINT", "SIGTERM-given-dir", "SIGKILL"],
+)
+def test_a_sweep_stopped_mid_way_resumes_from_another_directory(tmp_path, llm_server, cache_dir, sig, given_dir):
     llm_server.handler, llm_server.latency_s = sweep_reply, 0.1
     clone, elsewhere = fresh_clone(tmp_path), tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -81,20 +92,27 @@ def test_a_sweep_stopped_in_its_default_dir_resumes_from_another_directory(tmp_p
         "hydra.launcher.job_concurrency=1",
         "hydra.launcher.progress=false",
         "tracking.instance_traces=false",  # signals, not traces, are under test (traces: tests/tracking/)
+        *([f"hydra.sweep.dir={given_dir}"] if given_dir else []),  # relative to the root, where it is typed
     ]
     env = clone_env(cache_dir)
-    rc, out, err, sweep = _stop_mid_sweep(clone, argv, env, sig)
+    rc, out, err, sweep = _stop_mid_sweep(clone, argv, env, sig, llm_server)
+    assert sweep == clone / given_dir if given_dir else sweep.parent == clone / "outputs" / "multirun"
     stopped, run_ids = _records(sweep), _run_ids(sweep)
     assert 4 <= sum(map(len, stopped.values())) < 9 * N
+    for lines in stopped.values():  # whole lines only: every record parses
+        assert all(json.loads(line)["id"] for line in lines)
     runs = job_runs(clone)
     assert len(runs) == 9 and ("RUNNING" if sig == signal.SIGKILL else "KILLED") in set(runs["status"])
     assert set(runs["status"]) <= {"RUNNING" if sig == signal.SIGKILL else "KILLED", "FINISHED"}, (
         runs[["tags.mlflow.runName", "status"]],
         err[-3000:],
     )
+    for _, run in runs[runs["status"] == "FINISHED"].iterrows():  # a job that was done before the signal
+        assert len(stopped[Path(run["tags.cts.job_dir"]).name]) == N
     command = _printed_command(sig, rc, out, err, argv, int((runs["status"] == "KILLED").sum()))
     assert f"hydra.sweep.dir={sweep}" in command and command.split()[1] == str(clone / "run.py")
 
+    llm_server.latency_s = 0.0  # slow replies were only there to catch the sweep mid-way
     done = subprocess.run(command, shell=True, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert sweep_dirs(clone) == [sweep] and not (elsewhere / "outputs").exists()

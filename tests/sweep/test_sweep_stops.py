@@ -1,15 +1,13 @@
-"""hydra/launcher=cts: Ctrl-C and SIGTERM stop every job cleanly; a dead endpoint stops only its jobs."""
+"""hydra/launcher=cts: a dead endpoint stops only its jobs (Ctrl-C and SIGTERM: test_sweep_signals.py)."""
 
 from __future__ import annotations
 
 import json
 import os
 import shlex
-import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,6 @@ from cts import tracking
 from tests.llm_fakes import sweep_reply
 from tests.runs import REPO
 
-CARD = ("-m", "clarifier=gpt,ernie,claude", "k=1,2,3")
 ENV = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "PYTHONPATH": str(REPO)}
 
 
@@ -29,7 +26,7 @@ def _cts_sweep(tmp_path: Path, *args: str) -> list[str]:
         *args,
         "hydra/launcher=cts",
         "hydra.launcher.progress=false",
-        "tracking.instance_traces=false",  # signals, not traces, are under test (traces: tests/tracking/)
+        "tracking.instance_traces=false",  # stops, not traces, are under test (traces: tests/tracking/)
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
         "tracking.experiment=sig",
@@ -46,62 +43,8 @@ def _job_runs(tmp_path: Path):  # noqa: ANN202 - a pandas DataFrame
     return runs[runs["tags.cts.kind"] == "job"]
 
 
-@pytest.mark.slow
-@pytest.mark.serial  # the signal must land while the sweep runs, between two record counts
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_stops_every_job_cleanly_and_the_printed_command_resumes_the_sweep(
-    tmp_path, llm_server, cache_dir, sig
-):
-    llm_server.handler = sweep_reply
-    llm_server.latency_s = 0.1
-    n = 6
-    args = (
-        *CARD,
-        f"limit={n}",
-        f"services.llm.api_base={llm_server.base_url}",
-        f"paths.cache_dir={cache_dir}",
-        f"services.llm.cache.path={tmp_path}/llm.sqlite",
-        "hydra.launcher.job_concurrency=1",
-    )
-    sweep = tmp_path / "sweep"
-    proc = subprocess.Popen(
-        _cts_sweep(tmp_path, *args), cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:  # every job started, a few instances finished
-        if len(list(sweep.glob("*/mlflow_run.json"))) == 9 and sum(map(len, _lines(sweep).values())) >= 4:
-            break
-        time.sleep(0.2)
-    assert proc.poll() is None, "the sweep ended before it could be stopped"
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 128 + sig, err[-3000:]
-    assert "Traceback" not in err, err[-3000:]
-    stopped = _lines(sweep)
-    assert 4 <= sum(map(len, stopped.values())) < 9 * n
-    for lines in stopped.values():  # whole lines only: every record parses
-        assert all(json.loads(line)["id"] for line in lines)
-    runs = _job_runs(tmp_path)
-    assert len(runs) == 9 and "KILLED" in set(runs["status"]), runs[["tags.mlflow.runName", "status"]]
-    for _, run in runs[runs["status"] != "KILLED"].iterrows():  # a job that was done before the signal
-        assert run["status"] == "FINISHED" and len(stopped[Path(run["tags.cts.job_dir"]).name]) == n
-    resumes = [line.split("resume with: ", 1)[1] for line in err.splitlines() if "resume with: " in line]
-    assert len(resumes) == 1, err[-3000:]  # the sweep prints it once, for every job
-    killed = int((runs["status"] == "KILLED").sum())  # one line per job still running, without a command
-    assert sum(line.startswith(f"cts: stopped by {sig.name}: ") for line in err.splitlines()) == killed, err[-3000:]
-    command = shlex.split(resumes.pop())
-    assert command[:2] == [sys.executable, str(REPO / "run.py")] and f"hydra.sweep.dir={sweep}" in command
-    done = subprocess.run(
-        [sys.executable, *command[1:]], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    resumed = _lines(sweep)
-    assert len(resumed) == 9
-    for job, lines in resumed.items():  # every instance exactly once; the stopped run's records kept
-        ids = [json.loads(line)["id"] for line in lines]
-        assert len(ids) == len(set(ids)) == n and lines[: len(stopped.get(job, []))] == stopped.get(job, [])
-    runs = _job_runs(tmp_path)
-    assert len(runs) == 9 and set(runs["status"]) == {"FINISHED"}  # the same runs, continued
+# Ctrl-C and SIGTERM mid-sweep (every job stopped cleanly, one printed command that resumes the
+# sweep): tests/sweep/test_sweep_signals.py, with a given sweep dir and with the default one.
 
 
 def _dead_base() -> str:

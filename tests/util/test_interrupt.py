@@ -25,7 +25,7 @@ LIMIT = 10
 
 
 def job_args(tmp_path: Path, base_url: str, cache_dir: Path, job_dir: Path, limit: int = LIMIT) -> list[str]:
-    """A single offline job whose clarifier calls the (slow) local server."""
+    """A single offline job whose clarifier calls the local server."""
     return [
         "experiment=offline",
         "clarifier=gpt",
@@ -69,16 +69,17 @@ def the_run(tmp_path: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # signals a job ~1 s into a 10-instance run: under load it could finish first
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name)
 def test_a_signalled_job_resumes_into_the_same_run_and_counts_once(tmp_path, llm_server, cache_dir, sig) -> None:
-    llm_server.handler, llm_server.latency_s = protocol_reply, 0.4  # ~1 s per instance at concurrency 2
+    llm_server.handler = protocol_reply
+    llm_server.hold(after=5)  # the pre-flight probe and 4 instances' calls: the job cannot finish first
     job_dir = tmp_path / "job"
     argv = [sys.executable, str(REPO / "run.py"), *job_args(tmp_path, llm_server.base_url, cache_dir, job_dir)]
     proc = start(argv, tmp_path / "first")
     wait_for_records(job_dir, proc, 2)
     proc.send_signal(sig)
     rc = proc.wait(timeout=120)
+    llm_server.release()
 
     run_id = json.loads((job_dir / tracking.RUN_FILE).read_text())["run_id"]
     run = the_run(tmp_path)
