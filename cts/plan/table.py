@@ -45,8 +45,12 @@ def cell(f: JobForecast, quantity: str) -> str:
 
 
 def forecast_markdown(jobs: Sequence[JobForecast], sweep: JobForecast, confidence: float) -> str:
-    """One row per job and one for the sweep: each quantity as ``expected [low-high]``."""
-    head = ["job", "instances", "paid", *QUANTITIES]
+    """One row per job and one for the sweep: each quantity as ``expected [low-high]``.
+
+    ``runs`` are instances x repeats (each repeat of an instance is a run with its own calls),
+    ``paid`` the runs whose calls are not already cached.
+    """
+    head = ["job", "runs", "paid", *QUANTITIES]
     lines = [
         f"Forecast (expected [low-high], {confidence:.0%} interval; cached calls are free)",
         "",
@@ -63,7 +67,7 @@ def forecast_csv(jobs: Sequence[JobForecast], sweep: JobForecast) -> str:
     """Long form: ``job, quantity, low, expected, high`` (empty numbers and ``unknown`` for an unpriced USD)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["job", "instances", "paid", "quantity", "low", "expected", "high", "note"])
+    writer.writerow(["job", "runs", "paid", "quantity", "low", "expected", "high", "note"])
     for f in [*jobs, sweep]:
         for q in QUANTITIES:
             iv = _interval(f, q)

@@ -212,7 +212,7 @@ def forecast_sizes(sweep: Path) -> dict[str, tuple[int, int]]:
     import csv
 
     rows = csv.DictReader((sweep / "plan" / "forecast.csv").read_text().splitlines())
-    return {r["job"]: (int(r["instances"]), int(r["paid"])) for r in rows}
+    return {r["job"]: (int(r["runs"]), int(r["paid"])) for r in rows}
 
 
 @pytest.mark.slow
