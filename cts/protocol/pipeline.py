@@ -243,24 +243,25 @@ async def run_instance(
         orig_task.cancel()  # a no-op once done; stops the spending when the spend limit ends the job
         if oracle is not None:
             oracle.cancel()
-    traces = [{"id": instance.id, "arm": "orig", **orig_trace}]
+    run_key = {"id": instance.id, **({"repeat": repeat} if repeat else {})}  # as the record: repeat 0 leaves it out
+    traces = [{**run_key, "arm": "orig", **orig_trace}]
     clarified: ArmResult | None = None
     if inter.rewritten == instance.blurred_query:
         clarified = orig  # the same query searched twice would give the same (cached) result
     elif inter.rewritten is not None:
         clarified, clarified_trace = await run_arm(inter.rewritten, gold, roles)
-        traces.append({"id": instance.id, "arm": "clarified", **clarified_trace})
+        traces.append({**run_key, "arm": "clarified", **clarified_trace})
     if inter.error is None:
 
         async def rewritten(arm: str, query: str) -> ArmOutcome:
             return (orig, {}) if query == instance.blurred_query else await searched(arm, query)
 
         arms.update(await run_rewrite_arms(design.arms, instance.blurred_query, inter.qa, roles.rewriter, rewritten))
-    traces += [{"id": instance.id, "arm": name, **trace} for name, (_, trace) in arms.items() if trace]
+    traces += [{**run_key, "arm": name, **trace} for name, (_, trace) in arms.items() if trace]
     question_types = await clock.call("qtype", type_questions(inter.questions, roles))
     end_ns = clock.now_ns()
     traces.append(
-        {"id": instance.id, "arm": "instance", "start_ns": clock.start_ns, "end_ns": end_ns, "stages": clock.spans}
+        {**run_key, "arm": "instance", "start_ns": clock.start_ns, "end_ns": end_ns, "stages": clock.spans}
     )
     record = Record(
         id=instance.id,

@@ -23,10 +23,10 @@ from cts.protocol.pipeline import Roles, run_instances
 from cts.roles.lexical import LexicalJudge
 from cts.roles.llm import LLMClarifier, LLMRewriter, LLMUserAnswerer
 from cts.search.toolcache import ToolCache, search_args, visit_args
-from tests.e2e.test_multirun import run_py
 from tests.helpers import Typer, gold_for
 from tests.llm_fakes import protocol_reply
 from tests.llm_server import ScriptedServer, llm_settings
+from tests.runs import run_py
 
 SPEC = ModelSpec("ernie", "openai/ernie-4.5-turbo-128k", params={"temperature": 0})
 MESSAGES = [{"role": "user", "content": "Which region?"}]
@@ -202,6 +202,10 @@ def test_repeats_3_then_a_rerun_sends_nothing_and_repeats_4_only_the_new_repeat(
     assert sorted((r.id, r.repeat) for r in first) == sorted((i, rep) for i in INTENTS for rep in range(3))
     lines = [json.loads(x) for x in (tmp_path / "job" / "records.jsonl").read_text().splitlines()]
     assert sorted(line.get("repeat", 0) for line in lines) == [0] * n + [1] * n + [2] * n  # 0: left out, as before
+    traces = [json.loads(x) for x in (tmp_path / "job" / "traces.jsonl").read_text().splitlines()]
+    runs = {(t["id"], t.get("repeat", 0)) for t in traces if t["arm"] == "instance"}  # each repeat's own traces
+    assert runs == {(i, rep) for i in INTENTS for rep in range(3)} and len(traces) == len({*map(json.dumps, traces)})
+    assert all("repeat" not in t for t in traces if t.get("repeat", 0) == 0)  # repeat 0's lines are as before
     assert roles.search.computed >= 3 * n  # each repeat searched orig afresh (the tool cache key has the repeat)
 
     sent = len(llm_server.requests)
