@@ -63,7 +63,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_components_and_tasks_do_not_import_the_services_module() -> None:
-    from tests.test_architecture import LAYERS, layer_of, module_name
+    from tests.layers import LAYERS, layer_of, module_name
 
     composition = [name for name, _ in LAYERS].index("composition")
     offenders = [
