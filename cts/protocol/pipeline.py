@@ -260,9 +260,7 @@ async def run_instance(
     traces += [{**run_key, "arm": name, **trace} for name, (_, trace) in arms.items() if trace]
     question_types = await clock.call("qtype", type_questions(inter.questions, roles))
     end_ns = clock.now_ns()
-    traces.append(
-        {**run_key, "arm": "instance", "start_ns": clock.start_ns, "end_ns": end_ns, "stages": clock.spans}
-    )
+    traces.append({**run_key, "arm": "instance", "start_ns": clock.start_ns, "end_ns": end_ns, "stages": clock.spans})
     record = Record(
         id=instance.id,
         k=k,
