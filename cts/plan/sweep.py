@@ -32,7 +32,7 @@ from cts.plan.calibrate import (
 from cts.plan.forecast import COUNTS, JobForecast, forecast_job, forecast_sweep
 from cts.plan.samples import Routes, count_records, instance_costs, routes_of
 from cts.plan.table import comparison_markdown, forecast_csv, forecast_markdown, write_tables
-from cts.protocol.spend import ledger_rows, unrecorded_usage
+from cts.protocol.spend import count_ledger_rows, unrecorded_usage
 
 __all__ = ["SweepPlan", "after_sweep", "before_launch"]
 
@@ -92,7 +92,7 @@ def before_launch(config: DictConfig, jobs: Sequence[DictConfig], groups: Sequen
         from cts import tracking
 
         tracking.prepare_store(str(config.tracking.uri))
-    plan.ledger_before = {p.name: ledger_rows(p.job_dir) for p in plans}
+    plan.ledger_before = {p.name: count_ledger_rows(p.job_dir) for p in plans}
     plan.started, plan.cpu_started = time.monotonic(), time.process_time()  # the main run starts now
     return plan
 

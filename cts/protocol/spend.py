@@ -33,12 +33,12 @@ JobResult = tuple[list[Record], str]
 
 def recorded_spend(records: Iterable[Record]) -> float:
     """USD booked in ``records`` (every role's ``cost_usd``)."""
-    return sum(float(u.get("cost_usd", 0.0)) for r in records for u in r.usage.values())
+    return _total(_usage_rows(records), "cost_usd")
 
 
 def unrecorded_spend(job_dir: Path) -> float:
     """USD paid in ``job_dir`` for instances without a record (the ledger's total)."""
-    return sum(float(row["unrecorded_usd"]) for row in _ledger_rows(Path(job_dir)))
+    return unrecorded_usage(job_dir)["usd"]
 
 
 UNRECORDED_KEYS = ("requests", "tokens_in", "tokens_out", "tokens_reasoning")
@@ -58,14 +58,14 @@ def unrecorded_usage(job_dir: Path, skip: int = 0) -> dict[str, float]:
     """
     totals = dict.fromkeys((*UNRECORDED_KEYS, "usd"), 0.0)
     for row in _ledger_rows(Path(job_dir))[skip:]:
-        totals["usd"] += float(row.get("unrecorded_usd", 0.0))
+        totals["usd"] += float(row["unrecorded_usd"])
         counts = row.get("unrecorded") or {}
         for key in UNRECORDED_KEYS:
             totals[key] += float(counts.get(key, 0.0))
     return totals
 
 
-def ledger_rows(job_dir: Path) -> int:
+def count_ledger_rows(job_dir: Path) -> int:
     """How many rows the ledger of ``job_dir`` holds (0 without one)."""
     return len(_ledger_rows(Path(job_dir)))
 
@@ -166,19 +166,21 @@ class SpendLimitedJob:
         self._book(reason)
 
     def _book(self, stop: str) -> None:
-        paid = sum(float(u.get("cost_usd", 0.0)) for u in self._usage.values())
-        records = list(read_records(self.job_dir / RECORDS_FILE))[self._n_before :]
-        orphan = paid - recorded_spend(records)
+        recorded = list(_usage_rows(list(read_records(self.job_dir / RECORDS_FILE))[self._n_before :]))
+        paid = self._usage.values()
+        orphan = _total(paid, "cost_usd") - _total(recorded, "cost_usd")
         if orphan > _EPS:
             log.warning(
                 "%.6f USD paid for instances without a record (in flight at the stop); booked in %s", orphan, SPEND_FILE
             )
-            counts = {
-                key: _total(self._usage.values(), key) - _total((u for r in records for u in r.usage.values()), key)
-                for key in UNRECORDED_KEYS
-            }
+            counts = {key: _total(paid, key) - _total(recorded, key) for key in UNRECORDED_KEYS}
             row = {"unrecorded_usd": orphan, "unrecorded": counts, "stop_reason": stop, "time": time.time()}
             _append(self.job_dir / SPEND_FILE, row)
+
+
+def _usage_rows(records: Iterable[Record]) -> Iterator[Mapping[str, Any]]:
+    """Every role's usage row of ``records``."""
+    return (u for r in records for u in r.usage.values())
 
 
 def _total(rows: Iterable[Mapping[str, Any]], key: str) -> float:
