@@ -1,23 +1,31 @@
-"""Sweep benchmark: the card's multirun against the local server, per Hydra launcher.
+"""Sweep benchmark: the card's multirun and the paper's grid against the local server.
 
-Runs ``python run.py -m clarifier=gpt,ernie,claude k=1,2,3 limit=N`` (every role,
-WebDancer with search and visit turns over the offline corpus) with every model
-routed to ``ScriptedServer`` of ``tests/llm_fakes.py`` started here with a per-call
-latency ``L`` and a hard cap ``C`` (429 above C calls in flight), once per
-launcher, each with fresh LLM and tool caches. For each it prints the wall time
-of the command and of its request phase (first request to last reply) against
-the ideal ``max(critical path of one instance, distinct requests x L / C)``,
-the requests the server served against the distinct ones, and the 429 count::
+Runs ``python run.py -m clarifier=gpt,ernie,claude k=1,2,3 limit=N`` (the card; ``--shape paper``:
+the 7 clarifiers of the paper's Table 2 x k=1,2,3, 21 jobs) with every role, WebDancer with
+search and visit turns over the offline corpus, and every model routed to ``ScriptedServer`` of
+``tests/llm_fakes.py`` started here with a per-call latency ``L`` and a hard cap ``C`` (429 above C
+calls in flight), once per launcher, each with fresh LLM and tool caches and the default settings
+(per-instance traces and the sweep report on; ``--extra`` adds overrides). The server keeps
+connections alive (HTTP/1.1, as every hosted provider does) or, with ``--http 1.0``, closes each.
 
+For each sweep it prints the wall time of the command and of its request phase (first request to
+last reply) against the ideal ``max(critical path of one instance, distinct requests x L / C)``,
+the requests the server served against the distinct ones, the 429 count, and, read from ``/proc``
+while it runs, the CPU the sweep's process spent per request served (start-up, composition, the
+report and everything else included), the CPU of its other processes (the trace writer) and the
+peak RSS of the process tree::
+
+    python benchmarks/sweep_bench.py --n 48 --latency 0.5 --cap 16 --launcher cts            # the card
+    python benchmarks/sweep_bench.py --shape paper --n 100 --latency 0.5 --cap 64 --launcher cts
+    python benchmarks/sweep_bench.py --shape paper --n 518 --latency 0.05 --cap 64 --launcher cts --no-critical  # memory
     python benchmarks/sweep_bench.py --n 50 --latency 0.5 --cap 32 --launcher basic,joblib,cts [--repeat 3]
 
-The critical path is measured first: one instance of the longest job (k=3) alone,
-with no cap. Each sweep writes to an MLflow store that already exists (a copy of
-an empty one made once), as a user's ``outputs/mlflow.db`` does after the first
-run: creating a SQLite store runs MLflow's migrations (4-8 s here), once per
-store, not per sweep; ``--fresh-store`` counts it. Per-instance traces are off
-(these are the launcher's figures); ``--extra tracking.instance_traces=true`` adds
-them. This is a benchmark to read, not a test: nothing here asserts.
+``--n`` above the demo set's size synthesises a larger set (demo instances under new ids, as
+``bench_memory.py`` does). The critical path is measured first: one instance of the longest job
+(k=3) alone, with no cap. Each sweep writes to an MLflow store that already exists (a copy of an
+empty one made once), as a user's ``outputs/mlflow.db`` does after the first run: creating a SQLite
+store runs MLflow's migrations (4-8 s here), once per store, not per sweep; ``--fresh-store``
+counts it. This is a benchmark to read, not a test: nothing here asserts.
 """
 
 from __future__ import annotations
@@ -41,12 +49,17 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from tests.llm_fakes import ScriptedServer, sweep_reply  # noqa: E402  (tests/ holds the fake server)
 
-CARD = ("clarifier=gpt,ernie,claude", "k=1,2,3")
+SHAPES = {
+    "card": ("clarifier=gpt,ernie,claude", "k=1,2,3"),
+    "paper": ("clarifier=gpt,ernie,claude,gemini,deepseek,kimi,qwen", "k=1,2,3"),
+}
 LAUNCHERS = {
     "basic": ("hydra/launcher=basic",),
     "joblib": ("hydra/launcher=joblib",),
     "cts": ("hydra/launcher=cts", "hydra.launcher.progress=false"),
 }
+_TICK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass(frozen=True)
@@ -55,7 +68,7 @@ class SweepFigures:
 
     launcher: str
     wall_s: float
-    """The whole command, Python start-up and MLflow included."""
+    """The whole command, Python start-up, the report and MLflow included."""
     request_s: float
     """First request to last reply."""
     received: int
@@ -70,7 +83,13 @@ class SweepFigures:
     lead_s: float = 0.0
     """Command start to first request (start-up: imports, composition, set-up)."""
     tail_s: float = 0.0
-    """Last reply to the command's exit (logging, MLflow, shut-down)."""
+    """Last reply to the command's exit (traces, the report, MLflow, shut-down)."""
+    cpu_s: float = 0.0
+    """CPU seconds of the sweep's own process (user + system)."""
+    other_cpu_s: float = 0.0
+    """CPU seconds of its child processes (the trace writer, joblib's workers)."""
+    peak_rss_mb: float = 0.0
+    """Peak resident memory of the process tree (sampled every 0.1 s)."""
 
 
 def _digest(body: Any) -> str:
@@ -86,22 +105,72 @@ def _fresh_cache(template: Path, into: Path) -> Path:
     return into
 
 
+class _Tree:
+    """Samples a process tree from ``/proc``: CPU seconds per process, and the peak of the summed RSS."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.cpu: dict[int, float] = {}
+        self.peak_rss = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _Tree:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            self.sample()
+
+    def sample(self) -> None:
+        """Read CPU and RSS of the root and its descendants once."""
+        parents: dict[int, int] = {}
+        stats: dict[int, list[str]] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry)] = int(fields[1])
+            stats[int(entry)] = fields
+        tree = {self.root}
+        grew = True
+        while grew:
+            more = {pid for pid, ppid in parents.items() if ppid in tree} - tree
+            tree |= more
+            grew = bool(more)
+        rss = 0
+        for pid in tree & stats.keys():
+            fields = stats[pid]
+            self.cpu[pid] = (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime
+            rss += int(fields[21]) * _PAGE
+        self.peak_rss = max(self.peak_rss, rss)
+
+
 def run_sweep(
     server: ScriptedServer, launcher: tuple[str, ...], overrides: tuple[str, ...], work: Path, template: Path
 ) -> tuple[float, float, int, list[Any]]:
     """Run one sweep command; return wall time, request span, exit code and the served bodies.
 
-    Also sets ``_LAST_TIMELINE`` and ``_LAST_EDGES`` (lead and tail seconds).
+    Also sets ``_LAST`` (timeline, lead and tail seconds, CPU and RSS figures).
     """
-    if not any(o.startswith("tracking.instance_traces=") for o in overrides):
-        overrides = (*overrides, "tracking.instance_traces=false")  # the launcher's figures, without trace writing
     server.reset()
     server.handler = sweep_reply
     server.rejected = server.served = server.peak_in_flight = 0
     cache = _fresh_cache(template, work / "cache")
     if _STORE and _STORE.exists():
         shutil.copy(_STORE, work / "mlflow.db")
+    profile = ["py-spy", "record", "-r", "100", "-f", "raw", "-o", _PROFILE, "--"] if _PROFILE else []
     args = [
+        *profile,
         sys.executable,
         str(REPO / "run.py"),
         *overrides,
@@ -109,27 +178,35 @@ def run_sweep(
         f"services.llm.api_base={server.base_url}",
         f"paths.cache_dir={cache}",
         f"tracking.uri=sqlite:///{work}/mlflow.db",
-        "sweep_report=false",
         f"hydra.sweep.dir={work}/sweep",
         f"hydra.run.dir={work}/run",
     ]
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "PYTHONPATH": str(REPO)}
     start = time.monotonic()
     with _Sampler(server) as sampler:
-        proc = subprocess.run(args, cwd=work, env=env, capture_output=True, text=True)
+        proc = subprocess.Popen(args, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with _Tree(proc.pid) as tree:
+            out, err = proc.communicate()
+            tree.sample()
     end = time.monotonic()
     wall = end - start
-    _LAST_TIMELINE[:] = sampler.timeline()
+    _LAST.update(
+        timeline=sampler.timeline(),
+        cpu=tree.cpu.get(proc.pid, 0.0),
+        other=sum(v for pid, v in tree.cpu.items() if pid != proc.pid),
+        rss=tree.peak_rss / 2**20,
+    )
     if proc.returncode != 0:
-        print(proc.stdout[-2000:], proc.stderr[-4000:], file=sys.stderr)
+        print(out[-2000:], err[-4000:], file=sys.stderr)
     times = [r.time for r in server.requests]
     span = (max(times) - min(times) + server.latency_s) if times else 0.0
-    _LAST_EDGES[:] = [min(times) - start, end - max(times) - server.latency_s] if times else [0.0, 0.0]
+    _LAST["edges"] = [min(times) - start, end - max(times) - server.latency_s] if times else [0.0, 0.0]
     return wall, span, proc.returncode, [r.body for r in server.requests]
 
 
-_LAST_TIMELINE: list[float] = []
-_LAST_EDGES: list[float] = [0.0, 0.0]
+_LAST: dict[str, Any] = {}
+_PROFILE = ""
+"""``--profile``: py-spy's collapsed stacks of the measured sweeps are written here (its CPU figures then count py-spy)."""
 _STORE: Path | None = None
 """An empty, migrated MLflow store copied into each sweep's dir (None: each sweep creates its own)."""
 
@@ -182,11 +259,11 @@ class _Sampler:
         return out + ([sum(bucket) / len(bucket)] if bucket else [])
 
 
-def critical_path(server: ScriptedServer, work: Path, template: Path) -> float:
+def critical_path(server: ScriptedServer, work: Path, template: Path, data: tuple[str, ...]) -> float:
     """Request span of one instance of the k=3 job alone, no cap: the sweep cannot beat it."""
     cap, server.max_in_flight = server.max_in_flight, None
     try:
-        _, span, code, _ = run_sweep(server, (), ("clarifier=gpt", "k=3", "limit=1"), work, template)
+        _, span, code, _ = run_sweep(server, (), ("clarifier=gpt", "k=3", "limit=1", *data), work, template)
     finally:
         server.max_in_flight = cap
     if code != 0:
@@ -195,11 +272,18 @@ def critical_path(server: ScriptedServer, work: Path, template: Path) -> float:
 
 
 def measure(
-    name: str, server: ScriptedServer, n: int, work: Path, template: Path, joblib_jobs: int, extra: tuple[str, ...] = ()
+    name: str,
+    server: ScriptedServer,
+    shape: tuple[str, ...],
+    n: int,
+    work: Path,
+    template: Path,
+    joblib_jobs: int,
+    extra: tuple[str, ...] = (),
 ) -> SweepFigures:
-    """One launcher's sweep, as figures (``extra``: more overrides, e.g. ``tracking.instance_traces=true``)."""
+    """One launcher's sweep, as figures (``extra``: more overrides, e.g. ``tracking.instance_traces=false``)."""
     launcher = LAUNCHERS[name] + ((f"hydra.launcher.n_jobs={joblib_jobs}",) if name == "joblib" else ())
-    wall, span, code, bodies = run_sweep(server, launcher, ("-m", *CARD, f"limit={n}", *extra), work, template)
+    wall, span, code, bodies = run_sweep(server, launcher, ("-m", *shape, f"limit={n}", *extra), work, template)
     return SweepFigures(
         name,
         wall,
@@ -210,8 +294,11 @@ def measure(
         server.rejected,
         server.peak_in_flight,
         code,
-        tuple(_LAST_TIMELINE),
-        *_LAST_EDGES,
+        tuple(_LAST["timeline"]),
+        *_LAST["edges"],
+        _LAST["cpu"],
+        _LAST["other"],
+        _LAST["rss"],
     )
 
 
@@ -224,12 +311,29 @@ def warm_template(server: ScriptedServer, work: Path) -> Path:
     return cache
 
 
-def report(rows: list[SweepFigures], ideal_latency: float, critical: float, latency: float, cap: int) -> None:
+def large_dataset(template: Path, n: int, out: Path) -> tuple[str, ...]:
+    """Overrides selecting ``n`` instances: the demo set's, reused under new ids (``bench_memory.synthesise``)."""
+    sys.path.insert(0, str(REPO))
+    from benchmarks.bench_memory import synthesise
+    from cts.compose.services import Services
+    from cts.core.types import CacheDir
+    from cts.demo import load_demo
+
+    services = Services(cache_dir=template, settings={"corpus_lang": "en-us"})
+    demo = load_demo(services.corpus, services.index, CacheDir(services.cache_dir))
+    if n <= len(demo.instances):
+        return ()
+    inst, gold = synthesise(demo, n, out)
+    return ("dataset=jsonl", f"dataset.path={inst}", f"dataset.gold_path={gold}", "dataset.name=bench_sweep")
+
+
+def report(rows: list[SweepFigures], critical: float, latency: float, cap: int) -> None:
     """Print the side-by-side table."""
     print(f"critical path of one instance: {critical:.2f} s; latency {latency:g} s; server cap {cap}")
     head = (
         f"{'launcher':<8} {'wall_s':>7} {'req_s':>7} {'ideal_s':>7} {'eff_wall':>8} {'eff_req':>7} "
-        f"{'sent':>6} {'distinct':>8} {'dup':>5} {'429':>5} {'429%':>6} {'peak':>5} {'exit':>4}"
+        f"{'sent':>6} {'distinct':>8} {'dup':>5} {'429':>5} {'429%':>6} {'peak':>5} "
+        f"{'cpu_ms/req':>10} {'other_cpu_s':>11} {'rss_mb':>7} {'exit':>4}"
     )
     print(head)
     for r in rows:
@@ -237,51 +341,68 @@ def report(rows: list[SweepFigures], ideal_latency: float, critical: float, late
         print(
             f"{r.launcher:<8} {r.wall_s:7.1f} {r.request_s:7.1f} {ideal:7.1f} {ideal / r.wall_s:8.3f} "
             f"{ideal / max(r.request_s, 1e-9):7.3f} {r.served:6d} {r.distinct:8d} {r.served - r.distinct:5d} "
-            f"{r.rejected:5d} {100 * r.rejected / max(1, r.received):6.2f} {r.peak_in_flight:5d} {r.exit_code:4d}"
+            f"{r.rejected:5d} {100 * r.rejected / max(1, r.received):6.2f} {r.peak_in_flight:5d} "
+            f"{1000 * r.cpu_s / max(1, r.served):10.2f} {r.other_cpu_s:11.1f} {r.peak_rss_mb:7.0f} {r.exit_code:4d}"
         )
     for r in rows:
         print(
             f"  {r.launcher}: first request after {r.lead_s:.1f} s, exit {r.tail_s:.1f} s after the last reply; "
-            "in flight per 2 s: " + " ".join(f"{x:.0f}" for x in r.timeline)
+            f"sweep process {r.cpu_s:.1f} s CPU; in flight per 2 s: " + " ".join(f"{x:.0f}" for x in r.timeline)
         )
 
 
 def main() -> None:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=50, help="instances per job")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="card", help="card: 9 jobs; paper: 21 jobs")
+    parser.add_argument("--n", type=int, default=50, help="instances per job (above the demo set's: synthesised)")
     parser.add_argument("--latency", type=float, default=0.5, help="server latency per call, seconds")
     parser.add_argument("--cap", type=int, default=32, help="server answers 429 above this many in flight")
+    parser.add_argument("--http", choices=("1.1", "1.0"), default="1.1", help="1.1: keep-alive; 1.0: close each")
     parser.add_argument("--retry-after", type=float, default=None, help="Retry-After sent with the 429s")
-    parser.add_argument("--launcher", default="basic,joblib,cts", help="comma-separated: basic, joblib, cts")
+    parser.add_argument("--launcher", default="cts", help="comma-separated: basic, joblib, cts")
     parser.add_argument("--joblib-jobs", type=int, default=3, help="hydra.launcher.n_jobs for joblib")
     parser.add_argument("--fresh-store", action="store_true", help="each sweep creates its MLflow store (timed)")
+    parser.add_argument("--no-critical", action="store_true", help="skip the critical-path probe (ideal: requests)")
+    parser.add_argument("--profile", default="", help="write py-spy's raw stacks of the measured sweep here")
     parser.add_argument(
         "--repeat", type=int, default=1, help="sweeps per launcher (the same command varies run to run)"
     )
     parser.add_argument(
-        "--extra",
-        nargs="*",
-        default=[],
-        help="more overrides for every sweep (tracking.instance_traces=true: with per-instance traces)",
+        "--extra", nargs="*", default=[], help="more overrides for every sweep (tracking.instance_traces=false ...)"
     )
     args = parser.parse_args()
-    global _STORE
+    global _STORE, _PROFILE
     names = [x.strip() for x in args.launcher.split(",") if x.strip()]
-    with tempfile.TemporaryDirectory() as tmp, ScriptedServer(args.latency, True, args.cap, args.retry_after) as server:
+    keep_alive = args.http == "1.1"
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        ScriptedServer(args.latency, True, args.cap, args.retry_after, keep_alive=keep_alive) as server,
+    ):
         template = warm_template(server, Path(tmp) / "warm")
+        data = large_dataset(template, args.n, Path(tmp) / "data")
         _STORE = None if args.fresh_store else empty_store(Path(tmp) / "store")
-        critical = critical_path(server, Path(tmp) / "probe", template)
+        critical = 0.0 if args.no_critical else critical_path(server, Path(tmp) / "probe", template, data)
+        _PROFILE = args.profile
+        print(f"shape {args.shape}, n={args.n}, HTTP/{args.http}", flush=True)
         rows = []
         for name in names:
             for i in range(args.repeat):
+                extra = (*data, *args.extra)
                 row = measure(
-                    name, server, args.n, Path(tmp) / f"{name}-{i}", template, args.joblib_jobs, tuple(args.extra)
+                    name,
+                    server,
+                    SHAPES[args.shape],
+                    args.n,
+                    Path(tmp) / f"{name}-{i}",
+                    template,
+                    args.joblib_jobs,
+                    extra,
                 )
                 rows.append(row)
-                report(rows[-1:], args.latency, critical, args.latency, args.cap)
+                report(rows[-1:], critical, args.latency, args.cap)
         print()
-        report(rows, args.latency, critical, args.latency, args.cap)
+        report(rows, critical, args.latency, args.cap)
 
 
 if __name__ == "__main__":

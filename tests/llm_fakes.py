@@ -19,6 +19,10 @@ text lengths unless given).
 ``server.models`` (empty: lists nothing, so any model name is accepted); each GET path is
 appended to ``server.gets``, not to ``server.requests``.
 
+Connections stay open between requests (HTTP/1.1 keep-alive), as every hosted provider
+keeps them; ``ScriptedServer(keep_alive=False)`` answers as HTTP/1.0 and closes each
+connection after its reply (a server behind a proxy that does not pool).
+
 A hard concurrency cap (``ScriptedServer(max_in_flight=C)``) makes the server answer
 429 at once to a request arriving while C others are being served, like a
 rate-limited provider; ``server.rejected`` counts those 429s and
@@ -135,6 +139,8 @@ class ScriptedServer:
         max_in_flight: Answer 429 to a request arriving while this many are served (None = no cap).
         retry_after: Retry-After (seconds) sent with those 429s (None = no header).
         rate_limit_every: Answer 429 to every Nth chat request (None = never).
+        keep_alive: Keep connections open between requests (HTTP/1.1); False answers as HTTP/1.0
+            and closes each connection after its reply.
     """
 
     def __init__(
@@ -144,8 +150,10 @@ class ScriptedServer:
         max_in_flight: int | None = None,
         retry_after: float | None = None,
         rate_limit_every: int | None = None,
+        keep_alive: bool = True,
     ) -> None:
         self.latency_s = latency_s
+        self.keep_alive = keep_alive
         self.record = record
         self.max_in_flight = max_in_flight
         self.retry_after = retry_after
@@ -293,7 +301,7 @@ def _completion_body(reply: Reply, request: Any) -> str:
 
 def _make_handler(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive: clients reuse connections
+        protocol_version = "HTTP/1.1" if server.keep_alive else "HTTP/1.0"  # 1.1: clients reuse connections
 
         def setup(self) -> None:
             super().setup()
