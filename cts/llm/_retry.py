@@ -26,6 +26,8 @@ _CONNECTION_NAMES = frozenset(
         "ConnectError",
         "ConnectionError",
         "ClientConnectorError",
+        "ClientConnectionError",  # aiohttp: ClientOSError, ServerDisconnectedError ... (the openai transport)
+        "ClientPayloadError",  # aiohttp: the connection closed mid-body
         "ServerDisconnectedError",
         "RemoteProtocolError",
         "ReadError",
