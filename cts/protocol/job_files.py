@@ -29,6 +29,23 @@ RETRIED_FILE = "records.retried.jsonl"
 """Infrastructure-failed records of older versions, moved out of ``records.jsonl`` to be retried."""
 
 
+def trace_lines(out_dir: Path, keys: set[tuple[str, int]]) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """The trace lines of the instance runs ``keys`` (``(id, repeat)``), as the job wrote them, by key."""
+    found: dict[tuple[str, int], list[dict[str, Any]]] = {key: [] for key in keys}
+    path = out_dir / TRACES_FILE
+    if not keys or not path.exists():
+        return found
+    with path.open(encoding="utf-8") as f:
+        for raw in f:
+            if not raw.strip():
+                continue
+            line = json.loads(raw)
+            key = (str(line.get("id")), int(line.get("repeat") or 0))
+            if key in found:
+                found[key].append(line)
+    return found
+
+
 def read_results(out_dir: Path) -> list[Record]:
     """The committed results of a job dir, moving infrastructure failures aside first.
 

@@ -16,7 +16,7 @@ from cts.data.clusters import ci_summary, dataset_clusters
 from cts.data.jsonl import Dataset, dataset_metrics, select_instances
 from cts.llm import usage_scope
 from cts.protocol.design import PLAIN, Design
-from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE
+from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE, trace_lines
 from cts.protocol.metrics import metric_view, summarize
 from cts.protocol.outcome import finish, read_outcome
 from cts.protocol.pipeline import Roles, run_instances
@@ -228,7 +228,8 @@ def evaluate_task(
         ) as run_id,
     ):
         if tracer is not None:
-            tracer.attach(run_id)  # the instances that finished while the run was set up are traced now
+            tracer.attach(run_id, run.tracking.uri)  # the instances that finished while the run was set up
+            backfill_traces(tracer, ctx.job_dir, dataset)  # and those an earlier invocation committed
         tracking.log_dataset_input(
             dataset.name, instances, dataset.gold, evaluation_dataset=run.tracking.evaluation_dataset
         )
@@ -304,7 +305,18 @@ def instance_tracer(run: RunInfo) -> tracking.InstanceTraces | None:
     """The per-instance MLflow trace hook (``tracking.instance_traces``, on by default), or None."""
     if not run.tracking.instance_traces:
         return None
-    return tracking.InstanceTraces({k: v for k, v in run.tags.items() if k in ("cts.system", "cts.sweep_dir")})
+    tags = {k: v for k, v in run.tags.items() if k in ("cts.system", "cts.sweep_dir")}
+    return tracking.InstanceTraces(tags, uri=run.tracking.uri)
+
+
+def backfill_traces(tracer: tracking.InstanceTraces, job_dir: Path, dataset: Any) -> None:
+    """Trace the job dir's records that have no trace yet (an earlier invocation stopped before writing them)."""
+    by_id = {i.id: i for i in dataset.instances}
+    missing = [r for r in tracer.missing(read_records(job_dir / RECORDS_FILE)) if r.id in by_id]
+    if not missing:
+        return
+    lines = trace_lines(job_dir, {(r.id, r.repeat) for r in missing})
+    tracer.backfill((by_id[r.id], dataset.gold[r.id], r, lines[r.id, r.repeat]) for r in missing)
 
 
 def log_job_records_table(

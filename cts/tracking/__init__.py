@@ -2,8 +2,9 @@
 
 One Hydra job = one MLflow run (params = the flattened resolved config, metrics =
 pure functions over records, artifacts = records, summary, config, prompts; input = the
-dataset, ``_datasets``), one trace per instance with its assessments (``_instance``,
-``_assessments``), the records as a table (``_tables``), LLM-call spans (``_traces``);
+dataset, ``_datasets``), one trace per instance with its assessments (``_instance``: the hook,
+``_tracedoc``: the trace as data, ``_assessments``; written by a process of their own, ``_writer`` and
+``_tracewrite``), the records as a table (``_tables``), LLM-call spans (``_traces``);
 store set-up in ``_store``. A sweep report is logged as one more run tagged ``cts.kind=sweep_report``.
 """
 
@@ -23,7 +24,7 @@ from cts._util.secrets import scrub
 from cts._util.versions import package_versions
 from cts.tracking._assessments import Assessed, log_assessments, trace_ids_of_runs
 from cts.tracking._datasets import dataset_digest, dataset_rows, log_dataset_input
-from cts.tracking._instance import InstanceTraces, log_instance_trace, search_turns
+from cts.tracking._instance import InstanceTraces, log_instance_trace
 from cts.tracking._store import (
     TrackingStoreError,
     broken_store_message,
@@ -33,7 +34,9 @@ from cts.tracking._store import (
     store_lock_path,
 )
 from cts.tracking._tables import RECORDS_TABLE, log_records_table
+from cts.tracking._tracedoc import search_turns
 from cts.tracking._traces import trace_llm_calls
+from cts.tracking._writer import flush_traces
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,7 @@ __all__ = [
     "download_artifact",
     "experiment_id",
     "flatten",
+    "flush_traces",
     "open_mlflow_run",
     "job_runs",
     "log_artifacts",
@@ -161,6 +165,7 @@ def open_mlflow_run(
         status = "KILLED"
         raise
     finally:
+        flush_traces(uri)  # the per-instance traces (cts.tracking._writer) reach the store before the run ends
         mlflow.flush_trace_async_logging()  # LLM-call spans (services.llm.tracing) reach the store
         mlflow.end_run(status=status)
 

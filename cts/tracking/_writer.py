@@ -1,0 +1,218 @@
+"""Trace documents leave the job's process: one writer process per tracking store, fed by a thread.
+
+:meth:`TraceWriter.submit` only puts a document on a queue (no MLflow call, no pickling, no I/O
+on the caller's thread, which in a sweep is the event loop's). A sender thread batches the
+queue (up to :data:`~cts.tracking._tracewrite.BATCH` documents, or what came within
+``linger_s`` of the first) and pipes each batch to the writer process (:mod:`cts.tracking._tracewrite`), which
+writes it on the other core. :meth:`TraceWriter.flush` returns once everything submitted before
+it is in the store.
+
+Should the writer process die, the sender writes the later batches itself (slower, nothing
+lost from then on); documents the dead process had not written are what a resumed job's
+backfill (:meth:`cts.tracking.InstanceTraces.backfill`) writes again.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import logging
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from cts.tracking._tracewrite import BATCH, read_frame, write_frame, write_traces
+
+log = logging.getLogger(__name__)
+
+_FLUSH_BASE_S = 60.0
+_FLUSH_PER_DOC_S = 0.1  # a flush waits this long per document still on its way, beyond the base
+
+
+class TraceWriter:
+    """The writer process of one tracking store (see the module docstring).
+
+    Args:
+        uri: The tracking URI the traces go to.
+        linger_s: How long the sender waits for more documents after the first of a batch.
+    """
+
+    def __init__(self, uri: str, linger_s: float = 0.2) -> None:
+        self.uri = uri
+        self.linger_s = linger_s
+        self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._tokens = itertools.count(1)
+        self._acks: dict[int, threading.Event] = {}
+        self._results: dict[int, tuple[int, list[str]]] = {}
+        self._lock = threading.Lock()
+        self._outstanding = 0
+        self._fallback: Any = None
+        self._proc = _start_process(uri)
+        self._sender = threading.Thread(target=self._send_loop, name="cts-trace-sender", daemon=True)
+        self._sender.start()
+        for target, name in ((self._ack_loop, "cts-trace-acks"), (self._log_loop, "cts-trace-log")):
+            threading.Thread(target=target, name=name, daemon=True).start()
+
+    def submit(self, docs: Sequence[Mapping[str, Any]]) -> None:
+        """Queue documents for the store (returns at once)."""
+        with self._lock:
+            self._outstanding += len(docs)
+        for doc in docs:
+            self._queue.put(("doc", doc))
+
+    def flush(self, timeout_s: float | None = None) -> tuple[int, list[str]]:
+        """Wait until every document submitted so far is written.
+
+        Returns:
+            How many traces were written since the last flush, and why any were not.
+
+        Raises:
+            TimeoutError: The writer did not get there within ``timeout_s`` (default: a minute plus
+                a tenth of a second per document on its way).
+        """
+        return self._control("flush", timeout_s)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Flush, then end the writer process."""
+        if self._proc.poll() is None or self._sender.is_alive():
+            try:
+                self._control("stop", timeout_s)
+            except TimeoutError:
+                log.warning("the trace writer did not finish in time; a resumed job writes what it missed")
+        self._sender.join(5)
+        if self._proc.poll() is None:
+            self._proc.kill()
+
+    def _control(self, kind: str, timeout_s: float | None) -> tuple[int, list[str]]:
+        token = next(self._tokens)
+        event = threading.Event()
+        with self._lock:
+            self._acks[token] = event
+            waiting = self._outstanding
+        self._queue.put((kind, token))
+        limit = timeout_s if timeout_s is not None else _FLUSH_BASE_S + _FLUSH_PER_DOC_S * waiting
+        if not event.wait(limit):
+            raise TimeoutError(f"{waiting} traces were not written within {limit:.0f} s")
+        written, failures = self._results.pop(token, (0, []))
+        for failure in failures:
+            log.warning("a trace was not written: %s", failure)
+        return written, failures
+
+    def _send_loop(self) -> None:
+        while True:
+            kind, payload = self._queue.get()
+            docs: list[Any] = []
+            deadline = time.monotonic() + self.linger_s
+            while kind == "doc":
+                docs.append(payload)
+                wait = deadline - time.monotonic()
+                if len(docs) >= BATCH or wait <= 0:
+                    kind = ""
+                    break
+                try:
+                    kind, payload = self._queue.get(timeout=wait)
+                except queue.Empty:
+                    kind = ""
+            if docs:
+                self._send(("docs", docs), len(docs))
+            if kind in ("flush", "stop"):
+                self._send((kind, payload), 0)
+                if kind == "stop":
+                    return
+
+    def _send(self, message: tuple[str, Any], n_docs: int) -> None:
+        if self._fallback is None:
+            try:
+                assert self._proc.stdin is not None
+                write_frame(self._proc.stdin, message)
+                return
+            except (BrokenPipeError, OSError, ValueError):
+                log.error("the trace writer process ended (exit %s); this process writes the traces", self._proc.poll())
+                from mlflow.tracing.client import TracingClient
+
+                self._fallback = TracingClient(self.uri)
+        kind, payload = message
+        if kind == "docs":
+            written, failures = write_traces(self._fallback, payload)
+            self._done(None, n_docs, written, failures)
+        else:
+            self._done(payload, 0, 0, [])
+
+    def _ack_loop(self) -> None:
+        assert self._proc.stdout is not None
+        while (message := read_frame(self._proc.stdout)) is not None:
+            _, token, written, failures = message
+            self._done(token, written + len(failures), written, failures)
+
+    def _done(self, token: int | None, n_docs: int, written: int, failures: list[str]) -> None:
+        with self._lock:
+            self._outstanding = max(0, self._outstanding - n_docs)
+            if token is None:
+                carry = self._results.setdefault(-1, (0, []))
+                self._results[-1] = (carry[0] + written, carry[1] + failures)
+                return
+            carry = self._results.pop(-1, (0, []))
+            self._results[token] = (carry[0] + written, carry[1] + failures)
+            event = self._acks.pop(token, None)
+        if event is not None:
+            event.set()
+
+    def _log_loop(self) -> None:
+        assert self._proc.stderr is not None
+        for raw in self._proc.stderr:
+            line = raw.decode("utf-8", errors="replace").rstrip()
+            if line:
+                log.info("%s", line)
+
+
+def _start_process(uri: str) -> subprocess.Popen[bytes]:
+    """The writer process (:func:`cts.tracking._tracewrite.main`), in a session of its own (a Ctrl-C reaches only the job)."""
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.environ.get("PYTHONPATH")
+    env = {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
+    return subprocess.Popen(
+        [sys.executable, "-c", "from cts.tracking._tracewrite import main; main()", uri],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+
+
+_WRITERS: dict[str, TraceWriter] = {}
+_WRITERS_LOCK = threading.Lock()
+
+
+def writer_for(uri: str) -> TraceWriter:
+    """This process's writer for ``uri`` (started on first use; every job of a sweep shares it)."""
+    with _WRITERS_LOCK:
+        if uri not in _WRITERS:
+            _WRITERS[uri] = TraceWriter(uri)
+        return _WRITERS[uri]
+
+
+def flush_traces(uri: str) -> None:
+    """Wait for the traces this process submitted to ``uri`` (nothing to do when it has no writer)."""
+    with _WRITERS_LOCK:
+        writer = _WRITERS.get(uri)
+    if writer is not None:
+        try:
+            writer.flush()
+        except TimeoutError as e:
+            log.warning("traces still on their way to %s: %s (a resumed job writes them)", uri, e)
+
+
+@atexit.register
+def _close_writers() -> None:
+    with _WRITERS_LOCK:
+        writers = list(_WRITERS.values())
+        _WRITERS.clear()
+    for writer in writers:
+        writer.close()
