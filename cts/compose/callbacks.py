@@ -169,6 +169,8 @@ class LaunchCallbacks(Callback):
         record.write()  # <sweep>/sweep.json: what jobs in other processes (joblib, Slurm) read
         if not jobs_open_store_here(config):
             tracking.prepare_store(config.tracking.uri)
+        elif any(job.tracking.instance_traces for job in jobs):
+            tracking.start_trace_writer(config.tracking.uri)  # its start-up overlaps the jobs' set-up
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Single runs: the pre-flight (keys, endpoint probes) first, then the store (harmless when it exists)."""
@@ -182,6 +184,8 @@ class LaunchCallbacks(Callback):
 
         new_launch()
         check_start(config, [config])  # values, output places, input files: before the run dir or store exists
+        if config.tracking.instance_traces:
+            tracking.start_trace_writer(config.tracking.uri)  # its start-up (~2 s) overlaps the job's
         preflight(config, groups=task_groups(config))
         probe_endpoints([config])  # before the store: a dead endpoint fails fast and creates nothing
         probe_completions([config])

@@ -203,7 +203,11 @@ class LLMRuntime:
         # Across processes (a sweep's jobs on several nodes), the cache key is claimed first:
         # one sends, the others wait for its row (cts.llm.cache.ResponseCache.get_or_compute).
         value, cached = await self.cache.get_or_compute(
-            key, lambda: self._send_value(call), run=self._storage, on_miss=self._check_spend_limit
+            key,
+            lambda: self._send_value(call),
+            run=self._storage,
+            on_miss=self._check_spend_limit,
+            looked=self.cache.mode != "off",  # complete() has just looked the key up
         )
         if not cached:
             assert call.completion is not None  # set by _send_value

@@ -95,12 +95,15 @@ class ResponseCache:
         storable: Callable[[dict], bool] = lambda _: True,
         run: StoreRunner | None = None,
         on_miss: Callable[[], None] = lambda: None,
+        looked: bool = False,
     ) -> tuple[dict, bool]:
         """The value of ``key``: cached, or computed once among all processes sharing the store.
 
         In ``read_write`` mode a miss is claimed before ``compute`` runs; whoever finds
         the key claimed waits (up to ``claim_wait_s``) for the owner's row, then
-        computes it itself (the owner may have failed or stored nothing).
+        computes it itself (the owner may have failed or stored nothing). A miss costs
+        three trips off the event loop: the look, the claim with a last look, and the row
+        stored with the claim released.
 
         Args:
             key: The cache key.
@@ -109,33 +112,54 @@ class ResponseCache:
             run: Runs each store operation off the event loop (default ``asyncio.to_thread``);
                 the LLM runtime passes one that reports store failures as infrastructure.
             on_miss: Called on a miss before anything else (the runtime's spend-limit check).
+            looked: The caller has just looked the key up and missed (the first look is skipped).
 
         Returns:
             The value and whether it came from the cache.
         """
         run = run or asyncio.to_thread
-        hit = await self._get_async(key, run)
+        hit = None if looked else await self._get_async(key, run)
         if hit is not None:
             return hit, True
         on_miss()
         if self.mode != "read_write":
             return await compute(), False
         owner = uuid.uuid4().hex
-        hit = await self._claim_or_wait(key, owner, run)
-        if hit is not None:
-            return hit, True
+        hit, claimed = await self._claim_or_wait(key, owner, run)
+        if hit is not None or not claimed:
+            return (hit, True) if hit is not None else (await self._compute_unclaimed(compute, storable, key, run))
         renew = asyncio.ensure_future(self._renew(key, owner))
+        value: dict | None = None
         try:
-            hit = await self._get_async(key, run)  # stored between our last look and our claim
-            if hit is not None:
-                return hit, True
             value = await compute()
-            if storable(value):
-                await run(self.put, key, value)
             return value, False
         finally:
             renew.cancel()
-            await self._release(key, owner)
+            kept = value if value is not None and storable(value) else None
+            await self._store_and_release(key, kept, owner, run)
+
+    async def _compute_unclaimed(
+        self, compute: Callable[[], Awaitable[dict]], storable: Callable[[dict], bool], key: str, run: StoreRunner
+    ) -> tuple[dict, bool]:
+        """Another owner held the key past the wait: compute it here, and store it."""
+        value = await compute()
+        if storable(value):
+            await run(self.put, key, value)
+        return value, False
+
+    async def _store_and_release(self, key: str, value: dict | None, owner: str, run: StoreRunner) -> None:
+        """Store the computed row (unless None) and drop the claim, in one trip off the loop."""
+        if value is not None:
+            await run(self._put_release, key, value, owner)
+            return
+        await self._release(key, owner)
+
+    def _put_release(self, key: str, value: dict, owner: str) -> None:
+        self.put(key, value)
+        try:
+            self.store.release(key, owner)
+        except Exception as exc:  # noqa: BLE001 - the claim then lapses by itself within its lease
+            log.warning("could not release the claim on cache key %s: %s", key[:12], exc)
 
     async def _release(self, key: str, owner: str) -> None:
         try:
@@ -151,19 +175,31 @@ class ResponseCache:
             except Exception as exc:  # noqa: BLE001 - a lost lease only risks a duplicate request
                 log.warning("could not renew the claim on cache key %s: %s", key[:12], exc)
 
-    async def _claim_or_wait(self, key: str, owner: str, run: StoreRunner) -> dict | None:
+    async def _claim_or_wait(self, key: str, owner: str, run: StoreRunner) -> tuple[dict | None, bool]:
+        """``(row, claimed)``: our claim with a last look at the row, or the row another owner stored.
+
+        ``(None, False)`` when another owner kept the key claimed past ``claim_wait_s``.
+        """
         deadline = time.monotonic() + self.claim_wait_s
         pause = _POLL_S[0]
-        while not await run(self.store.claim, key, owner, CLAIM_TTL_S):
+        while True:
+            hit, claimed = await run(self._claim_and_look, key, owner)
+            if hit is not None or claimed:
+                return hit, claimed
             await asyncio.sleep(pause)
-            hit = await self._get_async(key, run)
-            if hit is not None:
-                return hit
             if time.monotonic() > deadline:
                 log.warning("cache key %s stayed claimed for %.0f s; computing it here", key[:12], self.claim_wait_s)
-                return None
+                return None, False
             pause = min(pause * 2, _POLL_S[1])
-        return None
+
+    def _claim_and_look(self, key: str, owner: str) -> tuple[dict | None, bool]:
+        """Claim ``key``; then look at its row (stored between the caller's last look and the claim, or by
+        the owner whose claim kept ours out). A row found releases our claim at once."""
+        claimed = self.store.claim(key, owner, CLAIM_TTL_S)
+        hit = self.get(key)
+        if hit is not None and claimed:
+            self.store.release(key, owner)
+        return hit, claimed and hit is None
 
     async def _get_async(self, key: str, run: StoreRunner) -> dict | None:
         if self.mode == "off":

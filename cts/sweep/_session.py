@@ -302,6 +302,9 @@ async def _drain() -> None:
     tasks = [t for t in asyncio.all_tasks() if t is not me]
     if tasks:
         await asyncio.wait(tasks, timeout=_DRAIN_TIMEOUT_S)
+    # As asyncio.run does: async generators still open finish now, among them the one that closes
+    # this loop's HTTP sessions (cts.llm._transport), which would otherwise be left to the GC.
+    await asyncio.get_running_loop().shutdown_asyncgens()
 
 
 def current_session() -> SweepSession | None:

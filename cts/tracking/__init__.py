@@ -36,7 +36,7 @@ from cts.tracking._store import (
 from cts.tracking._tables import RECORDS_TABLE, log_records_table
 from cts.tracking._tracedoc import search_turns
 from cts.tracking._traces import trace_llm_calls
-from cts.tracking._writer import flush_traces
+from cts.tracking._writer import flush_traces, start_trace_writer
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,7 @@ __all__ = [
     "search_traces",
     "search_turns",
     "set_tags",
+    "start_trace_writer",
     "store_failed",
     "store_lock_path",
     "trace_ids_of_runs",

@@ -198,6 +198,12 @@ def writer_for(uri: str) -> TraceWriter:
         return _WRITERS[uri]
 
 
+def start_trace_writer(uri: str) -> None:
+    """Start this process's writer for ``uri`` now, so that its start-up (importing MLflow, about
+    2 s of CPU on the other core) is over when the first trace comes."""
+    writer_for(uri)
+
+
 def flush_traces(uri: str) -> None:
     """Wait for the traces this process submitted to ``uri`` (nothing to do when it has no writer)."""
     with _WRITERS_LOCK:

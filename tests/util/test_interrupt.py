@@ -109,6 +109,17 @@ def test_a_signalled_job_resumes_into_the_same_run_and_counts_once(tmp_path, llm
     assert len(job.records) == LIMIT
     (job,) = load_jobs("sig", f"sqlite:///{tmp_path}/mlflow.db")
     assert len(job.records) == LIMIT and job.run_id == run_id
+    assert run_trace_instances(tmp_path, run_id) == sorted(ids)  # one trace per instance: none lost, none twice
+
+
+def run_trace_instances(tmp_path: Path, run_id: str) -> list[str]:
+    """The instance id of every trace of the run, sorted (a duplicate shows twice)."""
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.get_run(run_id).info.experiment_id
+    found = client.search_traces(locations=[experiment], filter_string=f"metadata.`mlflow.sourceRun` = '{run_id}'")
+    return sorted(t.info.tags["cts.instance_id"] for t in found)
 
 
 @pytest.mark.slow
