@@ -20,7 +20,7 @@ import asyncio
 import json
 import re
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
 from typing import Any, Literal
 
@@ -57,15 +57,20 @@ class Sender:
         timeout: float,
         prices: tuple[float, float],
         params: dict[str, Any],
+        on_body: Callable[[dict[str, Any]], None] | None = None,
     ) -> Any:
-        """One request without retries; returns an OpenAI-style response object."""
+        """One request without retries; returns an OpenAI-style response object.
+
+        Args:
+            on_body: Called with the request body as the provider receives it (the request audit):
+                the JSON posted, or the body litellm built for the provider's API.
+        """
         if self.transport == "openai" and openai_compatible(model, api_base):
             client = await self._client(api_base or "", api_key or "")
-            raw = await client.post(
-                "chat/completions",
-                json={"model": model.split("/", 1)[1], "messages": messages, **params},
-                timeout=timeout,
-            )
+            body = {"model": model.split("/", 1)[1], "messages": messages, **params}
+            if on_body is not None:
+                on_body(body)
+            raw = await client.post("chat/completions", json=body, timeout=timeout)
             if raw.status_code >= 400:
                 raise HTTPStatusError(raw.status_code, raw.headers, raw.text)
             return _split_think(_response(raw))
@@ -80,6 +85,7 @@ class Sender:
             # per-call prices spare litellm a price-table search (~1 ms CPU per call)
             input_cost_per_token=prices[0],
             output_cost_per_token=prices[1],
+            **({"logger_fn": _provider_body(on_body)} if on_body is not None else {}),
             **params,
         )
 
@@ -102,6 +108,19 @@ class Sender:
                 base_url=api_base.rstrip("/") + "/", headers=headers, limits=limits
             )
         return per_loop[api_base, api_key]
+
+
+def _provider_body(on_body: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    """litellm's ``logger_fn``: hands on the body of its first log event that carries one (the pre-call's)."""
+    seen: list[bool] = []
+
+    def log(details: dict[str, Any]) -> None:
+        body = (details.get("additional_args") or {}).get("complete_input_dict")
+        if isinstance(body, dict) and not seen:
+            seen.append(True)
+            on_body(body)
+
+    return log
 
 
 class HTTPStatusError(Exception):

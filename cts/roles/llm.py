@@ -8,6 +8,11 @@ correction is appended to the conversation) at most ``max_reasks`` times; then
 the role raises :class:`cts.core.types.UnscoredError`, and the item is recorded as
 unscored, never as 0.
 
+Each role asks for its reply's shape as a JSON schema (:mod:`cts.roles.schemas`); the model's
+request rules send it where the endpoint honours one (``request.structured_output``), and the
+parsers read both the shaped and the plain replies. ``structured=false`` on a role, or a
+``response_format`` in its ``params``, replaces the role's own schema.
+
 Signatures follow :mod:`cts.core.types`: the Clarifier and Rewriter take no
 ``fused_query``, so the hidden intent cannot reach them.
 
@@ -26,6 +31,7 @@ from cts._util.prompts import Prompt, load_prompt
 from cts.core.contracts import ClarifyMode
 from cts.core.types import QA, Evidence, GoldDraft, Label, Nugget, UnscoredError
 from cts.llm import Chat
+from cts.roles import schemas
 from cts.roles.parse import (
     STOP_ALLOWED,
     STOP_FORBIDDEN,
@@ -52,6 +58,8 @@ class _LLMRole:
     default_role: ClassVar[str]
     default_cap: ClassVar[int]
     """Output tokens the role's reply needs, with room to spare (``max_output_tokens`` overrides)."""
+    default_structured: ClassVar[bool] = True
+    """Whether the role sends its reply's schema by default (``structured`` overrides)."""
 
     def __init__(
         self,
@@ -62,6 +70,7 @@ class _LLMRole:
         prompts_dir: str | None = None,
         params: Mapping[str, Any] | None = None,
         max_output_tokens: int | None = None,
+        structured: bool | None = None,
     ) -> None:
         """Bind a prompt and a model.
 
@@ -82,8 +91,21 @@ class _LLMRole:
         self.max_reasks = max_reasks
         self.params = dict(params or {})
         self.max_output_tokens = self.default_cap if max_output_tokens is None else int(max_output_tokens)
+        self.structured = self.default_structured if structured is None else bool(structured)
 
-    async def _ask(self, parse: Callable[[str], T], prompt: Prompt | None = None, **values: Any) -> T:
+    def request_params(self, schema: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The role's params, with ``response_format`` asking for ``schema`` (unless off or set in ``params``)."""
+        if schema is None or not self.structured or "response_format" in self.params:
+            return dict(self.params)
+        return {**self.params, "response_format": schemas.response_format(self.role, schema)}
+
+    async def _ask(
+        self,
+        parse: Callable[[str], T],
+        prompt: Prompt | None = None,
+        schema: Mapping[str, Any] | None = None,
+        **values: Any,
+    ) -> T:
         prompt = prompt or self.prompt
         try:
             return await ask_until_valid(
@@ -92,7 +114,7 @@ class _LLMRole:
                 parse,
                 max_reasks=self.max_reasks,
                 prompt_version=prompt.version,
-                params=self.params,
+                params=self.request_params(schema),
                 max_output_tokens=self.max_output_tokens,
             )
         except Truncated as exc:
@@ -126,6 +148,7 @@ class LLMClarifier(_LLMRole):
         prompts_dir: str | None = None,
         params: Mapping[str, Any] | None = None,
         max_output_tokens: int | None = None,
+        structured: bool | None = None,
     ) -> None:
         # Explicit parameters (no **kwargs): the pre-flight names a misspelt key by the signature.
         super().__init__(
@@ -136,6 +159,7 @@ class LLMClarifier(_LLMRole):
             prompts_dir=prompts_dir,
             params=params,
             max_output_tokens=max_output_tokens,
+            structured=structured,
         )
         if mode not in ("batch", "sequential"):
             raise ValueError(f"mode must be batch or sequential, got {mode!r}")
@@ -155,6 +179,7 @@ class LLMClarifier(_LLMRole):
         return await self._ask(
             lambda text: parse_turn(text, asked, self.stop_early),
             self.turn_prompt,
+            schemas.turn(self.stop_early),
             blurred_query=blurred_query,
             qa_pairs=earlier,
             turn=len(qa) + 1,
@@ -166,7 +191,9 @@ class LLMClarifier(_LLMRole):
         """Return exactly ``k`` distinct clarification questions about ``blurred_query``."""
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
-        return await self._ask(lambda text: parse_questions(text, k), blurred_query=blurred_query, k=k)
+        return await self._ask(
+            lambda text: parse_questions(text, k), schema=schemas.questions(k), blurred_query=blurred_query, k=k
+        )
 
 
 class LLMUserAnswerer(_LLMRole):
@@ -177,7 +204,7 @@ class LLMUserAnswerer(_LLMRole):
 
     async def answer(self, fused_query: str, question: str) -> str:
         """Return a minimal answer stated in ``fused_query``, or ``unknown``."""
-        return await self._ask(normalise_answer, fused_query=fused_query, question=question)
+        return await self._ask(normalise_answer, schema=schemas.answer(), fused_query=fused_query, question=question)
 
 
 class LLMRewriter(_LLMRole):
@@ -191,7 +218,7 @@ class LLMRewriter(_LLMRole):
         if not qa:
             return blurred_query
         pairs = "\n".join(f"Q{i}: {p.question}\nA{i}: {p.answer}" for i, p in enumerate(qa, 1))
-        return await self._ask(parse_query, blurred_query=blurred_query, qa_pairs=pairs)
+        return await self._ask(parse_query, schema=schemas.query(), blurred_query=blurred_query, qa_pairs=pairs)
 
 
 class LLMJudge(_LLMRole):
@@ -206,7 +233,9 @@ class LLMJudge(_LLMRole):
             return {}
         ids = [n.id for n in nuggets]
         listing = "\n".join(f"{n.id}: {n.text}" for n in nuggets)
-        return await self._ask(lambda text: parse_nugget_labels(text, ids), answer=answer, nuggets=listing)
+        return await self._ask(
+            lambda text: parse_nugget_labels(text, ids), schema=schemas.labels(ids), answer=answer, nuggets=listing
+        )
 
 
 class LLMExtractor(_LLMRole):
@@ -221,6 +250,7 @@ class LLMExtractor(_LLMRole):
         ids = [e.id for e in evidence]
         return await self._ask(
             lambda text: parse_gold(text, ids),
+            schema=schemas.gold(ids),
             fused_query=fused_query,
             answer=answer,
             evidence=listing or "(none)",

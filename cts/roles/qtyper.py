@@ -10,6 +10,7 @@ import logging
 import re
 
 from cts.llm import Chat
+from cts.roles import schemas
 from cts.roles.reask import DEFAULT_MAX_REASKS, InvalidOutput, ask_until_valid
 from cts.text.qtypes import QTYPES, classify_question, normalize_types
 
@@ -43,6 +44,7 @@ class LLMQuestionTyper:
         max_reasks: int = DEFAULT_MAX_REASKS,
         prompts_dir: str | None = None,
         max_output_tokens: int = 64,
+        structured: bool = True,
     ) -> None:
         """Args:
         model: Chat client of the model (built from a ``conf/model`` entry by the composition layer).
@@ -50,6 +52,7 @@ class LLMQuestionTyper:
         max_reasks: Re-asks after invalid output (unset in the config: ``services.llm.max_reasks``).
         prompts_dir: Directory of prompt files (None = the repository's ``prompts/``).
         max_output_tokens: Output cap (a JSON array of a few labels); a cut reply falls back too.
+        structured: Send the reply's JSON schema (``{"types": [...]}``) where the model honours one.
         """
         from cts._util.prompts import PromptError, load_prompt
 
@@ -59,6 +62,8 @@ class LLMQuestionTyper:
         self.client = model.with_role("qtyper")
         self.max_reasks = int(max_reasks)
         self.max_output_tokens = int(max_output_tokens)
+        shape = schemas.response_format("qtyper", schemas.question_types())
+        self.params = {"response_format": shape} if structured else {}
 
     async def classify(self, question: str) -> tuple[str, ...]:
         """Return the model's labels for ``question`` (lexicon labels after invalid output)."""
@@ -69,6 +74,7 @@ class LLMQuestionTyper:
                 _checked_types,
                 max_reasks=self.max_reasks,
                 prompt_version=self.prompt.version,
+                params=self.params,
                 reask=lambda _reason: _REASK,
                 max_output_tokens=self.max_output_tokens,
             )
