@@ -94,7 +94,8 @@ def parse_question_types(text: str) -> tuple[str, ...] | None:
     """Parse a model reply into canonical types, or None when it is not a valid label list.
 
     Accepts a JSON array (possibly inside a code fence or surrounded by prose), or
-    a JSON object with a ``types`` / ``labels`` array.
+    a JSON object with a ``types`` / ``labels`` array (the role's schema asks for ``types``)
+    or with one key only (JSON mode wraps the array the prompt asks for in an object).
     """
     from json_repair import repair_json
 
@@ -106,7 +107,7 @@ def parse_question_types(text: str) -> tuple[str, ...] | None:
     except (ValueError, TypeError):
         return None
     if isinstance(value, dict):
-        value = value.get("types", value.get("labels"))
+        value = value.get("types", value.get("labels", next(iter(value.values())) if len(value) == 1 else None))
     if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
         return None
     try:
