@@ -263,3 +263,52 @@ def test_the_audit_keeps_each_roles_params_as_the_provider_received_them(calls: 
         assert entry["sent_requests"] >= 1 and entry["calls"] >= 1
     if name == "ernie":
         assert all(any("dropped (request.structured_output: none)" in c for c in e["changes"]) for e in audit.values())
+
+
+@pytest.mark.slow
+def test_a_job_logs_its_request_audit_and_warns_of_a_requested_param_not_applied(
+    tmp_path, llm_server, cache_dir
+) -> None:
+    from cts import tracking
+    from tests.runs import run_py
+
+    llm_server.handler = protocol_reply
+    db = f"sqlite:///{tmp_path}/mlflow.db"
+    proc = run_py(
+        "clarifier=gpt",
+        "judge=claude",  # ua and rewriter: ernie (structured_output: none)
+        "search=extractive",
+        "limit=1",
+        "+ua.params={response_format: {type: json_object}}",
+        f"services.llm.api_base={llm_server.base_url}",
+        f"services.llm.cache.path={tmp_path}/llm.sqlite",
+        f"hydra.run.dir={tmp_path / 'job'}",
+        f"tracking.uri={db}",
+        f"paths.cache_dir={cache_dir}",
+        cwd=tmp_path,
+    )
+    assert (
+        "a requested parameter is not applied as asked: ua.model (ernie): response_format json_object dropped "
+        "(request.structured_output: none) [set in ua.params.response_format]"
+    ) in proc.stderr
+    audit = json.loads((tmp_path / "job" / tracking.REQUEST_AUDIT_FILE).read_text())
+    bodies = {b["messages"][0]["content"][:20]: b for b in llm_server.bodies()}
+    assert set(audit) == {"clarifier", "ua", "rewriter", "judge"}
+    clarifier = audit["clarifier"]
+    assert clarifier["wire"]["response_format"] == schemas.response_format("clarifier", schemas.questions(1))
+    assert clarifier["wire"] == {"model": "gpt-5.2", **clarifier["sent"]}  # the openai transport's body, messages apart
+    assert clarifier["sent"]["max_completion_tokens"] == 512 + 4096 and clarifier["sent"]["reasoning_effort"] == "low"
+    assert any(b.get("response_format") == clarifier["wire"]["response_format"] for b in bodies.values())
+    assert "response_format" not in audit["ua"]["wire"] and audit["ua"]["requested"]["response_format"] == {
+        "type": "json_object"
+    }
+    assert audit["ua"]["changes"] == ["response_format json_object dropped (request.structured_output: none)"]
+    assert audit["judge"]["wire"]["response_format"]["json_schema"]["name"] == "cts_judge"
+    runs = tracking.search_runs(db)
+    job = runs[runs["tags.cts.kind"] == "job"].iloc[0]
+    assert "response_format=json_schema" in job["tags.cts.request.clarifier"]
+    assert job["tags.cts.request.ua"].endswith(
+        "changed: response_format json_object dropped (request.structured_output: none)"
+    )
+    logged = tracking.download_artifact(db, job["run_id"], tracking.REQUEST_AUDIT_FILE, tmp_path / "got")
+    assert json.loads(logged.read_text()) == audit
