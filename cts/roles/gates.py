@@ -165,6 +165,11 @@ class LLMGate(_LLMRole):
     default_role = "gate"
     default_cap = 128  # {"ask": ..., "confidence": ...}
 
+    @classmethod
+    def example_schema(cls) -> Mapping[str, Any]:
+        """The gate's schema (the same for every call)."""
+        return schemas.decision()
+
     def __init__(
         self,
         model: Chat,

@@ -61,6 +61,12 @@ class _LLMRole:
     default_structured: ClassVar[bool] = True
     """Whether the role sends its reply's schema by default (``structured`` overrides)."""
 
+    @classmethod
+    def example_schema(cls) -> Mapping[str, Any] | None:
+        """The schema of one typical call (the completion pre-flight sends it: a schema the provider refuses
+        stops the launch, not the job)."""
+        return None
+
     def __init__(
         self,
         model: Chat,
@@ -136,6 +142,11 @@ class LLMClarifier(_LLMRole):
     default_role = "clarifier"
     default_cap = 512  # k <= 3 questions as a JSON array
 
+    @classmethod
+    def example_schema(cls) -> Mapping[str, Any]:
+        """``questions`` of a typical call."""
+        return schemas.questions(1)
+
     def __init__(
         self,
         model: Chat,
@@ -202,6 +213,11 @@ class LLMUserAnswerer(_LLMRole):
     default_role = "ua"
     default_cap = 128  # a minimal answer or `unknown`
 
+    @classmethod
+    def example_schema(cls) -> Mapping[str, Any]:
+        """``answer`` of a typical call."""
+        return schemas.answer()
+
     async def answer(self, fused_query: str, question: str) -> str:
         """Return a minimal answer stated in ``fused_query``, or ``unknown``."""
         return await self._ask(normalise_answer, schema=schemas.answer(), fused_query=fused_query, question=question)
@@ -212,6 +228,11 @@ class LLMRewriter(_LLMRole):
 
     default_role = "rewriter"
     default_cap = 256  # one query
+
+    @classmethod
+    def example_schema(cls) -> Mapping[str, Any]:
+        """``query`` of a typical call."""
+        return schemas.query()
 
     async def rewrite(self, blurred_query: str, qa: Sequence[QA]) -> str:
         """Return the rewritten query (the blurred query itself when there are no pairs)."""
@@ -226,6 +247,11 @@ class LLMJudge(_LLMRole):
 
     default_role = "judge"
     default_cap = 1024  # one label per nugget, as JSON
+
+    @classmethod
+    def example_schema(cls) -> Mapping[str, Any]:
+        """``labels`` of a typical call."""
+        return schemas.labels(["n1"])
 
     async def judge(self, answer: str, nuggets: Sequence[Nugget]) -> dict[str, Label]:
         """Return one label per nugget id."""
@@ -243,6 +269,11 @@ class LLMExtractor(_LLMRole):
 
     default_role = "extractor"
     default_cap = 4096  # the GOLD JSON: weighted nuggets with evidence ids
+
+    @classmethod
+    def example_schema(cls) -> Mapping[str, Any]:
+        """``gold`` of a typical call."""
+        return schemas.gold(["e1"])
 
     async def extract(self, fused_query: str, answer: str, evidence: Sequence[Evidence]) -> GoldDraft:
         """Return a GOLD draft whose nuggets cite only ids of ``evidence``."""

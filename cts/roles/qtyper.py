@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from typing import Any
 
 from cts.llm import Chat
 from cts.roles import schemas
@@ -64,6 +65,13 @@ class LLMQuestionTyper:
         self.max_output_tokens = int(max_output_tokens)
         shape = schemas.response_format("qtyper", schemas.question_types())
         self.params = {"response_format": shape} if structured else {}
+
+    default_role = "qtyper"
+
+    @classmethod
+    def example_schema(cls) -> dict[str, Any]:
+        """The typer's schema (the same for every call)."""
+        return schemas.question_types()
 
     async def classify(self, question: str) -> tuple[str, ...]:
         """Return the model's labels for ``question`` (lexicon labels after invalid output)."""

@@ -312,3 +312,24 @@ def test_a_job_logs_its_request_audit_and_warns_of_a_requested_param_not_applied
     )
     logged = tracking.download_artifact(db, job["run_id"], tracking.REQUEST_AUDIT_FILE, tmp_path / "got")
     assert json.loads(logged.read_text()) == audit
+
+
+def test_the_completion_probe_sends_each_roles_schema_and_keys_on_it() -> None:
+    from cts.compose.completion_probe import completion_probes
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        on = compose("config", overrides=["clarifier=gpt", "judge=gpt", "ua=gpt", "rewriter=gpt"])
+        off = compose(
+            "config", overrides=["clarifier=gpt", "judge=gpt", "ua=gpt", "rewriter=gpt", "+ua.structured=false"]
+        )
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-emulated")
+        monkeypatch.setenv("WEBDANCER_API_BASE", "http://127.0.0.1:9/v1")
+        probes = {p.paths[0]: p for p in completion_probes([on]) if p.spec["name"] == "gpt"}
+        without = {p.paths[0]: p for p in completion_probes([off]) if p.spec["name"] == "gpt"}
+    assert probes["clarifier.model"].params["response_format"] == schemas.response_format(
+        "clarifier", schemas.questions(1)
+    )
+    assert probes["judge.model"].params["response_format"]["json_schema"]["name"] == "cts_judge"
+    assert len(probes) == 4  # one probe per distinct request: the schemas differ by role
+    assert "response_format" not in without["ua.model"].params and without["ua.model"].key != probes["ua.model"].key
