@@ -5,7 +5,8 @@ unscored because of one role (the stage that failed: clarify -> clarifier, answe
 -> rewriter, search, judge) and one kind: ``invalid_output`` (still unparseable after the bounded
 re-asks), ``truncated`` (every reply stopped at the output cap) or ``rejected`` (the provider refused
 the request: ``api_error`` records, and the instances a job stopped by :class:`cts.core.types.RequestRejected`
-never ran). ``unscored_rate_<role>_<kind>`` is the share of the job's arms lost that way.
+never ran). ``unscored_rate_<role>_<kind>`` is the share of the job's arms lost that way;
+``unscored_rate`` counts every missing score (``no_weight`` gold and bugs too).
 """
 
 from __future__ import annotations
@@ -27,11 +28,15 @@ UNSCORED_KINDS: tuple[str, ...] = ("invalid_output", "truncated", "rejected")
 _KIND = {"invalid_output": "invalid_output", "truncated": "truncated", "api_error": "rejected"}
 
 
+_NO_REASON = ErrorInfo("", "exception", "no reason recorded")
+
+
 def arm_errors(record: Record) -> Iterator[ErrorInfo | None]:
     """The reason of each of the record's two arms (clarified, orig), None for a scored arm."""
     clarified = record.clarified.error if record.clarified else None
-    yield None if record.score is not None else record.error or clarified
-    yield None if record.orig_score is not None else record.orig.error if record.orig else None
+    orig = record.orig.error if record.orig else None
+    yield None if record.score is not None else record.error or clarified or _NO_REASON
+    yield None if record.orig_score is not None else orig or _NO_REASON
 
 
 def unscored_rates(records: Sequence[Record], rejected: Mapping[str, int] | None = None) -> dict[str, float]:
@@ -50,12 +55,13 @@ def unscored_rates(records: Sequence[Record], rejected: Mapping[str, int] | None
             if error is None:
                 continue
             unscored += 1
-            counts[ROLE_OF_STAGE.get(error.stage, error.stage), _KIND.get(error.kind, error.kind)] += 1
+            if error.stage in ROLE_OF_STAGE and error.kind in _KIND:  # other kinds count in the total only
+                counts[ROLE_OF_STAGE[error.stage], _KIND[error.kind]] += 1
     for role, n in rejected.items():
         counts[role, "rejected"] += 2 * n
     n_arms = 2 * (len(records) + sum(rejected.values()))
     out = {"unscored_rate": (unscored + 2 * sum(rejected.values())) / n_arms if n_arms else float("nan")}
-    roles = [*UNSCORED_ROLES, *sorted({r for r, _ in counts} - set(UNSCORED_ROLES))]
+    roles = [*UNSCORED_ROLES, *sorted({r for r, _ in counts} - set(UNSCORED_ROLES))]  # a rejected role's own name
     for role in roles:
         for kind in UNSCORED_KINDS:
             out[f"unscored_rate_{role}_{kind}"] = counts[role, kind] / n_arms if n_arms else float("nan")
