@@ -333,3 +333,28 @@ def test_the_completion_probe_sends_each_roles_schema_and_keys_on_it() -> None:
     assert probes["judge.model"].params["response_format"]["json_schema"]["name"] == "cts_judge"
     assert len(probes) == 4  # one probe per distinct request: the schemas differ by role
     assert "response_format" not in without["ua.model"].params and without["ua.model"].key != probes["ua.model"].key
+
+
+def test_the_schema_is_part_of_the_cache_key(llm_server, tmp_path: Path) -> None:
+    from tests.llm_server import llm_settings
+
+    llm_server.handler = protocol_reply
+    runtime = LLMRuntime.from_settings(llm_settings(llm_server, tmp_path), tmp_path)
+    spec = {"name": "m", "id": "openai/m", "request": {"structured_output": "json_schema"}}
+
+    def ask(k: int, structured: bool = True) -> list[str]:
+        return asyncio.run(
+            LLMClarifier(runtime.client(spec, "clarifier"), "clarifier", structured=structured).ask(
+                "Tell me about Mercury", k
+            )
+        )
+
+    ask(1), ask(1)  # the same request: one sent, one from the cache
+    assert len(llm_server.requests) == 1
+    ask(1, structured=False)  # the same messages without the schema: another request
+    assert len(llm_server.requests) == 2 and "response_format" not in llm_server.bodies()[-1]
+    ask(2)  # another k: another prompt and another schema
+    assert len(llm_server.requests) == 3 and llm_server.bodies()[-1]["response_format"]["json_schema"]["schema"] == (
+        schemas.questions(2)
+    )
+    runtime.cache.close()
