@@ -840,7 +840,9 @@ def conform(text: str, schema: Mapping[str, Any]) -> str:
 
     A reply already valid stays; a bare value becomes the one property of a one-property object
     (``[...]`` -> ``{"questions": [...]}``, ``unknown`` -> ``{"answer": "unknown"}``); the missing
-    properties of a sequential turn are filled (``stop: false``, ``question: ""``).
+    properties of a sequential turn are filled (``stop: false``, ``question: ""``). A reply that
+    cannot be shaped so (``ok`` to the pre-flight's probe) becomes the schema's smallest instance:
+    a grammar lets nothing else out.
     """
     try:
         data: Any = json.loads(text)
@@ -849,14 +851,26 @@ def conform(text: str, schema: Mapping[str, Any]) -> str:
     if _valid(data, schema):
         return text
     props = schema.get("properties") or {}
+    shaped: Any = None
     if isinstance(data, Mapping) and set(data) <= set(props):
-        filled = {k: data.get(k, False if p.get("type") == "boolean" else "") for k, p in props.items()}
-        return json.dumps(filled, ensure_ascii=False)
-    if len(props) == 1:
-        return json.dumps({next(iter(props)): data}, ensure_ascii=False)
-    if schema.get("type") == "object" and not props:  # JSON mode: a bare value comes back inside an object
-        return json.dumps({"result": data}, ensure_ascii=False)
-    return text
+        shaped = {k: data.get(k, False if p.get("type") == "boolean" else "") for k, p in props.items()}
+    elif len(props) == 1:
+        shaped = {next(iter(props)): data}
+    elif schema.get("type") == "object" and not props:  # JSON mode: a bare value comes back inside an object
+        shaped = {"result": data}
+    return json.dumps(shaped if _valid(shaped, schema) else smallest(schema), ensure_ascii=False)
+
+
+def smallest(schema: Mapping[str, Any]) -> Any:
+    """The smallest instance of ``schema`` (first enum value, empty strings, ``minItems`` items)."""
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object":
+        return {k: smallest(p) for k, p in (schema.get("properties") or {}).items()}
+    if kind == "array":
+        return [smallest(schema.get("items") or {}) for _ in range(int(schema.get("minItems", 0)))]
+    return {"string": "", "boolean": False, "integer": 0, "number": 0}.get(str(kind))
 
 
 def _valid(data: Any, schema: Mapping[str, Any]) -> bool:
