@@ -23,6 +23,18 @@ its documentation says it refuses (the rules and their sources are in ``conf/mod
   ``finishReason``, ``usageMetadata.thoughtsTokenCount``); 2.5 Pro cannot
   turn thinking off (``thinkingBudget`` 128-32768); unknown ``generationConfig`` fields are 400.
 
+Structured output, as each documents it: OpenAI takes ``response_format`` ``json_object`` (the
+messages must say JSON) or ``json_schema`` (a name, and in strict mode an object root whose objects
+all set ``additionalProperties: false`` and require every property, with only the keywords strict
+mode supports); vLLM takes both; DeepSeek, Moonshot and DashScope take ``json_object`` only (the
+messages must say JSON); Anthropic takes ``output_format`` ``{type: json_schema, schema}`` with the
+beta header ``structured-outputs-2025-11-13`` (objects closed, no numeric or length bounds, ``minItems``
+0 or 1); Gemini takes ``responseMimeType: application/json`` with ``responseJsonSchema`` or
+``responseSchema`` (not both); :class:`LlamaCppEmulator` (llama-cpp-python's server) takes
+``response_format`` types ``text`` and ``json_object`` (with an optional ``schema``) and answers 422
+to any other. A reply under a schema is the deterministic model's reply shaped to it, as constrained
+decoding would (:func:`conform`); one that still breaks the schema is kept in ``emulator.violations``.
+
 Replies come from ``handler(openai_style_body) -> text`` (default :func:`llm_fakes.protocol_reply`,
 valid answers to prompts A-E and WebDancer turns), so a whole job runs. Hidden reasoning tokens
 count against the request's cap where the provider counts them: a cap below reasoning + reply
@@ -44,6 +56,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+import jsonschema
 
 from tests.llm_fakes import approx_reply_tokens, protocol_reply
 
@@ -92,6 +106,7 @@ class Emulator:
         self.refusals: list[tuple[int, dict[str, Any]]] = []
         self.answers: list[dict[str, Any]] = []
         self.get_refusals: list[tuple[int, dict[str, Any]]] = []  # GETs (model listings, the pre-flight probe)
+        self.violations: list[tuple[str, str]] = []  # (reply, reason) of replies that break their schema
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(self))
         self._httpd.daemon_threads = True
@@ -130,9 +145,18 @@ class Emulator:
                 (self.refusals if seen.method == "POST" else self.get_refusals).append((refusal.status, refusal.body))
             return refusal.status, refusal.body
 
-    def reply(self, messages: list[dict[str, Any]]) -> str:
-        """The deterministic model's reply to OpenAI-style ``messages``."""
-        return self.handler({"messages": messages})
+    def reply(self, messages: list[dict[str, Any]], schema: Mapping[str, Any] | None = None) -> str:
+        """The deterministic model's reply to OpenAI-style ``messages``, shaped to ``schema`` when one is given."""
+        text = self.handler({"messages": messages})
+        if schema is None:
+            return text
+        shaped = conform(text, schema)
+        try:
+            jsonschema.validate(json.loads(shaped), schema)
+        except (ValueError, jsonschema.ValidationError) as exc:
+            with self._lock:
+                self.violations.append((shaped, str(exc).splitlines()[0]))
+        return shaped
 
     def listing(self, seen: Seen) -> dict[str, Any]:
         raise self.error(404, "not_found", f"no route for GET {seen.path}")
@@ -176,8 +200,59 @@ class OpenAIEmulator(Emulator):
             if not body.get(field):
                 raise self.error(400, "missing_required_parameter", f"Missing required parameter: '{field}'.", field)
         hidden = self.check(body)
-        text, truncated = cut(self.reply(body["messages"]), self.cap(body), hidden)
+        schema = self.check_response_format(body)
+        text, truncated = cut(self.reply(body["messages"], schema), self.cap(body), hidden)
         return self.completion(body, text, hidden, truncated)
+
+    response_formats: tuple[str, ...] = ("text", "json_object", "json_schema")
+    strict_schemas = True
+
+    def check_response_format(self, body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """Refuse a ``response_format`` the provider refuses; return the schema the reply must follow."""
+        value = body.get("response_format")
+        if value is None:
+            return None
+        kind = value.get("type") if isinstance(value, Mapping) else None
+        if kind not in self.response_formats:
+            raise self.error(
+                400,
+                "invalid_value",
+                f"Invalid value: '{kind}'. Supported values are: {', '.join(map(repr, self.response_formats))}.",
+                "response_format.type",
+            )
+        if kind == "json_object":
+            if not any("json" in str(m.get("content") or "").lower() for m in body["messages"]):
+                raise self.error(
+                    400,
+                    "",
+                    "'messages' must contain the word 'json' in some form, to use 'response_format' of type "
+                    "'json_object'.",
+                    "messages",
+                )
+            return {"type": "object"}
+        if kind == "json_schema":
+            return self.check_json_schema(value.get("json_schema") or {})
+        return None
+
+    def check_json_schema(self, spec: Mapping[str, Any]) -> Mapping[str, Any]:
+        name = str(spec.get("name") or "")
+        if not re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", name):
+            raise self.error(
+                400, "invalid_value", "Invalid 'response_format.json_schema.name': must match ^[a-zA-Z0-9_-]{1,64}$."
+            )
+        schema = spec.get("schema")
+        if not isinstance(schema, Mapping):
+            raise self.error(400, "", "Missing required parameter: 'response_format.json_schema.schema'.")
+        if spec.get("strict") and self.strict_schemas:
+            problem = strict_schema_problem(schema)
+            if problem:
+                raise self.error(
+                    400,
+                    "invalid_json_schema",
+                    f"Invalid schema for response_format '{name}': {problem}",
+                    "response_format",
+                )
+        return schema
 
     def authorise(self, seen: Seen) -> None:
         if not seen.headers.get("authorization", "").startswith("Bearer "):
@@ -276,6 +351,7 @@ class VLLMEmulator(OpenAIEmulator):
 
     reasoning_prefixes = ()
     max_model_len = 32768
+    strict_schemas = False  # guided decoding takes any JSON schema
 
     def error(self, status: int, code: str, message: str, param: str | None = None) -> Refusal:
         return Refusal(
@@ -309,6 +385,7 @@ class CompatibleEmulator(OpenAIEmulator):
     """
 
     reasoning_prefixes = ()
+    response_formats = ("text", "json_object")  # JSON mode only: a json_schema is refused
 
     def __init__(
         self,
@@ -409,8 +486,27 @@ class AnthropicEmulator(Emulator):
             if field not in body:
                 raise self.error(400, "invalid_request_error", f"{field}: Field required")
         thinking = self.check(body)
-        text, truncated = cut(self.reply(self.openai_messages(body)), int(body["max_tokens"]), thinking)
+        schema = self.check_output_format(body, seen.headers)
+        text, truncated = cut(self.reply(self.openai_messages(body), schema), int(body["max_tokens"]), thinking)
         return self.message(body, text, thinking, truncated)
+
+    def check_output_format(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> Mapping[str, Any] | None:
+        """Structured outputs (beta): ``output_format`` needs the beta header and a schema Claude can compile."""
+        value = body.get("output_format")
+        if value is None:
+            return None
+        if "structured-outputs-2025-11-13" not in headers.get("anthropic-beta", ""):
+            raise self.error(400, "invalid_request_error", "output_format: Extra inputs are not permitted")
+        if (
+            not isinstance(value, Mapping)
+            or value.get("type") != "json_schema"
+            or not isinstance(value.get("schema"), Mapping)
+        ):
+            raise self.error(400, "invalid_request_error", "output_format: expected {type: json_schema, schema: {...}}")
+        problem = anthropic_schema_problem(value["schema"])
+        if problem:
+            raise self.error(400, "invalid_request_error", f"output_format.schema: {problem}")
+        return value["schema"]
 
     def check(self, body: Mapping[str, Any]) -> int:
         """Refuse what Claude refuses; return the thinking tokens the reply spends."""
@@ -558,8 +654,11 @@ class GeminiEmulator(Emulator):
             raise self.error(400, "INVALID_ARGUMENT", "* GenerateContentRequest.contents: contents is not specified")
         config = body.get("generationConfig") or body.get("generation_config") or {}
         thoughts = self.check(route.group(1), config)
+        schema = self.check_response_schema(config)
         cap = config.get("maxOutputTokens", config.get("max_output_tokens"))
-        text, truncated = cut(self.reply(self.openai_messages(body)), None if cap is None else int(cap), thoughts)
+        text, truncated = cut(
+            self.reply(self.openai_messages(body), schema), None if cap is None else int(cap), thoughts
+        )
         return self.generated(route.group(1), body, text, thoughts, truncated)
 
     def check(self, model: str, config: Mapping[str, Any]) -> int:
@@ -584,6 +683,21 @@ class GeminiEmulator(Emulator):
             if not 128 <= int(budget) <= 32768:
                 raise self.error(400, "INVALID_ARGUMENT", "The thinking budget must be between 128 and 32768.")
         return self.thought_tokens if budget in (None, -1) else min(int(budget), self.thought_tokens)
+
+    def check_response_schema(self, config: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """JSON output: a schema (``responseJsonSchema`` or ``responseSchema``, not both) needs the JSON MIME type."""
+        mime = config.get("responseMimeType", config.get("response_mime_type"))
+        json_schema = config.get("responseJsonSchema", config.get("response_json_schema"))
+        openapi = config.get("responseSchema", config.get("response_schema"))
+        if json_schema is not None and openapi is not None:
+            raise self.error(400, "INVALID_ARGUMENT", "response_schema and response_json_schema cannot both be set.")
+        if (json_schema or openapi) is not None and mime != "application/json":
+            raise self.error(
+                400, "INVALID_ARGUMENT", "response_mime_type must be application/json when a response schema is set."
+            )
+        if json_schema is not None:
+            return json_schema
+        return {"type": "object"} if mime == "application/json" and openapi is None else None
 
     @staticmethod
     def openai_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -618,6 +732,153 @@ class GeminiEmulator(Emulator):
             "modelVersion": model,
             "responseId": uuid.uuid4().hex[:16],
         }
+
+
+class LlamaCppEmulator(OpenAIEmulator):
+    """llama-cpp-python's server: ``response_format`` is ``text`` or ``json_object`` (+ ``schema``), else 422.
+
+    Its request model (``llama_cpp/server/types.py``) types ``response_format`` as
+    ``ChatCompletionRequestResponseFormat``: ``type: Literal["text", "json_object"]``, optional
+    ``schema``; pydantic refuses anything else with FastAPI's 422 body. A schema becomes a grammar,
+    so the reply follows it.
+    """
+
+    reasoning_prefixes = ()
+
+    def authorise(self, seen: Seen) -> None:
+        return None  # started without --api_key
+
+    def error(self, status: int, code: str, message: str, param: str | None = None) -> Refusal:
+        return Refusal(status, {"detail": [{"type": code, "loc": ["body", param or ""], "msg": message}]})
+
+    def check_response_format(self, body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        value = body.get("response_format")
+        if value is None:
+            return None
+        kind = value.get("type") if isinstance(value, Mapping) else None
+        if kind not in ("text", "json_object") or set(value) - {"type", "schema"}:
+            raise self.error(422, "literal_error", "Input should be 'text' or 'json_object'", "response_format")
+        return value.get("schema") or ({"type": "object"} if kind == "json_object" else None)
+
+
+_STRICT_KEYWORDS = frozenset(
+    {
+        "type", "properties", "required", "additionalProperties", "items", "enum", "const", "anyOf", "$ref",
+        "$defs", "definitions", "description", "title", "pattern", "format", "multipleOf", "maximum",
+        "exclusiveMaximum", "minimum", "exclusiveMinimum", "minItems", "maxItems",
+    }
+)  # fmt: skip
+"""Keywords OpenAI's strict mode supports (https://platform.openai.com/docs/guides/structured-outputs)."""
+
+
+def strict_schema_problem(schema: Mapping[str, Any]) -> str:
+    """OpenAI's refusal of a strict schema ("" when it is accepted): an object root, every object closed
+    with every property required, only the supported keywords."""
+    if schema.get("type") != "object" or "anyOf" in schema:
+        return "In context=(), schema must be a JSON Schema of 'type: \"object\"', got 'type: \"{}\"'.".format(
+            schema.get("type")
+        )
+    return _walk(schema, (), _strict_node)
+
+
+def _strict_node(node: Mapping[str, Any], where: tuple[str, ...]) -> str:
+    unknown = sorted(set(node) - _STRICT_KEYWORDS)
+    if unknown:
+        return f"In context={where}, '{unknown[0]}' is not permitted."
+    if node.get("type") == "object":
+        if node.get("additionalProperties") is not False:
+            return f"In context={where}, 'additionalProperties' is required to be supplied and to be false."
+        missing = sorted(set(node.get("properties") or {}) - set(node.get("required") or []))
+        if missing:
+            return f"In context={where}, 'required' is required to be supplied and to be an array including every key in properties. Missing '{missing[0]}'."
+    return ""
+
+
+def anthropic_schema_problem(schema: Mapping[str, Any]) -> str:
+    """Claude's refusal of an ``output_format`` schema ("" when it compiles)."""
+    return _walk(schema, (), _anthropic_node)
+
+
+def _anthropic_node(node: Mapping[str, Any], where: tuple[str, ...]) -> str:
+    for keyword in (
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minLength",
+        "maxLength",
+    ):
+        if keyword in node:
+            return f"For '{node.get('type')}' type, property '{keyword}' is not supported"
+    if node.get("type") == "array" and node.get("minItems", 0) not in (0, 1):
+        return "For 'array' type, 'minItems' values other than 0 or 1 are not supported"
+    if node.get("type") == "array" and node.get("maxItems", 0) > 1:
+        return "For 'array' type, 'maxItems' values above 1 are not supported"
+    if node.get("type") == "object" and node.get("additionalProperties") is not False:
+        return "For 'object' type, 'additionalProperties' must be explicitly set to false"
+    return ""
+
+
+def _walk(node: Any, where: tuple[str, ...], check: Callable[[Mapping[str, Any], tuple[str, ...]], str]) -> str:
+    if not isinstance(node, Mapping):
+        return ""
+    problem = check(node, where)
+    if problem:
+        return problem
+    children = [(("properties", k), v) for k, v in (node.get("properties") or {}).items()]
+    children += [(("items",), node["items"])] if "items" in node else []
+    for path, child in children:
+        problem = _walk(child, (*where, *path), check)
+        if problem:
+            return problem
+    return ""
+
+
+def conform(text: str, schema: Mapping[str, Any]) -> str:
+    """The deterministic model's reply as constrained decoding under ``schema`` would shape it.
+
+    A reply already valid stays; a bare value becomes the one property of a one-property object
+    (``[...]`` -> ``{"questions": [...]}``, ``unknown`` -> ``{"answer": "unknown"}``); the missing
+    properties of a sequential turn are filled (``stop: false``, ``question: ""``). A reply that
+    cannot be shaped so (``ok`` to the pre-flight's probe) becomes the schema's smallest instance:
+    a grammar lets nothing else out.
+    """
+    try:
+        data: Any = json.loads(text)
+    except ValueError:
+        data = text
+    if _valid(data, schema):
+        return text
+    props = schema.get("properties") or {}
+    shaped: Any = None
+    if isinstance(data, Mapping) and set(data) <= set(props):
+        shaped = {k: data.get(k, False if p.get("type") == "boolean" else "") for k, p in props.items()}
+    elif len(props) == 1:
+        shaped = {next(iter(props)): data}
+    elif schema.get("type") == "object" and not props:  # JSON mode: a bare value comes back inside an object
+        shaped = {"result": data}
+    return json.dumps(shaped if _valid(shaped, schema) else smallest(schema), ensure_ascii=False)
+
+
+def smallest(schema: Mapping[str, Any]) -> Any:
+    """The smallest instance of ``schema`` (first enum value, empty strings, ``minItems`` items)."""
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object":
+        return {k: smallest(p) for k, p in (schema.get("properties") or {}).items()}
+    if kind == "array":
+        return [smallest(schema.get("items") or {}) for _ in range(int(schema.get("minItems", 0)))]
+    return {"string": "", "boolean": False, "integer": 0, "number": 0}.get(str(kind))
+
+
+def _valid(data: Any, schema: Mapping[str, Any]) -> bool:
+    try:
+        jsonschema.validate(data, schema)
+    except jsonschema.ValidationError:
+        return False
+    return True
 
 
 def _text_of(content: Any) -> str:

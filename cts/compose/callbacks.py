@@ -151,6 +151,7 @@ class LaunchCallbacks(Callback):
             stop_on_problems,
             task_groups,
         )
+        from cts.compose.request_rules import warn_unapplied_params
 
         end_sweep()  # an earlier sweep of this process (a notebook) is over
         new_launch()  # nothing of an earlier launch is reused: its endpoints are probed again
@@ -161,6 +162,7 @@ class LaunchCallbacks(Callback):
         self._n_jobs = len(jobs)
         check_start(config, jobs)  # values, output places, input files: before any dir or store exists
         stop_on_problems([p for job in jobs for p in preflight_problems_of(job, task_groups(job))])
+        warn_unapplied_params(jobs)  # a response_format the model's request rules drop or reshape
         probe_endpoints(jobs)  # every distinct endpoint of the sweep, once
         probe_completions(jobs)  # one minimal completion per distinct request of the sweep
         from cts.plan import before_launch
@@ -181,12 +183,14 @@ class LaunchCallbacks(Callback):
             probe_endpoints,
             task_groups,
         )
+        from cts.compose.request_rules import warn_unapplied_params
 
         new_launch()
         check_start(config, [config])  # values, output places, input files: before the run dir or store exists
         if config.tracking.instance_traces:
             tracking.start_trace_writer(config.tracking.uri)  # its start-up (~2 s) overlaps the job's
         preflight(config, groups=task_groups(config))
+        warn_unapplied_params([config])
         probe_endpoints([config])  # before the store: a dead endpoint fails fast and creates nothing
         probe_completions([config])
         tracking.prepare_store(config.tracking.uri)

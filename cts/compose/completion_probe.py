@@ -86,6 +86,7 @@ def completion_probes(cfgs: Sequence[DictConfig]) -> list[Probe]:
                 continue
             sent, _ = call_params(cfg, path, spec, paths_of_specs)
             params = {k: v for k, v in sent.items() if k not in CAP_FIELDS}  # the probe's own cap replaces them
+            params.update(role_schema(cfg, path, spec, params))
             key = json.dumps(
                 [route.model, route.api_base, spec.get("params"), spec.get("request"), params],
                 sort_keys=True,
@@ -94,6 +95,35 @@ def completion_probes(cfgs: Sequence[DictConfig]) -> list[Probe]:
             probe, paths = found.setdefault(key, (Probe(spec, params, raw, ()), {}))
             paths[path] = None
     return [Probe(p.spec, p.params, p.settings, tuple(paths), key) for key, (p, paths) in found.items()]
+
+
+def role_schema(cfg: DictConfig, path: str, spec: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``response_format`` of a typical call of the role whose model is at ``path`` ({} when none is sent).
+
+    The role's class says (``example_schema``); a role with ``structured: false``, or a
+    ``response_format`` in its params, sends its own; a model whose request rules send no schema
+    (``structured_output: none``, or JSON mode, which the probe's message does not ask for) gets none.
+    Part of the probe's key: a changed schema is probed again, and one the provider refuses stops the launch.
+    """
+    from hydra.utils import get_object
+
+    from cts.llm import RequestRules, applied_params
+    from cts.roles.schemas import response_format
+
+    parent_path, _, key = path.rpartition(".")
+    parent = resolved(OmegaConf.select(cfg, parent_path, default=None)) if parent_path and key == "model" else None
+    if not isinstance(parent, Mapping) or "response_format" in params or parent.get("structured") is False:
+        return {}
+    try:
+        target = get_object(str(parent.get("_target_")))
+    except (ImportError, AttributeError, ValueError):
+        return {}
+    schema = target.example_schema() if hasattr(target, "example_schema") else None
+    if schema is None:
+        return {}
+    asked = {"response_format": response_format(str(getattr(target, "default_role", key)), schema)}
+    sent = applied_params(RequestRules.coerce(spec.get("request")), asked, None, PROBE_MESSAGES).params
+    return asked if "response_format" in sent else {}
 
 
 def run_probes(probes: Sequence[Probe], cache_dir: Path) -> list[ProbeResult]:

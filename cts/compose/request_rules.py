@@ -20,15 +20,19 @@ the providers whose rules these are are then not called.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import logging
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from cts.compose.model_checks import find_model_specs, resolved
-from cts.llm import RequestRules, rule_violations
+from cts.llm import CAP_FIELDS, RequestRules, applied_params, rule_violations
 
-__all__ = ["SAMPLING_KEYS", "call_params", "rule_problems"]
+log = logging.getLogger(__name__)
+
+__all__ = ["SAMPLING_KEYS", "call_params", "rule_problems", "unapplied_params", "warn_unapplied_params"]
 
 SAMPLING_KEYS: frozenset[str] = frozenset(
     {
@@ -82,6 +86,39 @@ def rule_problems(cfg: DictConfig) -> list[str]:
             where = ", ".join(origin[p] for p in _params_of(what) if p in origin)
             problems.append(f"{path} ({name}): {message} [set in {where}]")
     return problems
+
+
+def unapplied_params(cfg: DictConfig) -> list[str]:
+    """One line per parameter set in ``cfg`` that a model's request rules would not send as asked.
+
+    A ``response_format`` on a model whose file says ``structured_output: none`` is dropped, one with a
+    schema where only JSON mode is documented goes as ``json_object`` (the roles' own schemas are
+    not config: they follow the rules silently, and the request audit shows what went out).
+    """
+    specs = find_model_specs(cfg)
+    lines: list[str] = []
+    for path, node in specs:
+        spec = resolved(node)
+        if not isinstance(spec, Mapping):
+            continue
+        params, origin = call_params(cfg, path, spec, {p for p, _ in specs})
+        changes = applied_params(RequestRules.coerce(spec.get("request")), params, None).changes
+        name = str(spec.get("name") or "?")
+        for change in changes:
+            key = change.split(" ", 1)[0]
+            if key in CAP_FIELDS:  # a cap goes under the provider's name by design (request.cap_param)
+                continue
+            lines.append(f"{path} ({name}): {change} [set in {origin.get(key, key)}]")
+    return lines
+
+
+def warn_unapplied_params(cfgs: Sequence[DictConfig]) -> None:
+    """Warn (on stderr, as the launch's other lines) once per requested parameter the jobs ``cfgs`` would not
+    send as asked; the job's ``run.log`` gets it too."""
+    for line in dict.fromkeys(line for cfg in cfgs for line in unapplied_params(cfg)):
+        message = f"cts: WARNING: a requested parameter is not applied as asked: {line}"
+        print(message, file=sys.stderr, flush=True)
+        log.info("%s", message)
 
 
 def call_params(

@@ -6,10 +6,19 @@ so config checks such as :mod:`cts.compose.model_checks` stay fast.
 
 from cts.core.contracts import Chat, Completion, InFlight
 from cts.llm._adaptive import Adaptive, AdaptiveLimiter, calls_in_flight, priority_scope
+from cts.llm._audit import Audit, RoleRequests, audit_scope
 from cts.llm._calls import CallEvent, route_for
 from cts.llm._client import ChatClient
 from cts.llm._localserver import LocalLLMServer, LocalServerError
-from cts.llm._rules import CAP_FIELDS, RequestRules, rule_violations
+from cts.llm._rules import (
+    CAP_FIELDS,
+    STRUCTURED_OUTPUTS,
+    Applied,
+    RequestRules,
+    applied_params,
+    response_format_kind,
+    rule_violations,
+)
 from cts.llm._runtime import LLMRuntime, settled
 from cts.llm._settings import Backoff, LLMSettings
 from cts.llm._spec import ModelSpec, old_id_key
@@ -18,6 +27,9 @@ from cts.llm.cache import ResponseCache
 from cts.llm.sampling import current_sample, sample_scope
 
 __all__ = [
+    "Audit",
+    "RoleRequests",
+    "audit_scope",
     "Adaptive",
     "AdaptiveLimiter",
     "InFlight",
@@ -28,6 +40,10 @@ __all__ = [
     "CAP_FIELDS",
     "RequestRules",
     "rule_violations",
+    "STRUCTURED_OUTPUTS",
+    "Applied",
+    "applied_params",
+    "response_format_kind",
     "CallEvent",
     "Chat",
     "ChatClient",

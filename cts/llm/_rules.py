@@ -16,16 +16,35 @@ parameters sent on top of the provider's ``defaults``; ``together`` lists parame
 refused in combination (Claude Sonnet 4.5: ``temperature`` and ``top_p``). The output
 cap is never a rejected parameter: :func:`request_params` sends any cap spelling under
 ``cap_param``.
+
+``structured_output`` says how the endpoint takes a JSON schema for the reply
+(:data:`STRUCTURED_OUTPUTS`). A role asks for its reply's shape as OpenAI's
+``response_format`` ``{"type": "json_schema", ...}`` (the form litellm maps to Gemini's
+``responseJsonSchema`` and Anthropic's structured output); :func:`applied_params` sends it as
+the endpoint takes it, or as ``{"type": "json_object"}`` where only JSON mode is documented
+(only when the messages say JSON, which those providers require), or not at all, and says
+what it changed (the request audit, the launch's warnings).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 CAP_FIELDS: tuple[str, ...] = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 """Spellings of an output cap a role or a model file may use; one is sent, under ``cap_param``."""
+
+StructuredOutput = Literal["json_schema", "json_object_schema", "json_object", "none"]
+STRUCTURED_OUTPUTS: tuple[StructuredOutput, ...] = ("json_schema", "json_object_schema", "json_object", "none")
+"""How an endpoint takes a reply schema: ``json_schema`` (OpenAI's Structured Outputs, vLLM, sglang,
+llama.cpp's ``llama-server``; litellm maps it for Gemini and Anthropic), ``json_object_schema``
+(``{"type": "json_object", "schema": ...}``: llama-cpp-python's server, whose ``response_format``
+type is ``text`` or ``json_object``), ``json_object`` (JSON mode without a schema: DeepSeek, Moonshot,
+DashScope), ``none`` (no ``response_format``). ``true`` in a model file means ``json_schema``,
+``false`` ``none``."""
+_JSON_WORD = re.compile(r"json", re.IGNORECASE)
 
 Condition = Mapping[str, Any]
 """Parameter -> value; holds when every listed parameter has that value."""
@@ -63,7 +82,8 @@ class RequestRules:
             (OpenAI's ``max_completion_tokens``, Gemini's ``maxOutputTokens``).
         reasoning_allowance: Tokens added to a role's cap for the model's reasoning when
             ``cap_includes_reasoning`` (so a 64-token answer is not starved by its thinking).
-        structured_output: Whether the endpoint honours a JSON schema in ``response_format``.
+        structured_output: How the endpoint takes a JSON schema for the reply (:data:`STRUCTURED_OUTPUTS`;
+            ``true`` = ``json_schema``, ``false`` = ``none``).
         source: Where the rules are documented (cited in errors).
     """
 
@@ -75,12 +95,16 @@ class RequestRules:
     together: tuple[Together, ...] = ()
     cap_includes_reasoning: bool = False
     reasoning_allowance: int = 0
-    structured_output: bool = False
+    structured_output: StructuredOutput = "none"
     source: str = ""
 
     def __post_init__(self) -> None:
         if self.cap_param not in CAP_FIELDS:
             raise ValueError(f"request.cap_param must be one of {CAP_FIELDS}, got {self.cap_param!r}")
+        mode = _structured_mode(self.structured_output)
+        if mode not in STRUCTURED_OUTPUTS:
+            raise ValueError(f"request.structured_output must be one of {STRUCTURED_OUTPUTS}, got {mode!r}")
+        object.__setattr__(self, "structured_output", mode)
         if self.reasoning_allowance < 0:
             raise ValueError(f"request.reasoning_allowance must be >= 0, got {self.reasoning_allowance}")
         caps = [key for key in [*(self.rejected or {}), *(self.rejected_values or {})] if key in CAP_FIELDS]
@@ -150,19 +174,103 @@ def rule_violations(name: str, model: str, rules: RequestRules, params: Mapping[
     return [f"model {name} ({model}) does not accept `{what}`: {rule}{where}" for what, rule in rules.refused(params)]
 
 
+@dataclass(frozen=True)
+class Applied:
+    """The parameters of one call as sent, and what the rules changed on the way."""
+
+    params: dict[str, Any]
+    changes: tuple[str, ...] = ()
+    """One line per parameter dropped or rewritten (``response_format json_schema -> json_object (...)``)."""
+
+
 def request_params(rules: RequestRules, params: Mapping[str, Any], role_cap: int | None) -> dict[str, Any]:
-    """The parameters of one call: ``params`` with its output cap under ``rules.cap_param``.
+    """The parameters of one call (see :func:`applied_params`; the messages are taken to say JSON)."""
+    return applied_params(rules, params, role_cap).params
+
+
+def applied_params(
+    rules: RequestRules, params: Mapping[str, Any], role_cap: int | None, messages: Sequence[Mapping[str, Any]] = ()
+) -> Applied:
+    """The parameters of one call: ``params`` with its output cap under ``rules.cap_param`` and its
+    ``response_format`` as the endpoint takes it (``rules.structured_output``).
 
     The cap is the smallest of ``role_cap`` (raised by the reasoning allowance where the
     provider counts reasoning against it) and any cap already in ``params``.
+
+    Args:
+        messages: The call's messages; JSON mode (``json_object``) is sent only when they say
+            JSON, as DeepSeek, DashScope and OpenAI require. Empty: taken to say it (a config check).
     """
-    sent = {k: v for k, v in params.items() if k not in CAP_FIELDS}
+    sent = {k: v for k, v in params.items() if k not in CAP_FIELDS and k != "response_format"}
     caps = [int(v) for k, v in params.items() if k in CAP_FIELDS and v is not None]
     if role_cap is not None:
         caps.append(rules.cap_for(int(role_cap)))
     if caps:
         sent[rules.cap_param] = min(caps)
-    return sent
+    changes = [f"{k} -> {rules.cap_param}" for k in params if k in CAP_FIELDS and k != rules.cap_param]
+    wanted = params.get("response_format")
+    if wanted is not None:
+        says_json = not messages or any(_JSON_WORD.search(str(m.get("content") or "")) for m in messages)
+        shaped, change = shaped_response_format(rules.structured_output, wanted, says_json)
+        if shaped is not None:
+            sent["response_format"] = shaped
+        changes += [change] if change else []
+    return Applied(sent, tuple(changes))
+
+
+def response_format_kind(value: Any) -> str:
+    """``json_schema``, ``json_object_schema``, ``json_object``, ``text`` (or ``?``) of a ``response_format``."""
+    kind = str(value.get("type")) if isinstance(value, Mapping) else "?"
+    return "json_object_schema" if kind == "json_object" and isinstance(value, Mapping) and "schema" in value else kind
+
+
+def shaped_response_format(
+    mode: StructuredOutput, value: Any, says_json: bool = True
+) -> tuple[dict[str, Any] | None, str]:
+    """``value`` (a ``response_format``) as an endpoint of ``mode`` takes it, and the change made ("" if none).
+
+    A schema (OpenAI's ``json_schema`` form, or llama-cpp-python's ``json_object`` with ``schema``)
+    is sent in the endpoint's form; where the endpoint takes JSON mode only, as ``json_object``
+    when the messages say JSON (else nothing: those providers refuse it); nothing where it takes none.
+    """
+    kind = response_format_kind(value)
+    if kind == "?":
+        return None, f"response_format dropped: not a mapping with a type ({value!r})"
+    schema = _schema_of(value)
+    if mode == "none":
+        return None, f"response_format {kind} dropped (request.structured_output: none)"
+    if kind == "text":
+        return dict(value), ""
+    if schema is not None and mode == "json_schema":
+        if kind == "json_schema":
+            return dict(value), ""
+        shaped = {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema, "strict": True}}
+        return shaped, f"response_format {kind} -> json_schema"
+    if schema is not None and mode == "json_object_schema":
+        change = "" if kind == "json_object_schema" else f"response_format {kind} -> json_object_schema"
+        return {"type": "json_object", "schema": schema}, change
+    if not says_json:
+        return None, f"response_format {kind} dropped: JSON mode needs the word JSON in the messages"
+    change = (
+        "" if kind == "json_object" else f"response_format {kind} -> json_object (request.structured_output: {mode})"
+    )
+    return {"type": "json_object"}, change
+
+
+def _schema_of(value: Mapping[str, Any]) -> dict[str, Any] | None:
+    if isinstance(value.get("schema"), Mapping):
+        return dict(value["schema"])
+    inner = value.get("json_schema")
+    if isinstance(inner, Mapping) and isinstance(inner.get("schema"), Mapping):
+        return dict(inner["schema"])
+    return None
+
+
+def _structured_mode(value: Any) -> Any:
+    """``true``/``false`` of older model files as the mode they meant."""
+    if isinstance(value, bool) or value is None:
+        return "json_schema" if value else "none"
+    return value
 
 
 def _same(actual: Any, expected: Any) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 from cts.core.contracts import Completion, Route
 from cts.core.types import CallError, CircuitOpen, SpendLimitReached
 from cts.llm._adaptive import AdaptiveLimiter, LimiterSnapshot
+from cts.llm._audit import note_call, note_wire
 from cts.llm._breaker import CircuitBreaker
 from cts.llm._calls import (
     IN_FLIGHT,
@@ -31,7 +32,7 @@ from cts.llm._lite import litellm_module
 from cts.llm._pricing import Prices, register_prices, route_prices
 from cts.llm._rejections import REJECTED_KINDS, Rejections
 from cts.llm._retry import classify, retrying, said
-from cts.llm._rules import request_params
+from cts.llm._rules import applied_params
 from cts.llm._settings import LLMSettings
 from cts.llm._singleflight import SingleFlight
 from cts.llm._spec import ModelSpec
@@ -145,14 +146,10 @@ class LLMRuntime:
     ) -> Completion:
         start = time.perf_counter()
         spec = client.spec
-        call = PendingCall(
-            client,
-            route_for(spec, self.settings),
-            messages,
-            request_params(spec.request, sampled_params({**spec.params, **params}), max_output_tokens),
-            version,
-            time.time(),
-        )
+        requested = sampled_params({**spec.params, **params})
+        applied = applied_params(spec.request, requested, max_output_tokens, messages)
+        call = PendingCall(client, route_for(spec, self.settings), messages, applied.params, version, time.time())
+        note_call(client.role, call.route.model, call.route.api_base, requested, call.params, applied.changes)
         key = self.cache.key(
             salted(  # the repeat index, past repeat 0 (cts.llm.sampling)
                 {
@@ -258,6 +255,7 @@ class LLMRuntime:
         async with self._endpoints.limiter(route, self.settings).slot(retry=call.requests > 0):
             self.breaker.check(route.endpoint)  # it may have opened while this call waited
             call.requests += 1
+            bodies: list[dict[str, Any]] = []  # the body as the provider got it (the request audit)
             try:
                 send = self._sender.send(
                     route.model,
@@ -267,11 +265,15 @@ class LLMRuntime:
                     timeout,
                     prices,
                     call.params,
+                    bodies.append,
                 )
                 response = await self._paid(call, prices, send)
             except Exception as exc:
                 self.breaker.failure(route.endpoint, classify(exc).kind, f"{type(exc).__name__}: {said(exc, timeout)}")
                 raise
+            finally:
+                if bodies:
+                    note_wire(call.client.role, bodies[0])
         self.breaker.success(route.endpoint)
         return response
 

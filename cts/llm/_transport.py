@@ -28,7 +28,7 @@ import asyncio
 import json
 import re
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
 from typing import Any, Literal
 
@@ -65,13 +65,22 @@ class Sender:
         timeout: float,
         prices: tuple[float, float],
         params: dict[str, Any],
+        on_body: Callable[[dict[str, Any]], None] | None = None,
     ) -> Any:
-        """One request without retries; returns an OpenAI-style response object."""
+        """One request without retries; returns an OpenAI-style response object.
+
+        Args:
+            on_body: Called with the request body as the provider receives it (the request audit):
+                the JSON posted, or the body litellm built for the provider's API.
+        """
         if self.transport == "openai" and openai_compatible(model, api_base):
             import aiohttp
 
             session, url = await self._client(api_base or "", api_key or "")
-            body = json.dumps({"model": model.split("/", 1)[1], "messages": messages, **params}, ensure_ascii=False)
+            payload = {"model": model.split("/", 1)[1], "messages": messages, **params}
+            if on_body is not None:
+                on_body(payload)
+            body = json.dumps(payload, ensure_ascii=False)
             async with session.post(
                 url, data=body.encode(), timeout=aiohttp.ClientTimeout(total=timeout), headers=_JSON
             ) as raw:
@@ -90,6 +99,7 @@ class Sender:
             # per-call prices spare litellm a price-table search (~1 ms CPU per call)
             input_cost_per_token=prices[0],
             output_cost_per_token=prices[1],
+            **({"logger_fn": _provider_body(on_body)} if on_body is not None else {}),
             **params,
         )
 
@@ -118,6 +128,19 @@ class Sender:
 _JSON = {"Content-Type": "application/json"}
 _KEEPALIVE_S = 30.0
 """Seconds an idle connection stays pooled (hosted APIs close theirs after about a minute)."""
+
+
+def _provider_body(on_body: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    """litellm's ``logger_fn``: hands on the body of its first log event that carries one (the pre-call's)."""
+    seen: list[bool] = []
+
+    def log(details: dict[str, Any]) -> None:
+        body = (details.get("additional_args") or {}).get("complete_input_dict")
+        if isinstance(body, dict) and not seen:
+            seen.append(True)
+            on_body(body)
+
+    return log
 
 
 class HTTPStatusError(Exception):

@@ -25,6 +25,7 @@ from cts._util.interrupt import recorded_sweep
 from cts.core.records import Record
 from cts.core.types import CallError, CircuitOpen, RequestRejected, SpendLimitReached
 from cts.protocol.job_files import INFRA_FILE, RECORDS_FILE
+from cts.protocol.unscored import mostly_unscored_note
 
 INCOMPLETE_STOPS = frozenset({"infra", "circuit_open", "request_rejected"})
 
@@ -127,6 +128,9 @@ def finish(outcome: Outcome, records: Sequence[Record], job_dir: Path, resume: s
     warning = all_unscored_warning(records)
     if warning:
         print(warning, file=sys.stderr, flush=True)
+    note = mostly_unscored_note(records)
+    if note:
+        print(note, file=sys.stderr, flush=True)
     if not outcome.incomplete:
         return
     # Printed here because a multirun re-raises only its first failed job's exception.

@@ -13,7 +13,7 @@ from typing import Any
 
 from cts.core.contracts import Progress
 from cts.core.records import Record
-from cts.core.types import CircuitOpen, Gold, Instance, SpendLimitReached
+from cts.core.types import CircuitOpen, Gold, Instance, RequestRejected, SpendLimitReached
 from cts.llm import calls_in_flight
 from cts.protocol.job_files import JobSink
 
@@ -81,7 +81,8 @@ async def drain(
         return e.kind
     except CircuitOpen as e:  # an open breaker, or a request the provider rejects (RequestRejected)
         log.error("%s, stopping cleanly (finished records kept): %s", e.kind, e)
-        sink.write_failure({"id": None, "stage": "", "kind": e.kind, "message": str(e), "endpoint": e.endpoint})
+        failure = {"id": None, "stage": "", "kind": e.kind, "message": str(e), "endpoint": e.endpoint}
+        sink.write_failure({**failure, **({"role": e.role} if isinstance(e, RequestRejected) else {})})
         return e.kind
     return "infra" if sink.n_infra else "done"
 

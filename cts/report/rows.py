@@ -12,6 +12,7 @@ import pandas as pd
 
 from cts.protocol.diagnostics import diagnostics
 from cts.protocol.repeats import instance_means
+from cts.protocol.unscored import unscored_rates
 from cts.report.jobs import NO_MODE, ORIG, Job
 from cts.stats.bootstrap import mean_ci
 from cts.stats.compare import Comparison, PValueTest, paired_comparison
@@ -168,6 +169,7 @@ def diagnostic_rows(jobs: Sequence[Job]) -> pd.DataFrame:
             "mode": j.mode,
             **interaction_metrics(list(j.records), j.k),
             **diagnostics(j.records),
+            **unscored_rates(j.records),
         }
         for j in jobs
         if not j.is_orig

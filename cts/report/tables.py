@@ -220,6 +220,23 @@ def range_table(turns: pd.DataFrame) -> Table:
     )
 
 
+def unscored_table(diag: pd.DataFrame) -> Table:
+    """Unscored scores per role and kind: the share of each job's arms (clarified and orig) lost that way.
+
+    Only the (role, kind) columns some job has are shown; a sweep with none shows the total alone.
+    """
+    found = [c for c in diag.columns if c.startswith("unscored_rate_") and (diag[c].fillna(0) > 0).any()]
+    cols = {"unscored_rate": "unscored", **{c: c.removeprefix("unscored_rate_") for c in found}}
+    return _rate_table(
+        "unscored",
+        "Unscored rate per role and kind: share of the clarified and orig scores of each job that are missing "
+        "because that role's reply was invalid after the re-asks (invalid_output), cut at its output cap "
+        "(truncated) or refused by the provider (rejected).",
+        diag,
+        cols,
+    )
+
+
 def build_tables(scores: pd.DataFrame, diag: pd.DataFrame, confidence: float) -> list[Table]:
     """Every table of the report from :func:`score_rows` and :func:`diagnostic_rows`.
 
@@ -256,6 +273,7 @@ def build_tables(scores: pd.DataFrame, diag: pd.DataFrame, confidence: float) ->
             diag,
             qtype_cols,
         ),
+        unscored_table(diag),
     ]
 
 

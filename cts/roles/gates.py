@@ -17,6 +17,7 @@ from cts.core.contracts import Decision, Gate, OutcomeGate
 from cts.core.records import Record
 from cts.corpus.wiki import Corpus
 from cts.llm import Chat
+from cts.roles import schemas
 from cts.roles.llm import _LLMRole
 from cts.roles.parse import load_json
 from cts.roles.reask import DEFAULT_MAX_REASKS, InvalidOutput
@@ -164,6 +165,11 @@ class LLMGate(_LLMRole):
     default_role = "gate"
     default_cap = 128  # {"ask": ..., "confidence": ...}
 
+    @classmethod
+    def example_schema(cls) -> Mapping[str, Any]:
+        """The gate's schema (the same for every call)."""
+        return schemas.decision()
+
     def __init__(
         self,
         model: Chat,
@@ -174,6 +180,7 @@ class LLMGate(_LLMRole):
         prompts_dir: str | None = None,
         params: Mapping[str, Any] | None = None,
         max_output_tokens: int | None = None,
+        structured: bool | None = None,
     ) -> None:
         # Explicit parameters: the pre-flight names a misspelt key by the signature.
         super().__init__(
@@ -184,12 +191,13 @@ class LLMGate(_LLMRole):
             prompts_dir=prompts_dir,
             params=params,
             max_output_tokens=max_output_tokens,
+            structured=structured,
         )
         self.min_confidence = min_confidence
 
     async def decide(self, blurred_query: str) -> Decision:
         """Ask the model; a low-confidence ask becomes don't-ask."""
-        d = await self._ask(parse_decision, blurred_query=blurred_query)
+        d = await self._ask(parse_decision, schema=schemas.decision(), blurred_query=blurred_query)
         return Decision(d.ask and d.confidence >= self.min_confidence, d.confidence)
 
 

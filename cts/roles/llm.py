@@ -8,6 +8,11 @@ correction is appended to the conversation) at most ``max_reasks`` times; then
 the role raises :class:`cts.core.types.UnscoredError`, and the item is recorded as
 unscored, never as 0.
 
+Each role asks for its reply's shape as a JSON schema (:mod:`cts.roles.schemas`); the model's
+request rules send it where the endpoint honours one (``request.structured_output``), and the
+parsers read both the shaped and the plain replies. ``structured=false`` on a role, or a
+``response_format`` in its ``params``, replaces the role's own schema.
+
 Signatures follow :mod:`cts.core.types`: the Clarifier and Rewriter take no
 ``fused_query``, so the hidden intent cannot reach them.
 
@@ -26,6 +31,7 @@ from cts._util.prompts import Prompt, load_prompt
 from cts.core.contracts import ClarifyMode
 from cts.core.types import QA, Evidence, GoldDraft, Label, Nugget, UnscoredError
 from cts.llm import Chat
+from cts.roles import schemas
 from cts.roles.parse import (
     STOP_ALLOWED,
     STOP_FORBIDDEN,
@@ -52,6 +58,14 @@ class _LLMRole:
     default_role: ClassVar[str]
     default_cap: ClassVar[int]
     """Output tokens the role's reply needs, with room to spare (``max_output_tokens`` overrides)."""
+    default_structured: ClassVar[bool] = True
+    """Whether the role sends its reply's schema by default (``structured`` overrides)."""
+
+    @classmethod
+    def example_schema(cls) -> Mapping[str, Any] | None:
+        """The schema of one typical call (the completion pre-flight sends it: a schema the provider refuses
+        stops the launch, not the job)."""
+        return None
 
     def __init__(
         self,
@@ -62,6 +76,7 @@ class _LLMRole:
         prompts_dir: str | None = None,
         params: Mapping[str, Any] | None = None,
         max_output_tokens: int | None = None,
+        structured: bool | None = None,
     ) -> None:
         """Bind a prompt and a model.
 
@@ -82,8 +97,21 @@ class _LLMRole:
         self.max_reasks = max_reasks
         self.params = dict(params or {})
         self.max_output_tokens = self.default_cap if max_output_tokens is None else int(max_output_tokens)
+        self.structured = self.default_structured if structured is None else bool(structured)
 
-    async def _ask(self, parse: Callable[[str], T], prompt: Prompt | None = None, **values: Any) -> T:
+    def request_params(self, schema: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The role's params, with ``response_format`` asking for ``schema`` (unless off or set in ``params``)."""
+        if schema is None or not self.structured or "response_format" in self.params:
+            return dict(self.params)
+        return {**self.params, "response_format": schemas.response_format(self.role, schema)}
+
+    async def _ask(
+        self,
+        parse: Callable[[str], T],
+        prompt: Prompt | None = None,
+        schema: Mapping[str, Any] | None = None,
+        **values: Any,
+    ) -> T:
         prompt = prompt or self.prompt
         try:
             return await ask_until_valid(
@@ -92,7 +120,7 @@ class _LLMRole:
                 parse,
                 max_reasks=self.max_reasks,
                 prompt_version=prompt.version,
-                params=self.params,
+                params=self.request_params(schema),
                 max_output_tokens=self.max_output_tokens,
             )
         except Truncated as exc:
@@ -114,6 +142,11 @@ class LLMClarifier(_LLMRole):
     default_role = "clarifier"
     default_cap = 512  # k <= 3 questions as a JSON array
 
+    @classmethod
+    def example_schema(cls) -> Mapping[str, Any]:
+        """``questions`` of a typical call."""
+        return schemas.questions(1)
+
     def __init__(
         self,
         model: Chat,
@@ -126,6 +159,7 @@ class LLMClarifier(_LLMRole):
         prompts_dir: str | None = None,
         params: Mapping[str, Any] | None = None,
         max_output_tokens: int | None = None,
+        structured: bool | None = None,
     ) -> None:
         # Explicit parameters (no **kwargs): the pre-flight names a misspelt key by the signature.
         super().__init__(
@@ -136,6 +170,7 @@ class LLMClarifier(_LLMRole):
             prompts_dir=prompts_dir,
             params=params,
             max_output_tokens=max_output_tokens,
+            structured=structured,
         )
         if mode not in ("batch", "sequential"):
             raise ValueError(f"mode must be batch or sequential, got {mode!r}")
@@ -155,6 +190,7 @@ class LLMClarifier(_LLMRole):
         return await self._ask(
             lambda text: parse_turn(text, asked, self.stop_early),
             self.turn_prompt,
+            schemas.turn(self.stop_early),
             blurred_query=blurred_query,
             qa_pairs=earlier,
             turn=len(qa) + 1,
@@ -166,7 +202,9 @@ class LLMClarifier(_LLMRole):
         """Return exactly ``k`` distinct clarification questions about ``blurred_query``."""
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
-        return await self._ask(lambda text: parse_questions(text, k), blurred_query=blurred_query, k=k)
+        return await self._ask(
+            lambda text: parse_questions(text, k), schema=schemas.questions(k), blurred_query=blurred_query, k=k
+        )
 
 
 class LLMUserAnswerer(_LLMRole):
@@ -175,9 +213,14 @@ class LLMUserAnswerer(_LLMRole):
     default_role = "ua"
     default_cap = 128  # a minimal answer or `unknown`
 
+    @classmethod
+    def example_schema(cls) -> Mapping[str, Any]:
+        """``answer`` of a typical call."""
+        return schemas.answer()
+
     async def answer(self, fused_query: str, question: str) -> str:
         """Return a minimal answer stated in ``fused_query``, or ``unknown``."""
-        return await self._ask(normalise_answer, fused_query=fused_query, question=question)
+        return await self._ask(normalise_answer, schema=schemas.answer(), fused_query=fused_query, question=question)
 
 
 class LLMRewriter(_LLMRole):
@@ -186,12 +229,17 @@ class LLMRewriter(_LLMRole):
     default_role = "rewriter"
     default_cap = 256  # one query
 
+    @classmethod
+    def example_schema(cls) -> Mapping[str, Any]:
+        """``query`` of a typical call."""
+        return schemas.query()
+
     async def rewrite(self, blurred_query: str, qa: Sequence[QA]) -> str:
         """Return the rewritten query (the blurred query itself when there are no pairs)."""
         if not qa:
             return blurred_query
         pairs = "\n".join(f"Q{i}: {p.question}\nA{i}: {p.answer}" for i, p in enumerate(qa, 1))
-        return await self._ask(parse_query, blurred_query=blurred_query, qa_pairs=pairs)
+        return await self._ask(parse_query, schema=schemas.query(), blurred_query=blurred_query, qa_pairs=pairs)
 
 
 class LLMJudge(_LLMRole):
@@ -200,13 +248,20 @@ class LLMJudge(_LLMRole):
     default_role = "judge"
     default_cap = 1024  # one label per nugget, as JSON
 
+    @classmethod
+    def example_schema(cls) -> Mapping[str, Any]:
+        """``labels`` of a typical call."""
+        return schemas.labels(["n1"])
+
     async def judge(self, answer: str, nuggets: Sequence[Nugget]) -> dict[str, Label]:
         """Return one label per nugget id."""
         if not nuggets:
             return {}
         ids = [n.id for n in nuggets]
         listing = "\n".join(f"{n.id}: {n.text}" for n in nuggets)
-        return await self._ask(lambda text: parse_nugget_labels(text, ids), answer=answer, nuggets=listing)
+        return await self._ask(
+            lambda text: parse_nugget_labels(text, ids), schema=schemas.labels(ids), answer=answer, nuggets=listing
+        )
 
 
 class LLMExtractor(_LLMRole):
@@ -215,12 +270,18 @@ class LLMExtractor(_LLMRole):
     default_role = "extractor"
     default_cap = 4096  # the GOLD JSON: weighted nuggets with evidence ids
 
+    @classmethod
+    def example_schema(cls) -> Mapping[str, Any]:
+        """``gold`` of a typical call."""
+        return schemas.gold(["e1"])
+
     async def extract(self, fused_query: str, answer: str, evidence: Sequence[Evidence]) -> GoldDraft:
         """Return a GOLD draft whose nuggets cite only ids of ``evidence``."""
         listing = "\n\n".join(f"[{e.id}] {e.title} ({e.source})\n{e.snippet}" for e in evidence)
         ids = [e.id for e in evidence]
         return await self._ask(
             lambda text: parse_gold(text, ids),
+            schema=schemas.gold(ids),
             fused_query=fused_query,
             answer=answer,
             evidence=listing or "(none)",

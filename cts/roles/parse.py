@@ -114,9 +114,24 @@ def parse_turn(text: str, asked: Sequence[str], may_stop: bool) -> str | None:
     return question
 
 
+def unwrapped(text: str, key: str) -> str:
+    """The string under ``key`` of a reply shaped ``{"<key>": "..."}`` (the role's schema), else ``text``.
+
+    Raises:
+        InvalidOutput: The reply is a JSON object without that string (or cut off inside it).
+    """
+    body = _strip_reply(text)
+    if not body.startswith("{"):
+        return text
+    data = load_json(body)
+    if not isinstance(data, dict) or not isinstance(data.get(key), str):
+        raise InvalidOutput(f'expected {{"{key}": "..."}} or the {key} alone')
+    return data[key]
+
+
 def normalise_answer(text: str) -> str:
-    """The User Answerer's reply as a minimal answer or the token ``unknown``."""
-    lines = [line for line in _strip_reply(text).splitlines() if line.strip()]
+    """The User Answerer's reply (plain, or ``{"answer": ...}``) as a minimal answer or the token ``unknown``."""
+    lines = [line for line in _strip_reply(unwrapped(text, "answer")).splitlines() if line.strip()]
     if not lines:
         raise InvalidOutput("the answer is empty")
     answer = _UNQUOTED.sub("", _PREFIX.sub("", _UNQUOTED.sub("", lines[0])))
@@ -126,8 +141,8 @@ def normalise_answer(text: str) -> str:
 
 
 def parse_query(text: str) -> str:
-    """One rewritten query on a single line."""
-    lines = [line.strip() for line in _strip_reply(text).splitlines() if line.strip()]
+    """One rewritten query on a single line (plain, or ``{"query": ...}``)."""
+    lines = [line.strip() for line in _strip_reply(unwrapped(text, "query")).splitlines() if line.strip()]
     if len(lines) != 1:
         raise InvalidOutput(f"expected the query alone on one line, got {len(lines)} lines")
     query = _UNQUOTED.sub("", _PREFIX.sub("", lines[0]))

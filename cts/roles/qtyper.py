@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import logging
 import re
+from typing import Any
 
 from cts.llm import Chat
+from cts.roles import schemas
 from cts.roles.reask import DEFAULT_MAX_REASKS, InvalidOutput, ask_until_valid
 from cts.text.qtypes import QTYPES, classify_question, normalize_types
 
@@ -43,6 +45,7 @@ class LLMQuestionTyper:
         max_reasks: int = DEFAULT_MAX_REASKS,
         prompts_dir: str | None = None,
         max_output_tokens: int = 64,
+        structured: bool = True,
     ) -> None:
         """Args:
         model: Chat client of the model (built from a ``conf/model`` entry by the composition layer).
@@ -50,6 +53,7 @@ class LLMQuestionTyper:
         max_reasks: Re-asks after invalid output (unset in the config: ``services.llm.max_reasks``).
         prompts_dir: Directory of prompt files (None = the repository's ``prompts/``).
         max_output_tokens: Output cap (a JSON array of a few labels); a cut reply falls back too.
+        structured: Send the reply's JSON schema (``{"types": [...]}``) where the model honours one.
         """
         from cts._util.prompts import PromptError, load_prompt
 
@@ -59,6 +63,15 @@ class LLMQuestionTyper:
         self.client = model.with_role("qtyper")
         self.max_reasks = int(max_reasks)
         self.max_output_tokens = int(max_output_tokens)
+        shape = schemas.response_format("qtyper", schemas.question_types())
+        self.params = {"response_format": shape} if structured else {}
+
+    default_role = "qtyper"
+
+    @classmethod
+    def example_schema(cls) -> dict[str, Any]:
+        """The typer's schema (the same for every call)."""
+        return schemas.question_types()
 
     async def classify(self, question: str) -> tuple[str, ...]:
         """Return the model's labels for ``question`` (lexicon labels after invalid output)."""
@@ -69,6 +82,7 @@ class LLMQuestionTyper:
                 _checked_types,
                 max_reasks=self.max_reasks,
                 prompt_version=self.prompt.version,
+                params=self.params,
                 reask=lambda _reason: _REASK,
                 max_output_tokens=self.max_output_tokens,
             )
@@ -88,7 +102,8 @@ def parse_question_types(text: str) -> tuple[str, ...] | None:
     """Parse a model reply into canonical types, or None when it is not a valid label list.
 
     Accepts a JSON array (possibly inside a code fence or surrounded by prose), or
-    a JSON object with a ``types`` / ``labels`` array.
+    a JSON object with a ``types`` / ``labels`` array (the role's schema asks for ``types``)
+    or with one key only (JSON mode wraps the array the prompt asks for in an object).
     """
     from json_repair import repair_json
 
@@ -100,7 +115,7 @@ def parse_question_types(text: str) -> tuple[str, ...] | None:
     except (ValueError, TypeError):
         return None
     if isinstance(value, dict):
-        value = value.get("types", value.get("labels"))
+        value = value.get("types", value.get("labels", next(iter(value.values())) if len(value) == 1 else None))
     if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
         return None
     try:

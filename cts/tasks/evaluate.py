@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -11,10 +12,11 @@ from typing import Any
 
 from cts import tracking
 from cts._util.interrupt import interruptible_job
+from cts._util.io import atomic_write_text
 from cts.core.records import Record, read_records
 from cts.data.clusters import ci_summary, dataset_clusters
 from cts.data.jsonl import Dataset, dataset_metrics, select_instances
-from cts.llm import usage_scope
+from cts.llm import audit_scope, usage_scope
 from cts.protocol.design import PLAIN, Design
 from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE, trace_lines
 from cts.protocol.metrics import metric_view, summarize
@@ -27,6 +29,7 @@ from cts.protocol.spend import (
     stop_note,
     within_spend_limit,
 )
+from cts.protocol.unscored import rejected_by_role, unscored_line, unscored_rates
 from cts.sweep import orig_share_for, sweep_progress
 from cts.tasks.job import (
     RunInfo,
@@ -190,23 +193,26 @@ def evaluate_task(
     instances = select_instances(dataset, limit)
     n_runs = len(instances) * protocol.design.repeats  # one record per (instance, repeat)
     tracer = instance_tracer(run)
+    audits: list[Mapping[str, Any]] = []  # the request audit of the job's calls (cts.llm.audit_scope)
 
-    def job() -> Any:
-        return run_instances(
-            instances,
-            dataset.gold,
-            roles,
-            k=k,
-            out_dir=ctx.job_dir,
-            concurrency=concurrency,
-            usage_scope=usage_scope,
-            models=models,
-            keep=metric_view,
-            on_instance=tracer,
-            progress=sweep_progress() or True,
-            orig_share=orig_share_for(orig_parts),
-            design=protocol.design,
-        )
+    async def job() -> Any:
+        with audit_scope() as audit:
+            audits.append(audit)
+            return await run_instances(
+                instances,
+                dataset.gold,
+                roles,
+                k=k,
+                out_dir=ctx.job_dir,
+                concurrency=concurrency,
+                usage_scope=usage_scope,
+                models=models,
+                keep=metric_view,
+                on_instance=tracer,
+                progress=sweep_progress() or True,
+                orig_share=orig_share_for(orig_parts),
+                design=protocol.design,
+            )
 
     # In a sweep the instances start before the job's MLflow run is set up (their traces wait for it),
     # unless the store already failed another job.
@@ -248,8 +254,13 @@ def evaluate_task(
             **planned,
         }
         ci = ci_summary(getattr(dataset, "cluster_field", None), clusters, [r.id for r in records])
-        log_job_outputs(run, k, metrics, run_id, stop, ci)
+        unscored = unscored_rates(records, rejected_by_role(ended.failures, ended.n_total - ended.n_done))
+        log_job_outputs(run, k, metrics, run_id, stop, {**ci, "unscored": unscored})
+        tracking.log_metrics(unscored)  # beside the job's metrics, outside summary.json's (pinned by the digests)
+        log_request_audit(ctx.job_dir, audits)
         print_metrics(ctx.run_name, metrics)
+        if line := unscored_line(unscored):
+            print(line, flush=True)
         if note := stop_note(stop, metrics):
             print(note, flush=True)
         finish(ended, records, ctx.job_dir, resume.command, multirun=resume.multirun)  # incomplete: run FAILED
@@ -267,6 +278,16 @@ def log_job_outputs(
     tracking.set_tags({f"cts.prompt.{n}": v for n, v in prompt_versions().items()})
     tracking.log_artifacts([job_dir / RECORDS_FILE, job_dir / TRACES_FILE, summary, job_dir / "config.yaml"])
     tracking.log_artifacts(prompt_files(), artifact_path="prompts")
+
+
+def log_request_audit(job_dir: Path, audits: Sequence[Mapping[str, Any]]) -> None:
+    """Write the job's request audit (per role, what its requests carried) and log it with one tag per role."""
+    audit = {role: entry.as_json() for found in audits for role, entry in found.items()}
+    if not audit:
+        return
+    path = job_dir / tracking.REQUEST_AUDIT_FILE
+    atomic_write_text(path, json.dumps(audit, indent=1, ensure_ascii=False, sort_keys=True, default=str) + "\n")
+    tracking.log_request_audit(path, audit)
 
 
 def count_done(job_dir: Path, instances: Sequence[Any], repeats: int = 1) -> int:

@@ -25,6 +25,7 @@ from cts._util.versions import package_versions
 from cts.tracking._assessments import Assessed, log_assessments, trace_ids_of_runs
 from cts.tracking._datasets import dataset_digest, dataset_rows, log_dataset_input
 from cts.tracking._instance import InstanceTraces, log_instance_trace
+from cts.tracking._requests import REQUEST_AUDIT_FILE, log_request_audit, request_tag
 from cts.tracking._store import (
     TrackingStoreError,
     broken_store_message,
@@ -42,6 +43,9 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "RECORDS_TABLE",
+    "REQUEST_AUDIT_FILE",
+    "log_request_audit",
+    "request_tag",
     "Assessed",
     "InstanceTraces",
     "TrackingStoreError",

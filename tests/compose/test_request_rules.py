@@ -185,3 +185,28 @@ def test_an_output_cap_is_never_a_rejected_parameter_but_renamed() -> None:
     )
     assert request_params(rules, {"max_tokens": 50, "x": 1}, None) == {"x": 1, "max_completion_tokens": 50}
     assert request_params(rules, {"max_tokens": 500}, 64) == {"max_completion_tokens": 164}
+
+
+def test_a_requested_response_format_the_rules_drop_is_named_at_launch(capsys: pytest.CaptureFixture[str]) -> None:
+    from cts.compose.request_rules import unapplied_params, warn_unapplied_params
+
+    overrides = ["clarifier=ernie", "judge=deepseek", "+clarifier.params={response_format: {type: json_object}}"]
+    overrides.append(
+        "+judge.params={response_format: {type: json_schema, json_schema: {name: j, schema: {type: object}}}}"
+    )
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    lines = unapplied_params(cfg)
+    assert lines == [
+        "clarifier.model (ernie): response_format json_object dropped (request.structured_output: none) "
+        "[set in clarifier.params.response_format]",
+        "judge.model (deepseek): response_format json_schema -> json_object (request.structured_output: json_object) "
+        "[set in judge.params.response_format]",
+    ]
+    warn_unapplied_params([cfg, cfg])
+    printed = capsys.readouterr().err.splitlines()
+    assert [p.split("as asked: ", 1)[1] for p in printed] == lines  # once each, however many jobs
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        assert (
+            unapplied_params(compose("config", overrides=["clarifier=gpt"])) == []
+        )  # the roles' own schemas are not config

@@ -304,6 +304,8 @@ def assert_clean_sweep(jobs: Any, emulators: dict[str, Any], roles: tuple[str, .
     assert len(jobs) == 9 and set(jobs["status"]) == {"FINISHED"} and (jobs["tags.stop_reason"] == "done").all()
     refused = {name: e.refusals for name, e in emulators.items() if e.refusals}
     assert not refused, refused  # no request was rejected, so no instance is unscored for it
+    broken = {name: e.violations for name, e in emulators.items() if e.violations}
+    assert not broken, broken  # every reply shaped by a schema follows it
     assert (jobs["metrics.n_errors"] == 0).all() and (jobs["metrics.n_unscored"] == 0).all()
     assert all(math.isfinite(x) for x in jobs["metrics.score_mean"])
     assert (jobs["metrics.cost_total_usd"] > 0).all()  # hosted list prices apply on the providers' own routes
@@ -327,9 +329,14 @@ def test_card_sweep_with_every_model_on_its_providers_emulator(tmp_path, cache_d
     assert set(jobs["tags.cts.system"]) == {"gpt", "ernie", "claude"}
     gpt = emulators["gpt"].bodies("/chat/completions")
     assert gpt and all(b["reasoning_effort"] == "low" and "temperature" not in b for b in gpt)
+    # the clarifier's questions go as a strict JSON schema (Structured Outputs), in probes and jobs alike
+    assert all(b["response_format"]["json_schema"]["name"] == "cts_clarifier" for b in gpt)
     claude = emulators["claude"].bodies("/v1/messages")
     # the role's cap (clarifier 512, rewriter 256, ...) is below the model file's 4096 and wins
     assert claude and all(0 < b["max_tokens"] <= 4096 and b["temperature"] == 0 and "top_p" not in b for b in claude)
+    assert all(b["output_format"]["type"] == "json_schema" and "tools" not in b for b in claude)  # litellm's mapping
+    ernie = emulators["ernie"].bodies("/v2/chat/completions")
+    assert ernie and not any("response_format" in b for b in ernie)  # structured_output: none
     assert emulators["ernie"].bodies("/v2/chat/completions") and emulators["webdancer"].bodies("/v1/chat/completions")
     assert jobs["metrics.tokens_in_search"].sum() > 0  # the WebDancer agent ran on its (vLLM) server
 
@@ -361,6 +368,12 @@ def test_card_sweep_through_anthropic_gemini_and_qianfan_as_clarifier_ua_and_jud
     assert set(jobs["tags.cts.system"]) == {"claude", "gemini", "ernie"}
     gemini = emulators["gemini"].bodies(":generateContent")
     assert gemini and all(b["generationConfig"]["thinkingConfig"]["thinkingBudget"] == 1024 for b in gemini)
+    schemas = [b["generationConfig"].get("response_json_schema") for b in gemini]
+    assert all(
+        s is not None and b["generationConfig"]["response_mime_type"] == "application/json"
+        for s, b in zip(schemas, gemini)
+    )
+    assert {tuple(s["required"]) for s in schemas if s} >= {("questions",), ("answer",)}  # clarifier and UA
     # Gemini's completion tokens include its thoughts (usageMetadata.thoughtsTokenCount), so the UA's
     # one-word answers cost more output tokens than their text
     answers = [a for a in emulators["gemini"].answers if a["usageMetadata"].get("thoughtsTokenCount")]

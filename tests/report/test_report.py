@@ -292,3 +292,28 @@ def test_the_cli_takes_p_values_from_the_sign_flip_test(tmp_path: Path) -> None:
     scope = row(ci, 2, "rules_scope")  # differences 20, 10, 10, 10: 16 sign vectors, enumerated (16 <= 500)
     assert scope["p_value"] == pytest.approx(sign_flip_p_value([20, 10, 10, 10], n_resamples=500)) == 2 / 16
     assert "sign-flip permutation" in (tmp_path / "out" / "delta_ci.md").read_text(encoding="utf-8")
+
+
+def test_the_unscored_table_names_the_role_and_kind_that_lost_each_score(tmp_path: Path) -> None:
+    from cts.core.records import ErrorInfo
+
+    records = make_records(1, (20, 20, 40, 40), [SCOPE], [[K], [K], [U], [U]])
+    records[0] = Record(
+        id="a", k=1, questions=("q",), error=ErrorInfo("answer", "truncated", "ua: cut"), orig=records[0].orig
+    )
+    records[1] = Record(
+        id="b",
+        k=1,
+        clarified=ArmResult("q", error=ErrorInfo("judge", "invalid_output", "no JSON")),
+        orig=records[1].orig,
+    )
+    write_job(tmp_path, "rules_scope", 1, records)
+    write_job(tmp_path, "none", 1, make_records(1, ORIG_SCORES))
+    result = build_sweep_report(tmp_path, n_resamples=200)
+    assert result.ok, result.errors
+    table = row(result.tables["unscored"], 1, "rules_scope")
+    # 8 scores (4 instances x 2 arms): a's clarified arm (its UA's reply was cut), b's (its judge's invalid)
+    assert table["unscored_rate"] == 2 / 8 and table["unscored_rate_ua_truncated"] == 1 / 8
+    assert table["unscored_rate_judge_invalid_output"] == 1 / 8
+    shown = [c for c in result.tables["unscored"].columns if c.startswith("unscored_rate")]
+    assert shown == ["unscored_rate", "unscored_rate_ua_truncated", "unscored_rate_judge_invalid_output"]
