@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from cts.report.agreement import imported_report
 from cts.report.beyond import extra_report
 from cts.report.jobs import NO_MODE, Job, load_jobs
 from cts.report.plots import plot_scores, plot_unknown_vs_region
@@ -89,6 +90,7 @@ def write_report(
     # batch vs sequential, gating, frontier
     more_tables, more_plots, more_metrics = extra_report(jobs, bootstrap, out_dir)
     more_tables += design_report(jobs, bootstrap)  # repeats, attribution arms, variance by stage (when jobs have them)
+    more_tables += imported_report(source, jobs, bootstrap)  # judges vs people, once labels are imported
     tables += more_tables
     files += [p for t in more_tables for p in write_table(t, out_dir)] + more_plots
     files.append(write_index(tables, [p for p in files if p.suffix == ".png"], out_dir, source, len(jobs)))

@@ -1,8 +1,8 @@
 """Weighted kappa and ordinal Krippendorff's alpha with cluster bootstrap CIs, against independent implementations.
 
 Kappa is checked against scikit-learn's ``cohen_kappa_score``; alpha against the textbook
-coincidence-matrix formula written out below (Krippendorff 2011, "Computing Krippendorff's
-Alpha-Reliability", ordinal metric); the intervals against a loop that draws the same clusters.
+coincidence-matrix formula (``tests/agreement_checks.py``); the intervals against a loop that
+draws the same clusters.
 """
 
 from __future__ import annotations
@@ -20,31 +20,7 @@ from cts.stats.agreement import (
     krippendorff_alpha,
     weighted_kappa,
 )
-
-
-def textbook_ordinal_alpha(data: np.ndarray) -> float:
-    """Krippendorff's alpha, ordinal metric, from the coincidence matrix (loops, no library)."""
-    c = 3
-    o = np.zeros((c, c))
-    for unit in data.T:
-        vals = [int(v) for v in unit if not np.isnan(v)]
-        m = len(vals)
-        if m < 2:
-            continue
-        for i, x in enumerate(vals):
-            for j, y in enumerate(vals):
-                if i != j:
-                    o[x, y] += 1.0 / (m - 1)
-    n_c = o.sum(axis=1)
-    n = n_c.sum()
-
-    def delta(a: int, b: int) -> float:
-        lo, hi = min(a, b), max(a, b)
-        return (sum(n_c[g] for g in range(lo, hi + 1)) - (n_c[lo] + n_c[hi]) / 2) ** 2
-
-    d_o = sum(o[a, b] * delta(a, b) for a in range(c) for b in range(c))
-    d_e = sum(n_c[a] * n_c[b] * delta(a, b) for a in range(c) for b in range(c))
-    return 1.0 - (n - 1) * d_o / d_e
+from tests.agreement_checks import textbook_ordinal_alpha
 
 
 def sample(seed: int, n_units: int = 120, n_raters: int = 4) -> tuple[np.ndarray, list[str]]:
