@@ -105,7 +105,7 @@ def judge_labels(jobs: Sequence[Job]) -> Mapping[str, ArmLabels]:
                 if arm_name is None or arm is None or not arm.labels:
                     continue
                 out.setdefault(name, {}).setdefault((r.id, arm_name), dict(arm.labels))
-                for member, labels in getattr(arm, "judge_members", {}).items():
+                for member, labels in arm.judge_members.items():
                     out.setdefault(f"{name}/{member}", {}).setdefault((r.id, arm_name), dict(labels))
     return out
 
