@@ -16,6 +16,7 @@ from cts.protocol.repeats import PASS_THRESHOLD
 from cts.report.agreement import imported_report
 from cts.report.beyond import extra_report
 from cts.report.jobs import NO_MODE, Job, load_jobs
+from cts.report.personas import persona_report
 from cts.report.plots import plot_scores, plot_unknown_vs_region
 from cts.report.repeats import design_report
 from cts.report.rows import Bootstrap, diagnostic_rows, score_rows
@@ -101,6 +102,7 @@ def write_report(
     more_tables += design_report(
         jobs, bootstrap, pass_threshold
     )  # repeats, attribution arms, variance by stage (when jobs have them)
+    more_tables += persona_report(jobs, bootstrap)  # simulated users of other kinds (ua/persona), when played
     more_tables += imported_report(source, jobs, bootstrap)  # judges vs people, once labels are imported
     tables += more_tables
     files += [p for t in more_tables for p in write_table(t, out_dir)] + more_plots

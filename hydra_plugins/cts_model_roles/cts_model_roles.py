@@ -69,9 +69,13 @@ def model_names(config_dirs: Sequence[Traversable]) -> list[str]:
     return list(names)
 
 
+SLOTS: dict[str, list[dict[str, Any]]] = {"ua": [{"persona": None}]}
+"""Optional sub-groups of a role, empty by default (``ua/persona=terse``: conf/ua/persona/)."""
+
+
 def role_node(group: str, model: str) -> dict[str, Any]:
     """The config node of role ``group`` played by registry entry ``model``."""
-    return {"defaults": [{"/model@model": model}, "_self_"], **ROLES[group]}
+    return {"defaults": [{"/model@model": model}, *SLOTS.get(group, []), "_self_"], **ROLES[group]}
 
 
 MEMBER_GROUPS = {"judge/members": "judge"}
