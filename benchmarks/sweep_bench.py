@@ -284,21 +284,23 @@ def measure(
     """One launcher's sweep, as figures (``extra``: more overrides, e.g. ``tracking.instance_traces=false``)."""
     launcher = LAUNCHERS[name] + ((f"hydra.launcher.n_jobs={joblib_jobs}",) if name == "joblib" else ())
     wall, span, code, bodies = run_sweep(server, launcher, ("-m", *shape, f"limit={n}", *extra), work, template)
+    lead, tail = _LAST["edges"]
     return SweepFigures(
-        name,
-        wall,
-        span,
-        len(bodies) + server.rejected,
-        len(bodies),
-        len({_digest(b) for b in bodies}),
-        server.rejected,
-        server.peak_in_flight,
-        code,
-        tuple(_LAST["timeline"]),
-        *_LAST["edges"],
-        _LAST["cpu"],
-        _LAST["other"],
-        _LAST["rss"],
+        launcher=name,
+        wall_s=wall,
+        request_s=span,
+        received=len(bodies) + server.rejected,
+        served=len(bodies),
+        distinct=len({_digest(b) for b in bodies}),
+        rejected=server.rejected,
+        peak_in_flight=server.peak_in_flight,
+        exit_code=code,
+        timeline=tuple(_LAST["timeline"]),
+        lead_s=lead,
+        tail_s=tail,
+        cpu_s=_LAST["cpu"],
+        other_cpu_s=_LAST["other"],
+        peak_rss_mb=_LAST["rss"],
     )
 
 

@@ -20,6 +20,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "entry",
         (
             "cts.compose.callbacks",
+            "cts.agreement",
             "cts.gating",
             "cts.plan",
             "cts.report.cli",

@@ -6,7 +6,7 @@ these signatures). Components implement these Protocols structurally; nothing su
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -25,8 +25,10 @@ __all__ = [
     "Gate",
     "InFlight",
     "Judge",
+    "JudgePanel",
     "OutcomeGate",
     "Page",
+    "PanelVerdict",
     "Progress",
     "QuestionTyper",
     "Rewriter",
@@ -92,6 +94,23 @@ class Judge(Protocol):
     """Labels each nugget full/partial/none for one answer."""
 
     async def judge(self, answer: str, nuggets: Sequence[Nugget]) -> dict[str, Label]: ...
+
+
+@dataclass(frozen=True)
+class PanelVerdict:
+    """A judge panel's labels of one answer and each member's (member name -> nugget id -> label)."""
+
+    labels: Mapping[str, Label]
+    members: Mapping[str, Mapping[str, Label]]
+
+
+@runtime_checkable
+class JudgePanel(Protocol):
+    """A judge whose label aggregates several members' (the record keeps each member's)."""
+
+    async def judge(self, answer: str, nuggets: Sequence[Nugget]) -> dict[str, Label]: ...
+
+    async def judge_members(self, answer: str, nuggets: Sequence[Nugget]) -> PanelVerdict: ...
 
 
 @runtime_checkable

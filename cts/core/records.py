@@ -119,6 +119,8 @@ class ArmResult:
     score: float | None = None
     """restore_score_100, or None when unscored (never 0 by default)."""
     error: ErrorInfo | None = None
+    judge_members: Mapping[str, Mapping[str, Label]] = field(default_factory=dict)
+    """A judge panel's members' labels (member -> nugget id -> label); left out of the JSON when none."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,9 @@ class Record:
         for key, unset in _OPTIONAL.items():
             if d[key] == unset:
                 del d[key]
+        for arm in (d.get("clarified"), d.get("orig"), *(d.get("arms") or {}).values()):
+            if arm is not None and not arm.get("judge_members"):
+                del arm["judge_members"]  # a single judge's arm reads as before panels
         return json.dumps(d, ensure_ascii=False, sort_keys=True)
 
     @classmethod

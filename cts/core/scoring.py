@@ -34,3 +34,29 @@ def restore_score(labels: Mapping[str, Label], nuggets: Sequence[Nugget]) -> flo
             raise ValueError(f"invalid label {labels[n.id]!r} for nugget {n.id!r}")
         gained += n.weight * CREDIT[labels[n.id]]
     return 100.0 * gained / total
+
+
+ORDINAL: Mapping[Label, int] = {"none": 0, "partial": 1, "full": 2}
+"""Each label's rank in the order of the credit it gives (none < partial < full)."""
+BY_RANK: tuple[Label, ...] = ("none", "partial", "full")
+
+
+def majority_label(labels: Sequence[Label]) -> Label:
+    """The label most of ``labels`` give; a tie goes to the lowest of the tied labels.
+
+    The lower label wins a tie as Prompt E's own rule says ("when unsure between two labels,
+    choose the lower one"): with three raters who all differ the majority is ``none``, with
+    two who differ it is the lower of the two. The one rule for judge panels and for the
+    majority of human annotators.
+
+    Raises:
+        ValueError: No label, or a label that is not full/partial/none.
+    """
+    if not labels:
+        raise ValueError("majority_label needs at least one label")
+    counts = [0, 0, 0]
+    for label in labels:
+        if label not in ORDINAL:
+            raise ValueError(f"invalid label {label!r}")
+        counts[ORDINAL[label]] += 1
+    return BY_RANK[counts.index(max(counts))]  # index() finds the lowest rank among the tied

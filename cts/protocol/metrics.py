@@ -10,6 +10,7 @@ import numpy as np
 
 from cts.core.records import ArmResult, Record
 from cts.core.types import UNKNOWN
+from cts.protocol.panel import panel_metrics
 from cts.protocol.repeats import attribution_metrics, instance_means, repeat_metrics
 from cts.stats.bootstrap import paired_bootstrap_ci
 from cts.stats.cluster import cluster_bootstrap_ci
@@ -35,7 +36,10 @@ def metric_view(record: Record) -> Record:
 
 
 def _arm_view(arm: ArmResult | None) -> ArmResult | None:
-    return None if arm is None else ArmResult(query="", score=arm.score, error=arm.error)
+    """Score and error; a judge panel's member labels too (their agreement is a metric)."""
+    if arm is None:
+        return None
+    return ArmResult(query="", score=arm.score, error=arm.error, judge_members=arm.judge_members)
 
 
 def score_metrics(records: Sequence[Record], *, n_resamples: int, confidence: float, seed: int) -> dict[str, float]:
@@ -185,4 +189,5 @@ def summarize(
         **usage_metrics(records),
         **repeat_metrics(records),
         **attribution_metrics(per_instance, bootstrap),
+        **panel_metrics(records),
     }

@@ -26,6 +26,7 @@ from cts._util.aio import bounded
 from cts.core.contracts import (
     Clarifier,
     Judge,
+    JudgePanel,
     Progress,
     QuestionTyper,
     Rewriter,
@@ -88,12 +89,21 @@ async def run_arm(query: str, gold: Gold, roles: Roles) -> tuple[ArmResult, dict
     try:
         with clock.stage("judge"):
             STAGE_CALLS["judge"] += 1
-            labels = await roles.judge.judge(result.answer, gold.nuggets)
+            labels, members = await _judge(roles.judge, result.answer, gold)
             score = restore_score(labels, gold.nuggets)
     except StageError as e:  # the answer was found: keep it (and why the search ended) in the record
         return _arm(query, result, {}, None, e.info), trace_line
     no_weight = ErrorInfo("judge", "no_weight", "gold has zero total weight")
-    return _arm(query, result, labels, score, None if score is not None else no_weight), trace_line
+    arm = _arm(query, result, labels, score, None if score is not None else no_weight)
+    return (replace(arm, judge_members=members) if members else arm), trace_line
+
+
+async def _judge(judge: Judge, answer: str, gold: Gold) -> tuple[dict[str, Label], dict[str, dict[str, Label]]]:
+    """The judge's labels, and each member's when the judge is a panel (:class:`~cts.core.contracts.JudgePanel`)."""
+    if isinstance(judge, JudgePanel):
+        verdict = await judge.judge_members(answer, gold.nuggets)
+        return dict(verdict.labels), {m: dict(labels) for m, labels in verdict.members.items()}
+    return await judge.judge(answer, gold.nuggets), {}
 
 
 def _search_error(result: SearchResult) -> ErrorInfo:

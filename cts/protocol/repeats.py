@@ -10,6 +10,7 @@ against orig (:mod:`cts.protocol.arms`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -119,6 +120,48 @@ def repeat_metrics(records: Sequence[Record]) -> dict[str, float]:
                 f"{prefix}_var_within": parts.within,
             }
         )
+    return out
+
+
+PASS_THRESHOLD = 50.0
+"""Default restore_score_100 at or above which a run of an instance passes (half the weighted nuggets)."""
+
+
+def pass_counts(records: Sequence[Record], threshold: float = PASS_THRESHOLD) -> dict[str, tuple[int, int]]:
+    """Per instance with a scored repeat: ``(passes, scored repeats)`` of the clarified arm (score >= threshold)."""
+    out = {}
+    for instance, group in by_instance(records).items():
+        scores = [r.score for r in group if r.score is not None]
+        if scores:
+            out[instance] = (sum(s >= threshold for s in scores), len(scores))
+    return out
+
+
+def flip_rate(passes: int, n: int) -> float:
+    """Share of pairs of an instance's repeats whose pass/fail differ: ``2 c (n - c) / (n (n - 1))`` (NaN for n < 2)."""
+    return 2.0 * passes * (n - passes) / (n * (n - 1)) if n >= 2 else NAN
+
+
+def pass_metrics(records: Sequence[Record], threshold: float = PASS_THRESHOLD) -> dict[str, float]:
+    """pass^j for j = 1..k repeats, the flaky share and the mean flip rate (tau-bench's pass^k).
+
+    ``pass_hat_<j>`` is the chance that j repeats drawn without replacement from an instance's
+    n all pass, ``C(c, j) / C(n, j)`` for c passes, averaged over the instances with at least j
+    scored repeats (Yao et al. 2024, tau-bench): pass^1 is the pass rate, pass^n the share of
+    instances that pass in every repeat. ``flaky_rate`` is the share of instances that both pass
+    and fail; ``flip_rate`` the mean over instances of :func:`flip_rate`.
+    """
+    counts = pass_counts(records, threshold)
+    if not counts:
+        return {}
+    top = max(n for _, n in counts.values())
+    out = {
+        f"pass_hat_{j}": float(np.mean([math.comb(c, j) / math.comb(n, j) for c, n in counts.values() if n >= j]))
+        for j in range(1, top + 1)
+    }
+    out["flaky_rate"] = float(np.mean([0 < c < n for c, n in counts.values()]))
+    flips = [flip_rate(c, n) for c, n in counts.values() if n >= 2]
+    out["flip_rate"] = float(np.mean(flips)) if flips else NAN
     return out
 
 

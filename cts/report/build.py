@@ -12,8 +12,11 @@ from typing import Any
 
 import pandas as pd
 
+from cts.protocol.repeats import PASS_THRESHOLD
+from cts.report.agreement import imported_report
 from cts.report.beyond import extra_report
 from cts.report.jobs import NO_MODE, Job, load_jobs
+from cts.report.personas import persona_report
 from cts.report.plots import plot_scores, plot_unknown_vs_region
 from cts.report.repeats import design_report
 from cts.report.rows import Bootstrap, diagnostic_rows, score_rows
@@ -76,9 +79,17 @@ def sweep_metrics(scores: pd.DataFrame, diag: pd.DataFrame) -> dict[str, float]:
 
 
 def write_report(
-    jobs: Sequence[Job], out_dir: Path, bootstrap: Bootstrap, source: str = "", p_value: PValueTest = "bootstrap"
+    jobs: Sequence[Job],
+    out_dir: Path,
+    bootstrap: Bootstrap,
+    source: str = "",
+    p_value: PValueTest = "bootstrap",
+    pass_threshold: float = PASS_THRESHOLD,
 ) -> ReportResult:
-    """Build every table and plot of ``jobs`` into ``out_dir`` (raises on failure); ``p_value``: Table 3's test."""
+    """Build every table and plot of ``jobs`` into ``out_dir`` (raises on failure).
+
+    ``p_value``: Table 3's test; ``pass_threshold``: the score a repeat passes at (pass^k).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     scores, diag = score_rows(jobs, bootstrap, p_value), diagnostic_rows(jobs)
     tables = build_tables(scores, diag, bootstrap.confidence)
@@ -88,7 +99,11 @@ def write_report(
         files.append(plot_unknown_vs_region(diag, out_dir / "unknown_vs_region.png"))
     # batch vs sequential, gating, frontier
     more_tables, more_plots, more_metrics = extra_report(jobs, bootstrap, out_dir)
-    more_tables += design_report(jobs, bootstrap)  # repeats, attribution arms, variance by stage (when jobs have them)
+    more_tables += design_report(
+        jobs, bootstrap, pass_threshold
+    )  # repeats, attribution arms, variance by stage (when jobs have them)
+    more_tables += persona_report(jobs, bootstrap)  # simulated users of other kinds (ua/persona), when played
+    more_tables += imported_report(source, jobs, bootstrap)  # judges vs people, once labels are imported
     tables += more_tables
     files += [p for t in more_tables for p in write_table(t, out_dir)] + more_plots
     files.append(write_index(tables, [p for p in files if p.suffix == ".png"], out_dir, source, len(jobs)))
@@ -133,6 +148,7 @@ def build_sweep_report(
     confidence: float = 0.95,
     seed: int = 0,
     p_value: PValueTest = "bootstrap",
+    pass_threshold: float = PASS_THRESHOLD,
 ) -> ReportResult:
     """Build the paper's tables and plots for a sweep. Never raises (safe in Hydra callbacks).
 
@@ -144,6 +160,7 @@ def build_sweep_report(
         confidence: CI level.
         seed: Bootstrap seed.
         p_value: The test of Table 3's p-values: ``bootstrap`` (the CI's resamples) or ``permutation`` (sign-flip).
+        pass_threshold: The restore_score_100 at or above which a repeat passes (the repeats table's pass^k).
 
     Returns:
         The result; ``result.errors`` is non-empty (and logged) when something failed.
@@ -154,7 +171,7 @@ def build_sweep_report(
         if not jobs:
             raise ValueError(f"no finished job found in {name}")
         out = Path(out_dir) if out_dir is not None else default_out_dir(source)
-        result = write_report(jobs, out, Bootstrap(n_resamples, confidence, seed), name, p_value)
+        result = write_report(jobs, out, Bootstrap(n_resamples, confidence, seed), name, p_value, pass_threshold)
         log.info("sweep report (%d jobs) written to %s", len(jobs), out)
         return result
     except Exception as e:

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from cts.protocol.repeats import PASS_THRESHOLD
 from cts.report.build import build_sweep_report, log_sweep_report
 from cts.stats.compare import P_VALUE_TESTS
 
@@ -26,6 +27,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--p-value", choices=P_VALUE_TESTS, default="bootstrap", help="test of Table 3's p-values (Holm-adjusted)"
     )
     parser.add_argument(
+        "--pass-threshold",
+        type=float,
+        default=PASS_THRESHOLD,
+        help="restore_score_100 at or above which a repeat passes (pass^k in the repeats table)",
+    )
+    parser.add_argument(
         "--log",
         metavar="EXPERIMENT",
         default=None,
@@ -36,7 +43,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     source = args.source[0] if len(args.source) == 1 else args.source
     uri = args.tracking_uri or _default_uri()
     result = build_sweep_report(
-        source, args.out, uri, n_resamples=args.n_resamples, confidence=args.confidence, p_value=args.p_value
+        source,
+        args.out,
+        uri,
+        n_resamples=args.n_resamples,
+        confidence=args.confidence,
+        p_value=args.p_value,
+        pass_threshold=args.pass_threshold,
     )
     if not result.ok or result.out_dir is None:
         print("\n".join(result.errors), file=sys.stderr)

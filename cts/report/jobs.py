@@ -52,6 +52,10 @@ class Job:
     """The dataset's ``cluster_field`` when the job's delta CI resampled clusters (from ``summary.json``)."""
     clusters: Mapping[str, str] = field(default_factory=dict)
     """Instance id -> cluster label (with ``cluster_field``)."""
+    choices: Mapping[str, str] = field(default_factory=dict)
+    """Every config group's option (``summary.json``'s ``choices``: ``ua/persona`` ...)."""
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    """The job's metrics as its ``summary.json`` stores them (e.g. the UA's fidelity audit)."""
 
     @property
     def is_orig(self) -> bool:
@@ -127,6 +131,8 @@ def job_from_summary(summary: Mapping[str, Any], records: Sequence[Record], job_
         variant=variant,
         cluster_field=cluster_field,
         clusters=clusters,
+        choices=choices,
+        metrics={str(k): float(v) for k, v in (summary.get("metrics") or {}).items() if isinstance(v, (int, float))},
     )
 
 

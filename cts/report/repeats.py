@@ -14,7 +14,17 @@ from typing import Any
 import pandas as pd
 
 from cts.protocol.design import STAGES
-from cts.protocol.repeats import attribution_metrics, has_repeats, instance_means, marginal_steps, repeat_metrics
+from cts.protocol.repeats import (
+    PASS_THRESHOLD,
+    attribution_metrics,
+    flip_rate,
+    has_repeats,
+    instance_means,
+    marginal_steps,
+    pass_counts,
+    pass_metrics,
+    repeat_metrics,
+)
 from cts.report.jobs import Job
 from cts.report.rows import Bootstrap
 from cts.report.tables import Table
@@ -48,8 +58,8 @@ def _delta(reduced: Sequence[Any], bootstrap: Bootstrap) -> dict[str, float]:
     return {"n": float(len(pairs)), "delta_mean": mean, "delta_ci_low": low, "delta_ci_high": high}
 
 
-def repeats_rows(jobs: Sequence[Job], bootstrap: Bootstrap) -> pd.DataFrame:
-    """Per job that repeated every stage: repeats, spread within instances, Δ vs orig over instance means."""
+def repeats_rows(jobs: Sequence[Job], bootstrap: Bootstrap, pass_threshold: float = PASS_THRESHOLD) -> pd.DataFrame:
+    """Per job that repeated every stage: repeats, spread within instances, Δ vs orig over instance means, pass^k."""
     rows = []
     for j in jobs:
         if j.is_orig or not has_repeats(j.records) or _stages(j):
@@ -63,35 +73,64 @@ def repeats_rows(jobs: Sequence[Job], bootstrap: Bootstrap) -> pd.DataFrame:
                 **_delta(reduced, bootstrap),
                 "score": float(sum(scores) / len(scores)) if scores else NAN,
                 **repeat_metrics(j.records),
+                **pass_metrics(j.records, pass_threshold),
             }
         )
     return pd.DataFrame(rows)
 
 
-def repeats_table(rows: pd.DataFrame, confidence: float) -> Table:
-    """Repeats: each instance run several times; spread within instances and the CI over instance means."""
-    display = pd.DataFrame(
-        [
+def repeats_table(rows: pd.DataFrame, confidence: float, pass_threshold: float = PASS_THRESHOLD) -> Table:
+    """Repeats: each instance run several times; spread within instances, the CI over instance means, pass^k."""
+    out = []
+    for r in rows.to_dict("records"):
+        k = int(r["repeats"])
+        out.append(
             {
                 "k": r["k"],
                 "System": r["system"],
                 "n": int(r["n"]),
-                "repeats": int(r["repeats"]),
+                "repeats": k,
                 "Score": _fmt(r["score"]),
                 "SD within": _fmt(r["score_within_sd"]),
                 "ICC": _fmt(r["score_icc"]),
                 f"Δ vs orig [{confidence:.0%} CI]": _ci(r, "delta"),
                 "Δ SD within": _fmt(r["delta_within_sd"]),
                 "orig SD within": _fmt(r["orig_within_sd"]),
+                "pass^1": _fmt(r.get("pass_hat_1", NAN)),
+                f"pass^{k}": _fmt(r.get(f"pass_hat_{k}", NAN)),
+                "flaky": _fmt(r.get("flaky_rate", NAN)),
+                "flip rate": _fmt(r.get("flip_rate", NAN)),
             }
-            for r in rows.to_dict("records")
-        ]
-    )
+        )
     caption = (
         "Repeats: scores are instance means over the repeats; SD within = mean per-instance SD across "
-        "repeats; ICC = share of the score's variance between instances (1: repeats agree)"
+        "repeats; ICC = share of the score's variance between instances (1: repeats agree); "
+        f"pass^k = chance that k repeats all score >= {pass_threshold:g} (pass^1: the pass rate); "
+        "flaky = share of instances that both pass and fail; flip rate = mean share of an instance's "
+        "pairs of repeats whose pass/fail differ"
     )
-    return Table("repeats", caption, rows, display)
+    return Table("repeats", caption, rows, pd.DataFrame(out))
+
+
+def flip_rows(jobs: Sequence[Job], pass_threshold: float = PASS_THRESHOLD) -> pd.DataFrame:
+    """Per repeated job, every instance that both passed and failed: its passes and its flip rate."""
+    rows = []
+    for j in jobs:
+        if j.is_orig or not has_repeats(j.records) or _stages(j):
+            continue
+        for instance, (c, n) in sorted(pass_counts(j.records, pass_threshold).items()):
+            if 0 < c < n:
+                rows.append(
+                    {
+                        "k": j.k,
+                        "system": j.label,
+                        "instance": instance,
+                        "passes": c,
+                        "repeats": n,
+                        "flip_rate": flip_rate(c, n),
+                    }
+                )
+    return pd.DataFrame(rows)
 
 
 def attribution_rows(jobs: Sequence[Job], bootstrap: Bootstrap) -> pd.DataFrame:
@@ -216,11 +255,15 @@ def stage_table(rows: pd.DataFrame) -> Table:
     return Table("stage_variance", caption, rows, display)
 
 
-def design_report(jobs: Sequence[Job], bootstrap: Bootstrap) -> list[Table]:
-    """The repeats, attribution and variance-by-stage tables the jobs call for (none for plain jobs)."""
+def design_report(jobs: Sequence[Job], bootstrap: Bootstrap, pass_threshold: float = PASS_THRESHOLD) -> list[Table]:
+    """The repeats (with the flaky instances), attribution and variance-by-stage tables the jobs call for (none for plain jobs)."""
     tables = []
-    if not (rows := repeats_rows(jobs, bootstrap)).empty:
-        tables.append(repeats_table(rows, bootstrap.confidence))
+    if not (rows := repeats_rows(jobs, bootstrap, pass_threshold)).empty:
+        tables.append(repeats_table(rows, bootstrap.confidence, pass_threshold))
+    if not (flips := flip_rows(jobs, pass_threshold)).empty:
+        shown = flips.assign(flip_rate=flips["flip_rate"].map(_fmt))
+        caption = f"Flaky instances: passes (score >= {pass_threshold:g}) out of the repeats, and the flip rate"
+        tables.append(Table("repeat_flips", caption, flips, shown))
     if not (rows := attribution_rows(jobs, bootstrap)).empty:
         tables.append(attribution_table(rows, bootstrap.confidence))
     if not (rows := stage_rows(jobs)).empty:

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, TypeVar
 
 from cts._util.prompts import Prompt, load_prompt
 from cts.core.contracts import ClarifyMode
-from cts.core.types import QA, Evidence, GoldDraft, Label, Nugget, UnscoredError
+from cts.core.types import QA, UNKNOWN, Evidence, GoldDraft, Label, Nugget, UnscoredError
 from cts.llm import Chat
 from cts.roles import schemas
 from cts.roles.parse import (
@@ -42,6 +42,7 @@ from cts.roles.parse import (
     parse_questions,
     parse_turn,
 )
+from cts.roles.personas import Persona
 from cts.roles.reask import (
     DEFAULT_MAX_REASKS,
     InvalidOutput,
@@ -208,10 +209,27 @@ class LLMClarifier(_LLMRole):
 
 
 class LLMUserAnswerer(_LLMRole):
-    """Prompt B: answers one question from the intent only, else ``unknown``."""
+    """Prompt B: answers one question from the intent only, else ``unknown``; a persona may change how."""
 
     default_role = "ua"
     default_cap = 128  # a minimal answer or `unknown`
+
+    def __init__(
+        self,
+        model: Chat,
+        prompt: str,
+        persona: Persona | None = None,
+        role: str | None = None,
+        max_reasks: int = DEFAULT_MAX_REASKS,
+        prompts_dir: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        max_output_tokens: int | None = None,
+        structured: bool | None = None,
+    ) -> None:
+        # A persona (ua/persona) brings its own prompt; its `unknown` coin is drawn before any call.
+        chosen = persona.prompt if persona is not None else prompt
+        super().__init__(model, chosen, role, max_reasks, prompts_dir, params, max_output_tokens, structured)
+        self.persona = persona
 
     @classmethod
     def example_schema(cls) -> Mapping[str, Any]:
@@ -220,6 +238,8 @@ class LLMUserAnswerer(_LLMRole):
 
     async def answer(self, fused_query: str, question: str) -> str:
         """Return a minimal answer stated in ``fused_query``, or ``unknown``."""
+        if self.persona is not None and self.persona.withholds(fused_query, question):
+            return UNKNOWN
         return await self._ask(normalise_answer, schema=schemas.answer(), fused_query=fused_query, question=question)
 
 

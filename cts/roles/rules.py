@@ -13,6 +13,7 @@ from functools import lru_cache
 
 from cts.core.contracts import ClarifyMode
 from cts.core.types import QA, UNKNOWN
+from cts.roles.personas import Persona
 from cts.text.lexicon import ZH_PLACES_RULES, PlaceLexicon, place_pattern
 from cts.text.qtypes import classify_question
 from cts.text.tokens import STOPWORDS_EN, STOPWORDS_ZH, content_tokens, is_cjk, language
@@ -168,23 +169,38 @@ class RuleUserAnswerer:
     head term the question names.
     """
 
-    def __init__(self, places: PlaceLexicon) -> None:
+    def __init__(self, places: PlaceLexicon, persona: Persona | None = None) -> None:
         """Args:
         places: The corpus's place names (the composition layer builds them once per job).
+        persona: The kind of user to play (``ua/persona``; None: cooperative).
+
+        Raises:
+            ValueError: The persona has no rule baseline (``vague``: play it with an LLM UA).
         """
+        if persona is not None and persona.rule is None:
+            raise ValueError(
+                f"persona {persona.name} has no rule baseline; play it with an LLM UA (ua=<model> ua/persona={persona.name})"
+            )
         self.places = places
+        self.persona = persona
 
     async def answer(self, fused_query: str, question: str) -> str:
-        """Answer one question from ``fused_query`` alone."""
+        """Answer one question from ``fused_query`` alone, as the persona would."""
+        persona = self.persona
+        if persona is not None and persona.withholds(fused_query, question):
+            return UNKNOWN
         quoted = _QUOTED.search(question)
         head = (quoted.group(1) or quoted.group(2)) if quoted else ""
         frame = _QUOTED.sub(" ", question)  # type the question's frame, not the head term
         types = classify_question(frame)
         # A question that names a concrete slot (time, region) is answered from that slot only.
-        for dim in [t for t in types if t in ("time", "region")] or types:
+        dims = [t for t in types if t in ("time", "region")] or types
+        if persona is not None and persona.rule == "off_target":  # a nearby facet: one the question did not ask
+            dims = [d for d in ("time", "region", "scope") if d not in types]
+        for dim in dims:
             span = self._span(dim, fused_query, head)
             if span:
-                return span
+                return persona.shorten(span) if persona is not None else span
         return UNKNOWN
 
     def _span(self, dim: str, intent: str, head: str) -> str:

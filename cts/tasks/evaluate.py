@@ -18,6 +18,7 @@ from cts.data.clusters import ci_summary, dataset_clusters
 from cts.data.jsonl import Dataset, dataset_metrics, select_instances
 from cts.llm import audit_scope, usage_scope
 from cts.protocol.design import PLAIN, Design
+from cts.protocol.fidelity import ua_fidelity
 from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE, trace_lines
 from cts.protocol.metrics import metric_view, summarize
 from cts.protocol.outcome import finish, read_outcome
@@ -109,6 +110,7 @@ def compose_evaluate(ctx: TaskContext) -> float | None:
             limit=ctx.value("limit"),
             concurrency=ctx.value("concurrency"),
             resource_counters=ctx.resource_counters,
+            ua_audit=ctx.value("ua", "persona", default=None) is not None,
         )
     except OSError as e:
         fault = output_fault(e)
@@ -170,6 +172,7 @@ def evaluate_task(
     limit: int | None = None,
     concurrency: int = 8,
     resource_counters: Callable[[], Mapping[str, float]] = dict,
+    ua_audit: bool = False,
 ) -> float | None:
     """Run the protocol (clarified + orig arms) over the dataset and track the job.
 
@@ -185,6 +188,7 @@ def evaluate_task(
         limit: Evaluate only the first ``limit`` instances (None = all).
         concurrency: Instances in flight at once.
         resource_counters: Counters of the job's resources (tool-cache hits ...), read at the end.
+        ua_audit: Add the fidelity audit of the UA's answers (:mod:`cts.protocol.fidelity`; a ``ua/persona`` job).
 
     Returns:
         The job's mean restore_score_100 (Hydra's sweep metric).
@@ -252,6 +256,7 @@ def evaluate_task(
             **dataset_metrics(dataset),
             "n_infra_failures": float(ended.n_infra),
             **planned,
+            **(ua_fidelity(records, {i.id: i.fused_query for i in dataset.instances}) if ua_audit else {}),
         }
         ci = ci_summary(getattr(dataset, "cluster_field", None), clusters, [r.id for r in records])
         unscored = unscored_rates(records, rejected_by_role(ended.failures, ended.n_total - ended.n_done))

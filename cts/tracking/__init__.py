@@ -24,6 +24,7 @@ from cts._util.secrets import scrub
 from cts._util.versions import package_versions
 from cts.tracking._assessments import Assessed, log_assessments, trace_ids_of_runs
 from cts.tracking._datasets import dataset_digest, dataset_rows, log_dataset_input
+from cts.tracking._human import log_to_runs
 from cts.tracking._instance import InstanceTraces, log_instance_trace
 from cts.tracking._requests import REQUEST_AUDIT_FILE, log_request_audit, request_tag
 from cts.tracking._store import (
@@ -64,6 +65,7 @@ __all__ = [
     "log_instance_trace",
     "log_metrics",
     "log_records_table",
+    "log_to_runs",
     "log_report_run",
     "one_run_per_job_dir",
     "override_tags",

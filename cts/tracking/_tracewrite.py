@@ -249,7 +249,7 @@ def serve(uri: str, inbox: IO[bytes], outbox: IO[bytes]) -> None:
 
     prepare_store(uri)  # under the store's lock: the job may be creating the store this moment
     client = TracingClient(uri)
-    written, failures = 0, []
+    written, failures = 0, list[str]()
     while True:
         message = read_frame(inbox)
         if message is None:

@@ -69,19 +69,35 @@ def model_names(config_dirs: Sequence[Traversable]) -> list[str]:
     return list(names)
 
 
+SLOTS: dict[str, list[dict[str, Any]]] = {"ua": [{"persona": None}]}
+"""Optional sub-groups of a role, empty by default (``ua/persona=terse``: conf/ua/persona/)."""
+
+
 def role_node(group: str, model: str) -> dict[str, Any]:
     """The config node of role ``group`` played by registry entry ``model``."""
-    return {"defaults": [{"/model@model": model}, "_self_"], **ROLES[group]}
+    return {"defaults": [{"/model@model": model}, *SLOTS.get(group, []), "_self_"], **ROLES[group]}
+
+
+MEMBER_GROUPS = {"judge/members": "judge"}
+"""Groups whose options are keyed by their name (a multi-select: ``judge/members=[ernie,gpt]``) -> the role they play."""
+
+
+def member_node(group: str, model: str) -> dict[str, Any]:
+    """The option ``model`` of a keyed group: the role node under the key ``model`` (e.g. a judge panel's member)."""
+    return {"defaults": [{f"/model@{model}.model": model}, "_self_"], model: dict(ROLES[MEMBER_GROUPS[group]])}
 
 
 def register(config_dirs: Sequence[Traversable], store: ConfigStore | None = None) -> list[str]:
-    """Register every model of ``config_dirs`` in every role group; return the model names."""
+    """Register every model of ``config_dirs`` in every role group (and keyed group); return the model names."""
     store = store or ConfigStore.instance()
     names = model_names(config_dirs)
     for model in names:
         for group in ROLES:
             if not any((d / group / f"{model}.yaml").is_file() for d in config_dirs):
                 store.store(group=group, name=model, node=role_node(group, model), provider="cts_model_roles")
+        for group in MEMBER_GROUPS:
+            if not any((d / group / f"{model}.yaml").is_file() for d in config_dirs):
+                store.store(group=group, name=model, node=member_node(group, model), provider="cts_model_roles")
     return names
 
 

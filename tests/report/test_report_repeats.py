@@ -148,3 +148,32 @@ def test_a_report_of_plain_jobs_has_none_of_these_tables(tmp_path):
     write(tmp_path, "plain", rec, k=1)
     result = report.build_sweep_report(tmp_path, n_resamples=100)
     assert result.ok and not {"repeats", "attribution", "stage_variance"} & set(result.tables)
+
+
+def test_pass_hat_k_and_flip_rates_count_subsets_of_repeats(built):
+    """pass^j by enumerating every j-subset of an instance's repeats; flip rate by every pair."""
+    import itertools
+
+    result, full, _ = built
+    rep = result.tables["repeats"].iloc[0]
+    passes = {i: [r.score >= 50.0 for r in full if r.id == i] for i in sorted({r.id for r in full})}
+    for j in range(1, REPEATS + 1):
+        want = np.mean([np.mean([all(s) for s in itertools.combinations(p, j)]) for p in passes.values()])
+        assert rep[f"pass_hat_{j}"] == pytest.approx(want), j
+    assert rep["pass_hat_1"] == pytest.approx(np.mean([r.score >= 50.0 for r in full]))
+    flips = {i: np.mean([a != b for a, b in itertools.combinations(p, 2)]) for i, p in passes.items()}
+    assert rep["flip_rate"] == pytest.approx(np.mean(list(flips.values())))
+    flaky = {i for i, p in passes.items() if any(p) and not all(p)}
+    assert 0 < len(flaky) < N and rep["flaky_rate"] == pytest.approx(len(flaky) / N)
+    table = result.tables["repeat_flips"]
+    assert set(table["instance"]) == flaky
+    assert dict(zip(table["instance"], table["flip_rate"])) == pytest.approx({i: flips[i] for i in flaky})
+    shown = (Path(result.out_dir) / "repeats.md").read_text()
+    assert f"pass^{REPEATS}" in shown and "flip rate" in shown
+
+
+def test_the_pass_threshold_is_the_reports_to_choose(built, tmp_path):
+    result, full, _ = built
+    strict = report.build_sweep_report(Path(result.source), tmp_path, n_resamples=50, pass_threshold=90.0)
+    rep = strict.tables["repeats"].iloc[0]
+    assert rep["pass_hat_1"] == pytest.approx(np.mean([r.score >= 90.0 for r in full]))

@@ -1,0 +1,153 @@
+"""Import human nugget labels for a finished sweep and report each judge's agreement with people.
+
+    python -m cts.agreement outputs/multirun/2025-01-01_12-00-00 --labels labels.jsonl
+
+The labels (JSONL or CSV: instance, arm, nugget, label, annotator; :mod:`cts.data.human_labels`)
+are checked against the sweep (every instance, arm and nugget must be one of its own) and kept
+in ``<sweep>/agreement/labels.jsonl`` with the labelled instances' gold weights (``weights.json``:
+ids and weights only), so that ``python -m cts.report <sweep>`` shows the same section from then
+on. The tables (:mod:`cts.report.agreement`) go to ``<sweep>/agreement/`` (``agreement.md``, and
+CSV, Markdown, LaTeX per table); each job run gets its judge's numbers against the annotators'
+majority as metrics (``human_kappa``, ``human_alpha``, ``human_score_shift`` ...), and each of its
+instance traces the human labels as expectations (``human_labels.<annotator>``, source ``HUMAN``).
+No model is called.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from cts.data.human_labels import HumanLabel, LabelsError, import_labels, read_labels
+from cts.report.agreement import (
+    MAJORITY,
+    Agreement,
+    agreement_of,
+    agreement_report,
+    arm_names,
+    judge_name,
+    label_problems,
+)
+from cts.report.jobs import Job, load_jobs
+from cts.report.rows import Bootstrap
+from cts.report.tables import Table, markdown, write_table
+
+
+def sweep_weights(jobs: Sequence[Job]) -> dict[str, dict[str, int]]:
+    """Instance -> gold nugget id -> weight, from the dataset the sweep's first job ran on (its ``config.yaml``)."""
+    from omegaconf import OmegaConf
+
+    from cts.compose.app import build_node, build_services
+
+    job_dir = next((Path(j.job_dir) for j in jobs if (Path(j.job_dir) / "config.yaml").is_file()), None)
+    if job_dir is None:
+        raise FileNotFoundError("no job dir of the sweep has its config.yaml: the gold weights cannot be read")
+    cfg = OmegaConf.load(job_dir / "config.yaml")
+    dataset = build_node(cfg.dataset, build_services(cfg))  # type: ignore[arg-type]  # a job's config is a mapping
+    return {i: {n.id: int(n.weight) for n in g.nuggets} for i, g in dataset.gold.items()}
+
+
+def write_outputs(
+    sweep: Path, labels: Sequence[HumanLabel], weights: Mapping[str, Mapping[str, int]], tables: Sequence[Table]
+) -> Path:
+    """The imported labels, their weights, every table and the page ``agreement.md``."""
+    out = import_labels(sweep, labels, weights)
+    for t in tables:
+        write_table(t, out)
+    page = out / "agreement.md"
+    parts = [f"# Judges and people\n\nSweep `{sweep}`; labels of {len({x.annotator for x in labels})} annotators.\n"]
+    page.write_text("\n".join(parts + [f"## {t.caption}\n\n{markdown(t.display)}" for t in tables]), encoding="utf-8")
+    return page
+
+
+def run_metrics(jobs: Sequence[Job], tables: Sequence[Table]) -> dict[str, dict[str, float]]:
+    """Per job run, its judge against the majority (``human_*``) and the annotators' own alpha."""
+    by_name = {t.name: t.data for t in tables}
+    ceiling = by_name["human_ceiling"].iloc[0]
+    rows = by_name.get("human_agreement")
+    out: dict[str, dict[str, float]] = {}
+    for job in jobs:
+        metrics = {"human_alpha_annotators": float(ceiling["alpha"])}
+        if rows is not None and not rows.empty:
+            mine = rows[(rows["judge"] == judge_name(job)) & (rows["reference"] == MAJORITY)]
+            for r in mine.to_dict("records"):
+                for key in ("kappa", "kappa_low", "kappa_high", "alpha", "alpha_low", "alpha_high", "exact"):
+                    metrics[f"human_{key}"] = float(r[key])
+                metrics.update({f"human_score_{k}": float(r[k]) for k in ("shift", "shift_low", "shift_high")})
+                metrics["human_n_labels"] = float(r["n_labels"])
+        if job.run_id:
+            out[job.run_id] = metrics
+    return out
+
+
+def expectations(jobs: Sequence[Job], inp: Agreement) -> Iterator[tuple[str, str, object]]:
+    """``(run id, instance, Assessed)``: each annotator's labels of the job's arms, as expectations."""
+    from cts.tracking import Assessed
+
+    for job, (clarified, orig) in zip(jobs, arm_names(jobs)):
+        ids = {r.id for r in job.records}
+        for prefix, arm in (("human_labels", clarified), ("human_orig_labels", orig)):
+            for annotator, by_arm in inp.references().items():
+                for (instance, name), labels in by_arm.items():
+                    if name == arm and instance in ids and job.run_id:
+                        text = " ".join(f"{n}={v}" for n, v in sorted(labels.items()))
+                        meta = {"arm": name, "analysis": "human_agreement"}
+                        yield (
+                            job.run_id,
+                            instance,
+                            Assessed(f"{prefix}.{annotator}", text, "HUMAN", annotator, None, meta, expectation=True),
+                        )
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m cts.agreement", description=__doc__.split("\n")[0])
+    p.add_argument("sweep", type=Path, help="a finished sweep dir (or one job dir)")
+    p.add_argument("--labels", type=Path, required=True, help="human labels, JSONL or .csv")
+    p.add_argument("--n-resamples", type=int, default=10_000)
+    p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kappa-weights", choices=("linear", "quadratic"), default="linear")
+    p.add_argument("--tracking-uri", default=None, help="MLflow store of the sweep's runs (default: the runs' own)")
+    p.add_argument("--no-log", action="store_true", help="write the tables only; log nothing to MLflow")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m cts.agreement <sweep> --labels <file>``: exit 1 with one line per problem of the labels."""
+    args = _parser().parse_args(argv)
+    jobs = load_jobs(args.sweep)
+    if not jobs:
+        print(f"error: no finished job found in {args.sweep}", file=sys.stderr)
+        return 1
+    try:
+        labels = read_labels(args.labels)
+    except (LabelsError, FileNotFoundError) as e:
+        print("\n".join(f"error: {p}" for p in getattr(e, "problems", [str(e)])), file=sys.stderr)
+        return 1
+    weights = sweep_weights(jobs)
+    if problems := label_problems(labels, jobs, weights):
+        print("\n".join(f"error: {args.labels}: {p}" for p in problems), file=sys.stderr)
+        return 1
+    inp = agreement_of(jobs, labels, weights)
+    tables = agreement_report(inp, Bootstrap(args.n_resamples, args.confidence, args.seed), args.kappa_weights)
+    page = write_outputs(args.sweep, labels, weights, tables)
+    if not args.no_log:
+        _log(jobs, inp, tables, args.tracking_uri)
+    print(page.read_text(encoding="utf-8"))
+    print(f"-> {page}")
+    return 0
+
+
+def _log(jobs: Sequence[Job], inp: Agreement, tables: Sequence[Table], uri: str | None) -> None:
+    from cts import tracking
+
+    stored = [json.loads((Path(j.job_dir) / "summary.json").read_text()).get("tracking_uri") for j in jobs]
+    uri = uri or next((u for u in stored if u), None)
+    if uri is None:
+        print("no tracking URI: nothing logged to MLflow (--tracking-uri)", file=sys.stderr)
+        return
+    n = tracking.log_to_runs(uri, run_metrics(jobs, tables), expectations(jobs, inp))  # type: ignore[arg-type]
+    print(f"MLflow: metrics on {len(jobs)} job run(s), {n} expectation(s) on their instance traces")

@@ -1,0 +1,109 @@
+"""Task ``judge_probes``: the judge probes of :mod:`cts.analysis.judge_probes` over a finished sweep's answers.
+
+    python run.py experiment=judge_probes probes.source=outputs/multirun/<date>            # the lexical judge
+    python run.py experiment=judge_probes probes.source=outputs/multirun/<date> judge=gpt  # a registry model
+
+No clarify or search call is made; the judge is called once per answer and probe (and once for the baseline).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from cts.analysis.common import select_budgets, write_metrics, write_tables
+from cts.analysis.judge_probes import PROBES, probe_all, probe_metrics, probe_rows, probe_table
+from cts.analysis.judge_robustness import frozen_arms
+from cts.core.contracts import Judge
+from cts.core.types import Gold
+from cts.report.jobs import load_jobs
+from cts.report.tables import markdown
+from cts.tasks.job import RunInfo, log_task_outputs, tracked_task
+from cts.tasks.registry import TaskContext, task
+
+
+def compose_judge_probes(ctx: TaskContext) -> None:
+    """Build the dataset's gold and the judge, then probe it (the composer of the task)."""
+    judge_probes_task(
+        source=ctx.value("probes.source"),
+        gold=ctx.input().gold,
+        judge=ctx.build("judge"),
+        judge_name=str(
+            ctx.value("probes.judge_name", default=None) or ctx.value("judge", "_target_").rsplit(".", 1)[-1]
+        ),
+        probes=list(ctx.value("probes.run", default=list(PROBES))),
+        budgets=ctx.value("probes.budgets", default=None),
+        pad_ratio=float(ctx.value("probes.pad_ratio", default=1.0)),
+        repeat=int(ctx.value("probes.repeat", default=1)),
+        seed=int(ctx.value("seed", default=0)),
+        bootstrap=ctx.value("bootstrap"),
+        run=ctx.run,
+        out_dir=Path(ctx.value("paths.output_dir")),
+        concurrency=int(ctx.value("concurrency", default=8)),
+    )
+
+
+@task(compose_judge_probes, calls=("judge",))
+def judge_probes_task(
+    *,
+    source: str | Sequence[str],
+    gold: Mapping[str, Gold],
+    judge: Judge,
+    judge_name: str,
+    probes: Sequence[str],
+    run: RunInfo,
+    out_dir: Path,
+    bootstrap: Mapping[str, float],
+    budgets: Sequence[int] | None = None,
+    pad_ratio: float = 1.0,
+    repeat: int = 1,
+    seed: int = 0,
+    concurrency: int = 8,
+) -> None:
+    """Probe ``judge`` on the frozen answers of ``source`` and write the ``judge_probes`` table.
+
+    Args:
+        source: A sweep dir, job dirs, or an MLflow experiment name (``probes.source``).
+        gold: The static gold of the source runs' dataset.
+        judge: The judge to probe (the config's ``judge``).
+        judge_name: Its name in the table.
+        probes: Which probes (``shuffle``, ``pad``, ``repeat``).
+        run: How the task's run is tracked.
+        out_dir: Where the table goes.
+        bootstrap: ``n_resamples`` and ``confidence`` of the CIs.
+        budgets: The k values of the source jobs to keep (None = all).
+        pad_ratio: Length of the padding over the answer's.
+        repeat: The repeat index the ``repeat`` probe calls as (its own cache key).
+        seed: Seed of the shuffles, the padding choice and the bootstrap.
+        concurrency: Judge calls in flight at once.
+    """
+    jobs = select_budgets(load_jobs(source, run.tracking.uri), budgets)
+    clusters = {i: c for j in jobs for i, c in j.clusters.items()}
+    with tracked_task(run, "judge_probes"):  # an infrastructure failure stops the analysis: exit 1
+        found = asyncio.run(
+            probe_all(
+                frozen_arms(jobs),
+                gold,
+                judge,
+                probes,
+                seed=seed,
+                pad_ratio=pad_ratio,
+                repeat=repeat,
+                concurrency=concurrency,
+            )
+        )
+        rows = probe_rows(
+            found,
+            gold,
+            clusters,
+            n_resamples=int(bootstrap["n_resamples"]),
+            confidence=float(bootstrap["confidence"]),
+            seed=seed,
+        )
+        table = probe_table(rows, judge_name, float(bootstrap["confidence"]))
+        files = write_tables([table], Path(out_dir), "judge_probes")
+        metrics = probe_metrics(rows)
+        files.append(write_metrics(metrics, Path(out_dir)))
+        log_task_outputs(metrics, files)
+    print(markdown(table.display), flush=True)
