@@ -87,6 +87,8 @@ class RuleGate:
         self.corpus = corpus
         self.max_tokens, self.min_titles = max_tokens, min_titles
         self._titles = tuple(normalize(t) for t in titles) if titles is not None else None
+        self._counts: dict[str, int] = {}
+        self._by_word: dict[str, list[str]] | None = None
 
     def titles(self) -> tuple[str, ...]:
         """Normalised titles of the corpus (built once per job)."""
@@ -97,14 +99,35 @@ class RuleGate:
         return self._titles
 
     def title_matches(self, blurred_query: str) -> int:
-        """How many titles contain the query's head term (as a word; as a substring for CJK)."""
+        """How many titles contain the query's head term (as a word; as a substring for CJK).
+
+        Counted once per head term (a sweep's report asks for the same queries in every job),
+        and for a Latin head only over the titles that hold its first word as a word: a match
+        of ``(?<!\\w)head(?!\\w)`` starts where such a word does.
+        """
         head = normalize(head_term(blurred_query))
         if not head:
             return 0
+        if head not in self._counts:
+            self._counts[head] = self._count(head)
+        return self._counts[head]
+
+    def _count(self, head: str) -> int:
         if is_cjk(head):
             return sum(head in t for t in self.titles())
+        first = _WORD.match(head)
+        candidates = self._titles_with(first.group(0)) if first else self.titles()
         pattern = re.compile(rf"(?<!\w){re.escape(head)}(?!\w)")
-        return sum(bool(pattern.search(t)) for t in self.titles())
+        return sum(bool(pattern.search(t)) for t in candidates)
+
+    def _titles_with(self, word: str) -> list[str]:
+        if self._by_word is None:
+            by_word: dict[str, list[str]] = {}
+            for title in self.titles():
+                for w in set(_WORD.findall(title)):
+                    by_word.setdefault(w, []).append(title)
+            self._by_word = by_word
+        return self._by_word.get(word, [])
 
     async def decide(self, blurred_query: str) -> Decision:
         """Ask when the query is short or its head term is ambiguous among titles."""
@@ -116,6 +139,7 @@ class RuleGate:
 
 
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
+_WORD = re.compile(r"\w+")  # a word (a Latin head term's first: where its matches start)
 
 
 def word_count(text: str) -> int:

@@ -118,3 +118,25 @@ def test_evaluate_gate_inside_a_running_event_loop():
         return evaluate_gate(RECORDS, AlwaysGate(), n_resamples=100)[0]
 
     assert asyncio.run(inside()).ask_rate == 1.0
+
+
+def test_the_indexed_title_count_is_the_full_scans_on_the_corpus(services):
+    """RuleGate counts over the titles holding the head's first word; a regex over every title agrees."""
+    import re
+
+    from cts.roles.rules import head_term
+    from cts.text.tokens import normalize
+
+    gate = RuleGate(corpus=services.corpus)
+    titles = gate.titles()
+    queries = [d.title for d in services.corpus.docs[:300:7]]
+    queries += ["Tell me about Mercury", "new york", "C++", "(film)", "Saint-Étienne", "介绍一下长城", "a", ""]
+    for q in queries:
+        head = normalize(head_term(q))
+        pattern = re.compile(rf"(?<!\w){re.escape(head)}(?!\w)")
+        full = (
+            sum(head in t for t in titles)
+            if re.search(r"[\u3400-\u9fff]", head)
+            else sum(bool(pattern.search(t)) for t in titles)
+        )
+        assert gate.title_matches(q) == (full if head else 0), q

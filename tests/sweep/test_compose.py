@@ -1,0 +1,72 @@
+"""A job composed from a sibling is the config Hydra composes for it, job by job; and most jobs of a grid are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
+from omegaconf import OmegaConf
+
+import cts.sweep._compose as composing
+from cts.compose.callbacks import sweep_jobs
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def _compositions(sweep: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], list[Any], int]:
+    """Every job of ``sweep`` composed by :func:`compose_job` and by Hydra itself, and how often Hydra composed."""
+    composing.forget_composed()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        master = loader.load_configuration("config", sweep, run_mode=RunMode.MULTIRUN)
+        jobs = sweep_jobs(OverridesParser.create().parse_overrides(sweep))
+        calls = []
+        real = type(loader).load_sweep_config
+
+        def counted(self: Any, master_config: Any, sweep_overrides: list[str]) -> Any:
+            calls.append(sweep_overrides)
+            return real(self, master_config, sweep_overrides)
+
+        monkeypatch.setattr(type(loader), "load_sweep_config", counted)
+        ours = [composing.compose_job(loader, master, job) for job in jobs]
+        monkeypatch.setattr(type(loader), "load_sweep_config", real)
+        hydras = [loader.load_sweep_config(master, job) for job in jobs]
+    composing.forget_composed()
+    return ours, hydras, len(calls)
+
+
+def _plain(config: Any) -> Any:
+    return OmegaConf.to_container(config, resolve=False)
+
+
+def test_value_siblings_are_composed_once_and_equal_hydras_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    sweep = [
+        "experiment=offline",
+        "clarifier=rules_scope,none",
+        "k=1,2,3",
+        "limit=3,null",
+        "tracking.experiment=grid_one,'二'",
+    ]
+    ours, hydras, composed = _compositions(sweep, monkeypatch)
+    assert len(ours) == 2 * 3 * 2 * 2
+    assert composed == 2  # one per clarifier: the 22 others are made from a sibling
+    for mine, theirs in zip(ours, hydras):
+        assert _plain(mine) == _plain(theirs)
+        assert mine.hydra.job.override_dirname == theirs.hydra.job.override_dirname
+        assert (mine.k, mine.limit) == (theirs.k, theirs.limit)
+
+
+def test_adds_deletes_and_collections_are_composed_by_hydra(monkeypatch: pytest.MonkeyPatch) -> None:
+    sweep = ["experiment=offline", "k=1,2", "+extra_key=1,2"]
+    ours, hydras, composed = _compositions(sweep, monkeypatch)
+    assert composed == 4
+    assert [_plain(c) for c in ours] == [_plain(c) for c in hydras]
+    sweep = ["experiment=offline", "k=1,2", "arms=[oracle],[withheld]"]
+    ours, hydras, composed = _compositions(sweep, monkeypatch)
+    assert composed == 4
+    assert [_plain(c) for c in ours] == [_plain(c) for c in hydras]
