@@ -90,6 +90,8 @@ class SweepFigures:
     """CPU seconds of its child processes (the trace writer, joblib's workers)."""
     peak_rss_mb: float = 0.0
     """Peak resident memory of the process tree (sampled every 0.1 s)."""
+    sweep_rss_mb: float = 0.0
+    """Peak resident memory of the sweep's own process."""
 
 
 def _digest(body: Any) -> str:
@@ -112,6 +114,7 @@ class _Tree:
         self.root = root
         self.cpu: dict[int, float] = {}
         self.peak_rss = 0
+        self.peak_by_pid: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -152,6 +155,7 @@ class _Tree:
             fields = stats[pid]
             self.cpu[pid] = (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime
             rss += int(fields[21]) * _PAGE
+            self.peak_by_pid[pid] = max(self.peak_by_pid.get(pid, 0), int(fields[21]) * _PAGE)
         self.peak_rss = max(self.peak_rss, rss)
 
 
@@ -195,6 +199,7 @@ def run_sweep(
         cpu=tree.cpu.get(proc.pid, 0.0),
         other=sum(v for pid, v in tree.cpu.items() if pid != proc.pid),
         rss=tree.peak_rss / 2**20,
+        sweep_rss=tree.peak_by_pid.get(proc.pid, 0) / 2**20,
     )
     if proc.returncode != 0:
         print(out[-2000:], err[-4000:], file=sys.stderr)
@@ -301,6 +306,7 @@ def measure(
         cpu_s=_LAST["cpu"],
         other_cpu_s=_LAST["other"],
         peak_rss_mb=_LAST["rss"],
+        sweep_rss_mb=_LAST["sweep_rss"],
     )
 
 
@@ -335,7 +341,7 @@ def report(rows: list[SweepFigures], critical: float, latency: float, cap: int) 
     head = (
         f"{'launcher':<8} {'wall_s':>7} {'req_s':>7} {'ideal_s':>7} {'eff_wall':>8} {'eff_req':>7} "
         f"{'sent':>6} {'distinct':>8} {'dup':>5} {'429':>5} {'429%':>6} {'peak':>5} "
-        f"{'cpu_ms/req':>10} {'other_cpu_s':>11} {'rss_mb':>7} {'exit':>4}"
+        f"{'cpu_ms/req':>10} {'other_cpu_s':>11} {'rss_mb':>7} {'sweep_mb':>8} {'exit':>4}"
     )
     print(head)
     for r in rows:
@@ -344,7 +350,8 @@ def report(rows: list[SweepFigures], critical: float, latency: float, cap: int) 
             f"{r.launcher:<8} {r.wall_s:7.1f} {r.request_s:7.1f} {ideal:7.1f} {ideal / r.wall_s:8.3f} "
             f"{ideal / max(r.request_s, 1e-9):7.3f} {r.served:6d} {r.distinct:8d} {r.served - r.distinct:5d} "
             f"{r.rejected:5d} {100 * r.rejected / max(1, r.received):6.2f} {r.peak_in_flight:5d} "
-            f"{1000 * r.cpu_s / max(1, r.served):10.2f} {r.other_cpu_s:11.1f} {r.peak_rss_mb:7.0f} {r.exit_code:4d}"
+            f"{1000 * r.cpu_s / max(1, r.served):10.2f} {r.other_cpu_s:11.1f} {r.peak_rss_mb:7.0f} {r.sweep_rss_mb:8.0f} "
+            f"{r.exit_code:4d}"
         )
     for r in rows:
         print(

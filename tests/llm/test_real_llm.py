@@ -77,6 +77,8 @@ class RecordingProxy:
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as llama.cpp's server and every provider
+
             def do_GET(self) -> None:  # http.server's name
                 self._forward(None)
 

@@ -69,6 +69,8 @@ class FakeHTTP:
 
 def _handler(server: FakeHTTP) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as the search APIs and web servers the fetchers meet
+
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
