@@ -149,5 +149,5 @@ def _log(jobs: Sequence[Job], inp: Agreement, tables: Sequence[Table], uri: str 
     if uri is None:
         print("no tracking URI: nothing logged to MLflow (--tracking-uri)", file=sys.stderr)
         return
-    n = tracking.log_to_runs(uri, run_metrics(jobs, tables), expectations(jobs, inp))  # type: ignore[arg-type]
+    n = tracking.log_to_runs(uri, run_metrics(jobs, tables), expectations(jobs, inp))  # type: ignore[arg-type]  # yields Assessed (imported lazily)
     print(f"MLflow: metrics on {len(jobs)} job run(s), {n} expectation(s) on their instance traces")

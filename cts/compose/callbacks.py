@@ -187,12 +187,12 @@ class LaunchCallbacks(Callback):
 
         new_launch()
         check_start(config, [config])  # values, output places, input files: before the run dir or store exists
-        if config.tracking.instance_traces:
-            tracking.start_trace_writer(config.tracking.uri)  # its start-up (~2 s) overlaps the job's
         preflight(config, groups=task_groups(config))
         warn_unapplied_params([config])
         probe_endpoints([config])  # before the store: a dead endpoint fails fast and creates nothing
         probe_completions([config])
+        if config.tracking.instance_traces:  # after the checks: the writer opens (creates) the store
+            tracking.start_trace_writer(config.tracking.uri)  # its start-up (~2 s) overlaps the job's
         tracking.prepare_store(config.tracking.uri)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

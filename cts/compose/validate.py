@@ -195,7 +195,14 @@ RULES: tuple[Rule, ...] = (
     rule("search.max_urls_per_call", integer(1, null=True)),
     rule("search.fallback_page_chars", integer(0)),
     rule(
-        ("judge.full", "judge.partial", "**.judges.*.full", "**.judges.*.partial"),
+        (
+            "judge.full",
+            "judge.partial",
+            "**.judges.*.full",
+            "**.judges.*.partial",
+            "judge.members.*.full",
+            "judge.members.*.partial",
+        ),
         number(gt=0, le=1),
         "share of a nugget's content tokens in the answer",
     ),

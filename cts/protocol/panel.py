@@ -28,7 +28,7 @@ def member_matrix(records: Sequence[Record]) -> tuple[list[str], np.ndarray]:
     for arm in arms:
         nuggets = sorted({n for labels in arm.judge_members.values() for n in labels})
         for n in nuggets:
-            columns.append([ORDINAL.get(arm.judge_members.get(m, {}).get(n, ""), NAN) for m in names])  # type: ignore[call-overload]
+            columns.append([ORDINAL.get(arm.judge_members.get(m, {}).get(n, ""), NAN) for m in names])  # type: ignore[call-overload]  # an absent label, "", maps to NaN
     return names, np.array(columns, dtype=float).T.reshape(len(names), -1)
 
 

@@ -79,6 +79,7 @@ TASKS = (
     "build_gold.build_gold_task",
     "judge_robustness.judge_robustness_task",
     "backbone_stability.backbone_stability_task",
+    "judge_probes.judge_probes_task",
 )
 
 

@@ -175,7 +175,7 @@ def test_gold_task_stops_when_the_endpoint_refuses_connections(tmp_path, cache_d
         tmp_path, cache_dir, instances_file, dead_base_url(), "services.llm.preflight_probe=false", "concurrency=1"
     )
     line = stopped(lambda: run(cfg))
-    assert f"connection at {cfg.services.llm.api_base}" in line and "All connection attempts failed" in line, line
+    assert f"connection at {cfg.services.llm.api_base}" in line and "Connect call failed" in line, line
     run_row = the_task_run(f"sqlite:///{tmp_path}/mlflow.db")
     assert run_row["status"] == "FAILED" and run_row["tags.stop_reason"] == "infra"
     assert not (tmp_path / "gold").exists()
