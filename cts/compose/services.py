@@ -17,6 +17,7 @@ signature asks for, by parameter type:
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 import re
@@ -61,17 +62,13 @@ class Services:
 
     @property
     def corpus(self) -> Corpus:
-        """The offline Wikipedia corpus (read from the installed package)."""
-        from cts.corpus.wiki import load_corpus
-
-        return self.memo("corpus", lambda: load_corpus(self.settings.get("corpus_lang", "en-us")))
+        """The offline Wikipedia corpus (read from the installed package; one copy per process)."""
+        return self.memo("corpus", lambda: shared_corpus(self.settings.get("corpus_lang", "en-us")))
 
     @property
     def index(self) -> CorpusIndex:
-        """BM25 index over :attr:`corpus`, cached on disk under :attr:`cache_dir`."""
-        from cts.corpus.index import load_or_build_index
-
-        return self.memo("index", lambda: load_or_build_index(self.corpus, self.cache_dir))
+        """BM25 index over :attr:`corpus`, cached on disk under :attr:`cache_dir` (one copy per process)."""
+        return self.memo("index", lambda: shared_index(self.settings.get("corpus_lang", "en-us"), str(self.cache_dir)))
 
     @property
     def llm(self) -> LLMRuntime:
@@ -137,6 +134,22 @@ def chat_client(services: Services, model: ModelSpec | Mapping[str, Any], role: 
     from cts.llm import ModelSpec
 
     return services.llm.client(ModelSpec.coerce(model), role=role)
+
+
+@functools.cache
+def shared_corpus(lang: str) -> Corpus:
+    """The corpus of ``lang``, read once per process: the jobs of a sweep share it (read-only, ~15 MB)."""
+    from cts.corpus.wiki import load_corpus
+
+    return load_corpus(lang)
+
+
+@functools.cache
+def shared_index(lang: str, cache_dir: str) -> CorpusIndex:
+    """The BM25 index over :func:`shared_corpus`, loaded once per process and cache dir."""
+    from cts.corpus.index import load_or_build_index
+
+    return load_or_build_index(shared_corpus(lang), Path(cache_dir))
 
 
 def tool_cache(services: Services) -> ToolCache:
