@@ -10,6 +10,7 @@ time bound, while a timed-out request is retried only a few times.
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import random
 import time
@@ -158,7 +159,7 @@ class RetryAllowance:
     """
 
     settings: Any
-    rng: random.Random = field(default_factory=random.Random)
+    rng: random.Random = field(default_factory=lambda: _JITTER)
     failed: int = 0
     timeouts: int = 0
     rate_limited: int = 0
@@ -199,6 +200,10 @@ class RetryAllowance:
         return min(backoff.initial * 2 ** (n - 1) + self.rng.uniform(0, backoff.jitter), backoff.max)
 
 
+_JITTER = random.Random()
+"""The jitter's source: one per process (seeding a Random from os.urandom per call costs more than the call)."""
+
+
 class Retrying:
     """The retry policy of one call (see :class:`RetryAllowance`), run by tenacity; the slot is free while it waits.
 
@@ -214,7 +219,24 @@ class Retrying:
         self._decided_for = 0
 
     async def __call__(self, attempt: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Run ``attempt(*args)`` until it succeeds or its failure has no retry left (re-raised)."""
+        """Run ``attempt(*args)`` until it succeeds or its failure has no retry left (re-raised).
+
+        The first attempt runs on its own: most calls succeed at once, and tenacity's machinery
+        costs more CPU than the call's own bookkeeping. A first failure is decided as tenacity
+        would (the allowance, then ``before_wait``, then the wait), and tenacity runs the rest.
+        """
+        try:
+            return await attempt(*args)
+        except Exception as exc:
+            failure = classify(exc)
+            wait = self.allowance.wait(failure) if failure.retryable else None
+            if wait is None:
+                raise
+        self._before_sleep(None)
+        await asyncio.sleep(wait)
+        return await self._retried(attempt, *args)
+
+    async def _retried(self, attempt: Callable[..., Awaitable[T]], *args: Any) -> T:
         from tenacity import AsyncRetrying, retry_if_exception
 
         policy = AsyncRetrying(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import logging
 import threading
@@ -35,6 +36,8 @@ so the claim of a killed job frees its key within seconds."""
 StoreRunner = Callable[..., Awaitable[Any]]
 """Runs ``op(*args)`` off the event loop, like ``asyncio.to_thread``."""
 _POLL_S = (0.02, 0.5)  # first and longest pause between looks at a claimed key
+_PROCESS = uuid.uuid4().hex
+_CLAIMS = itertools.count(1)
 
 
 class ResponseCache:
@@ -124,7 +127,7 @@ class ResponseCache:
         on_miss()
         if self.mode != "read_write":
             return await compute(), False
-        owner = uuid.uuid4().hex
+        owner = f"{_PROCESS}-{next(_CLAIMS)}"  # unique across processes, without a urandom read per claim
         hit, claimed = await self._claim_or_wait(key, owner, run)
         if hit is not None or not claimed:
             return (hit, True) if hit is not None else (await self._compute_unclaimed(compute, storable, key, run))
