@@ -146,6 +146,7 @@ RULES: tuple[Rule, ...] = (
     rule(f"{LLM}.spend.max_usd", number(gt=0, null=True), "USD a job dir may spend; null = no cap"),
     rule(("plan", "plan.enabled", "plan.calibration", f"{LLM}.spend.allow_over_forecast"), BOOL),
     rule("plan.calibration_n", integer(1), "instances of each job in the calibration slice"),
+    rule("plan.then", one_of("run", "stop"), "what follows the forecast; plan=only is plan.then=stop"),
     rule("plan.confidence", number(gt=0, lt=1), "of the forecast's intervals"),
     rule(f"{LLM}.concurrency_per_endpoint", integer(1), "calls in flight per endpoint"),
     rule((f"{LLM}.adaptive.floor", f"{LLM}.adaptive.initial"), integer(1)),
