@@ -90,6 +90,12 @@ class _Run:
 
 
 @dataclass
+class _Burst:
+    run: _Run
+    cpu: float  # CPU seconds left
+
+
+@dataclass
 class _Phase:
     job: int
     kind: str  # "setup" or "end"
@@ -103,7 +109,7 @@ class _Sim:
         self.t = 0.0
         self.order = itertools.count()
         self.events: list[tuple[float, int, str, object]] = []
-        self.loop: deque[list[object]] = deque()  # [run, cpu left]
+        self.loop: deque[_Burst] = deque()
         self.slots_free = m.capacity
         self.queue: list[tuple[int, int, _Run]] = []  # heap: (run's priority, arrival, run)
         self.backlog = 0.0
@@ -123,16 +129,17 @@ class _Sim:
 
     def shares(self) -> tuple[float, float, float]:
         """CPU speed of the loop, the writer and the turn's holder (PS among those with work)."""
-        busy = [bool(self.loop), self.backlog > 1e-12, self.holder is not None and self.holder.stage in (0, 3)]
-        n = sum(busy)
+        loop, writer = bool(self.loop), self.backlog > 1e-12
+        job = self.holder is not None and self.holder.stage in (0, 3)
+        n = loop + writer + job
         speed = self.m.core / n if n else 0.0
-        return tuple(speed if b else 0.0 for b in busy)  # type: ignore[return-value]
+        return (speed if loop else 0.0, speed if writer else 0.0, speed if job else 0.0)
 
     def next_cpu_event(self) -> float:
         loop, writer, job = self.shares()
         ends = [math.inf]
         if loop:
-            ends.append(float(self.loop[0][1]) / loop)  # type: ignore[arg-type]
+            ends.append(self.loop[0].cpu / loop)
         if writer:
             ends.append(self.backlog / writer)
         if job and self.holder is not None:
@@ -143,7 +150,7 @@ class _Sim:
         dt = until - self.t
         loop, writer, job = self.shares()
         if self.loop and loop:
-            self.loop[0][1] = float(self.loop[0][1]) - dt * loop  # type: ignore[arg-type]
+            self.loop[0].cpu -= dt * loop
         self.backlog = max(0.0, self.backlog - dt * writer)
         if self.holder is not None and job:
             self.holder.cpu -= dt * job
@@ -169,9 +176,8 @@ class _Sim:
     # --- CPU completions
     def on_cpu(self) -> None:
         eps = 1e-9
-        if self.loop and float(self.loop[0][1]) <= eps:  # type: ignore[arg-type]
-            run = self.loop.popleft()[0]
-            self.after_cpu(run)  # type: ignore[arg-type]
+        if self.loop and self.loop[0].cpu <= eps:
+            self.after_cpu(self.loop.popleft().run)
         if self.holder is not None and self.holder.stage in (0, 3) and self.holder.cpu <= eps:
             self.phase_step()
         if self.backlog <= eps and self.holder is not None and self.holder.stage == 1:
@@ -197,7 +203,7 @@ class _Sim:
     def step_done(self, run: _Run) -> None:
         run.steps_left -= 1
         if run.steps_left > 0:
-            self.loop.append([run, run.step_cpu])
+            self.loop.append(_Burst(run, run.step_cpu))
             return
         self.backlog += self.m.trace_cpu_s
         self.active[run.job] -= 1
@@ -211,7 +217,7 @@ class _Sim:
             run = self.pending[job].popleft()
             run.priority = next(self.order)
             self.active[job] += 1
-            self.loop.append([run, run.step_cpu])
+            self.loop.append(_Burst(run, run.step_cpu))
 
     # --- timed events
     def push(self, at: float, kind: str, what: object) -> None:

@@ -184,7 +184,7 @@ def _wall(
 ) -> dict[str, Any]:
     """The sweep's wall time (``wall_s``) or why it is not forecast (``wall_note``)."""
     from cts.plan.report_time import time_report
-    from cts.plan.walltime import forecast_wall, measure
+    from cts.plan.walltime import forecast_wall, loaded_wall, measure
 
     if not _one_schedule(config):
         return {"wall_note": "not forecast: the schedule is modelled for hydra/launcher=cts (the default) only"}
@@ -197,10 +197,19 @@ def _wall(
     report = 0.0
     if config.get("sweep_report", True):
         sizes = {j.name: j.n_total for j in slices}
-        timed = time_report(source, sizes, OmegaConf.to_container(config.bootstrap), int(config.seed))  # type: ignore[arg-type]
+        bootstrap = {str(k): float(v) for k, v in config.bootstrap.items()}
+        timed = time_report(source, sizes, bootstrap, int(config.seed))
         report = timed or 0.0
-    wall = forecast_wall(measured, slices, [f.calls for f in per_job], report)
+    calls = [f.calls for f in per_job]
+    wall = forecast_wall(measured, slices, calls, report)
     what = f"the schedule replayed the slice in {measured.slice_model_s:.1f} s, it took {measured.slice_wall_s:.1f} s"
+    what += f"; the core share seen in the slice: {measured.core[0]:.0%}-{measured.core[2]:.0%}"
+    loaded = loaded_wall(measured, slices, calls, report)
+    if loaded is not None:
+        what += (
+            f"; the machine's load average ({measured.load:.1f} on {measured.cores} cores) could leave it "
+            f"{measured.loaded_core:.0%}: {loaded:.0f} s"
+        )
     return {"wall_s": wall, "wall_note": what + ("" if report else "; without the report's time")}
 
 

@@ -35,7 +35,7 @@ from cts.plan.clock import Timeline, timeline_from_json
 from cts.plan.forecast import Interval, JobSlice, latency_of
 from cts.plan.schedule import JobShape, Machine, simulate
 
-__all__ = ["Measured", "forecast_wall", "measure"]
+__all__ = ["Measured", "forecast_wall", "loaded_wall", "measure"]
 
 LOOP_THREADS = ("cts-sweep-loop", "asyncio_", "other")
 """The threads of the event loop's work (``asyncio.to_thread`` workers, native threads)."""
@@ -55,6 +55,8 @@ class Measured:
         lead_s: From the slice's start to its first job's set-up (the launcher's own start).
         slice_wall_s: The slice's wall time, and ``slice_model_s`` the model's replay of it.
         capacity_low: The least capacity the slice allows (its peak of requests in flight): the high end's.
+        loaded_core: A fair share of a core under the machine's 5-minute load average ``load`` on its
+            ``cores`` (0: not known); said beside the interval when it is below the interval's share.
         note: Why the model does not apply (empty when it does).
     """
 
@@ -67,6 +69,9 @@ class Measured:
     slice_wall_s: float = 0.0
     slice_model_s: float = 0.0
     capacity_low: int = 0
+    loaded_core: float = 0.0
+    load: float = 0.0
+    cores: int = 1
     note: str = ""
 
 
@@ -108,12 +113,15 @@ def measure(source: Path, calibration: Sequence[JobSlice], job_concurrency: int,
         tuple(max(1, round(min(s.elapsed_s for s in j.samples) / latency)) if j.samples else 1 for j in calibration),
         lead_s=min((s[0][0] for s in setups if s), default=0.0),
         slice_wall_s=timeline.wall_s,
+        loaded_core=_loaded_share(timeline),
+        load=timeline.load,
+        cores=timeline.cores,
     )
     return _fit_capacity(measured, calibration, timeline)
 
 
 def forecast_wall(measured: Measured, jobs: Sequence[JobSlice], calls: Sequence[Interval], report_s: float) -> Interval:
-    """The main run's wall time: its schedule simulated at the core share's quartiles, plus the report.
+    """The main run's wall time: its schedule simulated at the core share's quantiles, plus the report.
 
     Args:
         measured: From :func:`measure`.
@@ -131,6 +139,17 @@ def forecast_wall(measured: Measured, jobs: Sequence[JobSlice], calls: Sequence[
     miss = abs(measured.slice_wall_s / measured.slice_model_s - 1) if measured.slice_model_s else 0.0
     low, expected, high = sorted(ends)
     return Interval(low / (1 + miss), expected, high * (1 + miss))
+
+
+def loaded_wall(
+    measured: Measured, jobs: Sequence[JobSlice], calls: Sequence[Interval], report_s: float
+) -> float | None:
+    """The main run's wall time if the machine's load average leaves it only :attr:`Measured.loaded_core` (None: no lower)."""
+    if not 0 < measured.loaded_core < measured.core[0]:
+        return None
+    shapes = _shapes(measured, jobs, [c.expected for c in calls])
+    machine = replace(measured.machine, core=measured.loaded_core)
+    return measured.lead_s + simulate(shapes, machine).wall_s + report_s
 
 
 def _shapes(measured: Measured, jobs: Sequence[JobSlice], calls: Sequence[float]) -> list[JobShape]:
@@ -227,9 +246,7 @@ def _core(timeline: Timeline, window_s: float = 1.0) -> tuple[float, float, floa
     the GIL).
     Only the windows in which the process ran at half its peak rate or more count: while it waits
     (a flush, a reply), its own rate says nothing of what the machine would have given it. Other
-    processes' load changes while the sweep runs: the quantiles are the interval's ends, the low one
-    no higher than a fair share of the cores under the machine's 5-minute load average (what the
-    others ran for longer than the slice).
+    processes' load changes while the sweep runs: the quantiles are the interval's ends.
     """
     rows, windows = list(timeline.samples), []
     last = rows[0] if rows else None
@@ -242,7 +259,16 @@ def _core(timeline: Timeline, window_s: float = 1.0) -> tuple[float, float, floa
     peak = max((own for own, _ in windows), default=0.0)
     shares = [min(1.0, own + max(0.0, timeline.cores - busy)) for own, busy in windows if own >= peak / 2 > 0]
     low, mid, high = (max(0.05, float(np.quantile(shares, q))) for q in (0.1, 0.5, 0.9)) if shares else (1.0,) * 3
-    if timeline.load > 0:  # the machine's sustained load: a fair share of its cores among the others' threads
-        own = timeline.cpu_s / timeline.wall_s if timeline.wall_s else 0.0
-        low = min(low, max(0.05, min(1.0, timeline.cores / (max(0.0, timeline.load - own) + 1))))
     return (low, mid, high)
+
+
+def _loaded_share(timeline: Timeline) -> float:
+    """A fair share of the machine's cores among the threads of its 5-minute load average (0: not known).
+
+    What the others ran for longer than the slice: an upper bound of their pressure (the load average
+    counts threads waiting for I/O too), so it is said beside the interval, not in it.
+    """
+    if timeline.load <= 0:
+        return 0.0
+    own = timeline.cpu_s / timeline.wall_s if timeline.wall_s else 0.0
+    return max(0.05, min(1.0, timeline.cores / (max(0.0, timeline.load - own) + 1)))
