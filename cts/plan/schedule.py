@@ -6,7 +6,8 @@ on the calibration slice:
 - the jobs take turns (one lock) for their set-up and their end; a job's runs start during its
   set-up, at most ``job_concurrency`` at a time;
 - a run is a chain of ``steps`` round trips; each step first needs CPU on the event loop, then
-  sends its requests, which wait for one of the endpoint's ``capacity`` slots (the oldest run
+  sends its requests (a run has ``requests`` of its own over its steps; a step without one waits a
+  round trip for the work another job's run shares with it, the orig arm, a question asked twice), which wait for one of the endpoint's ``capacity`` slots (the oldest run
   first, as :func:`cts.llm.priority_scope` orders them) and take ``latency_s`` each; a run whose
   replies are cached needs only the CPU;
 - each finished run leaves its trace to a background writer (MLflow's), ``trace_cpu_s`` of CPU;
@@ -68,6 +69,9 @@ class Machine:
     end_wait_s: float = 0.0
     flush: bool = False
     job_concurrency: int = 64
+    initial: int = 0
+    """The adaptive limiter's first limit (``services.llm.adaptive.initial``), doubled every round trip
+    up to ``capacity`` (its slow start); 0: ``capacity`` from the first request."""
 
 
 @dataclass(frozen=True)
@@ -82,8 +86,8 @@ class Simulated:
 @dataclass
 class _Run:
     job: int
-    steps_left: int
-    per_step: int
+    requests: list[int]  # per step still to come: its own requests (0: it waits for work another run shares)
+    wait_s: float  # a step without a request of its own: the round trip it waits for (0 for a cached run)
     step_cpu: float
     waiting: int = 0  # requests of the current step not yet answered
     priority: int = 0  # when it started: the endpoint serves the oldest run first
@@ -110,7 +114,8 @@ class _Sim:
         self.order = itertools.count()
         self.events: list[tuple[float, int, str, object]] = []
         self.loop: deque[_Burst] = deque()
-        self.slots_free = m.capacity
+        self.limit = min(m.capacity, m.initial) if m.initial > 0 else m.capacity
+        self.slots_free = self.limit
         self.queue: list[tuple[int, int, _Run]] = []  # heap: (run's priority, arrival, run)
         self.backlog = 0.0
         self.turn: deque[_Phase] = deque(_Phase(i, "setup", j.setup_cpu_s / 2) for i, j in enumerate(jobs))
@@ -122,10 +127,16 @@ class _Sim:
         self.peak = 0
 
     def _runs(self, i: int, job: JobShape) -> list[_Run]:
+        """The job's runs: paid ones send ``requests`` over ``steps`` round trips (the mean kept over the runs)."""
         steps = max(1, job.steps)
-        per_step = max(1, round(job.requests / steps)) if job.paid else 0
         cpu = self.m.run_cpu_s / steps
-        return [_Run(i, steps, per_step if n < job.paid else 0, cpu) for n in range(job.runs)]
+        runs = []
+        for n in range(job.runs):
+            paid = n < job.paid
+            own = round(job.requests * (n + 1)) - round(job.requests * n) if paid else 0
+            per_step = [own // steps + (1 if s < own % steps else 0) for s in range(steps)]
+            runs.append(_Run(i, per_step, self.m.latency_s if paid else 0.0, cpu))
+        return runs
 
     def shares(self) -> tuple[float, float, float]:
         """CPU speed of the loop, the writer and the turn's holder (PS among those with work)."""
@@ -184,11 +195,15 @@ class _Sim:
             self.phase_step()
 
     def after_cpu(self, run: _Run) -> None:
-        if run.per_step == 0:
-            self.step_done(run)
+        mine = run.requests[0]
+        if mine == 0:  # a cached step goes on at once; one another run's request answers takes its round trip
+            if run.wait_s > 0:
+                self.push(self.t + run.wait_s, "shared", run)
+            else:
+                self.step_done(run)
             return
-        run.waiting = run.per_step
-        for _ in range(run.per_step):
+        run.waiting = mine
+        for _ in range(mine):
             heapq.heappush(self.queue, (run.priority, next(self.order), run))
         self.dispatch()
 
@@ -196,13 +211,16 @@ class _Sim:
         while self.slots_free and self.queue:
             run = heapq.heappop(self.queue)[2]
             self.slots_free -= 1
-            self.first_request = self.t if self.first_request < 0 else self.first_request
-            self.peak = max(self.peak, self.m.capacity - self.slots_free)
+            if self.first_request < 0:
+                self.first_request = self.t
+                if self.limit < self.m.capacity:  # the slow start: the limit doubles every round trip
+                    self.push(self.t + self.m.latency_s, "grow", None)
+            self.peak = max(self.peak, self.limit - self.slots_free)
             self.push(self.t + self.m.latency_s, "reply", run)
 
     def step_done(self, run: _Run) -> None:
-        run.steps_left -= 1
-        if run.steps_left > 0:
+        run.requests.pop(0)
+        if run.requests:
             self.loop.append(_Burst(run, run.step_cpu))
             return
         self.backlog += self.m.trace_cpu_s
@@ -233,6 +251,16 @@ class _Sim:
             if run.waiting == 0:
                 self.step_done(run)
             self.dispatch()
+        elif kind == "grow":
+            grown = min(self.m.capacity, self.limit * 2)
+            self.slots_free += grown - self.limit
+            self.limit = grown
+            if grown < self.m.capacity:
+                self.push(self.t + self.m.latency_s, "grow", None)
+            self.dispatch()
+        elif kind == "shared":
+            assert isinstance(what, _Run)
+            self.step_done(what)
         elif kind == "timer":
             self.phase_step()
 

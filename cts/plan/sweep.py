@@ -191,7 +191,9 @@ def _wall(
     if sweep.unknown or sweep.incomplete:
         return {"wall_note": "not forecast: some jobs are unknown"}
     ceiling = sum({e: c for j in slices for e, c in j.concurrency.items()}.values()) or 1
-    measured = measure(source, calibration_slices(slices), slices[0].job_concurrency, ceiling)
+    adaptive = OmegaConf.select(config, "services.llm.adaptive", default=None) or {}
+    initial = int(adaptive.get("initial") or 0) if adaptive.get("enabled", True) else 0
+    measured = measure(source, calibration_slices(slices), slices[0].job_concurrency, ceiling, initial)
     if measured.note:
         return {"wall_note": f"not forecast: {measured.note}"}
     report = 0.0
@@ -200,8 +202,8 @@ def _wall(
         bootstrap = {str(k): float(v) for k, v in config.bootstrap.items()}
         timed = time_report(source, sizes, bootstrap, int(config.seed))
         report = timed or 0.0
-    calls = [f.calls for f in per_job]
-    wall = forecast_wall(measured, slices, calls, report)
+    calls = [f.calls.expected for f in per_job]
+    wall = forecast_wall(measured, slices, calls, sweep.calls, report)
     what = f"the schedule replayed the slice in {measured.slice_model_s:.1f} s, it took {measured.slice_wall_s:.1f} s"
     what += f"; the core share seen in the slice: {measured.core[0]:.0%}-{measured.core[2]:.0%}"
     loaded = loaded_wall(measured, slices, calls, report)

@@ -16,8 +16,8 @@ reads what :mod:`cts.plan.schedule` needs, each from the slice itself:
 
 :func:`forecast_wall` then simulates the main run (its runs, requests and cached runs) at those
 quantiles (and the requests' interval), adds the report's time (timed on a replica of the slice at the sweep's size,
-:func:`cts.plan.report_time.time_report`) and widens the interval by how far the model missed
-the slice's own wall time.
+:func:`cts.plan.report_time.time_report`) and widens the interval by the seconds the model missed
+the slice's own wall time by (what it does not model, a retry's backoff, is a few seconds, not a share).
 """
 
 from __future__ import annotations
@@ -75,7 +75,9 @@ class Measured:
     note: str = ""
 
 
-def measure(source: Path, calibration: Sequence[JobSlice], job_concurrency: int, ceiling: int) -> Measured:
+def measure(
+    source: Path, calibration: Sequence[JobSlice], job_concurrency: int, ceiling: int, initial: int = 0
+) -> Measured:
     """The schedule's parameters from the slice in ``source`` (``calibration``: its jobs, in the sweep's order).
 
     Args:
@@ -83,6 +85,7 @@ def measure(source: Path, calibration: Sequence[JobSlice], job_concurrency: int,
         calibration: Its jobs as :class:`JobSlice` (their samples are the slice's runs).
         job_concurrency: Runs in flight per job in the main run.
         ceiling: The endpoints' calls in flight as configured (the runtime's limit).
+        initial: The adaptive limiter's first limit (0: no slow start).
     """
     timeline = _timeline(source)
     samples = [s for j in calibration for s in j.samples]
@@ -103,6 +106,7 @@ def measure(source: Path, calibration: Sequence[JobSlice], job_concurrency: int,
         setup_wait_s=_spacing(setups, core[1]),
         end_wait_s=_spacing(ends, core[1]),
         job_concurrency=job_concurrency,
+        initial=initial,
     )
     machine = replace(machine, flush=machine.end_wait_s >= 0.3)
     measured = Measured(
@@ -120,34 +124,38 @@ def measure(source: Path, calibration: Sequence[JobSlice], job_concurrency: int,
     return _fit_capacity(measured, calibration, timeline)
 
 
-def forecast_wall(measured: Measured, jobs: Sequence[JobSlice], calls: Sequence[Interval], report_s: float) -> Interval:
+def forecast_wall(
+    measured: Measured, jobs: Sequence[JobSlice], calls: Sequence[float], sweep_calls: Interval, report_s: float
+) -> Interval:
     """The main run's wall time: its schedule simulated at the core share's quantiles, plus the report.
 
     Args:
         measured: From :func:`measure`.
         jobs: The main run's jobs (``n_total`` runs, ``remaining`` of them paid).
-        calls: Per job, its forecast requests.
+        calls: Per job, its expected requests.
+        sweep_calls: The sweep's requests: the ends of its interval scale every job's (the jobs'
+            own intervals are wider than the sweep's, whose per-instance totals share work).
         report_s: The sweep report's time (0 without one).
     """
     ends = []
     capacity = measured.machine.capacity
+    expected = sweep_calls.expected or 1.0
     for core, pick in zip(measured.core[::-1], ("low", "expected", "high"), strict=True):
-        shapes = _shapes(measured, jobs, [getattr(c, pick) for c in calls])
+        scale = getattr(sweep_calls, pick) / expected
+        shapes = _shapes(measured, jobs, [c * scale for c in calls])
         slots = (measured.capacity_low or capacity) if pick == "high" else capacity
         machine = replace(measured.machine, core=core, capacity=slots)
         ends.append(measured.lead_s + simulate(shapes, machine).wall_s + report_s)
-    miss = abs(measured.slice_wall_s / measured.slice_model_s - 1) if measured.slice_model_s else 0.0
-    low, expected, high = sorted(ends)
-    return Interval(low / (1 + miss), expected, high * (1 + miss))
+    miss = abs(measured.slice_wall_s - measured.slice_model_s) if measured.slice_model_s else 0.0
+    low, mid, high = sorted(ends)
+    return Interval(max(0.0, low - miss), mid, high + miss)
 
 
-def loaded_wall(
-    measured: Measured, jobs: Sequence[JobSlice], calls: Sequence[Interval], report_s: float
-) -> float | None:
+def loaded_wall(measured: Measured, jobs: Sequence[JobSlice], calls: Sequence[float], report_s: float) -> float | None:
     """The main run's wall time if the machine's load average leaves it only :attr:`Measured.loaded_core` (None: no lower)."""
     if not 0 < measured.loaded_core < measured.core[0]:
         return None
-    shapes = _shapes(measured, jobs, [c.expected for c in calls])
+    shapes = _shapes(measured, jobs, list(calls))
     machine = replace(measured.machine, core=measured.loaded_core)
     return measured.lead_s + simulate(shapes, machine).wall_s + report_s
 

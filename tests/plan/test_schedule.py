@@ -99,9 +99,9 @@ def test_the_forecast_scales_the_slice_to_the_main_run(tmp_path: Path) -> None:
     measured = measure(_timeline(tmp_path), [_slice("a", 2.1), _slice("b", 1.0)], 64, 64)
     main = [JobSlice("a", 400, 4, ()), JobSlice("b", 400, 4, ())]
     small = forecast_wall(
-        measured, [JobSlice("a", 40, 4, ()), JobSlice("b", 40, 4, ())], [Interval(72, 72, 72)] * 2, 0.0
+        measured, [JobSlice("a", 40, 4, ()), JobSlice("b", 40, 4, ())], [72.0] * 2, Interval(144, 144, 144), 0.0
     )
-    big = forecast_wall(measured, main, [Interval(792, 792, 792)] * 2, 3.0)
+    big = forecast_wall(measured, main, [792.0] * 2, Interval(1400, 1584, 1800), 3.0)
     assert big.low <= big.expected <= big.high and small.expected < big.expected
     # 800 runs of loop and writer CPU (0.1 + 0.05 s each) on one core: the CPU bounds it from below
     assert big.expected >= 800 * 0.15 + 3.0
