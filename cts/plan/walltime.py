@@ -9,9 +9,9 @@ reads what :mod:`cts.plan.schedule` needs, each from the slice itself:
   (its thread's first and last stretches of work), and the fixed waits between one job's turn and
   the next (the lower quartile of their spacing);
 - the latency of a request (a low quantile of the calls that did not wait), a run's critical
-  path in round trips (its fastest run), the endpoint's capacity (the configured ceiling, or a
-  lower plateau of the slice's requests in flight: a server's own rate limit; the slice's peak
-  bounds the high end), and how much of a core the process got (its CPU rate plus the machine's idle
+  path in round trips (its fastest run), the endpoint's capacity (the limit the slice's congestion
+  settled at or a plateau of its requests in flight: a server's own rate limit; else the peak the
+  slice showed it takes, the configured ceiling for the low end), and how much of a core the process got (its CPU rate plus the machine's idle
   cores; its 10%, 50% and 90% quantiles over the slice).
 
 :func:`forecast_wall` then simulates the main run (its runs, requests and cached runs) at those
@@ -55,6 +55,7 @@ class Measured:
         lead_s: From the slice's start to its first job's set-up (the launcher's own start).
         slice_wall_s: The slice's wall time, and ``slice_model_s`` the model's replay of it.
         capacity_low: The least capacity the slice allows (its peak of requests in flight): the high end's.
+        capacity_best: The most it allows (the configured ``ceiling`` when the slice met no limit): the low end's.
         loaded_core: A fair share of a core under the machine's 5-minute load average ``load`` on its
             ``cores`` (0: not known); said beside the interval when it is below the interval's share.
         note: Why the model does not apply (empty when it does).
@@ -69,6 +70,8 @@ class Measured:
     slice_wall_s: float = 0.0
     slice_model_s: float = 0.0
     capacity_low: int = 0
+    capacity_best: int = 0
+    ceiling: int = 0
     loaded_core: float = 0.0
     load: float = 0.0
     cores: int = 1
@@ -143,7 +146,7 @@ def forecast_wall(
     for core, pick in zip(measured.core[::-1], ("low", "expected", "high"), strict=True):
         scale = getattr(sweep_calls, pick) / expected
         shapes = _shapes(measured, jobs, [c * scale for c in calls])
-        slots = (measured.capacity_low or capacity) if pick == "high" else capacity
+        slots = {"low": measured.capacity_best, "high": measured.capacity_low}.get(pick) or capacity
         machine = replace(measured.machine, core=core, capacity=slots)
         ends.append(measured.lead_s + simulate(shapes, machine).wall_s + report_s)
     miss = abs(measured.slice_wall_s - measured.slice_model_s) if measured.slice_model_s else 0.0
@@ -176,13 +179,14 @@ def _shapes(measured: Measured, jobs: Sequence[JobSlice], calls: Sequence[float]
 
 
 def _fit_capacity(measured: Measured, calibration: Sequence[JobSlice], timeline: Timeline) -> Measured:
-    """The endpoint's capacity: the configured ceiling, unless the slice met a lower one.
+    """The endpoint's capacity: what the slice met, else what it showed the endpoint takes.
 
-    It met one when the adaptive limiter saw congestion (a 429, a timeout, a 5xx: the limit it then
-    settled at is the endpoint's, the median over the rest of the slice), or when its requests in
-    flight held a plateau (a second or more within 10% of the slice's peak, below the ceiling). A
-    peak the slice reached only briefly (its slow start, too few runs) says nothing: the ceiling
-    stands for the expected value, and the peak bounds the high end (:attr:`Measured.capacity_low`).
+    It met a limit when the adaptive limiter saw congestion (a 429, a timeout, a 5xx: the limit it
+    then settled at is the endpoint's, the median over the rest of the slice), or when its requests
+    in flight held a plateau (a second or more within 10% of the slice's peak, below the ceiling).
+    Without either, the slice showed only that the endpoint takes its peak of requests in flight:
+    the expected value assumes that many, the low end the configured ceiling
+    (:attr:`Measured.capacity_best`), the high end the peak (:attr:`Measured.capacity_low`).
     """
     counts = [s[3] for s in timeline.samples if s[3] >= 0]
     peak = max(counts, default=0)
@@ -190,20 +194,29 @@ def _fit_capacity(measured: Measured, calibration: Sequence[JobSlice], timeline:
     near = [c >= 0.9 * peak for c in counts]
     held = max((len(list(g)) for k, g in itertools.groupby(near) if k), default=0)
     interval = timeline.samples[1][0] - timeline.samples[0][0] if len(timeline.samples) > 1 else 0.2
-    machine = measured.machine
     congested = [s[5] for s in timeline.samples if s[4] > 0 and s[5] > 0]
     if congested:
-        machine = replace(machine, capacity=max(1, min(ceiling, round(float(np.median(congested))))))
+        capacity = best = max(1, min(ceiling, round(float(np.median(congested)))))
     elif 0 < peak < 0.9 * ceiling and held * interval >= 1.0:
-        machine = replace(machine, capacity=peak)
-    low = min(machine.capacity, peak) if peak > 0 else machine.capacity
+        capacity = best = peak
+    else:
+        capacity, best = (min(ceiling, peak) if peak > 0 else ceiling), ceiling
+    machine = replace(measured.machine, capacity=capacity)
     shapes = _shapes(
         measured,
         [replace(j, n_total=len(j.samples), n_free=0) for j in calibration],
         [sum(s.counts.get("calls", 0.0) for s in j.samples) for j in calibration],
     )
     replay = simulate(shapes, machine)
-    return replace(measured, machine=machine, capacity_low=low, slice_model_s=measured.lead_s + replay.wall_s)
+    low = min(capacity, peak) if peak > 0 else capacity
+    return replace(
+        measured,
+        machine=machine,
+        capacity_low=low,
+        capacity_best=best,
+        ceiling=ceiling,
+        slice_model_s=measured.lead_s + replay.wall_s,
+    )
 
 
 def _timeline(source: Path) -> Timeline | None:
