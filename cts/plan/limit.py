@@ -57,7 +57,8 @@ def spend_over(limit: Mapping[str, Any], forecast: JobForecast, spent: float, sl
     high = spent + slice_usd + (0.0 if forecast.unknown else forecast.usd.high)
     if forecast.unknown or forecast.incomplete or forecast.no_interval:
         reason = _unknown_high(forecast)
-        known = f"; what is known: {' + '.join(terms)} = ${high:.4f}" if terms else ""
+        total = f" = ${high:.4f}" if len(terms) > 1 else ""
+        known = f"; what is known: {' + '.join(terms)}{total}" if terms else ""
         over = f"{reason}: it cannot show the sweep stays within services.llm.spend.max_usd ${cap:.4f}{known}"
         return over
     if high <= cap:
