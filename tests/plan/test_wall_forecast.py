@@ -5,7 +5,9 @@ call, 429 above 32 calls in flight, sweep_reply's WebDancer search and visit tur
 price on the server (services.llm.api_base_price) and the user's defaults otherwise (instance
 traces on, the sweep report built). The forecast is the plan's; the actual is what the main run
 took from the forecast to the end of its report (<sweep>/sweep_actual.json). These tests run
-minutes on 2 cores and measure a schedule on shared cores: slow and serial.
+minutes on 2 cores and measure a schedule on shared cores: slow and serial. Other processes that
+start or stop between the slice and the main run change what a run costs and the share of a core
+the sweep gets; on a machine loaded by other test sessions this test can miss by more than 30%.
 """
 
 from __future__ import annotations
