@@ -9,6 +9,7 @@ gc.disable()
 
 import os
 import sys
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import hydra
@@ -16,6 +17,7 @@ from omegaconf import DictConfig
 
 from cts._util.switches import spell_out_switches
 from cts.compose.validate import register_resolvers
+from cts.protocol.migrations import renamed_on_command_line
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 register_resolvers()  # ${cts_pid:} in the default run dir (conf/config.yaml)
@@ -29,7 +31,16 @@ def main(cfg: DictConfig) -> float | None:
     return run(cfg)
 
 
+def _config_dirs() -> list[Traversable]:
+    """conf/ and the command line's own config dirs (an old option name may be a user's own file there)."""
+    from hydra_plugins.cts_model_roles.cts_model_roles import command_line_dirs
+
+    return [Path(__file__).resolve().parent / "conf", *command_line_dirs(sys.argv)]
+
+
 if __name__ == "__main__":
+    if renamed := renamed_on_command_line(sys.argv[1:], _config_dirs()):  # a name retired since the first release
+        sys.exit("\n".join(f"error: {line}" for line in renamed))
     try:  # plan=true is plan.enabled=true, so plan.calibration_n=10 beside it has a node to go into
         sys.argv[1:] = spell_out_switches(sys.argv[1:])
     except ValueError as e:

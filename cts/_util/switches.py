@@ -1,4 +1,4 @@
-"""Config nodes a bare value switches on: ``plan=true`` is ``plan.enabled=true``.
+"""Config nodes a bare value switches on: ``plan=true`` is ``plan.enabled=true``, ``plan=only`` adds ``plan.then=stop``.
 
 Hydra applies ``plan=true`` by replacing the whole ``plan`` node with the bool, so a later
 ``plan.calibration_n=10`` finds no node to go into ("Could not override") and an earlier one
@@ -16,6 +16,9 @@ __all__ = ["SWITCHES", "spell_out_switches"]
 
 SWITCHES: dict[str, str] = {"plan": "plan.enabled"}
 """Switch key -> the key a bare value of it stands for."""
+
+WORDS: dict[str, dict[str, tuple[str, ...]]] = {"plan": {"only": ("true", "plan.then=stop")}}
+"""Switch key -> a word it takes -> the enabled key's value and the overrides it adds (``plan=only``)."""
 
 
 def _parsed(arg: str) -> tuple[str, str, str] | None:
@@ -58,8 +61,9 @@ def spell_out_switches(args: Sequence[str]) -> list[str]:
             out.append(arg)
             continue
         enabled = SWITCHES.get(key, key)
-        seen.setdefault(enabled, {}).setdefault(shown, arg)
-        out.append(f"{enabled}={written}")
+        value, *added = WORDS.get(key, {}).get(written.strip(), (written,))
+        seen.setdefault(enabled, {}).setdefault(repr(True) if added else shown, arg)
+        out += [f"{enabled}={value}", *added]
     for enabled, values in seen.items():
         if len(values) > 1:
             raise ValueError(f"{' and '.join(values.values())} contradict each other: give {enabled} once")

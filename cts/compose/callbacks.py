@@ -168,6 +168,9 @@ class LaunchCallbacks(Callback):
         from cts.plan import before_launch
 
         self._plan = before_launch(config, jobs, [task_groups(job) for job in jobs])  # plan=true: forecast, spend limit
+        if self._plan.stop:  # plan=only: the forecast and the command that runs the sweep; nothing else
+            print("\n".join(self._plan.stop), flush=True)
+            sys.exit(0)
         record.write()  # <sweep>/sweep.json: what jobs in other processes (joblib, Slurm) read
         if not jobs_open_store_here(config):
             tracking.prepare_store(config.tracking.uri)
@@ -184,8 +187,11 @@ class LaunchCallbacks(Callback):
             task_groups,
         )
         from cts.compose.request_rules import warn_unapplied_params
+        from cts.plan.calibrate import plan_settings
 
         new_launch()
+        if plan_settings(config).then == "stop":  # it would run the job it was asked only to forecast
+            sys.exit("error: plan: plan=only forecasts a multirun; add -m (python run.py -m ... plan=only)")
         check_start(config, [config])  # values, output places, input files: before the run dir or store exists
         preflight(config, groups=task_groups(config))
         warn_unapplied_params([config])
@@ -205,8 +211,10 @@ class LaunchCallbacks(Callback):
         forget_composed()
         from cts.plan import after_sweep
 
-        after_sweep(self._plan)  # <sweep>/plan/actual.json, beside the forecast when there is one
-        report = report_or_exit(config, self._n_jobs) if config.get("sweep_report", True) else None
+        try:
+            report = report_or_exit(config, self._n_jobs) if config.get("sweep_report", True) else None
+        finally:  # <sweep>/sweep_actual.json (the report's time in it), beside the forecast when there is one
+            after_sweep(self._plan)
         where = sweep_closing_lines(
             str(config.hydra.sweep.dir),
             str(report / "report.md") if report else None,

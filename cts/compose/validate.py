@@ -131,18 +131,22 @@ RULES: tuple[Rule, ...] = (
     ),
     rule("hydra.launcher.progress", BOOL),
     rule(
-        tuple(
-            f"hydra.launcher.{k}"
-            for k in ("timeout_min", "cpus_per_task", "array_parallelism", "nodes", "tasks_per_node")
-        ),
+        tuple(f"hydra.launcher.{k}" for k in ("timeout_min", "array_parallelism", "nodes", "tasks_per_node")),
         integer(1),
     ),
-    rule("hydra.launcher.mem_gb", number(gt=0)),
+    # null is hydra-submitit-launcher's own default (submitit_local, submitit_slurm): the cluster's default.
+    rule(
+        tuple(f"hydra.launcher.{k}" for k in ("cpus_per_task", "gpus_per_node", "gpus_per_task", "cpus_per_gpu")),
+        integer(1, null=True),
+        "null = the cluster's default",
+    ),
+    rule("hydra.launcher.mem_gb", number(gt=0, null=True), "null = the cluster's default"),
     rule(("hydra.launcher.max_num_timeout", "hydra.launcher.signal_delay_s", "hydra.launcher.verbose"), integer(0)),
     Rule(("hydra.launcher.n_jobs",), lambda v: _is_int(v) and v != 0, "an integer other than 0", "-1 = every CPU"),
     rule(f"{LLM}.spend.max_usd", number(gt=0, null=True), "USD a job dir may spend; null = no cap"),
     rule(("plan", "plan.enabled", "plan.calibration", f"{LLM}.spend.allow_over_forecast"), BOOL),
     rule("plan.calibration_n", integer(1), "instances of each job in the calibration slice"),
+    rule("plan.then", one_of("run", "stop"), "what follows the forecast; plan=only is plan.then=stop"),
     rule("plan.confidence", number(gt=0, lt=1), "of the forecast's intervals"),
     rule(f"{LLM}.concurrency_per_endpoint", integer(1), "calls in flight per endpoint"),
     rule((f"{LLM}.adaptive.floor", f"{LLM}.adaptive.initial"), integer(1)),

@@ -5,7 +5,14 @@ so config checks such as :mod:`cts.compose.model_checks` stay fast.
 """
 
 from cts.core.contracts import Chat, Completion, InFlight
-from cts.llm._adaptive import Adaptive, AdaptiveLimiter, calls_in_flight, priority_scope
+from cts.llm._adaptive import (
+    Adaptive,
+    AdaptiveLimiter,
+    LimiterSnapshot,
+    calls_in_flight,
+    limiter_snapshots,
+    priority_scope,
+)
 from cts.llm._audit import Audit, RoleRequests, audit_scope
 from cts.llm._calls import CallEvent, route_for
 from cts.llm._client import ChatClient
@@ -34,6 +41,8 @@ __all__ = [
     "AdaptiveLimiter",
     "InFlight",
     "calls_in_flight",
+    "LimiterSnapshot",
+    "limiter_snapshots",
     "priority_scope",
     "USAGE_KEYS",
     "Backoff",

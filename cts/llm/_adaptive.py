@@ -110,6 +110,12 @@ def calls_in_flight() -> InFlight:
     return InFlight(len(starts), time.monotonic() - min(starts) if starts else 0.0)
 
 
+def limiter_snapshots() -> list[LimiterSnapshot]:
+    """The running loop's limiters (one per endpoint), as snapshots: what the planner's clock samples."""
+    loop = asyncio.get_running_loop()
+    return [limiter.snapshot() for limiter in list(_LIVE) if limiter.loop is loop]
+
+
 class AdaptiveLimiter:
     """AIMD admission control for one endpoint (one event loop).
 

@@ -143,6 +143,10 @@ def _headers(exc: BaseException) -> Mapping[str, str] | None:
     return headers if isinstance(headers, Mapping) or hasattr(headers, "items") else None
 
 
+_JITTER = random.Random()
+"""The jitter's source: one per process (seeding a Random from os.urandom per call costs more than the call)."""
+
+
 @dataclass
 class RetryAllowance:
     """What one call has used of its retries; :meth:`wait` decides the next step.
@@ -198,10 +202,6 @@ class RetryAllowance:
     def _exponential(self, n: int) -> float:
         backoff = self.settings.backoff
         return min(backoff.initial * 2 ** (n - 1) + self.rng.uniform(0, backoff.jitter), backoff.max)
-
-
-_JITTER = random.Random()
-"""The jitter's source: one per process (seeding a Random from os.urandom per call costs more than the call)."""
 
 
 class Retrying:

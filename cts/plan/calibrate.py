@@ -14,17 +14,24 @@ import json
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from cts._util.interrupt import entry_script
-from cts.plan.forecast import JobSlice, Timing, wall_time
+from cts.plan.forecast import JobSlice
 from cts.plan.samples import Routes, instance_costs, raw_records, record_run_id, roles_with_requests, run_id
 
-__all__ = ["JobPlan", "PlanSettings", "calibrate", "calibration_dir", "plan_settings", "slices_from"]
+__all__ = [
+    "JobPlan",
+    "PlanSettings",
+    "calibrate",
+    "calibration_dir",
+    "calibration_slices",
+    "plan_settings",
+    "slices_from",
+]
 
 ACTUAL_FILE = "sweep_actual.json"
 _REPLACED = ("limit", "plan", "hydra.sweep.dir", "sweep_report", "tracking.experiment")
@@ -43,6 +50,8 @@ class PlanSettings:
         confidence: Of the forecast's intervals.
         source: A sweep dir of an earlier run of the same configuration, read instead of calibrating.
         calibration: This sweep is a calibration slice (set by :func:`calibration_command`).
+        then: ``run`` the sweep after the forecast, or ``stop`` (``plan=only``): forecast, print the
+            command that runs it, exit 0.
     """
 
     enabled: bool = False
@@ -50,6 +59,12 @@ class PlanSettings:
     confidence: float = 0.95
     source: str | None = None
     calibration: bool = False
+    then: str = "run"
+
+    @property
+    def only(self) -> bool:
+        """Forecast and stop (``plan=only``, ``plan.then=stop``)."""
+        return self.enabled and self.then == "stop"
 
 
 def plan_settings(cfg: DictConfig) -> PlanSettings:
@@ -112,41 +127,73 @@ def calibrate(argv: Sequence[str], n: int, into: Path, experiment: str) -> None:
         sys.exit(f"error: plan: the calibration slice failed (exit {done.returncode}); nothing else was run:\n{tail}")
 
 
-def slices_from(source: Path, jobs: Sequence[JobPlan]) -> tuple[list[JobSlice], Timing]:
+def slices_from(source: Path, jobs: Sequence[JobPlan], per_job: int | None = None) -> list[JobSlice]:
     """Each job's :class:`JobSlice` from the records under ``source`` (a calibration or an earlier run).
 
     A job makes ``repeats`` runs of each instance (each with its own calls, but for the stages
     ``repeat_stages`` replays from repeat 0's cache, which the samples of later repeats show). The
     source's runs are free in the main run (their replies are cached), and so are those the main
-    job dir already holds a record of. The source's own wall time beyond the model
-    (``<source>/sweep_actual.json``) is the sweep's overhead.
+    job dir already holds a record of. A job of which the source has no run is unknown, with the
+    reason its ``summary.json`` gives (the spend limit stopped the slice, its job failed); one with
+    fewer than ``per_job`` instances' runs (the slice's size) was cut short, and says so.
     """
-    slices, calibration = [], []
+    slices = []
     for job in jobs:
         samples = instance_costs(source / job.name, job.routes)
         seen = {record_run_id(r) for r in raw_records(source / job.name)}
         seen |= {record_run_id(r) for r in raw_records(job.job_dir)}
         runs = job.runs()
-        free = len(seen & runs)
-        unpriced = job.routes.unpriced_used(roles_with_requests(source / job.name))
-        common: dict[str, Any] = dict(
-            samples=tuple(samples),
-            unpriced=unpriced,
-            concurrency=dict(job.routes.concurrency),
-            job_concurrency=job.job_concurrency,
+        missing, cut = _shortfall(source / job.name, len(samples), _expected(job, per_job))
+        slices.append(
+            JobSlice(
+                job.name,
+                len(runs),
+                len(seen & runs),
+                tuple(samples),
+                unpriced=job.routes.unpriced_used(roles_with_requests(source / job.name)),
+                concurrency=dict(job.routes.concurrency),
+                job_concurrency=job.job_concurrency,
+                missing=missing,
+                cut=cut,
+            )
         )
-        slices.append(JobSlice(job.name, len(runs), free, **common))
-        calibration.append(JobSlice(job.name, len(samples), 0, **common))
-    return slices, _timing(source, calibration)
+    return slices
 
 
-def _timing(source: Path, calibration: Sequence[JobSlice]) -> Timing:
-    """The source sweep's CPU per request and its wall time beyond the model (0 when it did not say)."""
+def calibration_slices(slices: Sequence[JobSlice]) -> list[JobSlice]:
+    """The slices as the calibration itself ran them: every sample a paid run (what its timeline measured)."""
+    return [replace(j, n_total=len(j.samples), n_free=0) for j in slices]
+
+
+def _expected(job: JobPlan, per_job: int | None) -> int | None:
+    return None if per_job is None else min(per_job, len(job.ids)) * max(1, job.repeats)
+
+
+def _shortfall(job_dir: Path, have: int, expected: int | None) -> tuple[str, str]:
+    """``(missing, cut)``: why the source has no run of a job, or fewer than ``expected``."""
+    stop = _stop_reason(job_dir)
+    spend = stop in ("spend_limit", "budget")  # "budget": jobs of older versions
+    because = (
+        "the spend limit (services.llm.spend.max_usd) stopped the calibration slice"
+        if spend
+        else f"its job in the calibration slice stopped ({stop})"
+        if stop and stop != "done"
+        else ""
+    )
+    if have == 0:
+        if because:
+            return f"{because} before this job recorded a run", ""
+        if job_dir.is_dir():
+            return f"its job in the calibration slice recorded no run (see {job_dir / 'run.log'})", ""
+        return f"no record of this job in {job_dir.parent}", ""
+    if expected is not None and have < expected:
+        return "", f"{because or 'the calibration slice stopped'} at {have} of {expected} runs of {job_dir.name}"
+    return "", ""
+
+
+def _stop_reason(job_dir: Path) -> str:
+    """The ``stop_reason`` of a job dir's ``summary.json`` (empty when it has none)."""
     try:
-        actual = json.loads((source / ACTUAL_FILE).read_text(encoding="utf-8"))
-        wall, cpu, calls = float(actual["wall_s"]), float(actual.get("cpu_s", 0.0)), float(actual["calls"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return Timing()
-    per_call = cpu / calls if calls else 0.0
-    modelled = wall_time(calibration, Timing(0.0, per_call)).expected
-    return Timing(max(0.0, wall - modelled), per_call)
+        return str(json.loads((job_dir / "summary.json").read_text(encoding="utf-8")).get("stop_reason") or "")
+    except (OSError, ValueError):
+        return ""

@@ -1,4 +1,4 @@
-"""A sweep's forecast from a calibration slice: calls, tokens, USD and wall time as intervals.
+"""A sweep's forecast from a calibration slice: calls, tokens and USD as intervals, and what is not known.
 
 Each job ran (or an earlier run recorded) a few instances; what each instance cost is a
 sample (:class:`InstanceCost`). The main run pays only for the instances no record and no
@@ -8,10 +8,11 @@ interval of a sum of ``R`` new draws whose mean is itself estimated from ``n`` s
 arm once per setting, identical UA questions) is in the samples as the cache hits and joined
 calls it was in the calibration, which ran the jobs together as the sweep will.
 
-Wall time: each endpoint serves its requests ``concurrency`` at a time at the measured
-latency, and no instance is faster than its critical path; the calibration's own wall time
-beyond that model is the sweep's fixed overhead (job set-up, tracking, the adaptive limit's
-slow start).
+What the slice does not tell is never a number: a job with no run in the slice is
+``unknown`` with the reason (:attr:`JobSlice.missing`: the spend limit stopped the slice first,
+its job failed), a job with one run has an expected value but no interval, and the sweep's total
+over such jobs is marked incomplete (:attr:`JobForecast.incomplete`). The wall time is the
+schedule's (:mod:`cts.plan.walltime`), set on the sweep's forecast.
 """
 
 from __future__ import annotations
@@ -23,7 +24,17 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-__all__ = ["COUNTS", "Interval", "InstanceCost", "JobForecast", "JobSlice", "Timing", "forecast_job", "forecast_sweep"]
+__all__ = [
+    "COUNTS",
+    "Interval",
+    "InstanceCost",
+    "JobForecast",
+    "JobSlice",
+    "forecast_job",
+    "forecast_sweep",
+    "latency_of",
+    "sum_interval",
+]
 
 COUNTS = ("calls", "tokens_in", "tokens_out", "tokens_reasoning", "usd")
 """What is forecast per instance; ``calls`` are the requests sent (the billed ones)."""
@@ -80,6 +91,8 @@ class JobSlice:
         unpriced: Models the job calls that have no price (its USD is then unknown).
         concurrency: Endpoint -> calls in flight it takes.
         job_concurrency: Instances in flight in the job.
+        missing: Why the slice has no run of this job (empty when it has).
+        cut: Why the slice has fewer runs of it than it should (empty when it has them all).
     """
 
     name: str
@@ -89,26 +102,20 @@ class JobSlice:
     unpriced: tuple[str, ...] = ()
     concurrency: Mapping[str, int] = field(default_factory=dict)
     job_concurrency: int = 8
+    missing: str = ""
+    cut: str = ""
 
     @property
     def remaining(self) -> int:
         """Runs (instances x repeats) the main run pays for."""
         return max(0, self.n_total - self.n_free)
 
-
-@dataclass(frozen=True)
-class Timing:
-    """What the calibration measured beyond the samples.
-
-    Attributes:
-        overhead_s: Its wall time beyond the wall-time model (job set-up, tracking, slow start).
-        cpu_per_call_s: Its process's CPU seconds per request sent: a sweep runs in one process,
-            on one core at most, so its requests cannot go faster than this (job set-up included,
-            which errs on the slow side).
-    """
-
-    overhead_s: float = 0.0
-    cpu_per_call_s: float = 0.0
+    @property
+    def unknown(self) -> str:
+        """Why nothing of this job is known: it has runs to pay for and the slice has none of it."""
+        if self.samples or not self.remaining:
+            return ""
+        return self.missing or "the calibration slice has no run of this job"
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,14 @@ class JobForecast:
     """A forecast of one job or of the sweep (``name`` ``sweep``).
 
     With ``unpriced`` models the USD is unknown: ``usd`` is then the priced models' part only.
+
+    Attributes:
+        unknown: Why nothing of it is known (its numbers are then zeros, never shown).
+        incomplete: The sweep's: the jobs whose forecast is unknown (its numbers cover the others).
+        no_interval: Why its intervals are unknown (one run in the slice): only the expected values stand.
+        notes: What else a reader must know (a slice cut short).
+        wall_s: The wall time (None: not forecast; the sweep's only, see :mod:`cts.plan.walltime`).
+        wall_note: Why the wall time is unknown or what it covers.
     """
 
     name: str
@@ -126,24 +141,38 @@ class JobForecast:
     tokens_out: Interval
     tokens_reasoning: Interval
     usd: Interval
-    wall_s: Interval
+    wall_s: Interval | None = None
     unpriced: tuple[str, ...] = ()
+    unknown: str = ""
+    incomplete: tuple[str, ...] = ()
+    no_interval: str = ""
+    notes: tuple[str, ...] = ()
+    wall_note: str = ""
+
+    @property
+    def usd_high_known(self) -> bool:
+        """Whether the USD's high end bounds the whole sweep (every job known, priced, with an interval)."""
+        return not (self.unknown or self.incomplete or self.no_interval or self.unpriced)
 
 
 def sum_interval(values: Sequence[float], remaining: int, confidence: float = 0.95) -> Interval:
-    """The total of ``remaining`` more draws like ``values`` (see the module docstring)."""
+    """The total of ``remaining`` more draws like ``values`` (see the module docstring).
+
+    With one value there is no spread to go by: the interval is the expected value alone
+    (:attr:`JobForecast.no_interval` says so).
+    """
     if remaining <= 0 or not values:
         return ZERO
     x = np.asarray(values, dtype=float)
     expected = remaining * float(x.mean())
     if len(x) < 2:
-        return Interval(0.0, expected, 2 * expected)
+        return Interval(expected, expected, expected)
     quantile = float(stats.t.ppf(0.5 + confidence / 2, len(x) - 1))
     half = quantile * float(x.std(ddof=1)) * math.sqrt(remaining + remaining**2 / len(x))
     return Interval(max(0.0, expected - half), expected, expected + half)
 
 
-def _latency(samples: Sequence[InstanceCost]) -> Interval:
+def latency_of(samples: Sequence[InstanceCost]) -> Interval:
     """Seconds per call: the fastest seen, a low quantile (calls that did not wait) and the median.
 
     A call's measured time includes waiting for an endpoint slot in the calibration itself,
@@ -155,50 +184,10 @@ def _latency(samples: Sequence[InstanceCost]) -> Interval:
     return Interval(float(lat.min()), float(np.quantile(lat, 0.1)), float(np.median(lat)))
 
 
-def _critical_path(samples: Sequence[InstanceCost]) -> Interval:
-    elapsed = np.asarray([s.elapsed_s for s in samples], dtype=float)
-    return Interval(float(elapsed.min()), float(np.median(elapsed)), float(elapsed.max())) if len(elapsed) else ZERO
-
-
-def wall_time(jobs: Sequence[JobSlice], timing: Timing, confidence: float = 0.95) -> Interval:
-    """Wall time of ``jobs`` run together: max(critical path x rounds, busiest endpoint's queue, CPU).
-
-    The low end is the first two alone, at the fastest latency seen: no run is quicker. The
-    expected value adds the overhead the calibration measured; the high end takes the median
-    latency (which holds the calibration's own waits for a slot) and the process's CPU per
-    request (a loaded machine makes a sweep CPU-bound).
-    """
-    samples = [s for j in jobs for s in j.samples]
-    if not samples or all(j.remaining == 0 for j in jobs):
-        return Interval(0.0, timing.overhead_s, timing.overhead_s)
-    latency, path = _latency(samples), _critical_path(samples)
-    rounds = max(math.ceil(j.remaining / max(1, j.job_concurrency)) for j in jobs)
-    ends = []
-    for pick in ("low", "expected", "high"):
-        queue = 0.0
-        for endpoint in {e for j in jobs for e in j.concurrency}:
-            calls = sum(getattr(_endpoint_calls(j, endpoint, confidence), pick) for j in jobs)
-            width = min(j.concurrency[endpoint] for j in jobs if endpoint in j.concurrency)
-            queue = max(queue, calls * getattr(latency, pick) / max(1, width))
-        bound = max(getattr(path, pick) * rounds, queue)
-        if pick == "high":
-            calls = sum(_calls(j, confidence).high for j in jobs)
-            bound = max(bound, calls * timing.cpu_per_call_s)
-        ends.append(bound + (0.0 if pick == "low" else timing.overhead_s))
-    return Interval(*ends)
-
-
-def _calls(job: JobSlice, confidence: float) -> Interval:
-    return sum_interval([s.counts.get("calls", 0.0) for s in job.samples], job.remaining, confidence)
-
-
-def _endpoint_calls(job: JobSlice, endpoint: str, confidence: float) -> Interval:
-    return sum_interval([s.by_endpoint.get(endpoint, 0.0) for s in job.samples], job.remaining, confidence)
-
-
-def forecast_job(job: JobSlice, timing: Timing, confidence: float = 0.95) -> JobForecast:
-    """The forecast of one job run alone (its wall time as if no other job shared the endpoints)."""
+def forecast_job(job: JobSlice, confidence: float = 0.95) -> JobForecast:
+    """The forecast of one job's calls, tokens and USD (its wall time is the sweep's schedule's)."""
     sums = {c: sum_interval([s.counts.get(c, 0.0) for s in job.samples], job.remaining, confidence) for c in COUNTS}
+    lone = len(job.samples) == 1 and job.remaining > 0
     return JobForecast(
         job.name,
         job.n_total,
@@ -208,28 +197,24 @@ def forecast_job(job: JobSlice, timing: Timing, confidence: float = 0.95) -> Job
         sums["tokens_out"],
         sums["tokens_reasoning"],
         sums["usd"],
-        wall_time([job], timing, confidence),
-        job.unpriced,
+        unpriced=job.unpriced,
+        unknown=job.unknown,
+        no_interval="1 run in the slice" if lone else "",
+        notes=(job.cut,) if job.cut and not job.unknown else (),
     )
 
 
-def forecast_sweep(
-    jobs: Sequence[JobSlice], timing: Timing, confidence: float = 0.95, together: bool = True
-) -> JobForecast:
-    """The sweep's forecast: the jobs' totals, with the interval of the per-instance sweep totals.
+def forecast_sweep(jobs: Sequence[JobSlice], confidence: float = 0.95) -> JobForecast:
+    """The sweep's forecast: the known jobs' totals, with the interval of the per-instance sweep totals.
 
     Jobs over the same instances share work (one job computes the orig arm another reuses):
     their costs are summed per instance first, so the interval reflects the sweep's spread,
-    not the sum of each job's. ``together``: the launcher runs the jobs at once on one schedule
-    (``hydra/launcher=cts``); else one after another, and their wall times add up.
+    not the sum of each job's. Jobs whose forecast is unknown are left out and named in
+    :attr:`JobForecast.incomplete`.
     """
-    sums = {c: _sweep_sum(jobs, c, confidence) for c in COUNTS}
-    wall = (
-        wall_time(jobs, timing, confidence)
-        if together
-        else sum((wall_time([j], timing, confidence) for j in jobs), ZERO)
-    )
-    unpriced = tuple(sorted({m for j in jobs for m in j.unpriced}))
+    known = [j for j in jobs if not j.unknown]
+    sums = {c: _sweep_sum(known, c, confidence) for c in COUNTS}
+    lone = [j.name for j in known if len(j.samples) == 1 and j.remaining > 0]
     return JobForecast(
         "sweep",
         sum(j.n_total for j in jobs),
@@ -239,8 +224,11 @@ def forecast_sweep(
         sums["tokens_out"],
         sums["tokens_reasoning"],
         sums["usd"],
-        wall,
-        unpriced,
+        unpriced=tuple(sorted({m for j in jobs for m in j.unpriced})),
+        unknown="no job of the sweep has a run in the calibration slice" if not known and jobs else "",
+        incomplete=tuple(j.name for j in jobs if j.unknown) if known else (),
+        no_interval=f"{', '.join(lone)}: 1 run in the slice" if lone else "",
+        notes=tuple(j.cut for j in known if j.cut)[:1],
     )
 
 
@@ -251,8 +239,8 @@ def _sweep_sum(jobs: Sequence[JobSlice], count: str, confidence: float) -> Inter
         return sum(
             (sum_interval([s.counts.get(count, 0.0) for s in j.samples], j.remaining, confidence) for j in jobs), ZERO
         )
-    per_instance = {i: 0.0 for i in ids[0]}
+    per_instance = {i: 0.0 for i in ids[0]} if ids else {}
     for j in jobs:
         for s in j.samples:
             per_instance[s.id] += s.counts.get(count, 0.0)
-    return sum_interval(list(per_instance.values()), remaining.pop(), confidence)
+    return sum_interval(list(per_instance.values()), remaining.pop(), confidence) if remaining else ZERO

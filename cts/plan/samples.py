@@ -14,7 +14,7 @@ from cts.llm import LLMSettings, ModelSpec, route_for
 from cts.plan.forecast import InstanceCost
 from cts.protocol.job_files import RECORDS_FILE
 
-__all__ = ["Routes", "instance_costs", "raw_records", "routes_of", "run_id"]
+__all__ = ["Routes", "instance_costs", "prices_of", "raw_records", "routes_of", "run_id"]
 
 
 @dataclass(frozen=True)
@@ -62,12 +62,12 @@ def routes_of(cfg: DictConfig, groups: Sequence[str]) -> Routes:
         route = route_for(spec, settings)
         endpoint[path] = route.endpoint
         concurrency[route.endpoint] = min(concurrency.get(route.endpoint, route.limit), route.limit)
-        if not any(_prices(spec, settings)):
+        if not any(prices_of(spec, settings)):
             unpriced[path] = spec.name
     return Routes(endpoint, concurrency, unpriced)
 
 
-def _prices(spec: ModelSpec, settings: LLMSettings) -> tuple[float, float]:
+def prices_of(spec: ModelSpec, settings: LLMSettings) -> tuple[float, float]:
     """The per-token prices a spec's calls are billed at (``services.llm.api_base_price`` on api_base)."""
     if settings.api_base:
         return settings.api_base_price.input_cost_per_token, settings.api_base_price.output_cost_per_token

@@ -1,60 +1,47 @@
 """The planner's two moments in a multirun: before the launch (forecast, spend limit) and after it (actuals).
 
 :mod:`cts.compose.callbacks` calls :func:`before_launch` once the pre-flight has passed and
-:func:`after_sweep` when every job has ended. Every sweep writes what it actually did to
-``<sweep>/sweep_actual.json``; with ``plan=true`` the forecast is written to ``<sweep>/plan/``
-(``forecast.md``, ``forecast.csv``), printed, logged as an MLflow run (``cts.kind=plan``) and,
-at the end, compared with the actual run in the same MLflow run.
+:func:`after_sweep` when every job and the sweep report have ended. Every sweep writes what it
+actually did to ``<sweep>/sweep_actual.json``; with ``plan=true`` the calibration slice's cost is
+said before it runs (:mod:`cts.plan.prior`), the forecast is written to ``<sweep>/plan/``
+(``forecast.md``, ``forecast.csv``), printed, logged as an MLflow run (``cts.kind=plan``) and, at
+the end, compared with the actual run in the same MLflow run (:mod:`cts.plan.actual`).
+``plan=only`` stops after the forecast with the command that runs the sweep (:attr:`SweepPlan.stop`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shlex
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from cts.plan.actual import PLAN_DIR, SweepPlan, log_plan, record_actual
 from cts.plan.calibrate import (
-    ACTUAL_FILE,
     JobPlan,
     PlanSettings,
     calibrate,
     calibration_dir,
+    calibration_slices,
     plan_settings,
     slices_from,
 )
-from cts.plan.forecast import COUNTS, JobForecast, forecast_job, forecast_sweep
-from cts.plan.samples import Routes, count_records, instance_costs, routes_of
-from cts.plan.table import comparison_markdown, forecast_csv, forecast_markdown, write_tables
-from cts.protocol.spend import count_ledger_rows, unrecorded_usage
+from cts.plan.forecast import JobForecast, JobSlice, forecast_job, forecast_sweep
+from cts.plan.limit import dirs_spent, slice_spent, spend_over
+from cts.plan.samples import Routes, count_records, routes_of
+from cts.plan.table import forecast_csv, forecast_markdown, write_tables
+from cts.protocol.spend import count_ledger_rows
 
 __all__ = ["SweepPlan", "after_sweep", "before_launch"]
 
 log = logging.getLogger(__name__)
-PLAN_DIR = "plan"
-
-
-@dataclass
-class SweepPlan:
-    """What :func:`before_launch` knew, for :func:`after_sweep`."""
-
-    sweep_dir: Path
-    jobs: tuple[JobPlan, ...]
-    records_before: Mapping[str, int]
-    started: float
-    forecast: JobForecast | None = None
-    cpu_started: float = 0.0
-    tracking: Mapping[str, str] = field(default_factory=dict)
-    slice_usd: float = 0.0
-    """What the calibration slice's job dirs booked (0 with ``plan.source``: nothing was sent for it)."""
-    ledger_before: Mapping[str, int] = field(default_factory=dict)
-    """Per job, the rows of its spend ledger before the main run (what it paid without records)."""
 
 
 def before_launch(config: DictConfig, jobs: Sequence[DictConfig], groups: Sequence[Sequence[str]]) -> SweepPlan:
@@ -66,34 +53,38 @@ def before_launch(config: DictConfig, jobs: Sequence[DictConfig], groups: Sequen
         groups: Per job, the config groups its task calls models of (``cts.compose.app.task_groups``).
 
     Raises:
-        SystemExit: The calibration slice failed, or its spend plus the forecast's high end plus
-            what the job dirs spent exceeds ``services.llm.spend.max_usd`` (unless
-            ``services.llm.spend.allow_over_forecast``; see :func:`_check_spend_limit`).
+        SystemExit: The calibration slice failed, or the sweep may cost more than
+            ``services.llm.spend.max_usd`` or its forecast cannot show it does not (unless
+            ``services.llm.spend.allow_over_forecast``; :func:`cts.plan.limit.spend_over`).
     """
     sweep_dir = Path(str(config.hydra.sweep.dir))
     settings = plan_settings(config)
     if settings.enabled and not all(_plannable(job) for job in jobs):
         log.warning("plan: only the evaluate task's instances are forecast; this sweep runs without a plan")
-        settings = PlanSettings()
+        settings = PlanSettings(enabled=False, then=settings.then if settings.only else "run")
     plans = tuple(_job_plan(config, job, i, g, settings.enabled) for i, (job, g) in enumerate(zip(jobs, groups)))
     before = {p.name: count_records(p.job_dir) for p in plans}
-    plan = SweepPlan(
-        sweep_dir,
-        plans,
-        before,
-        time.monotonic(),
-        tracking={"uri": str(config.tracking.uri), "experiment": str(config.tracking.experiment)},
-    )
+    tracking_ = {"uri": str(config.tracking.uri), "experiment": str(config.tracking.experiment)}
+    plan = SweepPlan(sweep_dir, plans, before, time.monotonic(), tracking=tracking_)
     if settings.enabled:
-        plan.forecast = _forecast(config, plan, settings)
-        plan.slice_usd = _slice_spent(plan, settings)
-        _check_spend_limit(config, plan)
+        plan.slice_usd, plan.forecast = _forecast(config, plan, settings, (jobs, groups))
+        _check_spend_limit(config, plan, settings)
+        if settings.only:
+            plan.stop = _only_lines(plan, settings)
+            return plan
+    elif settings.then == "stop":
+        plan.stop = ("cts plan: nothing to forecast (only the evaluate task's instances are); nothing was run",)
+        return plan
     elif settings.calibration:  # time the slice from where the main run's timing starts: tracking ready
         from cts import tracking
 
         tracking.prepare_store(str(config.tracking.uri))
     plan.ledger_before = {p.name: count_ledger_rows(p.job_dir) for p in plans}
     plan.started, plan.cpu_started = time.monotonic(), time.process_time()  # the main run starts now
+    if settings.enabled or settings.calibration:
+        from cts.plan.clock import ThreadClock
+
+        plan.clock = ThreadClock().start()
     return plan
 
 
@@ -149,27 +140,127 @@ def _job_concurrency(config: DictConfig, job: DictConfig) -> int:
     return int(chosen)
 
 
-def _forecast(config: DictConfig, plan: SweepPlan, settings: PlanSettings) -> JobForecast:
+def _forecast(
+    config: DictConfig, plan: SweepPlan, settings: PlanSettings, composed: tuple[Sequence[DictConfig], Any]
+) -> tuple[float, JobForecast]:
+    """The slice (told its cost first, then run), the forecast printed, written and logged; returns the slice's spend too."""
     from cts import tracking
 
     source = Path(settings.source) if settings.source else calibration_dir(plan.sweep_dir)
     tracking.prepare_store(str(config.tracking.uri))  # once, here: a new store's set-up is not the slice's overhead
+    n = min([settings.calibration_n, *(len(j.ids) for j in plan.jobs)])
     if not settings.source:
-        n = min([settings.calibration_n, *(len(j.ids) for j in plan.jobs)])
+        _tell_slice_cost(config, plan, composed, n)
         calibrate(sys.argv[1:], n, source, str(config.tracking.experiment))
-    slices, timing = slices_from(source, plan.jobs)
-    per_job = [forecast_job(s, timing, settings.confidence) for s in slices]
-    sweep = forecast_sweep(slices, timing, settings.confidence, together=_one_schedule(config))
+    slices = slices_from(source, plan.jobs, None if settings.source else n)
+    per_job = [forecast_job(s, settings.confidence) for s in slices]
+    sweep = forecast_sweep(slices, settings.confidence)
+    sweep = replace(sweep, **_wall(config, source, slices, per_job, sweep))
     table = forecast_markdown(per_job, sweep, settings.confidence)
     out = plan.sweep_dir / PLAN_DIR
     paths = write_tables(out, {"forecast.md": table, "forecast.csv": forecast_csv(per_job, sweep)})
-    paid = sum(c.counts.get("usd", 0.0) for j in slices for c in j.samples)
-    print(f"cts plan: from {source} (its instances cost ${paid:.4f}, not in the forecast below)\n{table}", flush=True)
-    for job in slices:
-        if not job.samples and job.remaining:
-            log.warning("plan: no record of %s in %s: its forecast counts nothing", job.name, source)
-    _log(plan, sweep, paths, {"source": str(source), "calibration_n": str(settings.calibration_n)})
-    return sweep
+    spent = slice_spent(plan.sweep_dir, plan.jobs, settings.source)
+    print(f"cts plan: from {source} (it spent ${spent:.4f}, not in the forecast below)\n{table}", flush=True)
+    for job in per_job:
+        if job.unknown:
+            log.warning("plan: %s is unknown: %s", job.name, job.unknown)
+    log_plan(plan, sweep, paths, {"source": str(source), "calibration_n": str(settings.calibration_n)})
+    return spent, sweep
+
+
+def _tell_slice_cost(config: DictConfig, plan: SweepPlan, composed: tuple[Sequence[DictConfig], Any], n: int) -> None:
+    """Print what the slice will cost at most and at least, before anything of it is sent."""
+    from cts.plan.prior import slice_cost, slice_cost_line
+
+    jobs, groups = composed
+    runs = [min(n, len(j.ids)) * max(1, j.repeats) for j in plan.jobs]
+    cap = OmegaConf.select(config, "services.llm.spend.max_usd", default=None)
+    line = slice_cost_line(slice_cost(jobs, groups, runs), n, len(jobs), None if cap is None else float(cap))
+    print(line, file=sys.stderr, flush=True)
+
+
+def _wall(
+    config: DictConfig, source: Path, slices: Sequence[JobSlice], per_job: Sequence[JobForecast], sweep: JobForecast
+) -> dict[str, Any]:
+    """The sweep's wall time (``wall_s``) or why it is not forecast (``wall_note``)."""
+    from cts.plan.report_time import time_report
+    from cts.plan.walltime import forecast_wall, loaded_wall, measure
+
+    if not _one_schedule(config):
+        return {"wall_note": "not forecast: the schedule is modelled for hydra/launcher=cts (the default) only"}
+    if sweep.unknown or sweep.incomplete:
+        return {"wall_note": "not forecast: some jobs are unknown"}
+    ceiling = sum({e: c for j in slices for e, c in j.concurrency.items()}.values()) or 1
+    adaptive = OmegaConf.select(config, "services.llm.adaptive", default=None) or {}
+    initial = int(adaptive.get("initial") or 0) if adaptive.get("enabled", True) else 0
+    measured = measure(source, calibration_slices(slices), slices[0].job_concurrency, ceiling, initial)
+    if measured.note:
+        return {"wall_note": f"not forecast: {measured.note}"}
+    report = 0.0
+    if config.get("sweep_report", True):
+        sizes = {j.name: j.n_total for j in slices}
+        bootstrap = {str(k): float(v) for k, v in config.bootstrap.items()}
+        timed = time_report(source, sizes, bootstrap, int(config.seed))
+        report = timed or 0.0
+    calls = [f.calls.expected for f in per_job]
+    wall = forecast_wall(measured, slices, calls, sweep.calls, report)
+    what = f"the schedule replayed the slice in {measured.slice_model_s:.1f} s, it took {measured.slice_wall_s:.1f} s"
+    what += f"; the core share seen in the slice: {measured.core[0]:.0%}-{measured.core[2]:.0%}"
+    took = measured.machine.capacity
+    if took < measured.capacity_best:
+        what += f"; the endpoint took {took} requests at once in the slice (up to {measured.capacity_best} configured)"
+    loaded = loaded_wall(measured, slices, calls, report)
+    if loaded is not None:
+        what += (
+            f"; the machine's load average ({measured.load:.1f} on {measured.cores} cores) could leave it "
+            f"{measured.loaded_core:.0%}: {loaded:.0f} s"
+        )
+    return {"wall_s": wall, "wall_note": what + ("" if report else "; without the report's time")}
+
+
+def _check_spend_limit(config: DictConfig, plan: SweepPlan, settings: PlanSettings) -> None:
+    """Exit 1 before the main run when it may cost more than the spend limit (:func:`cts.plan.limit.spend_over`)."""
+    limit = OmegaConf.select(config, "services.llm.spend", default=None) or {}
+    if plan.forecast is None:
+        return
+    over = spend_over(limit, plan.forecast, dirs_spent(plan.sweep_dir, plan.jobs), plan.slice_usd)
+    if over is None:
+        return
+    if limit.get("allow_over_forecast"):
+        log.warning(
+            "plan: %s; running anyway (services.llm.spend.allow_over_forecast=true), the running guard stays", over
+        )
+        return
+    if settings.only:  # the forecast is what was asked for: say it, exit 0
+        log.warning("plan: %s; the command below stops there too", over)
+        return
+    sys.exit(
+        f"error: plan: {over}; nothing of the main run was sent. Raise the spend limit, shrink the sweep, or pass "
+        "services.llm.spend.allow_over_forecast=true."
+    )
+
+
+def _only_lines(plan: SweepPlan, settings: PlanSettings) -> tuple[str, ...]:
+    """``plan=only``'s closing lines: nothing of the main run was sent; the command that runs it from the slice."""
+    from cts._util.interrupt import entry_script, hydra_quote
+
+    source = Path(settings.source) if settings.source else calibration_dir(plan.sweep_dir)
+    kept = [a for a in sys.argv[1:] if not a.lstrip("+~").split("=", 1)[0].startswith(("plan", "hydra.sweep.dir"))]
+    command = shlex.join(
+        [
+            sys.executable,
+            entry_script(),
+            *kept,
+            "plan=true",
+            f"plan.source={hydra_quote(str(source.resolve()))}",
+            f"hydra.sweep.dir={hydra_quote(str(plan.sweep_dir.resolve()))}",
+        ]
+    )
+    return (
+        f"cts plan: forecast only (plan=only): nothing of the main run was sent; the forecast is in {plan.sweep_dir / PLAN_DIR}",
+        "run the sweep (the slice's runs come from the response cache, 0 requests; the forecast is read from the slice):",
+        f"  {command}",
+    )
 
 
 def _one_schedule(config: DictConfig) -> bool:
@@ -183,81 +274,7 @@ def _one_schedule(config: DictConfig) -> bool:
         return False
 
 
-def _dirs_spent(root: Path, jobs: Sequence[JobPlan]) -> float:
-    """USD booked under ``root`` by the jobs' dirs (records and ledger, every run into them)."""
-    from cts.protocol.spend import spent_so_far
-
-    return sum(spent_so_far(root / j.name) for j in jobs)
-
-
-def _slice_spent(plan: SweepPlan, settings: PlanSettings) -> float:
-    """What the calibration slice's dirs booked; 0 with ``plan.source`` (nothing was sent for it)."""
-    return 0.0 if settings.source else _dirs_spent(calibration_dir(plan.sweep_dir), plan.jobs)
-
-
-def _check_spend_limit(config: DictConfig, plan: SweepPlan) -> None:
-    """Exit 1 before the main run when what the sweep may cost in all exceeds ``services.llm.spend.max_usd``.
-
-    The total is what the job dirs spent before (every earlier run into them) + what the
-    calibration slice's dirs booked (:attr:`SweepPlan.slice_usd`) + the forecast's high end.
-    Nothing in it is counted twice: a reply is billed once, to the call that sent it, and a
-    cache hit books $0. The slice's fresh calls are booked in its own dirs only (beside the
-    sweep dir, never in a job dir); the main run replays them from the cache at $0, and the
-    forecast counts the slice's runs as free (``JobSlice.n_free``). A slice whose replies
-    were already cached (an earlier run of the same jobs) booked $0 itself, and a resumed
-    slice's earlier spend is counted, as a job dir's is. ``plan.source`` sends nothing: its
-    spend is not this sweep's (a source that is the sweep dir itself is in the first term).
-    The main run's running guard caps the job dirs' spend only; this check alone sees the slice's.
-    """
-    limit = OmegaConf.select(config, "services.llm.spend", default=None) or {}
-    cap = limit.get("max_usd")
-    forecast = plan.forecast
-    if cap is None or forecast is None:
-        return
-    spent = _dirs_spent(plan.sweep_dir, plan.jobs)
-    high = spent + plan.slice_usd + forecast.usd.high
-    part = f" (priced models only; no price: {', '.join(forecast.unpriced)})" if forecast.unpriced else ""
-    if high <= float(cap):
-        if part:
-            log.warning("plan: the forecast is within the spend limit for its priced models only%s", part)
-        return
-    terms = [
-        f"forecast high end ${forecast.usd.high:.4f}{part}",
-        *([f"${plan.slice_usd:.4f} spent by the calibration slice"] if plan.slice_usd else []),
-        *([f"${spent:.4f} spent in the job dirs before"] if spent else []),
-    ]
-    total = " + ".join(terms) + (f" = ${high:.4f}" if len(terms) > 1 else "")
-    over = f"{total} exceeds services.llm.spend.max_usd ${float(cap):.4f} by ${high - float(cap):.4f}"
-    if limit.get("allow_over_forecast"):
-        log.warning(
-            "plan: %s; running anyway (services.llm.spend.allow_over_forecast=true), the running guard stays", over
-        )
-        return
-    sys.exit(
-        f"error: plan: {over}; nothing of the main run was sent. Raise the spend limit, shrink the sweep, or pass "
-        "services.llm.spend.allow_over_forecast=true."
-    )
-
-
-def actual_figures(plan: SweepPlan) -> dict[str, float]:
-    """What the main run did: its calls, tokens and USD, and its wall time.
-
-    The counts are its new records' plus what its jobs' spend ledgers booked for
-    instances without a record (stopped mid-way by the spend limit): every request paid for.
-    """
-    totals = {c: 0.0 for c in COUNTS}
-    for job in plan.jobs:
-        for cost in instance_costs(job.job_dir, job.routes, skip=plan.records_before.get(job.name, 0)):
-            for c in COUNTS:
-                totals[c] += cost.counts.get(c, 0.0)
-        unrecorded = unrecorded_usage(job.job_dir, skip=plan.ledger_before.get(job.name, 0))
-        totals["calls"] += unrecorded.pop("requests")
-        for c, value in unrecorded.items():
-            totals[c] += value
-    return {**totals, "wall_s": time.monotonic() - plan.started, "cpu_s": time.process_time() - plan.cpu_started}
-
-
-def after_sweep(plan: SweepPlan | None) -> dict[str, float] | None:
+def after_sweep(plan: SweepPlan | None) -> dict[str, Any] | None:
     """Write ``<sweep>/sweep_actual.json``; with a forecast, compare them (printed, written, logged).
 
     Never raises: the sweep's own results are in its job dirs whatever happens here.
@@ -265,51 +282,7 @@ def after_sweep(plan: SweepPlan | None) -> dict[str, float] | None:
     if plan is None or not plan.sweep_dir.is_dir():
         return None
     try:
-        return _record_actual(plan)
+        return record_actual(plan)
     except Exception:  # noqa: BLE001 - e.g. a job dir removed under the sweep: the sweep still ends as it ran
         log.exception("plan: recording the sweep's actual figures failed")
         return None
-
-
-def _record_actual(plan: SweepPlan) -> dict[str, float]:
-    actual = actual_figures(plan)
-    # A file, not a dir, at the sweep's root: a sweep dir's sub-dirs are its jobs (and its report).
-    (plan.sweep_dir / ACTUAL_FILE).write_text(json.dumps(actual, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    if plan.forecast is None:
-        return actual
-    table = comparison_markdown(plan.forecast, actual)
-    print(table, flush=True)
-    paths = write_tables(plan.sweep_dir / PLAN_DIR, {"forecast_vs_actual.md": table})
-    _log(plan, plan.forecast, [*paths, plan.sweep_dir / ACTUAL_FILE], {}, {f"actual_{k}": v for k, v in actual.items()})
-    return actual
-
-
-def _log(
-    plan: SweepPlan,
-    sweep: JobForecast,
-    paths: Sequence[Path],
-    params: Mapping[str, str],
-    extra: Mapping[str, float] | None = None,
-) -> None:
-    """Log the forecast (and later the actuals) as the sweep's plan run; a tracking failure only warns."""
-    from cts import tracking
-
-    metrics: dict[str, Any] = dict(extra or {})
-    for name in ("calls", "tokens_in", "tokens_out", "tokens_reasoning", "usd", "wall_s"):
-        iv = getattr(sweep, name)
-        if name != "usd" or not sweep.unpriced:
-            metrics.update({f"forecast_{name}_{end}": getattr(iv, end) for end in ("low", "expected", "high")})
-    tags = {"cts.kind": "plan", "cts.sweep_dir": str(plan.sweep_dir)}
-    try:
-        with tracking.open_mlflow_run(
-            plan.tracking["uri"],
-            plan.tracking["experiment"],
-            f"plan:{plan.sweep_dir.name}",
-            params=params,
-            tags=tags,
-            job_dir=plan.sweep_dir / PLAN_DIR,
-        ):
-            tracking.log_metrics(metrics)
-            tracking.log_artifacts(list(paths), "plan")
-    except Exception:  # noqa: BLE001 - the forecast is on disk; the sweep must not fail on its tracking
-        log.exception("plan: logging the forecast to MLflow failed")

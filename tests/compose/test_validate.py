@@ -54,7 +54,10 @@ CASES: list[tuple[tuple[str, ...], str]] = [
         ("hydra/launcher=slurm", "hydra.launcher.timeout_min=0"),
         "hydra.launcher.timeout_min: must be an integer >= 1, got 0",
     ),
-    (("hydra/launcher=slurm", "hydra.launcher.mem_gb=-8"), "hydra.launcher.mem_gb: must be a number > 0, got -8"),
+    (
+        ("hydra/launcher=slurm", "hydra.launcher.mem_gb=-8"),
+        "hydra.launcher.mem_gb: must be a number > 0 or null (null = the cluster's default), got -8",
+    ),
     (
         ("hydra/launcher=slurm", "hydra.launcher.array_parallelism=0"),
         "hydra.launcher.array_parallelism: must be an integer >= 1, got 0",
@@ -220,6 +223,26 @@ def test_the_shipped_configs_pass(overrides: tuple[str, ...]) -> None:
     assert value_problems(composed(*overrides)) == []
 
 
+def _launchers() -> list[str]:
+    """Every ``hydra/launcher`` option installed: Hydra's, the plugins' (joblib, submitit_*) and cts's own."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return GlobalHydra.instance().config_loader().get_group_options("hydra/launcher")
+
+
+def test_every_launcher_s_own_defaults_pass() -> None:
+    """null is submitit's default for cpus_per_task and mem_gb (the cluster's default): accepted as typed."""
+    launchers = _launchers()
+    assert {"basic", "joblib", "submitit_local", "submitit_slurm", "cts", "slurm"} <= set(launchers)
+    for launcher in launchers:
+        assert value_problems(composed(f"hydra/launcher={launcher}")) == [], launcher
+    refused = value_problems(composed("hydra/launcher=submitit_slurm", "hydra.launcher.cpus_per_task=0"))
+    assert refused == [
+        "hydra.launcher.cpus_per_task: must be an integer >= 1 or null (null = the cluster's default), got 0"
+    ]
+
+
 def _options() -> list[str]:
     conf = REPO / "conf"
     skip = {"hydra", "experiment", "paths", "tracking", "task", "llm", "model"}
@@ -244,8 +267,7 @@ def test_every_numeric_default_in_conf_is_covered_by_a_rule() -> None:
         *_options(),
         "experiment=build_gold",
         "experiment=judge_robustness",
-        "hydra/launcher=slurm",
-        "hydra/launcher=joblib",
+        *(f"hydra/launcher={launcher}" for launcher in _launchers()),
         "qtyper=llm",
         "gate=llm",
         *(f"clarifier={m.stem}" for m in (REPO / "conf" / "model").glob("*.yaml")),

@@ -1,8 +1,10 @@
-"""The forecast's arithmetic, its tables and its config (fast; the sweep itself: tests/test_plan_sweep.py)."""
+"""The forecast's arithmetic, what it does not know, its tables and its config (fast; the sweeps: test_plan_sweep.py)."""
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,9 +12,10 @@ from hydra import compose, initialize_config_dir
 from scipy import stats
 
 from cts.compose.validate import value_problems
-from cts.plan.calibrate import PlanSettings, calibration_command, plan_settings
-from cts.plan.forecast import InstanceCost, Interval, JobSlice, Timing, forecast_job, forecast_sweep, sum_interval
-from cts.plan.samples import routes_of
+from cts.plan.calibrate import JobPlan, PlanSettings, calibration_command, plan_settings, slices_from
+from cts.plan.forecast import InstanceCost, Interval, JobSlice, forecast_job, forecast_sweep, sum_interval
+from cts.plan.limit import slice_spent, spend_over
+from cts.plan.samples import Routes, routes_of
 from cts.plan.table import comparison_markdown, forecast_csv, forecast_markdown
 from tests.conftest import REPO
 
@@ -34,36 +37,64 @@ def test_sum_interval_is_the_t_interval_of_a_sum_of_new_draws() -> None:
     assert iv.expected == pytest.approx(45 * 14.0) and iv.high - iv.expected == pytest.approx(half)
     assert sum_interval(values, 0) == Interval(0.0, 0.0, 0.0)
     assert sum_interval([7.0] * 5, 10) == Interval(70.0, 70.0, 70.0)
+    assert sum_interval([7.0], 10) == Interval(70.0, 70.0, 70.0)  # one draw: no spread to go by (marked by the job)
 
 
 def test_work_shared_between_jobs_is_forecast_on_the_sweep_totals() -> None:
     """Job a pays the orig arm of even instances, job b of odd ones: each job varies, their sum does not."""
     a = JobSlice("a", 50, 5, tuple(cost(f"q{i}", 10 if i % 2 == 0 else 4) for i in range(5)), concurrency={"e": 32})
     b = JobSlice("b", 50, 5, tuple(cost(f"q{i}", 4 if i % 2 == 0 else 10) for i in range(5)), concurrency={"e": 32})
-    job, sweep = forecast_job(a, Timing()), forecast_sweep([a, b], Timing())
+    job, sweep = forecast_job(a), forecast_sweep([a, b])
     assert job.calls.high > job.calls.expected > job.calls.low
-    assert sweep.calls == Interval(14 * 45, 14 * 45, 14 * 45) and sweep.n_paid == 90
+    assert sweep.calls == Interval(14 * 45, 14 * 45, 14 * 45) and sweep.n_paid == 90 and not sweep.incomplete
 
 
-def test_wall_time_is_the_busiest_endpoint_queue_or_the_critical_path_plus_overhead() -> None:
-    jobs = [
-        JobSlice(
-            f"j{j}",
-            105,
-            5,
-            tuple(cost(f"q{i}", 8, elapsed=1.6) for i in range(5)),
-            concurrency={"e": 32},
-            job_concurrency=64,
-        )
-        for j in range(4)
-    ]
-    wall = forecast_sweep(jobs, Timing(overhead_s=3.0)).wall_s
-    assert wall.expected == pytest.approx(3.0 + 4 * 100 * 8 * 0.2 / 32)  # queue: 25 s > 2 rounds x 1.6 s
-    assert wall.low == pytest.approx(4 * 100 * 8 * 0.2 / 32)  # the bound alone: no overhead
-    cpu_bound = forecast_sweep(jobs, Timing(overhead_s=3.0, cpu_per_call_s=0.05)).wall_s
-    assert cpu_bound.expected == wall.expected and cpu_bound.high == pytest.approx(3.0 + 4 * 100 * 8 * 0.05)
-    few = [JobSlice("j", 10, 5, tuple(cost(f"q{i}", 8, elapsed=1.6) for i in range(5)), concurrency={"e": 32})]
-    assert forecast_sweep(few, Timing(overhead_s=3.0)).wall_s.expected == pytest.approx(3.0 + 1.6)
+def test_a_job_without_slice_records_is_unknown_with_why_and_the_sweep_is_incomplete() -> None:
+    """The issue's $0.0000 rows: a slice stopped by the spend limit before 8 of 9 jobs recorded a run."""
+    stopped = (
+        "the spend limit (services.llm.spend.max_usd) stopped the calibration slice before this job recorded a run"
+    )
+    known = JobSlice("k=1", 40, 5, tuple(cost(f"q{i}", 6, usd=0.01) for i in range(5)))
+    lone = JobSlice("k=2", 40, 1, (cost("q0", 5, usd=0.02),), cut="the spend limit ... at 1 of 5 runs of k=2")
+    unknown = [JobSlice(f"k={i}", 40, 0, (), missing=stopped) for i in (3, 4)]
+    jobs = [forecast_job(j) for j in (known, lone, *unknown)]
+    sweep = forecast_sweep([known, lone, *unknown])
+    assert [j.unknown for j in jobs] == ["", "", stopped, stopped]
+    assert jobs[1].no_interval == "1 run in the slice" and jobs[1].notes == (
+        "the spend limit ... at 1 of 5 runs of k=2",
+    )
+    assert sweep.incomplete == ("k=3", "k=4") and sweep.no_interval.startswith("k=2")
+    assert sweep.usd.expected == pytest.approx(35 * 0.01 + 39 * 0.02)  # the known jobs' part only
+    table = forecast_markdown(jobs, sweep, 0.95)
+    rows = {r.split("|")[1].strip(): r for r in table.splitlines() if r.startswith("| k=") or r.startswith("| **")}
+    assert "$0.0000" not in table
+    cells = [c.strip() for c in rows["k=3"].split("|")[4:10]]  # calls .. wall_s: no number where none is known
+    assert cells == ["unknown"] * 5 + [""] and stopped in rows["k=3"]  # and why (the wall time is the sweep's)
+    assert "| 195 [no interval] |" in rows["k=2"] and "1 of 5 runs" in rows["k=2"]
+    assert "| >= $1.1300 [" in rows["**sweep**"] and "incomplete: 2 job(s) unknown (k=3, k=4)" in rows["**sweep**"]
+    csv_rows = [line.split(",") for line in forecast_csv(jobs, sweep).splitlines()]
+    assert all(r[4:7] == ["", "", ""] for r in csv_rows if r[0] == "k=3")
+    assert "| usd | >= $1.1300" in comparison_markdown(sweep, {"usd": 2.0}) and "| n/a |" in comparison_markdown(
+        sweep, {"usd": 2.0}
+    )
+    nothing = forecast_sweep(unknown)
+    assert nothing.unknown and "| unknown |" in forecast_markdown([], nothing, 0.95)
+
+
+def test_a_slice_cut_by_the_spend_limit_names_the_jobs_it_did_not_reach(tmp_path: Path) -> None:
+    source, sweep = tmp_path / "slice", tmp_path / "sweep"
+    write_records(source / "a", [{"id": "q0", "usage": usage(3, 0.01)}, {"id": "q1", "usage": usage(3, 0.01)}])
+    for name, stop in (("a", "spend_limit"), ("b", "spend_limit"), ("c", "done")):
+        (source / name).mkdir(parents=True, exist_ok=True)
+        (source / name / "summary.json").write_text(json.dumps({"stop_reason": stop}))
+    (source / "d").mkdir()  # a job that died before its summary
+    jobs = [JobPlan(n, tuple(f"q{i}" for i in range(10)), Routes({}, {"e": 4}, {}), 8, sweep / n) for n in "abcde"]
+    a, b, c, d, e = slices_from(source, jobs, per_job=5)
+    assert a.cut == "the spend limit (services.llm.spend.max_usd) stopped the calibration slice at 2 of 5 runs of a"
+    assert not a.unknown and b.unknown.startswith("the spend limit (services.llm.spend.max_usd) stopped")
+    assert c.unknown == f"its job in the calibration slice recorded no run (see {source / 'c' / 'run.log'})"
+    assert d.unknown.startswith("its job in the calibration slice recorded no run")
+    assert e.unknown == f"no record of this job in {source}"
 
 
 def test_a_model_without_a_price_makes_the_usd_unknown_never_zero() -> None:
@@ -83,8 +114,8 @@ def test_a_model_without_a_price_makes_the_usd_unknown_never_zero() -> None:
     samples = tuple(cost(f"q{i}", 4, usd=0.002) for i in range(5))
     free = JobSlice("clarifier=pfree", 20, 5, samples, unpriced=("pfree",), concurrency={"e": 8})
     paid = JobSlice("clarifier=pa", 20, 5, samples, concurrency={"e": 8})
-    jobs = [forecast_job(free, Timing()), forecast_job(paid, Timing())]
-    sweep = forecast_sweep([free, paid], Timing())
+    jobs = [forecast_job(free), forecast_job(paid)]
+    sweep = forecast_sweep([free, paid])
     table = forecast_markdown(jobs, sweep, 0.95)
     free_row = next(line for line in table.splitlines() if line.startswith("| clarifier=pfree"))
     assert "unknown (no price: pfree; priced models $0.0300" in free_row and "| $0.0300 [" in table
@@ -99,13 +130,17 @@ def test_plan_config_is_a_node_that_plan_true_switches_on() -> None:
     assert plan_settings(composed()).enabled is False and plan_settings(composed()).calibration_n == 5
     assert plan_settings(composed("plan=true")).enabled is True
     assert plan_settings(composed("plan.enabled=true", "plan.calibration_n=10")).calibration_n == 10
+    assert plan_settings(composed("plan.enabled=true", "plan.then=stop")).only
     assert value_problems(composed("plan=true")) == []
     problems = value_problems(
-        composed("plan.calibration_n=0", "plan.confidence=1.5", "services.llm.spend.allow_over_forecast=2")
+        composed(
+            "plan.calibration_n=0", "plan.confidence=1.5", "services.llm.spend.allow_over_forecast=2", "plan.then=maybe"
+        )
     )
     assert sorted(p.split(":")[0] for p in problems) == [
         "plan.calibration_n",
         "plan.confidence",
+        "plan.then",
         "services.llm.spend.allow_over_forecast",
     ]
 
@@ -114,6 +149,7 @@ def test_planning_does_not_change_what_a_job_measures() -> None:
     from cts.compose.job_config import protocol_fingerprint
 
     assert protocol_fingerprint(composed("plan=true")) == protocol_fingerprint(composed())
+    assert protocol_fingerprint(composed("plan.enabled=true", "plan.then=stop")) == protocol_fingerprint(composed())
 
 
 def test_the_calibration_is_the_same_command_on_a_few_instances_in_its_own_dir(tmp_path: Path) -> None:
@@ -123,7 +159,8 @@ def test_the_calibration_is_the_same_command_on_a_few_instances_in_its_own_dir(t
         "-m",
         "clarifier=a,b",
         "limit=50",
-        "plan=true",
+        "plan.enabled=true",
+        "plan.then=stop",
         "plan.calibration_n=3",
         f"hydra.sweep.dir={tmp_path}/s",
         "tracking.experiment=e",
@@ -143,34 +180,21 @@ def test_the_calibration_is_the_same_command_on_a_few_instances_in_its_own_dir(t
 
 
 def test_an_earlier_run_stands_in_for_the_slice(tmp_path: Path) -> None:
-    """plan.source: its records are the samples, its instances are free (cached), its actuals give the timing."""
-    import json
-
-    from cts.plan.calibrate import JobPlan, slices_from
-    from cts.plan.samples import Routes
-
+    """plan.source: its records are the samples, its instances are free (cached)."""
     source, sweep = tmp_path / "earlier", tmp_path / "sweep"
-    (source / "clarifier=a").mkdir(parents=True)
-    usage = {
+    usage_row = {
         "clarifier": {"calls": 1, "requests": 1, "tokens_in": 100, "tokens_out": 10, "cost_usd": 0.01, "latency_s": 0.2}
     }
-    rows = [json.dumps({"id": f"q{i}", "k": 1, "usage": usage, "elapsed_s": 1.0}) for i in range(5)]
-    (source / "clarifier=a" / "records.jsonl").write_text("\n".join(rows) + "\n")
-    (source / "sweep_actual.json").write_text(json.dumps({"wall_s": 10.0, "cpu_s": 2.0, "calls": 5}))
-    (sweep / "clarifier=a").mkdir(parents=True)
-    (sweep / "clarifier=a" / "records.jsonl").write_text(json.dumps({"id": "q7", "k": 1, "usage": {}}) + "\n")
+    write_records(source / "clarifier=a", [{"id": f"q{i}", "usage": usage_row, "elapsed_s": 1.0} for i in range(5)])
+    write_records(sweep / "clarifier=a", [{"id": "q7", "usage": {}}])
     job = JobPlan("clarifier=a", tuple(f"q{i}" for i in range(20)), Routes({}, {"e": 4}, {}), 8, sweep / "clarifier=a")
-    (slice_,), timing = slices_from(source, [job])
+    (slice_,) = slices_from(source, [job])
     assert slice_.n_free == 6 and slice_.remaining == 14 and len(slice_.samples) == 5  # q0-q4 cached, q7 recorded
-    assert timing.cpu_per_call_s == pytest.approx(0.4) and timing.overhead_s == pytest.approx(
-        10.0 - 1.0
-    )  # beyond its critical path
-    assert forecast_job(slice_, timing).usd == Interval(0.14, 0.14, 0.14)
+    assert not slice_.cut and not slice_.unknown  # an earlier run's size is not a slice's
+    assert forecast_job(slice_).usd == Interval(0.14, 0.14, 0.14)
 
 
 def write_records(job_dir: Path, rows: list[dict]) -> None:
-    import json
-
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "records.jsonl").write_text("".join(json.dumps({"k": 1, **r}) + "\n" for r in rows))
 
@@ -182,9 +206,6 @@ def usage(calls: int, usd: float = 0.0) -> dict:
 @pytest.mark.parametrize("repeats", [1, 2, 3])
 def test_each_repeat_is_a_run_the_forecast_counts(tmp_path: Path, repeats: int) -> None:
     """20 instances x R repeats; the slice ran 2 instances x R (a repeat's record carries ``repeat``, 0 left out)."""
-    from cts.plan.calibrate import JobPlan, slices_from
-    from cts.plan.samples import Routes
-
     source, sweep = tmp_path / "slice", tmp_path / "sweep"
     rows = [
         {"id": f"q{i}", **({"repeat": r} if r else {}), "usage": usage(3)} for i in range(2) for r in range(repeats)
@@ -192,51 +213,41 @@ def test_each_repeat_is_a_run_the_forecast_counts(tmp_path: Path, repeats: int) 
     write_records(source / "j", rows)
     write_records(sweep / "j", [{"id": "q9", "usage": usage(3)}])  # an earlier run's repeat 0 of q9
     job = JobPlan("j", tuple(f"q{i}" for i in range(20)), Routes({}, {"e": 4}, {}), 8, sweep / "j", repeats)
-    (slice_,), timing = slices_from(source, [job])
+    (slice_,) = slices_from(source, [job], per_job=2)
     assert (slice_.n_total, slice_.n_free, len(slice_.samples)) == (20 * repeats, 2 * repeats + 1, 2 * repeats)
-    forecast = forecast_job(slice_, timing)
+    assert not slice_.cut
+    forecast = forecast_job(slice_)
     assert forecast.n_paid == 18 * repeats - 1 and forecast.calls.expected == 3 * (18 * repeats - 1)
-
-
-def spend_plan(tmp_path: Path, slice_usd: float, forecast_high: float):  # noqa: ANN201 - a SweepPlan
-    from cts.plan.calibrate import JobPlan
-    from cts.plan.samples import Routes
-    from cts.plan.sweep import SweepPlan
-
-    sweep = tmp_path / "sweep"
-    jobs = tuple(JobPlan(n, ("q0", "q1"), Routes({}, {}, {}), 8, sweep / n) for n in ("a", "b"))
-    from dataclasses import replace
-
-    forecast = replace(
-        forecast_job(JobSlice("sweep", 4, 2, ()), Timing()),
-        usd=Interval(forecast_high / 2, forecast_high / 2, forecast_high),
-    )
-    return SweepPlan(sweep, jobs, {}, 0.0, forecast=forecast, slice_usd=slice_usd)
 
 
 def test_the_spend_limit_counts_what_the_calibration_slice_spent(tmp_path: Path) -> None:
     """A $0.006 forecast high end fits a $0.01 cap alone; with the slice's $0.005 it does not."""
-    from omegaconf import OmegaConf
-
-    from cts.plan.sweep import _check_spend_limit, _slice_spent
-
-    config = OmegaConf.create({"services": {"llm": {"spend": {"max_usd": 0.01}}}})
-    plan = spend_plan(tmp_path, 0.0, 0.006)
+    sweep = tmp_path / "sweep"
+    jobs = [JobPlan(n, ("q0", "q1"), Routes({}, {}, {}), 8, sweep / n) for n in ("a", "b")]
     calibration = tmp_path / "sweep.plan" / "calibration"
     write_records(calibration / "a", [{"id": "q0", "usage": usage(2, 0.002)}])  # a fresh call booked in the slice
     write_records(calibration / "b", [{"id": "q0", "usage": usage(2, 0.002)}])
     (calibration / "b" / "spend.jsonl").write_text('{"unrecorded_usd": 0.001}\n')  # paid, no record (its ledger)
-    write_records(tmp_path / "sweep" / "a", [{"id": "q0", "usage": usage(0, 0.0)}])  # the main run's cache hit: $0
-    assert _slice_spent(plan, PlanSettings(enabled=True)) == pytest.approx(0.005)
-    assert _slice_spent(plan, PlanSettings(enabled=True, source=str(calibration))) == 0.0  # plan.source sent nothing
-    _check_spend_limit(config, plan)  # the forecast alone is within the cap
-    plan = spend_plan(tmp_path, _slice_spent(plan, PlanSettings(enabled=True)), 0.006)
-    with pytest.raises(SystemExit) as stop:
-        _check_spend_limit(config, plan)
-    assert str(stop.value).startswith(
-        "error: plan: forecast high end $0.0060 + $0.0050 spent by the calibration slice = $0.0110 exceeds "
+    write_records(sweep / "a", [{"id": "q0", "usage": usage(0, 0.0)}])  # the main run's cache hit: $0
+    assert slice_spent(sweep, jobs, None) == pytest.approx(0.005)
+    assert slice_spent(sweep, jobs, str(calibration)) == pytest.approx(0.005)  # its own slice, read again
+    assert slice_spent(sweep, jobs, str(tmp_path / "elsewhere")) == 0.0  # an earlier run sent nothing for it
+    forecast = replace(
+        forecast_job(JobSlice("sweep", 4, 2, (cost("q0", 1), cost("q1", 1)))), usd=Interval(0.003, 0.003, 0.006)
+    )
+    cap = {"max_usd": 0.01}
+    assert spend_over(cap, forecast, 0.0, 0.0) is None  # the forecast alone is within the cap
+    assert spend_over(cap, forecast, 0.0, 0.005) == (
+        "forecast high end $0.0060 + $0.0050 spent by the calibration slice = $0.0110 exceeds "
         "services.llm.spend.max_usd $0.0100 by $0.0010"
     )
-    write_records(tmp_path / "sweep" / "b", [{"id": "q1", "usage": usage(1, 0.003)}])  # an earlier main run's spend
-    with pytest.raises(SystemExit, match=r"\+ \$0\.0030 spent in the job dirs before = \$0\.0140 exceeds"):
-        _check_spend_limit(config, spend_plan(tmp_path, 0.005, 0.006))
+    over = spend_over(cap, forecast, 0.003, 0.005)
+    assert over is not None and over.endswith(
+        "+ $0.0030 spent in the job dirs before = $0.0140 exceeds services.llm.spend.max_usd $0.0100 by $0.0040"
+    )
+    incomplete = replace(forecast, incomplete=("k=2",))
+    assert spend_over(cap, incomplete, 0.0, 0.0) == (
+        "the forecast is incomplete (1 job(s) unknown: k=2): it cannot show the sweep stays within "
+        "services.llm.spend.max_usd $0.0100"
+    )
+    assert spend_over({"max_usd": None}, incomplete, 0.0, 0.0) is None

@@ -158,3 +158,97 @@ def test_a_gold_build_stored_before_its_node_was_renamed_resumes(tmp_path: Path)
     assert _resumes(tmp_path, old, today)
     old["gold"] = {**old["gold"], "allow_partial": True}
     assert not _resumes(tmp_path, old, today)
+
+
+# One table (migrations.RENAMES) drives the stored-config migrations and the command line's error lines.
+
+NEW_NAMES = {  # each rename, as a command line says its new name (composes today) and its old one (does not)
+    "gold.fields": (
+        ("experiment=build_gold", "dataset.fields.id=qid"),
+        ("experiment=build_gold", "gold.fields.id=qid"),
+    ),
+    "search.max_tokens": (("search.max_output_tokens=256",), ("search.max_tokens=256",)),
+    "stats": (("bootstrap.n_resamples=10",), ("stats.n_resamples=10",)),
+    "services.llm.budget": (("services.llm.spend.max_usd=3",), ("services.llm.budget.max_usd=3",)),
+    "model": (("clarifier=gpt", "clarifier.model.id=openai/x"), ("clarifier=gpt", "clarifier.model.model=openai/x")),
+    "services.llm.model": (("services.llm.served_name=x",), ("services.llm.model=x",)),
+    "gold": (
+        ("experiment=build_gold", "build_gold.instances=d.jsonl"),
+        ("experiment=build_gold", "gold.instances=d.jsonl"),
+    ),
+    "experiment=gold": (("experiment=build_gold",), ("experiment=gold",)),
+    "task=gold": (("task=build_gold",), ("task=gold",)),
+}
+
+
+def test_the_migrations_are_the_protocol_renames_of_the_one_table() -> None:
+    protocol = [r for r in migrations.RENAMES if r.protocol]
+    assert [m.what for m in migrations.MIGRATIONS] == [r.migration().what for r in protocol]
+    assert {r.old for r in protocol} == {
+        "gold.fields",
+        "search.max_tokens",
+        "stats",
+        "model",
+        "services.llm.model",
+        "gold",
+    }
+    stored = {
+        "gold": {"fields": {"id": "qid"}, "out_dir": "o"},
+        "search": {"max_tokens": None},
+        "services": {"llm": {}},
+    }
+    assert migrate(stored) == {
+        "build_gold": {"out_dir": "o"},
+        "dataset": {"fields": {"id": "qid"}},
+        "search": {"max_output_tokens": None},
+        "services": {"llm": {}},
+    }
+
+
+@pytest.mark.parametrize("rename", [r for r in migrations.RENAMES if r.old in NEW_NAMES], ids=lambda r: r.old)
+def test_each_rename_is_real_today_s_name_composes_and_the_old_one_does_not(rename: migrations.Rename) -> None:
+    from hydra.errors import HydraException
+
+    new, old = NEW_NAMES[rename.old]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        compose("config", overrides=list(new))
+        with pytest.raises(HydraException):
+            compose("config", overrides=list(old))
+    fixed = migrations.renamed_on_command_line(list(old), [CONF])
+    assert len(fixed) == 1 and fixed[0].endswith("; use " + " ".join(o for o in new if o not in old)), fixed
+
+
+def test_a_command_line_in_today_s_names_passes_and_a_user_s_own_old_option_is_kept(tmp_path: Path) -> None:
+    today = ["-m", "experiment=build_gold", "build_gold.instances=x", "k=1,2", "dataset.gold_path=g", "plan=true"]
+    assert migrations.renamed_on_command_line(["--config-dir", "gold=x", *today], [CONF]) == []
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "gold.yaml").write_text("# @package _global_\n")
+    assert migrations.renamed_on_command_line(["experiment=gold"], [CONF, tmp_path]) == []  # the user's own preset
+    swept = migrations.renamed_on_command_line(["-m", "task=evaluate,gold"], [CONF])
+    assert swept and swept[0].endswith("; use task=evaluate,build_gold")
+    (hydra_key,) = migrations.renamed_on_command_line(["~hydra.callbacks.mlflow_store"], [CONF])
+    assert hydra_key.endswith("; use ~hydra.callbacks.cts")  # a Hydra key, not composable through compose()
+    assert {r.old for r in migrations.RENAMES} == {*NEW_NAMES, "hydra.callbacks.mlflow_store"}  # every rename tested
+
+
+@pytest.mark.parametrize(
+    ("command", "new"),
+    [
+        (["services.llm.model=x"], ["services.llm.served_name=x"]),
+        (
+            ["experiment=gold", "gold.instances=data.jsonl"],
+            ["experiment=build_gold", "build_gold.instances=data.jsonl"],
+        ),
+        (["services.llm.budget.max_usd=5"], ["services.llm.spend.max_usd=5"]),
+    ],
+)
+def test_a_command_of_last_week_gets_one_error_line_per_renamed_name(command: list[str], new: list[str]) -> None:
+    import subprocess
+    import sys
+
+    run = [sys.executable, str(CONF.parent / "run.py"), *command]
+    proc = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and not proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == len(command) and all(line.startswith("error: ") for line in lines), proc.stderr
+    assert [line.rsplit("; use ", 1)[1] for line in lines] == new and "not in struct" not in proc.stderr

@@ -64,3 +64,12 @@ def test_run_py_says_a_contradiction_or_a_bad_value_in_one_line(tmp_path) -> Non
         "error: plan.enabled: must be one of true, false, got 'maybe'"
     ]
     assert not (tmp_path / "r").exists()
+
+
+def test_plan_only_is_a_forecast_that_stops() -> None:
+    assert spell_out_switches(["-m", "plan=only", "k=1"]) == ["-m", "plan.enabled=true", "plan.then=stop", "k=1"]
+    settings = plan_settings(composed(*spell_out_switches(["plan=only", "plan.calibration_n=2"])))
+    assert settings == PlanSettings(enabled=True, calibration_n=2, then="stop") and settings.only
+    assert not plan_settings(composed(*spell_out_switches(["plan=true"]))).only
+    with pytest.raises(ValueError, match="contradict each other"):
+        spell_out_switches(["plan=only", "plan.enabled=false"])

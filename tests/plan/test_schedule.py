@@ -1,0 +1,130 @@
+"""The wall-time model: the simulated schedule's bounds, what it reads off a slice, and the thread clock."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cts.plan.clock import ThreadClock, Timeline, timeline_from_json
+from cts.plan.forecast import InstanceCost, Interval, JobSlice
+from cts.plan.schedule import JobShape, Machine, simulate
+from cts.plan.walltime import forecast_wall, measure
+
+FAST = Machine(latency_s=0.5, capacity=32, core=1.0, run_cpu_s=0.0, trace_cpu_s=0.0)
+
+
+def jobs(n_jobs: int, runs: int, requests: float = 4, steps: int = 4, **kw: float) -> list[JobShape]:
+    return [
+        JobShape(f"j{i}", runs, runs, requests, steps, kw.get("setup", 0.0), kw.get("end", 0.0)) for i in range(n_jobs)
+    ]
+
+
+def test_a_sweep_bound_by_the_endpoint_takes_its_requests_times_latency_over_capacity() -> None:
+    wall = simulate(jobs(4, 100), FAST).wall_s  # 1600 requests, 32 at a time, 0.5 s each
+    assert 1600 * 0.5 / 32 <= wall <= 1600 * 0.5 / 32 + 4 * 0.5 + 0.01
+
+
+def test_a_few_runs_take_their_critical_path() -> None:
+    assert simulate(jobs(1, 3, requests=6, steps=6), FAST).wall_s == pytest.approx(6 * 0.5)
+
+
+def test_a_sweep_bound_by_the_cpu_takes_its_cpu_over_the_core_share() -> None:
+    busy = Machine(0.5, 64, core=0.5, run_cpu_s=0.1, trace_cpu_s=0.0)
+    wall = simulate(jobs(2, 100), busy).wall_s  # 20 s of loop CPU at half a core
+    assert 40.0 <= wall <= 41.0
+
+
+def test_the_oldest_run_is_served_first_so_the_first_job_ends_first() -> None:
+    from cts.plan.schedule import _Sim
+
+    sim = _Sim(jobs(3, 64, requests=8, steps=8), Machine(0.5, 16, 1.0, 0.0, 0.0))
+    ended: list[int] = []
+    step = sim.phase_step
+
+    def record() -> None:
+        if sim.holder is not None and sim.holder.kind == "end" and sim.holder.stage == 2:
+            ended.append(sim.holder.job)
+        step()
+
+    sim.phase_step = record  # type: ignore[method-assign]
+    sim.run()
+    assert ended == [0, 1, 2]
+
+
+def test_turns_with_a_flush_wait_for_the_writer_and_their_own_timer() -> None:
+    flush = Machine(0.5, 32, 1.0, run_cpu_s=0.0, trace_cpu_s=0.1, end_wait_s=2.0, flush=True)
+    wall = simulate(jobs(3, 10, requests=1, steps=1, end=0.1), flush).wall_s
+    # the runs (0.5 s), then 3 ends one after another: 0.1 s CPU + 2 s each; the writer drains 3 s first
+    assert 3 * 10 * 0.1 + 3 * 2.0 <= wall <= 0.5 + 3 * 10 * 0.1 + 3 * (2.0 + 0.1) + 0.01
+    no_flush = simulate(jobs(3, 10, requests=1, steps=1, end=0.1), Machine(0.5, 32, 1.0, 0.0, 0.1, end_wait_s=2.0))
+    assert no_flush.wall_s < wall
+
+
+def _timeline(tmp_path: Path) -> Path:
+    """A slice of 2 jobs x 4 runs as the thread clock writes it: job 0 sets up, then job 1; ends 2 s apart."""
+    threads = [
+        {"name": "cts-job-0", "cpu_s": 0.5, "busy": [[0.1, 0.5, 0.4], [6.0, 6.2, 0.1]]},
+        {"name": "cts-job-1", "cpu_s": 0.3, "busy": [[0.5, 0.8, 0.2], [8.0, 8.2, 0.1]]},
+        {"name": "cts-sweep-loop", "cpu_s": 0.8, "busy": [[0.2, 5.0, 0.8]]},
+        {"name": "MlflowTraceLoggingWorker_0", "cpu_s": 0.4, "busy": [[1.0, 6.0, 0.4]]},
+        {"name": "MainThread", "cpu_s": 0.1, "busy": [[0.0, 0.1, 0.1]]},
+    ]
+    samples = [[t, 0.9 * t, 0.9 * t, 12] for t in range(0, 11)]  # 0.9 of a core; the machine otherwise idle
+    data = {"wall_s": 10.0, "cpu_s": 2.1, "epoch": 0.0, "cores": 2, "threads": threads, "samples": samples}
+    (tmp_path / "sweep_actual.json").write_text(json.dumps({"calls": 16, "timeline": data}))
+    return tmp_path
+
+
+def _slice(name: str, elapsed: float) -> JobSlice:
+    samples = tuple(InstanceCost(f"q{i}", {"calls": 2.0}, {"e": 2.0}, (0.5, 0.5), elapsed) for i in range(4))
+    return JobSlice(name, 4, 0, samples, concurrency={"e": 64})
+
+
+def test_measure_reads_the_schedule_off_the_slice_s_timeline(tmp_path: Path) -> None:
+    measured = measure(_timeline(tmp_path), [_slice("a", 2.1), _slice("b", 1.0)], 64, 64)
+    m = measured.machine
+    assert m.latency_s == pytest.approx(0.5) and m.run_cpu_s == pytest.approx(0.8 / 8)
+    assert m.trace_cpu_s == pytest.approx(0.4 / 8) and m.flush and m.end_wait_s == pytest.approx(2.0 - 0.1 / 1.0)
+    assert measured.setup_cpu_s == (0.4, 0.2) and measured.end_cpu_s == (0.1, 0.1) and measured.steps == (4, 2)
+    assert measured.core == (1.0, 1.0, 1.0)  # 0.9 of a core used and a core idle: a whole core to have
+    assert measured.slice_model_s > 0 and not measured.note
+    assert measure(tmp_path / "nowhere", [_slice("a", 1.0)], 64, 64).note == "the slice recorded no timeline"
+
+
+def test_the_forecast_scales_the_slice_to_the_main_run(tmp_path: Path) -> None:
+    measured = measure(_timeline(tmp_path), [_slice("a", 2.1), _slice("b", 1.0)], 64, 64)
+    main = [JobSlice("a", 400, 4, ()), JobSlice("b", 400, 4, ())]
+    small = forecast_wall(
+        measured, [JobSlice("a", 40, 4, ()), JobSlice("b", 40, 4, ())], [72.0] * 2, Interval(144, 144, 144), 0.0
+    )
+    big = forecast_wall(measured, main, [792.0] * 2, Interval(1400, 1584, 1800), 3.0)
+    assert big.low <= big.expected <= big.high and small.expected < big.expected
+    # 800 runs of loop and writer CPU (0.1 + 0.05 s each) on one core: the CPU bounds it from below
+    assert big.expected >= 800 * 0.15 + 3.0
+
+
+def test_the_thread_clock_sees_which_thread_worked_and_when(tmp_path: Path) -> None:
+    clock = ThreadClock(interval_s=0.05, gap_s=0.2).start()
+    stop, done = time.monotonic() + 0.5, threading.Event()
+
+    def spin() -> None:
+        while time.monotonic() < stop:
+            pass
+        done.wait(5)  # alive (and idle) until the clock stops: its name is known to every sample
+
+    worker = threading.Thread(target=spin, name="cts-job-7")
+    worker.start()
+    time.sleep(0.8)
+    timeline = clock.stop()
+    done.set()
+    worker.join()
+    assert 0.05 <= timeline.cpu_of("cts-job-7") <= timeline.cpu_s + 0.05  # a loaded machine gives it less than 0.5 s
+    (span,) = [t for t in timeline.threads if t.name == "cts-job-7"]
+    assert len(span.busy) == 1 and span.busy[0][0] < 0.6
+    assert timeline.samples and timeline.cores >= 1
+    again = timeline_from_json(json.loads(json.dumps(timeline.to_json())))
+    assert isinstance(again, Timeline) and again.cpu_of("cts-job-7") == pytest.approx(timeline.cpu_of("cts-job-7"))
