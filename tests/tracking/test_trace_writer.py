@@ -1,10 +1,12 @@
-"""The trace writer: its bulk path writes what MLflow's own calls write, its process flushes, survives
+"""The trace writer: its bulk path writes every row MLflow's own calls write, its process flushes, survives
 signals, and a dead writer process loses nothing submitted after it died; a trace is never doubled."""
 
 from __future__ import annotations
 
 import copy
+import json
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -12,20 +14,42 @@ from typing import Any
 
 import mlflow
 import pytest
+import sqlalchemy
 from mlflow.tracing.client import TracingClient
+from mlflow.tracing.otel.translation import translate_span_when_storing
 
 from cts import tracking
-from cts.core.records import ArmResult, Record
+from cts.core.records import ArmResult, ErrorInfo, Record
 from cts.core.types import Instance
-from cts.tracking._sqlbulk import write_in_bulk
+from cts.tracking import _sqlbulk
+from cts.tracking._sqlbulk import TABLES, write_in_bulk
 from cts.tracking._tracedoc import trace_document, trace_id_for
-from cts.tracking._tracewrite import _start_one_by_one, mlflow_trace, write_traces
+from cts.tracking._tracewrite import _start_one_by_one, mlflow_trace, trace_parts, write_traces
 from cts.tracking._writer import TraceWriter
 from tests.helpers import gold_for
 
+_SIZE_KEYS = ("mlflow.trace.sizeBytes", "mlflow.trace.sizeStats")
+_QUEUE = "sql_trace_rollup_rebuild_queue"
+_S = 1_000_000_000
 
-def _store(tmp_path: Path, name: str) -> tuple[str, str, str]:
-    """A fresh SQLite store with one experiment and one run: (uri, experiment id, run id)."""
+
+@pytest.fixture(scope="module")
+def _template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty store, migrated once (a few seconds) for every store of this module."""
+    path = tmp_path_factory.mktemp("template") / "m.db"
+    tracking.prepare_store(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture
+def fresh(_template: Path) -> Any:
+    return lambda tmp_path, name: _store(tmp_path, name, _template)
+
+
+def _store(tmp_path: Path, name: str, template: Path) -> tuple[str, str, str]:
+    """A fresh SQLite store (a copy of ``template``) with one experiment and one run: (uri, experiment id, run id)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, tmp_path / name)
     uri = f"sqlite:///{tmp_path / name}"
     tracking.prepare_store(uri)
     client = mlflow.MlflowClient(uri)
@@ -33,74 +57,235 @@ def _store(tmp_path: Path, name: str) -> tuple[str, str, str]:
     return uri, experiment, client.create_run(experiment).info.run_id
 
 
-def _docs(run_id: str, experiment: str, n: int = 3) -> list[dict[str, Any]]:
-    """Trace documents of ``n`` small instances, one unscored, with Chinese text."""
+def _lines(inst: Instance, t0: int, reuse: bool) -> list[dict[str, Any]]:
+    """Trace lines as the pipeline writes them: stage times, a WebDancer-like search (an LLM step naming its
+    model, a tool call and its result) and a backend whose single step returns JSON text."""
+    at = [t0 + i * _S // 10 for i in range(12)]
+    stages = [("clarify", 0), ("ua answer 1", 1), ("rewrite", 2), ("qtype", 3)]
+    instance = {"arm": "instance", "start_ns": at[0], "end_ns": at[11]}
+    instance["stages"] = [{"stage": s, "start_ns": at[i], "end_ns": at[i + 1]} for s, i in stages]
+    steps = [
+        {"type": "llm", "turn": 1, "t_ns": at[5], "latency_s": 0.05, "model": "qwen-7b", "content": "想一想 🪐"},
+        {"type": "tool_call", "turn": 1, "name": "search", "t_ns": at[5], "args": {"query": inst.blurred_query}},
+        {"type": "tool_result", "turn": 2, "name": "search", "t_ns": at[6], "content": "水星是行星\x7f"},
+    ]
+    arm = {"search": (4, 7), "judge": (7, 8)}
+    lines = [instance] + [
+        {
+            "arm": name,
+            "query": inst.blurred_query,
+            "trace": trace,
+            "stages": [{"stage": s, "start_ns": at[a], "end_ns": at[b]} for s, (a, b) in arm.items()],
+        }
+        for name, trace in (
+            ("clarified", steps),
+            ("orig", [{"tool": "search", "q": "水星", "result": '{"answer": "水星"}'}]),
+        )
+    ]
+    return lines[::2] if reuse else lines  # without its own line the clarified arm reuses the orig search
+
+
+def _docs(run_id: str, experiment: str, n: int = 4, days_ago: float = 0.0) -> list[dict[str, Any]]:
+    """Documents of ``n`` instances in Chinese: one with an unscored clarified arm (an error), one whose
+    clarified arm reuses the orig search; every one with a list-valued expectation (the gold nuggets)."""
     docs = []
+    start = time.time_ns() - int(days_ago * 86_400 * _S)
     for i in range(n):
         inst = Instance(f"i{i}", f"介绍一下水星 {i}", f"介绍一下行星水星 {i}")
-        scored = i != 1
-        arm = ArmResult(
-            query=inst.blurred_query, answer="水星是行星", labels={"n1": "full"}, score=100.0 if scored else None
-        )
-        record = Record(
-            id=inst.id, k=1, questions=("哪个?",), answers=("unknown",), rewritten_query=inst.blurred_query,
-            clarified=arm, orig=arm, elapsed_s=0.01, models={"judge": "LexicalJudge"},
+        error = ErrorInfo("search", "invalid_output", "搜索失败：后端不可用") if i == 1 else None
+        clarified = ArmResult(
+            query=inst.blurred_query, answer="水星是行星", labels={} if error else {"n1": "full", "n2": "none"},
+            score=None if error else 75.0, error=error,
         )  # fmt: skip
-        lines = [{"id": inst.id, "arm": "orig", "query": inst.blurred_query, "trace": [{"tool": "search", "q": "x"}]}]
-        doc = trace_document(inst, gold_for(inst.id, ("水星是行星", 2)), record, lines, {"cts.system": "s"})
+        orig = ArmResult(query=inst.blurred_query, answer="水星", labels={"n1": "partial", "n2": "none"}, score=37.5)
+        record = Record(
+            id=inst.id, k=1, questions=("哪个水星?",), answers=("unknown" if i % 2 else "行星",),
+            rewritten_query=inst.blurred_query, clarified=clarified, orig=orig, elapsed_s=0.9,
+            models={"judge": "LexicalJudge"},
+        )  # fmt: skip
+        gold = gold_for(inst.id, ("水星是行星", 2), ("水星没有卫星", 1))
+        lines = _lines(inst, start + i * 13 * 3_600 * _S, reuse=i == 2)
+        doc = trace_document(inst, gold, record, lines, {"cts.system": "系统"})
         doc.update(trace_id=trace_id_for(run_id, inst.id), run_id=run_id, experiment_id=experiment)
         docs.append(doc)
     return docs
 
 
+def _own_calls(uri: str, docs: list[dict[str, Any]]) -> None:
+    """Write ``docs`` with MLflow's own calls (``start_trace`` per trace, one ``log_spans``)."""
+    client = TracingClient(uri)
+    started = _start_one_by_one(client, [(d, mlflow_trace(d)) for d in copy.deepcopy(docs)], [])
+    client.log_spans(docs[0]["experiment_id"], [s for _, t in started for s in t.data.spans])
+
+
+def _table_rows(uri: str, root: Path) -> dict[str, list[str]]:
+    """Every row of the tables a trace writes (all their columns, as stored), less what two writes cannot share."""
+    engine = sqlalchemy.create_engine(uri)
+    meta = sqlalchemy.MetaData()
+    meta.reflect(engine, only=[*TABLES, _QUEUE])
+    out = {}
+    with engine.connect() as conn:
+        for name in (*TABLES, _QUEUE):
+            rows = [dict(r._mapping) for r in conn.execute(sqlalchemy.select(meta.tables[name]))]
+            for row in rows:
+                for key in ("assessment_id", "created_timestamp", "last_updated_timestamp"):
+                    row.pop(key, None)
+                if row.get("key") in _SIZE_KEYS:
+                    row["value"] = "(size)"
+                if row.get("key") == "mlflow.artifactLocation":
+                    row["value"] = row["value"].replace(root.as_uri(), "<root>")
+            out[name] = sorted(json.dumps(r, ensure_ascii=False, sort_keys=True, default=str) for r in rows)
+    engine.dispose()
+    return out
+
+
 def _view(uri: str, trace_id: str) -> dict[str, Any]:
-    """A trace as MLflow returns it, without what two stores cannot share (paths, write times)."""
+    """A trace as MLflow returns it, all of it but what two writes cannot share (artifact paths, assessment
+    ids and times, the size figures: see test_the_size_figures_are_mlflows)."""
     trace = mlflow.MlflowClient(uri).get_trace(trace_id).to_dict()
     info = trace["info"]
     info["tags"].pop("mlflow.artifactLocation")
-    info.pop("trace_location")
-    info["trace_metadata"].pop("mlflow.sourceRun")
+    for key in _SIZE_KEYS:
+        info["trace_metadata"].pop(key)
     for a in info["assessments"]:
         for key in ("assessment_id", "create_time", "last_update_time"):
             a.pop(key)
     info["assessments"].sort(key=lambda a: a["assessment_name"])
-    for span in trace["data"]["spans"]:
-        span["attributes"].pop("mlflow.experimentId", None)
     return trace
 
 
-def test_the_bulk_path_writes_what_mlflows_own_calls_write(tmp_path: Path) -> None:
-    bulk_uri, bulk_exp, run = _store(tmp_path, "bulk.db")
-    own_uri, own_exp, _ = _store(tmp_path, "own.db")
-    docs = _docs(run, bulk_exp)
-    assert write_in_bulk(TracingClient(bulk_uri).store, [mlflow_trace(d) for d in docs])  # the fast path was taken
-    own = TracingClient(own_uri)
-    own_docs = [{**d, "experiment_id": own_exp} for d in copy.deepcopy(docs)]
-    started = _start_one_by_one(own, [(d, mlflow_trace(d)) for d in own_docs], [])
-    own.log_spans(own_exp, [s for _, t in started for s in t.data.spans])
+def _both_ways(fresh: Any, tmp_path: Path, days_ago: float = 0.0) -> tuple[str, str, list[dict[str, Any]]]:
+    """The same documents written by the bulk path and by MLflow's own calls into twin stores."""
+    bulk_uri, experiment, run = fresh(tmp_path / "bulk", "m.db")
+    own_uri, own_experiment, _ = fresh(tmp_path / "own", "m.db")
+    assert own_experiment == experiment
+    docs = _docs(run, experiment, days_ago=days_ago)
+    assert write_in_bulk(TracingClient(bulk_uri).store, [trace_parts(d) for d in docs]) == len(docs)
+    _own_calls(own_uri, docs)
+    return bulk_uri, own_uri, docs
+
+
+@pytest.mark.parametrize("executemany", ["driver", "sqlalchemy"])  # SQLite's; other databases'
+def test_the_bulk_path_writes_every_row_mlflows_own_calls_write(
+    fresh: Any, tmp_path: Path, monkeypatch: Any, executemany: str
+) -> None:
+    if executemany == "sqlalchemy":
+        monkeypatch.setattr(_sqlbulk, "_DRIVER_EXECUTEMANY", frozenset())
+    bulk_uri, own_uri, docs = _both_ways(fresh, tmp_path)
+    bulk, own = _table_rows(bulk_uri, tmp_path / "bulk"), _table_rows(own_uri, tmp_path / "own")
+    assert [len(bulk[t]) for t in TABLES] == [len(own[t]) for t in TABLES]
+    assert len(bulk["spans"]) == sum(len(d["spans"]) for d in docs)
+    for table in TABLES:
+        assert bulk[table] == own[table], table
     for doc in docs:
         assert _view(bulk_uri, doc["trace_id"]) == _view(own_uri, doc["trace_id"])
+    spans = [json.loads(r) for r in bulk["spans"]]
+    assert {s["model_name"] for s in spans} == {None, "qwen-7b"}  # MLflow's translation ran where it adds something
+    assert any("介绍一下水星" in s["content"] for s in spans)  # stored unescaped, as MLflow stores it
     found = mlflow.MlflowClient(bulk_uri).search_traces(
-        locations=[bulk_exp], filter_string=f"metadata.`mlflow.sourceRun` = '{run}'"
+        locations=[docs[0]["experiment_id"]], filter_string=f"metadata.`mlflow.sourceRun` = '{docs[0]['run_id']}'"
     )
-    assert sorted(t.info.tags["cts.instance_id"] for t in found) == ["i0", "i1", "i2"]  # linked to the run
+    assert sorted(t.info.tags["cts.instance_id"] for t in found) == ["i0", "i1", "i2", "i3"]  # linked to the run
 
 
-def test_a_trace_already_in_the_store_is_not_written_twice(tmp_path: Path) -> None:
-    uri, experiment, run = _store(tmp_path, "m.db")
+def test_with_rollups_on_it_queues_the_partitions_mlflow_queues(fresh: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv("MLFLOW_SQL_TRACE_ROLLUPS_ENABLED", "true")
+    bulk_uri, own_uri, _ = _both_ways(fresh, tmp_path, days_ago=3)  # a day old at least: younger ones are not queued
+    bulk, own = _table_rows(bulk_uri, tmp_path / "bulk"), _table_rows(own_uri, tmp_path / "own")
+    assert len(bulk[_QUEUE]) >= 6 and bulk[_QUEUE] == own[_QUEUE]  # 3 families over two days at least
+    assert bulk["trace_info"] == own["trace_info"]
+
+
+def test_the_size_figures_are_mlflows(fresh: Any, tmp_path: Path) -> None:
+    bulk_uri, own_uri, docs = _both_ways(fresh, tmp_path)
+    for doc in docs:
+        ours, theirs = (
+            mlflow.MlflowClient(u).get_trace(doc["trace_id"]).info.trace_metadata for u in (bulk_uri, own_uri)
+        )
+        stats, expected = json.loads(ours[_SIZE_KEYS[1]]), json.loads(theirs[_SIZE_KEYS[1]])
+        total, expected_total = stats.pop("total_size_bytes"), expected.pop("total_size_bytes")
+        assert stats == expected  # each span's size is exactly MLflow's
+        # an assessment made on a whole second prints its two times 4 characters shorter (MLflow's own count varies so)
+        assert abs(total - expected_total) in range(0, 8 * len(doc["assessments"]) + 1, 4)
+        assert ours[_SIZE_KEYS[0]] == str(total)
+
+
+def test_mlflows_translation_leaves_the_spans_it_skips_as_they_are() -> None:
+    docs = _docs("r" * 32, "1")
+    spans = [s for d in docs for s in trace_parts(d)["spans"]]
+    m = _sqlbulk._mlflow()
+    free = [s for s in spans if _sqlbulk._translation_free(m, s)]
+    assert len(free) >= len(spans) // 2
+    for span in free:
+        assert translate_span_when_storing(_sqlbulk._AsSpan(span)) == span
+    root = copy.deepcopy(free[0])
+    changed = {
+        "a JSON string of JSON": {"mlflow.spanOutputs": json.dumps('{"a": 1}')},
+        "a model in the inputs": {"mlflow.spanInputs": json.dumps({"model": "gpt-4o"})},
+        "another convention's keys": {"gen_ai.usage.input_tokens": "3", "gen_ai.usage.output_tokens": "4"},
+    }
+    for why, attributes in changed.items():
+        span = {**root, "attributes": {**root["attributes"], **attributes}}
+        assert translate_span_when_storing(_sqlbulk._AsSpan(span)) != span, why  # MLflow would change these ...
+        assert not _sqlbulk._translation_free(m, span), why  # ... so the bulk path lets it
+
+
+def test_a_trace_already_in_the_store_is_not_written_twice(fresh: Any, tmp_path: Path) -> None:
+    uri, experiment, run = fresh(tmp_path, "m.db")
     docs = _docs(run, experiment)
     client = TracingClient(uri)
     assert write_traces(client, docs[:1]) == (1, [])
-    written, failures = write_traces(client, docs)  # the bulk transaction fails on i0: one by one, i0 skipped
-    assert (written, failures) == (2, [])
-    trace = mlflow.MlflowClient(uri).get_trace(docs[0]["trace_id"])
+    before = _table_rows(uri, tmp_path)
+    batch = [trace_parts(d) for d in [docs[1], *docs, docs[2]]]  # the stored one, and one twice in the batch
+    assert write_in_bulk(client.store, batch) == len(docs) - 1  # the bulk path, writing the new ones once
+    after = _table_rows(uri, tmp_path)
+    first = docs[0]["trace_id"]
+    for table in TABLES:
+        assert [r for r in after[table] if first in r] == [r for r in before[table] if first in r], table
+    own_uri, _, _ = fresh(tmp_path / "own", "m.db")
+    _own_calls(own_uri, [{**d, "experiment_id": experiment} for d in docs])
+    own = _table_rows(own_uri, tmp_path / "own")
+    assert [len(after[t]) for t in TABLES] == [len(own[t]) for t in TABLES]
+    trace = mlflow.MlflowClient(uri).get_trace(first)
     names = [a.name for a in trace.info.assessments]
     assert len(names) == len(set(names)) == len(docs[0]["assessments"])
+    assert write_traces(client, docs) == (0, [])
+
+
+def test_a_failed_bulk_write_commits_nothing_and_mlflows_calls_write_instead(
+    fresh: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    uri, experiment, run = fresh(tmp_path, "m.db")
+    docs = _docs(run, experiment)
+    span_row = _sqlbulk._span_row
+
+    def broken(*args: Any) -> tuple[dict[str, Any], int]:
+        row, size = span_row(*args)
+        return {**row, "content": None}, size  # the spans insert, after the trace_info one, fails
+
+    monkeypatch.setattr(_sqlbulk, "_span_row", broken)
+    client = TracingClient(uri)
+    assert write_in_bulk(client.store, [trace_parts(d) for d in docs]) is None
+    assert not any(_table_rows(uri, tmp_path)[t] for t in TABLES)  # rolled back whole
+    assert write_traces(client, docs) == (len(docs), [])  # MLflow's own calls
+    assert write_in_bulk(object(), [trace_parts(d) for d in docs]) is None  # not an SQL store: MLflow's calls
+
+
+@pytest.mark.parametrize("key", ["session.id", "user.id", "mlflow.traceTag.owner", "gen_ai.usage.input_tokens"])
+def test_a_span_with_trace_level_attributes_is_left_to_mlflows_calls(fresh: Any, tmp_path: Path, key: str) -> None:
+    uri, experiment, run = fresh(tmp_path, "m.db")
+    docs = _docs(run, experiment, n=2)
+    docs[1]["spans"][0]["attributes"][key] = "7"  # log_spans makes a column, metadata or a tag of it
+    client = TracingClient(uri)
+    assert write_in_bulk(client.store, [trace_parts(d) for d in docs]) is None
+    assert write_traces(client, docs) == (2, [])
 
 
 @pytest.mark.slow
-def test_the_writer_process_flushes_ignores_signals_and_a_dead_one_loses_nothing_after(tmp_path: Path) -> None:
-    uri, experiment, run = _store(tmp_path, "p.db")
+def test_the_writer_process_flushes_ignores_signals_and_a_dead_one_loses_nothing_after(
+    fresh: Any, tmp_path: Path
+) -> None:
+    uri, experiment, run = fresh(tmp_path, "p.db")
     docs = _docs(run, experiment, n=6)
     writer = TraceWriter(uri)
     try:
