@@ -207,8 +207,10 @@ def _wall(
     what = f"the schedule replayed the slice in {measured.slice_model_s:.1f} s, it took {measured.slice_wall_s:.1f} s"
     what += f"; the core share seen in the slice: {measured.core[0]:.0%}-{measured.core[2]:.0%}"
     took = measured.machine.capacity
-    if took < measured.capacity_best:
-        what += f"; the endpoint took {took} requests at once in the slice (up to {measured.capacity_best} configured)"
+    if took < measured.ceiling:
+        what += f"; the endpoint took {took} requests at once in the slice (up to {measured.ceiling} configured)"
+    elif measured.capacity_low < took:
+        what += f"; the slice had at most {measured.capacity_low} requests in flight, the high end assumes no more"
     loaded = loaded_wall(measured, slices, calls, report)
     if loaded is not None:
         what += (

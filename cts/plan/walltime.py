@@ -183,10 +183,12 @@ def _fit_capacity(measured: Measured, calibration: Sequence[JobSlice], timeline:
 
     It met a limit when the adaptive limiter saw congestion (a 429, a timeout, a 5xx: the limit it
     then settled at is the endpoint's, the median over the rest of the slice), or when its requests
-    in flight held a plateau (a second or more within 10% of the slice's peak, below the ceiling).
-    Without either, the slice showed only that the endpoint takes its peak of requests in flight:
-    the expected value assumes that many, the low end the configured ceiling
-    (:attr:`Measured.capacity_best`), the high end the peak (:attr:`Measured.capacity_low`).
+    in flight held a plateau (a second or more within 10% of the slice's peak, below the ceiling)
+    that the slice's own schedule would have exceeded (its simulated peak at the ceiling is over
+    1.25x the plateau). Without either, the slice says nothing against the configured ceiling:
+    the expected value and the low end assume the ceiling (:attr:`Measured.capacity_best`), the
+    high end only the slice's peak of requests in flight (:attr:`Measured.capacity_low`), all the
+    slice showed the endpoint takes.
     """
     counts = [s[3] for s in timeline.samples if s[3] >= 0]
     peak = max(counts, default=0)
@@ -195,25 +197,28 @@ def _fit_capacity(measured: Measured, calibration: Sequence[JobSlice], timeline:
     held = max((len(list(g)) for k, g in itertools.groupby(near) if k), default=0)
     interval = timeline.samples[1][0] - timeline.samples[0][0] if len(timeline.samples) > 1 else 0.2
     congested = [s[5] for s in timeline.samples if s[4] > 0 and s[5] > 0]
-    if congested:
-        capacity = best = max(1, min(ceiling, round(float(np.median(congested)))))
-    elif 0 < peak < 0.9 * ceiling and held * interval >= 1.0:
-        capacity = best = peak
-    else:
-        capacity, best = (min(ceiling, peak) if peak > 0 else ceiling), ceiling
-    machine = replace(measured.machine, capacity=capacity)
     shapes = _shapes(
         measured,
         [replace(j, n_total=len(j.samples), n_free=0) for j in calibration],
         [sum(s.counts.get("calls", 0.0) for s in j.samples) for j in calibration],
     )
+    # A plateau is the endpoint's limit only if the slice's own schedule, unbounded by the
+    # endpoint, would have put clearly more requests in flight: else its runs were all it had.
+    demand = simulate(shapes, replace(measured.machine, capacity=ceiling)).peak_in_flight
+    if congested:
+        capacity = max(1, min(ceiling, round(float(np.median(congested)))))
+    elif 0 < peak < 0.9 * ceiling and held * interval >= 1.0 and demand > 1.25 * peak:
+        capacity = peak
+    else:
+        capacity = ceiling
+    machine = replace(measured.machine, capacity=capacity)
     replay = simulate(shapes, machine)
     low = min(capacity, peak) if peak > 0 else capacity
     return replace(
         measured,
         machine=machine,
         capacity_low=low,
-        capacity_best=best,
+        capacity_best=capacity,
         ceiling=ceiling,
         slice_model_s=measured.lead_s + replay.wall_s,
     )
