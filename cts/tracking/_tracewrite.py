@@ -25,6 +25,7 @@ import gc
 import hashlib
 import json
 import logging
+import os
 import pickle
 import signal
 import struct
@@ -393,7 +394,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="trace writer: %(message)s")
     (uri,) = argv if argv is not None else sys.argv[1:]  # python -c "...main()" <uri>
-    serve(uri, sys.stdin.buffer, sys.stdout.buffer)
+    try:
+        serve(uri, sys.stdin.buffer, sys.stdout.buffer)
+    except BaseException as exc:  # noqa: BLE001 - e.g. a store it cannot open: said once, then out
+        log.error("%s", exc)
+        sys.stderr.flush()
+        os._exit(1)  # not a normal exit: threads MLflow started could hold the interpreter's shutdown
 
 
 if __name__ == "__main__":

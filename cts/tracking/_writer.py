@@ -53,6 +53,7 @@ class TraceWriter:
         self._lock = threading.Lock()
         self._outstanding = 0
         self._fallback: Any = None
+        self._ended = threading.Event()  # the process's stdout closed: it ended (poll() can miss it)
         self._proc = _start_process(uri)
         self._sender = threading.Thread(target=self._send_loop, name="cts-trace-sender", daemon=True)
         self._sender.start()
@@ -80,7 +81,11 @@ class TraceWriter:
 
     def close(self, timeout_s: float | None = None) -> None:
         """Flush, then end the writer process."""
-        if self._proc.poll() is None or self._sender.is_alive():
+        with self._lock:
+            idle = self._outstanding == 0
+        if self._ended.is_set() and idle:  # ended (e.g. a store it could not open) with nothing to write
+            self._queue.put(("stop", 0))
+        elif self._proc.poll() is None or self._sender.is_alive():
             try:
                 self._control("stop", timeout_s)
             except TimeoutError:
@@ -134,11 +139,11 @@ class TraceWriter:
                 return
             except (BrokenPipeError, OSError, ValueError):
                 log.error("the trace writer process ended (exit %s); this process writes the traces", self._proc.poll())
-                from mlflow.tracing.client import TracingClient
-
-                self._fallback = TracingClient(self.uri)
+                self._fallback = _open_fallback(self.uri)
         kind, payload = message
-        if kind == "docs":
+        if kind == "docs" and isinstance(self._fallback, str):
+            self._done(None, n_docs, 0, [self._fallback] * n_docs)
+        elif kind == "docs":
             written, failures = write_traces(self._fallback, payload)
             self._done(None, n_docs, written, failures)
         else:
@@ -149,6 +154,19 @@ class TraceWriter:
         while (message := read_frame(self._proc.stdout)) is not None:
             _, token, written, failures = message
             self._done(token, written + len(failures), written, failures)
+        self._ended.set()
+        self._release()
+
+    def _release(self) -> None:
+        """The process ended: no acknowledgement will come, so nobody waits for one (what it had not
+        written is what a resumed job's backfill writes)."""
+        with self._lock:
+            events, self._acks = self._acks, {}
+            why = [f"{self._outstanding} on their way when the trace writer process ended"] if self._outstanding else []
+            for token in events:
+                self._results[token] = (0, why)
+        for event in events.values():
+            event.set()
 
     def _done(self, token: int | None, n_docs: int, written: int, failures: list[str]) -> None:
         with self._lock:
@@ -169,6 +187,16 @@ class TraceWriter:
             line = raw.decode("utf-8", errors="replace").rstrip()
             if line:
                 log.info("%s", line)
+
+
+def _open_fallback(uri: str) -> Any:
+    """A tracing client of ``uri`` in this process, or why it cannot be opened (then every later trace fails with it)."""
+    try:
+        from mlflow.tracing.client import TracingClient
+
+        return TracingClient(uri)
+    except Exception as exc:  # noqa: BLE001 - the sender thread must go on acknowledging, whatever the store did
+        return f"the store {uri} cannot be opened for traces ({type(exc).__name__}: {exc})"
 
 
 def _start_process(uri: str) -> subprocess.Popen[bytes]:

@@ -306,3 +306,17 @@ def test_the_writer_process_flushes_ignores_signals_and_a_dead_one_loses_nothing
     client = mlflow.MlflowClient(uri)
     found = client.search_traces(locations=[experiment], filter_string=f"metadata.`mlflow.sourceRun` = '{run}'")
     assert sorted(t.info.trace_id for t in found) == sorted(d["trace_id"] for d in docs)
+
+
+def test_a_writer_whose_process_cannot_open_the_store_is_closed_at_once(tmp_path: Path) -> None:
+    """The process ends on a store it cannot open; nobody waits the minute a flush may take for its ack."""
+    db = tmp_path / "garbage.db"
+    db.write_bytes(b"not a database" * 100)
+    started = time.monotonic()
+    writer = TraceWriter(f"sqlite:///{db}")
+    # Asked while the process still imports MLflow: the request sits in its pipe, never answered.
+    assert writer.flush() == (0, [])  # nothing was on its way, so nothing is reported lost
+    writer.close()
+    assert time.monotonic() - started < 10  # the flush's limit is 60 s: an unreleased wait takes all of it
+    assert writer._proc.wait(5) == 1  # it said why on its stderr and exited
+    assert db.read_bytes() == b"not a database" * 100
