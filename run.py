@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from cts._util.switches import spell_out_switches
 from cts.compose.validate import register_resolvers
+from cts.core.errors import ConfigError, exit_on_error
 from cts.protocol.migrations import renamed_on_command_line
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
@@ -25,10 +26,15 @@ register_resolvers()  # ${cts_pid:} in the default run dir (conf/config.yaml)
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
-    """Compose the config and run the configured task; returns the sweep metric."""
+    """Compose the config and run the configured task; returns the sweep metric.
+
+    A cts error ends the job with its ``error:`` lines and exit status (cts.core.errors).
+    """
     from cts.compose.app import run
 
-    return run(cfg)
+    with exit_on_error():
+        return run(cfg)
+    return None  # not reached: exit_on_error ends the process on an error
 
 
 def _config_dirs() -> list[Traversable]:
@@ -38,11 +44,17 @@ def _config_dirs() -> list[Traversable]:
     return [Path(__file__).resolve().parent / "conf", *command_line_dirs(sys.argv)]
 
 
-if __name__ == "__main__":
+def _command_line() -> None:
+    """Refuse a retired name; spell out ``plan=true`` (so ``plan.calibration_n=10`` beside it has a node)."""
     if renamed := renamed_on_command_line(sys.argv[1:], _config_dirs()):  # a name retired since the first release
-        sys.exit("\n".join(f"error: {line}" for line in renamed))
-    try:  # plan=true is plan.enabled=true, so plan.calibration_n=10 beside it has a node to go into
+        raise ConfigError("\n".join(f"error: {line}" for line in renamed))
+    try:
         sys.argv[1:] = spell_out_switches(sys.argv[1:])
     except ValueError as e:
-        sys.exit(f"error: {e}")
+        raise ConfigError(f"error: {e}") from None
+
+
+if __name__ == "__main__":
+    with exit_on_error():
+        _command_line()
     main()

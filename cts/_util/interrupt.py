@@ -37,6 +37,8 @@ from types import FrameType
 
 from filelock import FileLock, Timeout
 
+from cts.core.errors import Interrupted, JobDirLocked
+
 LOCK_FILE = ".cts.lock"
 _DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
 _HYDRA_PLAIN = re.compile(r"[A-Za-z0-9_/.\-+:@%]+")  # a value Hydra's override grammar reads unquoted, as is
@@ -141,13 +143,13 @@ def recorded_sweep(sweep_dir: str) -> str | None:
 
 @contextlib.contextmanager
 def job_dir_lock(job_dir: Path) -> Iterator[None]:
-    """Hold the job dir for this process; exit with a message when another process holds it."""
+    """Hold the job dir for this process; refuse with a message when another process holds it."""
     job_dir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(job_dir / LOCK_FILE, timeout=0)
     try:
         lock.acquire()
     except Timeout:
-        raise SystemExit(
+        raise JobDirLocked(
             f"cts: another process is running a job in {job_dir}; wait for it to end, or use another dir."
         ) from None
     try:
@@ -171,7 +173,7 @@ def interruptible_job(
         sweep_dir: The multirun's sweep dir, if any (the resume command reruns the sweep).
 
     Raises:
-        SystemExit: 130 after SIGINT, 143 after SIGTERM, with the message.
+        Interrupted: Exit status 130 after SIGINT, 143 after SIGTERM, the line printed.
     """
     if not _sweep_scope:  # in a sweep the launcher keeps the signal for every job
         _received.clear()
@@ -185,4 +187,4 @@ def interruptible_job(
             if not _sweep_scope:
                 line += f"; resume with: {resume_command(sys.argv[1:], job_dir, sweep_dir)}"
             print(line, file=sys.stderr, flush=True)
-            raise SystemExit(128 + signum) from None
+            raise Interrupted(exit_code=128 + signum) from None

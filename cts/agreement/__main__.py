@@ -1,7 +1,6 @@
 """``python -m cts.agreement <sweep dir> --labels <file>``."""
 
-import sys
-
 from cts.agreement.cli import main
+from cts.core.errors import run_cli
 
-sys.exit(main())
+run_cli(main)

@@ -27,6 +27,7 @@ from cts._util.interrupt import hydra_quote, resume_command
 from cts._util.launch import begin_sweep, end_sweep
 from cts._util.naming import register_resolver, swept_keys
 from cts.compose.launch_state import new_launch
+from cts.core.errors import ConfigError, LaunchDone, ReportFailed, exit_on_error
 
 if TYPE_CHECKING:
     from cts.report import ReportResult
@@ -103,7 +104,7 @@ def pin_sweep_dir(config: DictConfig) -> str:
 
 
 def report_or_exit(config: DictConfig, n_jobs: int) -> Path:
-    """Build the sweep report; exit 1 with ``error:`` lines when it fails or misses some of the sweep's jobs.
+    """Build the sweep report; refuse with ``error:`` lines when it fails or misses some of the sweep's jobs.
 
     Args:
         config: The sweep's config.
@@ -114,12 +115,12 @@ def report_or_exit(config: DictConfig, n_jobs: int) -> Path:
     sweep_dir = str(config.hydra.sweep.dir)
     found = len(job_dirs(sweep_dir)) if Path(sweep_dir).is_dir() else 0
     if not found:
-        sys.exit(f"error: sweep report: no finished job found in {sweep_dir}")
+        raise ReportFailed(f"error: sweep report: no finished job found in {sweep_dir}")
     result = build_report(config)
     if not result.ok:
-        sys.exit("\n".join(f"error: sweep report: {e}" for e in result.errors))
+        raise ReportFailed("\n".join(f"error: sweep report: {e}" for e in result.errors))
     if found < n_jobs:
-        sys.exit(f"error: sweep report: only {found} of the sweep's {n_jobs} jobs finished in {sweep_dir}")
+        raise ReportFailed(f"error: sweep report: only {found} of the sweep's {n_jobs} jobs finished in {sweep_dir}")
     assert result.out_dir is not None
     return result.out_dir
 
@@ -130,7 +131,8 @@ class LaunchCallbacks(Callback):
     Before any job: the start-up checks (values, output places, input files), the pre-flight
     (keys, request rules), one probe per distinct endpoint and request, the plan (forecast, budget)
     and the MLflow store, whose schema is created once here before parallel jobs race to migrate it.
-    After the jobs: the sweep report, and the lines saying where the results are.
+    After the jobs: the sweep report, and the lines saying where the results are. Each hook turns a
+    :class:`~cts.core.errors.CtsError` into its ``error:`` lines and exit status (Hydra would only warn).
     """
 
     def __init__(self) -> None:
@@ -143,6 +145,20 @@ class LaunchCallbacks(Callback):
         Every job's config is pre-flighted here too, so a missing key stops the sweep
         before it launches, and every distinct endpoint of the sweep is probed once.
         """
+        with exit_on_error():
+            self._before_sweep(config)
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Single runs: the pre-flight (keys, endpoint probes) first, then the store (harmless when it exists)."""
+        with exit_on_error():
+            self._before_run(config)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """Build the paper-style sweep report and log it as a sweep-level run."""
+        with exit_on_error():
+            self._after_sweep(config)
+
+    def _before_sweep(self, config: DictConfig) -> None:
         from cts.compose.app import (
             check_start,
             preflight_problems_of,
@@ -170,15 +186,14 @@ class LaunchCallbacks(Callback):
         self._plan = before_launch(config, jobs, [task_groups(job) for job in jobs])  # plan=true: forecast, spend limit
         if self._plan.stop:  # plan=only: the forecast and the command that runs the sweep; nothing else
             print("\n".join(self._plan.stop), flush=True)
-            sys.exit(0)
+            raise LaunchDone()
         record.write()  # <sweep>/sweep.json: what jobs in other processes (joblib, Slurm) read
         if not jobs_open_store_here(config):
             tracking.prepare_store(config.tracking.uri)
         elif any(job.tracking.instance_traces for job in jobs):
             tracking.start_trace_writer(config.tracking.uri)  # its start-up overlaps the jobs' set-up
 
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Single runs: the pre-flight (keys, endpoint probes) first, then the store (harmless when it exists)."""
+    def _before_run(self, config: DictConfig) -> None:
         from cts.compose.app import (
             check_start,
             preflight,
@@ -191,7 +206,7 @@ class LaunchCallbacks(Callback):
 
         new_launch()
         if plan_settings(config).then == "stop":  # it would run the job it was asked only to forecast
-            sys.exit("error: plan: plan=only forecasts a multirun; add -m (python run.py -m ... plan=only)")
+            raise ConfigError("error: plan: plan=only forecasts a multirun; add -m (python run.py -m ... plan=only)")
         check_start(config, [config])  # values, output places, input files: before the run dir or store exists
         preflight(config, groups=task_groups(config))
         warn_unapplied_params([config])
@@ -201,8 +216,7 @@ class LaunchCallbacks(Callback):
             tracking.start_trace_writer(config.tracking.uri)  # its start-up (~2 s) overlaps the job's
         tracking.prepare_store(config.tracking.uri)
 
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """Build the paper-style sweep report and log it as a sweep-level run."""
+    def _after_sweep(self, config: DictConfig) -> None:
         from cts._util.startup import end_startup_gc
         from cts.sweep._compose import forget_composed
 

@@ -10,7 +10,6 @@ stop: a read-only or full place is refused before Hydra opens its log file there
 from __future__ import annotations
 
 import inspect
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cts._util.io import unwritable_reason
 from cts.compose.services import resource_parameters
+from cts.core.errors import PreflightFailed
 
 __all__ = [
     "OFFLINE_COMMAND",
@@ -179,4 +179,4 @@ def stop_on_problems(problems: list[str]) -> None:
             "Set the variables above (or point every role at one OpenAI-compatible server with "
             f"services.llm.api_base=URL), or run the offline stack: {OFFLINE_COMMAND}"
         )
-    sys.exit(f"cts pre-flight failed; nothing was run:\n{lines}\n" + "\n".join(hints))
+    raise PreflightFailed(f"cts pre-flight failed; nothing was run:\n{lines}\n" + "\n".join(hints))

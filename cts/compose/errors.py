@@ -24,6 +24,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
 from cts._util.io import UnwritableOutput, output_fault
+from cts.core.errors import ConfigError
 from cts.data.jsonl import DatasetError
 from cts.gold import GoldError
 
@@ -97,9 +98,9 @@ def error_lines(problems: list[str]) -> str:
 
 
 def refuse(problems: list[str]) -> None:
-    """Exit 1 with one ``error:`` line per problem, when there are any (nothing has been created yet)."""
+    """Refuse (exit 1) with one ``error:`` line per problem, when there are any (nothing has been created yet)."""
     if problems:
-        sys.exit(error_lines(problems))
+        raise ConfigError(error_lines(problems))
 
 
 def stop_unwritable(fault: OSError, job_dir: Path, instances: Sequence[Any], resume: str, *, multirun: bool) -> None:
@@ -108,7 +109,7 @@ def stop_unwritable(fault: OSError, job_dir: Path, instances: Sequence[Any], res
     Returns when no instance finished: the caller raises ``fault``, which :func:`input_errors` says in one line.
 
     Raises:
-        SystemExit: A single run (``JobIncomplete`` in a multirun), after the lines.
+        TaskStopped: A single run (``JobIncomplete`` in a multirun), after the lines.
     """
     from tqdm import tqdm
 
@@ -147,14 +148,14 @@ def _missing(node: DictConfig | ListConfig, prefix: str) -> list[str]:
 
 @contextlib.contextmanager
 def input_errors(cfg: DictConfig | None = None, *, exit_in_debug: bool = False) -> Iterator[None]:
-    """Exit 1 with one ``error:`` line per problem when the block fails on bad input.
+    """Refuse (exit 1) with one ``error:`` line per problem when the block fails on bad input.
 
     Args:
         exit_in_debug: With debug output requested, print the traceback and still exit
             with the lines (for a Hydra callback, where Hydra would only warn of an exception).
 
     Raises:
-        SystemExit: With the message, unless debug output was requested (then the
+        ConfigError: With the lines, unless debug output was requested (then the
             original exception propagates with its traceback).
     """
     try:
@@ -168,7 +169,7 @@ def input_errors(cfg: DictConfig | None = None, *, exit_in_debug: bool = False) 
             traceback.print_exc()
         if debug and not exit_in_debug:
             raise
-        sys.exit(f"{error_lines(problems_of(cause))}\n{DEBUG_HINT}")
+        raise ConfigError(f"{error_lines(problems_of(cause))}\n{DEBUG_HINT}") from None
 
 
 def user_error_in(error: BaseException) -> BaseException | None:

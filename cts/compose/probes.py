@@ -13,6 +13,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from cts.core.errors import PreflightFailed
+
 
 def task_groups(cfg: DictConfig) -> tuple[str, ...]:
     """The config keys whose models the task calls, plus ``services``.
@@ -78,7 +80,7 @@ def probe_completions(cfgs: Sequence[DictConfig]) -> None:
 
 
 def exit_on_probe_problems(head: str, problems: Sequence[str], hint: str) -> None:
-    """Exit 1 with ``head``, one line per problem and ``hint``; nothing when there is no problem."""
+    """Stop (exit 1) with ``head``, one line per problem and ``hint``; nothing when there is no problem."""
     if problems:
         lines = "\n".join(f"  - {p}" for p in problems)
-        sys.exit(f"{head}; nothing was run:\n{lines}\n{hint}")
+        raise PreflightFailed(f"{head}; nothing was run:\n{lines}\n{hint}")

@@ -1,7 +1,6 @@
 """``python -m cts.gating <sweep dir> gate=NAME``."""
 
-import sys
-
+from cts.core.errors import run_cli
 from cts.gating.cli import main
 
-sys.exit(main())
+run_cli(main)

@@ -140,7 +140,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = write_outputs(sweep, name, rows, calls)
     print(path.read_text(encoding="utf-8"), end="")
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover - python -m cts.gating runs __main__
-    sys.exit(main())

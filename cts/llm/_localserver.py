@@ -51,7 +51,7 @@ if sys.platform.startswith("linux"):
     import ctypes
     ctypes.CDLL(None).prctl(1, signal.SIGTERM)
     if os.getppid() != int(sys.argv[1]):
-        sys.exit(1)
+        os._exit(1)
 sys.argv = ["llama_cpp.server", *sys.argv[2:]]
 runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 """

@@ -1,7 +1,6 @@
 """``python -m cts.plan``: see :mod:`cts.plan.cli`."""
 
-import sys
-
+from cts.core.errors import run_cli
 from cts.plan.cli import main
 
-sys.exit(main())
+run_cli(main)

@@ -20,6 +20,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from cts._util.interrupt import entry_script
+from cts.core.errors import PlanRefused
 from cts.plan.forecast import JobSlice
 from cts.plan.samples import Routes, instance_costs, raw_records, record_run_id, roles_with_requests, run_id
 
@@ -118,13 +119,15 @@ def calibration_command(argv: Sequence[str], n: int, into: Path, experiment: str
 
 
 def calibrate(argv: Sequence[str], n: int, into: Path, experiment: str) -> None:
-    """Run the calibration slice; exit 1 with its last output lines when it fails."""
+    """Run the calibration slice; refuse the plan with its last output lines when it fails."""
     command = calibration_command(argv, n, into, experiment)
     print(f"cts plan: calibration slice, {n} instance(s) per job, in {into}", file=sys.stderr, flush=True)
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-        sys.exit(f"error: plan: the calibration slice failed (exit {done.returncode}); nothing else was run:\n{tail}")
+        raise PlanRefused(
+            f"error: plan: the calibration slice failed (exit {done.returncode}); nothing else was run:\n{tail}"
+        )
 
 
 def slices_from(source: Path, jobs: Sequence[JobPlan], per_job: int | None = None) -> list[JobSlice]:

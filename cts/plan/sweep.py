@@ -23,6 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from cts.core.errors import PlanRefused
 from cts.plan.actual import PLAN_DIR, SweepPlan, log_plan, record_actual
 from cts.plan.calibrate import (
     JobPlan,
@@ -53,7 +54,7 @@ def before_launch(config: DictConfig, jobs: Sequence[DictConfig], groups: Sequen
         groups: Per job, the config groups its task calls models of (``cts.compose.app.task_groups``).
 
     Raises:
-        SystemExit: The calibration slice failed, or the sweep may cost more than
+        PlanRefused: The calibration slice failed, or the sweep may cost more than
             ``services.llm.spend.max_usd`` or its forecast cannot show it does not (unless
             ``services.llm.spend.allow_over_forecast``; :func:`cts.plan.limit.spend_over`).
     """
@@ -236,7 +237,7 @@ def _check_spend_limit(config: DictConfig, plan: SweepPlan, settings: PlanSettin
     if settings.only:  # the forecast is what was asked for: say it, exit 0
         log.warning("plan: %s; the command below stops there too", over)
         return
-    sys.exit(
+    raise PlanRefused(
         f"error: plan: {over}; nothing of the main run was sent. Raise the spend limit, shrink the sweep, or pass "
         "services.llm.spend.allow_over_forecast=true."
     )

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 from hydra.errors import CompactHydraException
 
 from cts._util.interrupt import recorded_sweep
+from cts.core.errors import TaskStopped
 from cts.core.records import Record
 from cts.core.types import CallError, CircuitOpen, RequestRejected, SpendLimitReached
 from cts.protocol.job_files import INFRA_FILE, RECORDS_FILE
@@ -119,11 +120,11 @@ def finish(outcome: Outcome, records: Sequence[Record], job_dir: Path, resume: s
         resume: The command that resumes the job; in a multirun the running sweep's
             (:func:`cts._util.interrupt.recorded_sweep`) replaces it when ``job_dir`` is inside that sweep.
         multirun: Raise :class:`JobIncomplete` (Hydra runs the other jobs, then exits 1)
-            instead of ``SystemExit`` (a single run ends at once, without a traceback).
+            instead of :class:`~cts.core.errors.TaskStopped` (a single run ends at once, without a traceback).
 
     Raises:
         JobIncomplete: In a multirun, when instances failed on infrastructure or a breaker stopped the job.
-        SystemExit: The same in a single run.
+        TaskStopped: The same in a single run.
     """
     warning = all_unscored_warning(records)
     if warning:
@@ -138,7 +139,7 @@ def finish(outcome: Outcome, records: Sequence[Record], job_dir: Path, resume: s
     missing = outcome.n_total - outcome.n_done
     headline = f"cts: job incomplete ({missing} instance(s) missing), exit status 1."
     if not multirun:
-        raise SystemExit(f"{headline} Resume with: {resume}")
+        raise TaskStopped(f"{headline} Resume with: {resume}")
     raise JobIncomplete(headline, sweep_resume_of(job_dir) or resume)
 
 
@@ -179,7 +180,7 @@ def stop_task(task: str, error: BaseException, *, multirun: bool) -> NoReturn:
 
     Args:
         multirun: Raise :class:`JobIncomplete` (Hydra runs the other jobs, then exits 1)
-            instead of ``SystemExit`` (a single run ends at once, without a traceback).
+            instead of :class:`~cts.core.errors.TaskStopped` (a single run ends at once, without a traceback).
     """
     line = stop_message(task, error)
-    raise JobIncomplete(line) if multirun else SystemExit(line)
+    raise JobIncomplete(line) if multirun else TaskStopped(line)

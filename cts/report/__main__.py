@@ -1,7 +1,6 @@
 """``python -m cts.report``."""
 
-import sys
-
+from cts.core.errors import run_cli
 from cts.report.cli import main
 
-sys.exit(main())
+run_cli(main)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from cts.core.errors import CtsError
 from cts.protocol.repeats import PASS_THRESHOLD
 from cts.report.agreement import imported_report
 from cts.report.beyond import extra_report
@@ -174,6 +175,8 @@ def build_sweep_report(
         result = write_report(jobs, out, Bootstrap(n_resamples, confidence, seed), name, p_value, pass_threshold)
         log.info("sweep report (%d jobs) written to %s", len(jobs), out)
         return result
+    except CtsError:  # e.g. a broken tracking store: its own message and exit status
+        raise
     except Exception as e:
         log.exception("sweep report for %s failed", name)
         return ReportResult(name, out_dir, errors=(f"{type(e).__name__}: {e}",))

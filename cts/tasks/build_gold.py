@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from cts.core.contracts import Extractor, SearchBackend
+from cts.core.errors import TaskStopped
 from cts.core.types import Instance
 from cts.tasks.job import RunInfo, log_task_outputs, prompt_versions, tracked_task
 from cts.tasks.registry import TaskContext, task
@@ -112,7 +112,7 @@ def build_gold_task(
 
 
 def stop_on_partial_gold(report: Any, allow_partial: bool) -> None:
-    """Exit 1 when some instances got no gold, unless the user accepts a partial archive."""
+    """Stop (exit 1) when some instances got no gold, unless the user accepts a partial archive."""
     from cts.gold import FAILURES_FILE, failure_summary
 
     if not report.failures:
@@ -121,7 +121,7 @@ def stop_on_partial_gold(report: Any, allow_partial: bool) -> None:
     if allow_partial:
         log.warning("%s (accepted: build_gold.allow_partial=true)", line)
         return
-    sys.exit(
+    raise TaskStopped(
         f"{line}\nRebuild (build_gold.overwrite=true), accept the partial archive (build_gold.allow_partial=true), "
         "or evaluate only the instances with gold (dataset.only_with_gold=true)."
     )

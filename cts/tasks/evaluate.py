@@ -13,6 +13,7 @@ from typing import Any
 from cts import tracking
 from cts._util.interrupt import interruptible_job
 from cts._util.io import atomic_write_text
+from cts.core.errors import ConfigError
 from cts.core.records import Record, read_records
 from cts.data.clusters import ci_summary, dataset_clusters
 from cts.data.jsonl import Dataset, dataset_metrics, select_instances
@@ -80,7 +81,7 @@ class Resume:
 def check_job(k: Any, job_dir: Path, resume: Resume) -> None:
     """Refuse a bad budget ``k`` or a job dir of another protocol (before anything is built)."""
     if not isinstance(k, int) or k < 1:
-        raise SystemExit(f"k must be a positive integer (the paper uses 1, 2, 3), got {k!r}")
+        raise ConfigError(f"k must be a positive integer (the paper uses 1, 2, 3), got {k!r}")
     check_resume(job_dir, resume.fingerprint, resume.config)
 
 
@@ -131,7 +132,7 @@ def design_of(ctx: TaskContext) -> Design:
             ctx.value("arms", default=None),
         )
     except (TypeError, ValueError) as e:
-        raise SystemExit(f"cts: {e}") from None
+        raise ConfigError(f"cts: {e}") from None
 
 
 def build_roles(ctx: TaskContext) -> Roles:

@@ -19,6 +19,7 @@ from omegaconf import OmegaConf  # writes config.yaml; the config is read in cts
 
 from cts import tracking
 from cts._util.secrets import scrub_tree
+from cts.core.errors import ResumeRefused
 from cts.core.records import infra_stop
 from cts.protocol.job_files import RECORDS_FILE
 from cts.protocol.outcome import stop_reason, stop_task
@@ -91,7 +92,7 @@ def check_resume(out_dir: Path, fingerprint: str, config: Mapping[str, Any] | No
     if path.exists() and records.exists() and records.stat().st_size > 0:  # no records: nothing to protect
         stored = json.loads(path.read_text())
         if stored["fingerprint"] != fingerprint and not renamed_only(stored, config):
-            raise SystemExit(resume_refusal(out_dir, stored, fingerprint, config))
+            raise ResumeRefused(resume_refusal(out_dir, stored, fingerprint, config))
     out_dir.mkdir(parents=True, exist_ok=True)
     entry: dict[str, Any] = {"fingerprint": fingerprint, "config": config}
     if stored and stored["fingerprint"] != fingerprint:

@@ -23,15 +23,13 @@ os.environ.setdefault("MLFLOW_ASYNC_TRACE_LOGGING_MAX_INTERVAL_MILLIS", "1000")
 
 from filelock import FileLock
 
+from cts.core.errors import TrackingStoreError
+
 
 def mlflow_module() -> Any:
     import mlflow  # imported lazily: it costs ~1 s and most helpers here need it only in jobs
 
     return mlflow
-
-
-class TrackingStoreError(SystemExit):
-    """The tracking store cannot be opened; the message says how to recover (exit 1)."""
 
 
 _PREPARED: set[str] = set()

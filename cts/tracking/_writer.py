@@ -199,13 +199,17 @@ def _open_fallback(uri: str) -> Any:
         return f"the store {uri} cannot be opened for traces ({type(exc).__name__}: {exc})"
 
 
+_WRITER_MAIN = "from cts.core.errors import run_cli; from cts.tracking._tracewrite import main; run_cli(main)"
+"""The writer process's program: a broken store ends it with the store's one message (cts.core.errors)."""
+
+
 def _start_process(uri: str) -> subprocess.Popen[bytes]:
     """The writer process (:func:`cts.tracking._tracewrite.main`), in a session of its own (a Ctrl-C reaches only the job)."""
     root = str(Path(__file__).resolve().parents[2])
     path = os.environ.get("PYTHONPATH")
     env = {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
     return subprocess.Popen(
-        [sys.executable, "-c", "from cts.tracking._tracewrite import main; main()", uri],
+        [sys.executable, "-c", _WRITER_MAIN, uri],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from cts.compose.errors import debug_requested, problems_of
+from cts.core.errors import ResumeRefused, exit_on_error
 from cts.data.jsonl import DatasetError, write_instances_jsonl
 from cts.demo import load_demo
 
@@ -84,7 +85,7 @@ def in_process(tmp: Path, cache_dir: Path, *overrides: str) -> list[str]:
     ]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[*overrides, *base])
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(SystemExit) as stop, exit_on_error():  # as run.py runs it
         run(cfg)
     message = str(stop.value.code)
     assert stop.value.code not in (0, None) and "Traceback" not in message
@@ -261,9 +262,9 @@ def test_a_refused_resume_lists_the_keys_that_differ(tmp_path: Path) -> None:
         old, new = (compose("config", overrides=["experiment=offline", *o]) for o in ([], ["k=2", "judge.full=0.9"]))
     check_resume(tmp_path, protocol_fingerprint(old), protocol_config(old))
     (tmp_path / "records.jsonl").write_text('{"id": "a"}\n', encoding="utf-8")
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(ResumeRefused) as stop:
         check_resume(tmp_path, protocol_fingerprint(new), protocol_config(new))
-    message = str(stop.value.code)
+    message = stop.value.message
     assert "holds records of another configuration" in message
     assert message.splitlines()[1:] == ["Keys that differ (stored -> now):", "  judge.full: 0.8 -> 0.9", "  k: 1 -> 2"]
     check_resume(tmp_path, protocol_fingerprint(old), protocol_config(old))  # the same config resumes

@@ -26,6 +26,7 @@ import pytest
 from cts._util import io as cts_io
 from cts._util.io import LineFile, UnwritableOutput, output_fault, unwritable_reason
 from cts.compose.errors import problems_of, quiet_unwritable_logs
+from cts.core.errors import exit_on_error
 from cts.core.records import Record
 from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE, JobSink
 from cts.protocol.spend import SPEND_FILE, _append
@@ -220,7 +221,7 @@ def test_a_disk_that_fills_mid_job_ends_with_the_line_the_summary_and_the_resume
         real(self, text)
 
     monkeypatch.setattr(LineFile, "write", fill_up)
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(SystemExit) as stop, exit_on_error():  # as run.py runs it
         run(cfg)
     err = capsys.readouterr().err
     assert f"error: {job / RECORDS_FILE}: cannot be written: {ENOSPC}" in err.splitlines()

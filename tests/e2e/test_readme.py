@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -262,6 +263,57 @@ def test_the_readme_test_command_is_what_ci_runs():
     for block in suites:
         steps = [s.strip() for s in block.text.split(" && ") if s.strip().startswith("python -m pytest")]
         assert " && ".join(steps) in ci, f"README line {block.line}: .ci/run does not run {steps}"
+
+
+# -- the first screen and the guide ----------------------------------------------------------
+
+FIRST_SCREEN = 30  # lines: what a newcomer sees before scrolling
+
+
+def test_the_first_set_up_command_is_on_the_first_screen():
+    """What cts is comes first (a short paragraph), then the set-up command within the first 30 lines."""
+    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    setup = rc.recipe(BLOCKS, "setup")
+    assert setup.line + 1 <= FIRST_SCREEN, f"the set-up command is at README line {setup.line + 1}"
+    before = [b for b in BLOCKS if b.line < setup.line]
+    assert not before, f"a block comes before the set-up command: README line {before[0].line}"
+    prose = [line for line in lines[1 : setup.line] if line.strip() and not line.startswith(("#", "<!--"))]
+    assert any("cts" in line for line in prose[:3]), prose[:3]  # it says what cts is before the commands
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _guide() -> tuple[str, set[str]]:
+    text = (REPO / "docs" / "guide.md").read_text(encoding="utf-8")
+    outside_fences = re.sub(r"(?ms)^```.*?^```", "", text)
+    return text, {_slug(h) for h in re.findall(r"(?m)^#{2,4} (.+)$", outside_fences)}
+
+
+def test_the_guide_opens_with_contents_then_concepts():
+    text, anchors = _guide()
+    sections = re.findall(r"(?m)^## (.+)$", re.sub(r"(?ms)^```.*?^```", "", text))
+    assert sections[:2] == ["Contents", "Concepts"], sections[:3]
+    contents = text.split("## Contents", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"\]\(#([^)]+)\)", contents)
+    assert listed == [_slug(s) for s in sections[1:]], "the contents list every section, in order"
+    assert not set(listed) - anchors
+    concepts = text.split("## Concepts", 1)[1].split("\n## ", 1)[0]
+    for word in ("Instance", "Arm", "Role", "Job", "Sweep", "Fingerprint", "Cache"):
+        assert f"**{word}**" in concepts, f"the Concepts section does not define {word}"
+    assert "min for the first pytest" not in text.split("## Tests and versions", 1)[0], "CI timings in the opening"
+
+
+def test_every_link_to_a_guide_section_exists():
+    _, anchors = _guide()
+    for name in ("README.md", "docs/guide.md", "benchmarks/README.md"):
+        text = (REPO / name).read_text(encoding="utf-8")
+        linked = set(re.findall(r"guide\.md#([a-z0-9-]+)", text)) | (
+            set(re.findall(r"\]\(#([a-z0-9-]+)\)", text)) if name == "docs/guide.md" else set()
+        )
+        assert linked <= anchors, f"{name} links to missing guide sections: {sorted(linked - anchors)}"
 
 
 # -- set-up ---------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from cts import tracking
 from cts.compose.callbacks import pin_sweep_dir, report_or_exit
+from cts.core.errors import ReportFailed
 from cts.report import ReportResult
 from tests.runs import clone_env, fresh_clone, job_runs, sweep_dirs
 
@@ -110,20 +111,22 @@ def test_a_report_without_every_job_of_the_sweep_is_an_error(tmp_path, monkeypat
     import cts.compose.callbacks
 
     config = _sweep_config(str(tmp_path), [])
-    with pytest.raises(SystemExit, match=f"^error: sweep report: no finished job found in {tmp_path}$"):
+    with pytest.raises(ReportFailed, match=f"^error: sweep report: no finished job found in {tmp_path}$"):
         report_or_exit(config, 2)
     (tmp_path / "job0").mkdir()
     (tmp_path / "job0" / "summary.json").write_text("{}")
     monkeypatch.setattr(
         cts.compose.callbacks, "build_report", lambda c: ReportResult(str(tmp_path), tmp_path / "report")
     )
-    with pytest.raises(SystemExit, match=f"^error: sweep report: only 1 of the sweep's 2 jobs finished in {tmp_path}$"):
+    with pytest.raises(
+        ReportFailed, match=f"^error: sweep report: only 1 of the sweep's 2 jobs finished in {tmp_path}$"
+    ):
         report_or_exit(config, 2)
     assert report_or_exit(config, 1) == tmp_path / "report"
     monkeypatch.setattr(
         cts.compose.callbacks, "build_report", lambda c: ReportResult(str(tmp_path), None, errors=("E: x",))
     )
-    with pytest.raises(SystemExit, match="^error: sweep report: E: x$"):
+    with pytest.raises(ReportFailed, match="^error: sweep report: E: x$"):
         report_or_exit(config, 1)
 
 

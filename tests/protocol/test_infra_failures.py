@@ -18,6 +18,7 @@ from hydra import compose, initialize_config_dir
 
 from cts.compose.model_checks import Endpoint, endpoints_of, probe, probe_problems
 from cts.compose.services import Services
+from cts.core.errors import PreflightFailed, TaskStopped
 from cts.core.records import ArmResult, ErrorInfo, Record, read_records
 from cts.core.types import CallError, CircuitOpen, Instance
 from cts.llm import LLMRuntime, LLMSettings, ResponseCache
@@ -275,7 +276,7 @@ def test_preflight_probe_can_be_turned_off(llm_server) -> None:
     cfg = composed([f"services.llm.api_base={llm_server.base_url}", "services.llm.preflight_probe=false"])
     probe_endpoints([cfg])
     assert llm_server.gets == []
-    with pytest.raises(SystemExit, match="pre-flight failed"):
+    with pytest.raises(PreflightFailed, match="pre-flight failed"):
         probe_endpoints([composed([f"services.llm.api_base={llm_server.base_url}"])])
 
 
@@ -307,7 +308,7 @@ def test_incomplete_job_says_so_in_its_last_lines_and_raises(tmp_path, capsys) -
     outcome = read_outcome(tmp_path, "circuit_open", n_total=50, n_done=10)
     with pytest.raises(JobIncomplete, match="40 instance"):
         finish(outcome, [], tmp_path, "python run.py k=1 hydra.run.dir=x", multirun=True)
-    with pytest.raises(SystemExit, match="Resume with: python run.py k=1 hydra.run.dir=x"):
+    with pytest.raises(TaskStopped, match="Resume with: python run.py k=1 hydra.run.dir=x"):
         finish(outcome, [], tmp_path, "python run.py k=1 hydra.run.dir=x", multirun=False)
     err = capsys.readouterr().err
     assert "INCOMPLETE: 10 of 50" in err and "circuit breaker stopped the job" in err

@@ -11,6 +11,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from cts.compose.job_config import protocol_config
+from cts.core.errors import ResumeRefused
 from cts.protocol import migrations
 from cts.protocol.migrations import Migration, migrate, rename_in_nodes, rename_top_level
 from cts.tasks.job import check_resume
@@ -42,7 +43,7 @@ def test_migrate_renames_keys_and_leaves_the_stored_config_alone() -> None:
 def test_a_dir_of_renamed_keys_resumes_and_is_rewritten(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     job = _old_dir(tmp_path)
     monkeypatch.setattr(migrations, "MIGRATIONS", ())
-    with pytest.raises(SystemExit):  # without the migrations the dir is another configuration
+    with pytest.raises(ResumeRefused):  # without the migrations the dir is another configuration
         check_resume(job, "new1", NEW)
     monkeypatch.setattr(migrations, "MIGRATIONS", RENAMES)
     check_resume(job, "new1", NEW)
@@ -56,9 +57,9 @@ def test_a_renamed_key_with_a_changed_value_still_refuses(tmp_path: Path, monkey
     job = _old_dir(tmp_path)
     monkeypatch.setattr(migrations, "MIGRATIONS", RENAMES)
     changed = {**NEW, "bootstrap": {"n_resamples": 200}}
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(ResumeRefused) as stop:
         check_resume(job, "new2", changed)
-    assert "  bootstrap.n_resamples: 100 -> 200" in str(stop.value.code).splitlines()  # the diff is in today's names
+    assert "  bootstrap.n_resamples: 100 -> 200" in stop.value.message.splitlines()  # the diff is in today's names
 
 
 def _composed(*overrides: str) -> tuple[str, dict[str, Any]]:
@@ -86,9 +87,9 @@ def test_a_dir_of_the_stats_node_resumes_as_bootstrap(tmp_path: Path) -> None:
     assert json.loads((job / "fingerprint.json").read_text())["migrated_from"] == ["before-rename"]
     _stored_before(old, "before-rename", tmp_path)
     changed_fingerprint, changed = _composed("bootstrap.n_resamples=500")
-    with pytest.raises(SystemExit) as stop:  # a renamed key with another value is another protocol
+    with pytest.raises(ResumeRefused) as stop:  # a renamed key with another value is another protocol
         check_resume(job, changed_fingerprint, changed)
-    assert "  bootstrap.n_resamples: 10000 -> 500" in str(stop.value.code).splitlines()
+    assert "  bootstrap.n_resamples: 10000 -> 500" in stop.value.message.splitlines()
 
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -110,7 +111,7 @@ def _resumes(tmp_path: Path, old: dict[str, Any], today: dict[str, Any]) -> bool
     (job / "records.jsonl").write_text('{"id": "a"}\n', encoding="utf-8")
     try:
         check_resume(job, "new1", today)
-    except SystemExit:
+    except ResumeRefused:
         return False
     return True
 

@@ -23,6 +23,7 @@ from omegaconf import open_dict
 
 from cts import tracking
 from cts.compose.app import build_services, run, run_configured_task
+from cts.core.errors import exit_on_error
 from cts.core.records import infra_stop
 from cts.core.types import (
     CallError,
@@ -64,8 +65,8 @@ def the_task_run(uri: str) -> Any:
 
 
 def stopped(call: Any) -> str:
-    """Run ``call``; assert it exits with status 1 and one line; return the line."""
-    with pytest.raises(SystemExit) as stop:
+    """Run ``call`` as an entry point does; assert it exits with status 1 and one line; return the line."""
+    with pytest.raises(SystemExit) as stop, exit_on_error():
         call()
     message = str(stop.value.code)
     assert stop.value.code not in (0, None) and len(message.splitlines()) == 1, message

@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from cts import tracking
 from cts._util.startup import end_startup_gc
 from cts.compose.callbacks import jobs_open_store_here
+from cts.core.errors import ConfigError
 from cts.llm import LLMRuntime, ModelSpec
 from cts.protocol.spend import SPEND_FILE, SpendLimit, within_spend_limit
 from cts.sweep import SweepSession, start_async
@@ -229,6 +230,6 @@ def test_a_single_job_turns_the_gc_back_on_as_it_starts(gc_off: None) -> None:
 
     with initialize_config_dir(version_base="1.3", config_dir=str(Path(__file__).resolve().parents[2] / "conf")):
         cfg = compose("config", overrides=["dataset=jsonl"])  # its path and gold_path are missing
-    with pytest.raises(SystemExit):
+    with pytest.raises(ConfigError):
         run(cfg)
     assert gc.isenabled()

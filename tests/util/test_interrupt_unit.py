@@ -14,6 +14,7 @@ import pytest
 
 from cts import tracking
 from cts._util.interrupt import interruptible_job, job_dir_lock, resume_command
+from cts.core.errors import Interrupted, JobDirLocked
 
 
 def test_resume_command_replaces_the_dir_and_quotes(tmp_path: Path) -> None:
@@ -45,9 +46,9 @@ def test_a_signal_inside_the_event_loop_ends_with_one_line(tmp_path: Path, capsy
             cancelled.append(True)  # the pipeline's finally runs: records are flushed and closed
             raise
 
-    with pytest.raises(SystemExit) as e, interruptible_job(tmp_path, 5, lambda: 2):
+    with pytest.raises(Interrupted) as e, interruptible_job(tmp_path, 5, lambda: 2):
         asyncio.run(job())
-    assert e.value.code == 128 + sig and cancelled == [True]
+    assert e.value.exit_code == 128 + sig and cancelled == [True]
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(
         f"cts: stopped by {sig.name}: 2/5 instances done in {tmp_path}; resume with: {shlex.quote(sys.executable)} "
@@ -59,7 +60,7 @@ def test_a_job_dir_runs_one_job_at_a_time(tmp_path: Path) -> None:
     from filelock import FileLock
 
     other = FileLock(tmp_path / ".cts.lock")  # another process's hold, as far as flock is concerned
-    with other, pytest.raises(SystemExit, match="another process is running a job in"), job_dir_lock(tmp_path):
+    with other, pytest.raises(JobDirLocked, match="another process is running a job in"), job_dir_lock(tmp_path):
         pass
     with job_dir_lock(tmp_path):
         pass
