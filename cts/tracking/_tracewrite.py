@@ -26,39 +26,20 @@ import hashlib
 import json
 import logging
 import os
-import pickle
 import signal
-import struct
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
+from cts.tracking._frames import read_frame, write_frame
 from cts.tracking._sqlbulk import write_in_bulk
 
 log = logging.getLogger("cts.tracking.writer")
 
-_HEADER = struct.Struct("!I")
 BATCH = 256
 """Most documents written in one go (one ``log_spans`` call)."""
-
-
-def write_frame(stream: IO[bytes], message: Any) -> None:
-    """Send one message (pickled, length-prefixed) and flush."""
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)) + data)
-    stream.flush()
-
-
-def read_frame(stream: IO[bytes]) -> Any:
-    """The next message, or None at the end of the stream."""
-    head = stream.read(_HEADER.size)
-    if len(head) < _HEADER.size:
-        return None
-    (size,) = _HEADER.unpack(head)
-    data = stream.read(size)
-    return pickle.loads(data) if len(data) == size else None
 
 
 def _b64(raw: bytes) -> str:

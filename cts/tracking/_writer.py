@@ -27,7 +27,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cts.tracking._tracewrite import BATCH, read_frame, write_frame, write_traces
+from cts.tracking._frames import read_frame, write_frame
+from cts.tracking._tracewrite import BATCH, write_traces
 
 log = logging.getLogger(__name__)
 
