@@ -44,7 +44,8 @@ FALLBACK_FORMAT = "Using fallback chat format"
 INSTALL_HINT = 'pip install -c constraints.txt -e ".[local]"'
 # Run in the server's interpreter before llama_cpp.server: die with the parent (Linux
 # PR_SET_PDEATHSIG, set in the child itself, so no preexec_fn in a threaded parent), and
-# exit at once if the parent is already gone.
+# exit at once if the parent is already gone. argv[2] is "1" to keep llama.cpp's extra buffer types
+# (weight repacking, AMX), "0" to load every weight into plain CPU buffers (LocalLLMServer.extra_buffers).
 _BOOT = """\
 import os, runpy, signal, sys
 if sys.platform.startswith("linux"):
@@ -52,7 +53,15 @@ if sys.platform.startswith("linux"):
     ctypes.CDLL(None).prctl(1, signal.SIGTERM)
     if os.getppid() != int(sys.argv[1]):
         os._exit(1)
-sys.argv = ["llama_cpp.server", *sys.argv[2:]]
+if sys.argv[2] == "0":
+    import llama_cpp.llama_cpp as lib
+    _defaults = lib.llama_model_default_params
+    def _plain_buffers():
+        params = _defaults()
+        params.use_extra_bufts = False
+        return params
+    lib.llama_model_default_params = _plain_buffers
+sys.argv = ["llama_cpp.server", *sys.argv[3:]]
 runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 """
 
@@ -80,6 +89,10 @@ class LocalLLMServer:
         startup_timeout_s: Longest wait for ``GET /v1/models`` to answer after the start.
         stop_timeout_s: Wait after SIGTERM before SIGKILL.
         extra_args: More ``llama_cpp.server`` arguments, e.g. ``["--n_batch", "256"]``.
+        extra_buffers: Let llama.cpp load weights into its extra buffer types (runtime repacking and
+            Intel AMX). Off by default: a build for a CPU that lists AMX runs AMX tile instructions,
+            which fault (SIGSEGV in ``ggml_backend_amx_mul_mat``) on virtual machines that do not
+            enable the tile state, as on these machines; the tiny models lose little without them.
     """
 
     model_package: str | None = None
@@ -94,6 +107,7 @@ class LocalLLMServer:
     startup_timeout_s: float = 120.0
     stop_timeout_s: float = 10.0
     extra_args: Sequence[str] = field(default_factory=tuple)
+    extra_buffers: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "extra_args", tuple(str(a) for a in self.extra_args))
@@ -155,7 +169,8 @@ class LocalLLMServer:
         if self.chat_format:
             args["--chat_format"] = self.chat_format
         flat = [part for pair in args.items() for part in pair]
-        return [sys.executable, "-c", _BOOT, str(os.getpid()), *flat, *self.extra_args]
+        boot = [sys.executable, "-c", _BOOT, str(os.getpid()), "1" if self.extra_buffers else "0"]
+        return [*boot, *flat, *self.extra_args]
 
     def model_file(self, cache_dir: Path) -> Path:
         """The GGUF file: ``model_path``, or the package's model assembled once into the cache dir."""

@@ -312,8 +312,10 @@ def test_the_server_command_names_the_model_port_and_alias(tmp_path: Path) -> No
         model_path="m.gguf", served_name="gemma3-270m", n_ctx=4096, n_threads=2, extra_args=["--n_batch", 256]
     )
     argv = server.command(tmp_path / "m.gguf", 4321)
-    pairs = dict(zip(argv[4::2], argv[5::2]))
+    pairs = dict(zip(argv[5::2], argv[6::2]))
     assert argv[:2] == [sys.executable, "-c"] and argv[3] == str(os.getpid())
+    assert argv[4] == "0"  # weights in plain CPU buffers: no AMX tiles (they fault on these VMs)
+    assert LocalLLMServer(model_path="m.gguf", extra_buffers=True).command(tmp_path / "m.gguf", 1)[4] == "1"
     assert pairs == {
         "--model": str(tmp_path / "m.gguf"),
         "--model_alias": "gemma3-270m",
