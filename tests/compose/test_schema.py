@@ -1,4 +1,4 @@
-"""One typed schema per config node drives the value checks and the fingerprint (cts.compose.schema).
+"""One typed schema per config node drives the value checks, the fingerprint and the guide (cts.compose.schema).
 
 The resume tests write a job dir under today's schema and config, then add a key the way a
 contributor would (a field in the node's schema, a default in the yaml) and resume: an
@@ -20,7 +20,8 @@ from hydra.utils import get_object
 from omegaconf import DictConfig
 
 from cts.compose import job_config
-from cts.compose.schema import KEYS, LLM, MOUNTS, Config, Services, _table, key, key_at, keys_of
+from cts.compose.schema import KEYS, LLM, MOUNTS, Config, Services, _table, key, key_at, keys_of, reference
+from cts.compose.schema._table import BEGIN, END, with_reference
 from cts.compose.validate import value_problems
 from cts.core.errors import ResumeRefused
 from cts.protocol.migrations import component_name, migrate
@@ -240,3 +241,16 @@ def test_k_is_bounded_once() -> None:
     assert value_problems(composed("k=4")) == [
         "k: must be an integer from 1 to 3 (the protocol's clarification budget), got 4"
     ]
+
+
+def test_the_guide_s_key_reference_is_the_schemas() -> None:
+    """After a schema change: ``python -m cts.compose.schema`` rewrites the table in docs/guide.md."""
+    guide = (REPO / "docs" / "guide.md").read_text(encoding="utf-8")
+    assert BEGIN in guide and END in guide
+    assert with_reference(guide) == guide
+    table = reference()
+    for info in KEYS:
+        if info.check is not None or info.node is not None:
+            assert f"| `{info.path}` |" in table
+    assert "| `services.llm.timeout_s` | float | a number > 0 | operational |" in table
+    assert "| `k` | int | an integer from 1 to 3 | protocol |" in table

@@ -74,7 +74,10 @@ CASES: list[tuple[tuple[str, ...], str]] = [
         (f"{LLM}.spend.max_usd=-1",),
         f"{LLM}.spend.max_usd: must be a number > 0 or null (USD a job dir may spend; null = no cap), got -1",
     ),
-    ((f"{LLM}.timeout_s=0",), f"{LLM}.timeout_s: must be a number > 0 (seconds), got 0"),
+    (
+        (f"{LLM}.timeout_s=0",),
+        f"{LLM}.timeout_s: must be a number > 0 (seconds a request may take before it counts as timed out), got 0",
+    ),
     (
         (f"{LLM}.max_attempts=0",),
         f"{LLM}.max_attempts: must be an integer >= 1 (tries per call, the first included), got 0",
@@ -91,10 +94,19 @@ CASES: list[tuple[tuple[str, ...], str]] = [
         (f"{LLM}.concurrency_per_endpoint=0",),
         f"{LLM}.concurrency_per_endpoint: must be an integer >= 1 (calls in flight per endpoint), got 0",
     ),
-    ((f"{LLM}.backoff.initial=-1",), f"{LLM}.backoff.initial: must be a number >= 0 (seconds), got -1"),
-    ((f"{LLM}.backoff.max=-1",), f"{LLM}.backoff.max: must be a number >= 0 (seconds), got -1"),
-    ((f"{LLM}.backoff.jitter=-0.5",), f"{LLM}.backoff.jitter: must be a number >= 0 (seconds), got -0.5"),
-    ((f"{LLM}.backoff.max_retry_after=-1",), f"{LLM}.backoff.max_retry_after: must be a number >= 0 (seconds), got -1"),
+    (
+        (f"{LLM}.backoff.initial=-1",),
+        f"{LLM}.backoff.initial: must be a number >= 0 (seconds of the first wait), got -1",
+    ),
+    ((f"{LLM}.backoff.max=-1",), f"{LLM}.backoff.max: must be a number >= 0 (seconds of the longest wait), got -1"),
+    (
+        (f"{LLM}.backoff.jitter=-0.5",),
+        f"{LLM}.backoff.jitter: must be a number >= 0 (seconds added at random to every wait), got -0.5",
+    ),
+    (
+        (f"{LLM}.backoff.max_retry_after=-1",),
+        f"{LLM}.backoff.max_retry_after: must be a number >= 0 (seconds of a Retry-After that are honoured), got -1",
+    ),
     ((f"{LLM}.backoff.initial=40",), f"{LLM}.backoff.initial: must be <= {LLM}.backoff.max (30.0), got 40"),
     (
         (f"{LLM}.adaptive.floor=0",),
@@ -120,7 +132,10 @@ CASES: list[tuple[tuple[str, ...], str]] = [
         (f"{LLM}.breaker_failures=-1",),
         f"{LLM}.breaker_failures: must be an integer >= 0 or null (0 = never stop), got -1",
     ),
-    ((f"{LLM}.preflight_timeout_s=0",), f"{LLM}.preflight_timeout_s: must be a number > 0 (seconds), got 0"),
+    (
+        (f"{LLM}.preflight_timeout_s=0",),
+        f"{LLM}.preflight_timeout_s: must be a number > 0 (seconds a pre-flight probe may take), got 0",
+    ),
     (
         (f"{LLM}.cache.mode=rw",),
         f"{LLM}.cache.mode: must be one of read_write, read_only, off (how calls use the cache), got 'rw'",
@@ -173,7 +188,7 @@ CASES: list[tuple[tuple[str, ...], str]] = [
     ),
     (
         ("search.fetcher.routes.http.timeout_s=0",),
-        "search.fetcher.routes.http.timeout_s: must be a number > 0 (seconds), got 0",
+        "search.fetcher.routes.http.timeout_s: must be a number > 0 (seconds a call may take), got 0",
     ),
     (
         ("search/provider=serper", "search.provider.max_attempts=0"),

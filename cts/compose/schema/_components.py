@@ -57,10 +57,10 @@ class Fetcher:
 class Anywhere:
     """Keys that mean the same in every node that has them (``**``): model specs, providers, fetchers, roles."""
 
-    timeout_s: float = key("seconds", gt=0)
+    timeout_s: float = key("seconds a call may take", gt=0)
     max_attempts: int = key("tries per call, the first included", ge=1)
     max_reasks: int | None = key("re-asks after invalid output", ge=0)
-    backoff_s: float = key("seconds", ge=0)
+    backoff_s: float = key("seconds of the first wait between tries", ge=0)
     input_cost_per_token: float = key("USD per token", ge=0)
     output_cost_per_token: float = key("USD per token", ge=0)
     max_concurrency: int | None = key("calls in flight to this model", ge=1)

@@ -59,10 +59,10 @@ class Adaptive:
 class Backoff:
     """``services.llm.backoff``: the waits between retries, in seconds."""
 
-    initial: float = key("seconds", protocol=False, ge=0)
-    max: float = key("seconds", protocol=False, ge=0)
-    jitter: float = key("seconds", protocol=False, ge=0)
-    max_retry_after: float = key("seconds", protocol=False, ge=0)
+    initial: float = key("seconds of the first wait", protocol=False, ge=0)
+    max: float = key("seconds of the longest wait", protocol=False, ge=0)
+    jitter: float = key("seconds added at random to every wait", protocol=False, ge=0)
+    max_retry_after: float = key("seconds of a Retry-After that are honoured", protocol=False, ge=0)
 
     ORDER = (("initial", "max"),)
 
@@ -103,7 +103,7 @@ class LLM:
     api_base_price: Price = key("USD per token on api_base", protocol=False)
     concurrency_per_endpoint: int = key("calls in flight per endpoint", protocol=False, ge=1)
     adaptive: Adaptive = key("the adaptive per-endpoint limit", protocol=False)
-    timeout_s: float = key("seconds", protocol=False, gt=0)
+    timeout_s: float = key("seconds a request may take before it counts as timed out", protocol=False, gt=0)
     role_timeout_s: dict[str, float | None] = key("seconds; null = services.llm.timeout_s", protocol=False, gt=0)
     max_attempts: int = key("tries per call, the first included", protocol=False, ge=1)
     max_timeout_attempts: int = key("tries of a call that keeps timing out", protocol=False, ge=1)
@@ -116,7 +116,7 @@ class LLM:
     breaker_failures: int | None = key("0 = never stop", protocol=False, ge=0)
     breaker_timeouts: int | None = key("timeouts in a row that stop the job; 0 = never", protocol=False, ge=0)
     preflight_probe: bool = key("GET {api_base}/models once per endpoint before the jobs", protocol=False)
-    preflight_timeout_s: float = key("seconds", protocol=False, gt=0)
+    preflight_timeout_s: float = key("seconds a pre-flight probe may take", protocol=False, gt=0)
     preflight_completion: bool = key("one minimal completion per model and endpoint first", protocol=False)
 
 
@@ -128,8 +128,8 @@ class LocalLLM:
     n_threads: int | None = key("CPU threads; null = every core", ge=1)
     seed: int = key("the server's sampling seed", ge=0)
     port: int | None = key("null = a free loopback port", protocol=False, ge=1)
-    startup_timeout_s: float = key("seconds", protocol=False, gt=0)
-    stop_timeout_s: float = key("seconds", protocol=False, gt=0)
+    startup_timeout_s: float = key("seconds the server may take to answer after its start", protocol=False, gt=0)
+    stop_timeout_s: float = key("seconds between SIGTERM and SIGKILL", protocol=False, gt=0)
 
 
 @dataclass(frozen=True)
