@@ -21,45 +21,9 @@ from cts import tracking
 from cts._util.launch import swept_keys_of
 from cts._util.naming import factors, job_name, override_items, system_name
 from cts._util.secrets import scrub, scrub_tree
+from cts.compose.schema import operational_top, protocol_part
+from cts.protocol.migrations import name_components
 from cts.tasks.job import JobContext, Tracking
-
-# Keys that change where things go or how fast, not what is measured.
-_NON_PROTOCOL_KEYS = (
-    "paths",
-    "tracking",
-    "concurrency",
-    "limit",
-    "hydra",
-    "task",
-    "sweep_report",
-    "debug",
-    "gate",
-    "repeats",
-    "plan",
-)  # the gate is applied after the fact, over finished records; more repeats resume into the same dir; the plan runs before them
-_UNSET_DESIGN: dict[str, Any] = {"repeat_temperature": None, "repeat_stages": None, "arms": []}
-"""Design keys left out of the protocol config at these values: a job dir from before them still resumes."""
-_LLM_OPERATIONAL = (
-    "concurrency_per_endpoint",
-    "adaptive",
-    "timeout_s",
-    "max_attempts",
-    "backoff",
-    "cache",
-    "spend",
-    "tracing",
-    "transport",
-    "breaker_failures",
-    "preflight_probe",
-    "preflight_timeout_s",
-    "api_base_price",
-    "role_timeout_s",
-    "max_timeout_attempts",
-    "rate_limit_wait_s",
-    "breaker_timeouts",
-    "preflight_completion",
-)
-_LOCAL_LLM_OPERATIONAL = ("port", "startup_timeout_s", "stop_timeout_s")  # services.local_llm: where, not what
 
 
 def tracking_settings(node: Mapping[str, Any]) -> Tracking:
@@ -114,20 +78,21 @@ def task_overrides() -> list[str]:
 
 
 def protocol_config(cfg: DictConfig) -> dict[str, Any]:
-    """Everything that changes what a job measures (not where it writes), resolved."""
-    keys = [str(k) for k in cfg if k not in _NON_PROTOCOL_KEYS]
+    """Everything that changes what a job measures (not where it writes), resolved.
+
+    The keys are those :mod:`cts.compose.schema` does not declare operational (a key no schema
+    declares counts), and each component's ``_target_`` is its name, not its module path
+    (:func:`cts.protocol.migrations.component_name`): moving a module keeps the fingerprint.
+    """
+    operational = operational_top()
+    keys = [str(k) for k in cfg if k not in operational]
     try:  # resolved, so that a dataset path or an endpoint read from the environment counts too
         data = OmegaConf.to_container(OmegaConf.masked_copy(cfg, keys), resolve=True)
     except Exception:  # noqa: BLE001 - e.g. ${hydra:...} outside a Hydra run: the written config
         data = OmegaConf.to_container(OmegaConf.masked_copy(cfg, keys), resolve=False)
     assert isinstance(data, dict)
-    kept = {str(k): v for k, v in data.items() if k not in _UNSET_DESIGN or v != _UNSET_DESIGN[k]}
-    llm = dict(kept.get("services", {}).get("llm") or {})
-    kept["services"] = {**kept.get("services", {}), "llm": {k: v for k, v in llm.items() if k not in _LLM_OPERATIONAL}}
-    if local := kept["services"].get("local_llm"):
-        kept["services"]["local_llm"] = {k: v for k, v in local.items() if k not in _LOCAL_LLM_OPERATIONAL}
-    if isinstance(kept.get("dataset"), dict):  # how the delta CI groups instances, not what a record holds
-        kept["dataset"] = {k: v for k, v in kept["dataset"].items() if k != "cluster_field"}
+    kept = protocol_part({str(k): v for k, v in data.items()})
+    name_components(kept)
     # Secrets masked: fingerprint.json stores this, and a rotated key measures the same thing.
     return scrub_tree(kept)
 

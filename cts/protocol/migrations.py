@@ -165,8 +165,30 @@ RENAMES: tuple[Rename, ...] = (
 )
 """Every rename since the first release, oldest first (each migration applies to any older config)."""
 
-MIGRATIONS: tuple[Migration, ...] = tuple(r.migration() for r in RENAMES if r.protocol)
-"""The renames of :data:`RENAMES` that stored protocol configs hold, oldest first."""
+
+def component_name(target: str) -> str:
+    """The name a ``_target_`` has in the protocol config: a cts component's own name, not its module path.
+
+    ``cts.roles.llm.LLMClarifier`` is ``LLMClarifier`` wherever its module moves (names are
+    unique among cts's components: tests/compose/test_schema.py); a component of your own
+    package keeps its full path.
+    """
+    return target.rsplit(".", 1)[-1] if target.startswith("cts.") else target
+
+
+def name_components(config: Config) -> None:
+    """Rewrite every ``_target_`` of ``config`` (in place) to its :func:`component_name`."""
+    for node in _nodes(config):
+        target = node.get("_target_")
+        if isinstance(target, str):
+            node["_target_"] = component_name(target)
+
+
+NAMED_COMPONENTS = Migration("components by name, not module path: cts.llm.ModelSpec -> ModelSpec", name_components)
+"""2026-12-04: the protocol config names each cts component, so a module move keeps the fingerprint."""
+
+MIGRATIONS: tuple[Migration, ...] = (*(r.migration() for r in RENAMES if r.protocol), NAMED_COMPONENTS)
+"""The renames of :data:`RENAMES` that stored protocol configs hold, oldest first, then the component names."""
 
 
 def migrate(stored: Mapping[str, Any], migrations: tuple[Migration, ...] | None = None) -> Config:

@@ -78,10 +78,12 @@ class Resume:
     multirun: bool
 
 
-def check_job(k: Any, job_dir: Path, resume: Resume) -> None:
-    """Refuse a bad budget ``k`` or a job dir of another protocol (before anything is built)."""
-    if not isinstance(k, int) or k < 1:
-        raise ConfigError(f"k must be a positive integer (the paper uses 1, 2, 3), got {k!r}")
+def check_job(job_dir: Path, resume: Resume) -> None:
+    """Refuse a job dir of another protocol (before anything is built).
+
+    ``k`` is checked once, with the other values, before the job starts: its bound is the
+    schema's (:mod:`cts.compose.schema`, :func:`cts.compose.validate.value_problems`).
+    """
     check_resume(job_dir, resume.fingerprint, resume.config)
 
 
@@ -93,7 +95,7 @@ def compose_evaluate(ctx: TaskContext) -> float | None:
     job_dir = ctx.run.context.job_dir
     where = ctx.run.context
     resume = Resume(ctx.fingerprint, ctx.protocol_config, resume_command(list(where.command), job_dir), where.multirun)
-    check_job(ctx.value("k"), job_dir, resume)
+    check_job(job_dir, resume)
     design = design_of(ctx)  # a bad design stops the job before anything is built
     dataset, roles = ctx.input(), build_roles(ctx)
     if ctx.value("services.llm.tracing", default=None):

@@ -42,7 +42,7 @@ CASES: list[tuple[tuple[str, ...], str]] = [
     (("concurrency=-2",), "concurrency: must be an integer >= 1 (instances in flight at once), got -2"),
     (("limit=-1",), "limit: must be an integer >= 1 or null (the first N instances; null = all), got -1"),
     (("limit=0",), "limit: must be an integer >= 1 or null (the first N instances; null = all), got 0"),
-    (("seed=-1",), "seed: must be an integer >= 0, got -1"),
+    (("seed=-1",), "seed: must be an integer >= 0 (the seed of the bootstrap intervals), got -1"),
     (
         ("hydra.launcher.job_concurrency=0",),
         (
@@ -52,7 +52,7 @@ CASES: list[tuple[tuple[str, ...], str]] = [
     ),
     (
         ("hydra/launcher=slurm", "hydra.launcher.timeout_min=0"),
-        "hydra.launcher.timeout_min: must be an integer >= 1, got 0",
+        "hydra.launcher.timeout_min: must be an integer >= 1 (minutes a job may run), got 0",
     ),
     (
         ("hydra/launcher=slurm", "hydra.launcher.mem_gb=-8"),
@@ -60,7 +60,7 @@ CASES: list[tuple[tuple[str, ...], str]] = [
     ),
     (
         ("hydra/launcher=slurm", "hydra.launcher.array_parallelism=0"),
-        "hydra.launcher.array_parallelism: must be an integer >= 1, got 0",
+        "hydra.launcher.array_parallelism: must be an integer >= 1 (jobs of the sweep running at once), got 0",
     ),
     (
         ("hydra/launcher=joblib", "hydra.launcher.n_jobs=0"),
@@ -74,7 +74,10 @@ CASES: list[tuple[tuple[str, ...], str]] = [
         (f"{LLM}.spend.max_usd=-1",),
         f"{LLM}.spend.max_usd: must be a number > 0 or null (USD a job dir may spend; null = no cap), got -1",
     ),
-    ((f"{LLM}.timeout_s=0",), f"{LLM}.timeout_s: must be a number > 0 (seconds), got 0"),
+    (
+        (f"{LLM}.timeout_s=0",),
+        f"{LLM}.timeout_s: must be a number > 0 (seconds a request may take before it counts as timed out), got 0",
+    ),
     (
         (f"{LLM}.max_attempts=0",),
         f"{LLM}.max_attempts: must be an integer >= 1 (tries per call, the first included), got 0",
@@ -91,13 +94,28 @@ CASES: list[tuple[tuple[str, ...], str]] = [
         (f"{LLM}.concurrency_per_endpoint=0",),
         f"{LLM}.concurrency_per_endpoint: must be an integer >= 1 (calls in flight per endpoint), got 0",
     ),
-    ((f"{LLM}.backoff.initial=-1",), f"{LLM}.backoff.initial: must be a number >= 0 (seconds), got -1"),
-    ((f"{LLM}.backoff.max=-1",), f"{LLM}.backoff.max: must be a number >= 0 (seconds), got -1"),
-    ((f"{LLM}.backoff.jitter=-0.5",), f"{LLM}.backoff.jitter: must be a number >= 0 (seconds), got -0.5"),
-    ((f"{LLM}.backoff.max_retry_after=-1",), f"{LLM}.backoff.max_retry_after: must be a number >= 0 (seconds), got -1"),
+    (
+        (f"{LLM}.backoff.initial=-1",),
+        f"{LLM}.backoff.initial: must be a number >= 0 (seconds of the first wait), got -1",
+    ),
+    ((f"{LLM}.backoff.max=-1",), f"{LLM}.backoff.max: must be a number >= 0 (seconds of the longest wait), got -1"),
+    (
+        (f"{LLM}.backoff.jitter=-0.5",),
+        f"{LLM}.backoff.jitter: must be a number >= 0 (seconds added at random to every wait), got -0.5",
+    ),
+    (
+        (f"{LLM}.backoff.max_retry_after=-1",),
+        f"{LLM}.backoff.max_retry_after: must be a number >= 0 (seconds of a Retry-After that are honoured), got -1",
+    ),
     ((f"{LLM}.backoff.initial=40",), f"{LLM}.backoff.initial: must be <= {LLM}.backoff.max (30.0), got 40"),
-    ((f"{LLM}.adaptive.floor=0",), f"{LLM}.adaptive.floor: must be an integer >= 1, got 0"),
-    ((f"{LLM}.adaptive.initial=0",), f"{LLM}.adaptive.initial: must be an integer >= 1, got 0"),
+    (
+        (f"{LLM}.adaptive.floor=0",),
+        f"{LLM}.adaptive.floor: must be an integer >= 1 (the lowest limit (a model's min_concurrency wins)), got 0",
+    ),
+    (
+        (f"{LLM}.adaptive.initial=0",),
+        f"{LLM}.adaptive.initial: must be an integer >= 1 (the limit at the start), got 0",
+    ),
     (
         (f"{LLM}.adaptive.decrease=1.5",),
         f"{LLM}.adaptive.decrease: must be a number > 0 and < 1 (factor applied to the calls in flight on a 429), got 1.5",
@@ -106,14 +124,26 @@ CASES: list[tuple[tuple[str, ...], str]] = [
         (f"{LLM}.adaptive.decrease=0",),
         f"{LLM}.adaptive.decrease: must be a number > 0 and < 1 (factor applied to the calls in flight on a 429), got 0",
     ),
-    ((f"{LLM}.adaptive.enabled=maybe",), f"{LLM}.adaptive.enabled: must be one of true, false, got 'maybe'"),
+    (
+        (f"{LLM}.adaptive.enabled=maybe",),
+        f"{LLM}.adaptive.enabled: must be one of true, false (false = a fixed limit at concurrency_per_endpoint), got 'maybe'",
+    ),
     (
         (f"{LLM}.breaker_failures=-1",),
         f"{LLM}.breaker_failures: must be an integer >= 0 or null (0 = never stop), got -1",
     ),
-    ((f"{LLM}.preflight_timeout_s=0",), f"{LLM}.preflight_timeout_s: must be a number > 0 (seconds), got 0"),
-    ((f"{LLM}.cache.mode=rw",), f"{LLM}.cache.mode: must be one of read_write, read_only, off, got 'rw'"),
-    ((f"{LLM}.transport=http",), f"{LLM}.transport: must be one of openai, litellm, got 'http'"),
+    (
+        (f"{LLM}.preflight_timeout_s=0",),
+        f"{LLM}.preflight_timeout_s: must be a number > 0 (seconds a pre-flight probe may take), got 0",
+    ),
+    (
+        (f"{LLM}.cache.mode=rw",),
+        f"{LLM}.cache.mode: must be one of read_write, read_only, off (how calls use the cache), got 'rw'",
+    ),
+    (
+        (f"{LLM}.transport=http",),
+        f"{LLM}.transport: must be one of openai, litellm (how requests to OpenAI-compatible endpoints go), got 'http'",
+    ),
     (
         (f"{LLM}.api_base_price.input_cost_per_token=-1e-6",),
         f"{LLM}.api_base_price.input_cost_per_token: must be a number >= 0 (USD per token), got -1e-06",
@@ -131,14 +161,20 @@ CASES: list[tuple[tuple[str, ...], str]] = [
         ("bootstrap.confidence=95",),
         "bootstrap.confidence: must be a number > 0 and < 1 (confidence level of the intervals), got 95",
     ),
-    (("clarifier.model.params.temperature=-1",), "clarifier.model.params.temperature: must be a number >= 0, got -1"),
+    (
+        ("clarifier.model.params.temperature=-1",),
+        "clarifier.model.params.temperature: must be a number >= 0 (sampling temperature), got -1",
+    ),
     (
         ("clarifier.model.output_cost_per_token=-1",),
         "clarifier.model.output_cost_per_token: must be a number >= 0 (USD per token), got -1",
     ),
-    (("clarifier.model.max_concurrency=0",), "clarifier.model.max_concurrency: must be an integer >= 1 or null, got 0"),
-    (("search.max_llm_calls=0",), "search.max_llm_calls: must be an integer >= 1, got 0"),
-    (("search.top_p=0",), "search.top_p: must be a number > 0 and <= 1, got 0"),
+    (
+        ("clarifier.model.max_concurrency=0",),
+        "clarifier.model.max_concurrency: must be an integer >= 1 or null (calls in flight to this model), got 0",
+    ),
+    (("search.max_llm_calls=0",), "search.max_llm_calls: must be an integer >= 1 (agent turns per run), got 0"),
+    (("search.top_p=0",), "search.top_p: must be a number > 0 and <= 1 (agent nucleus sampling mass), got 0"),
     (
         ("clarifier.max_output_tokens=0",),
         "clarifier.max_output_tokens: must be an integer >= 1 or null (tokens a reply may hold), got 0",
@@ -152,13 +188,13 @@ CASES: list[tuple[tuple[str, ...], str]] = [
     ),
     (
         ("search.fetcher.routes.http.timeout_s=0",),
-        "search.fetcher.routes.http.timeout_s: must be a number > 0 (seconds), got 0",
+        "search.fetcher.routes.http.timeout_s: must be a number > 0 (seconds a call may take), got 0",
     ),
     (
         ("search/provider=serper", "search.provider.max_attempts=0"),
         "search.provider.max_attempts: must be an integer >= 1 (tries per call, the first included), got 0",
     ),
-    ((OFFLINE, "search.top_k=0"), "search.top_k: must be an integer >= 1, got 0"),
+    ((OFFLINE, "search.top_k=0"), "search.top_k: must be an integer >= 1 (passages of the extractive answer), got 0"),
     (
         (OFFLINE, "judge.full=1.5"),
         "judge.full: must be a number > 0 and <= 1 (share of a nugget's content tokens in the answer), got 1.5",
@@ -167,7 +203,10 @@ CASES: list[tuple[tuple[str, ...], str]] = [
         (OFFLINE, "judge.partial=0"),
         "judge.partial: must be a number > 0 and <= 1 (share of a nugget's content tokens in the answer), got 0",
     ),
-    ((OFFLINE, "extractor.min_tokens=0"), "extractor.min_tokens: must be an integer >= 1, got 0"),
+    (
+        (OFFLINE, "extractor.min_tokens=0"),
+        "extractor.min_tokens: must be an integer >= 1 (content tokens a fragment needs), got 0",
+    ),
     ((OFFLINE, "judge.partial=0.9"), "judge.partial: must be <= judge.full (0.8), got 0.9"),
     (
         (OFFLINE, "extractor.weights=[3,2,5]"),
@@ -177,10 +216,19 @@ CASES: list[tuple[tuple[str, ...], str]] = [
         ("qtyper=llm", "qtyper.max_reasks=-1"),
         "qtyper.max_reasks: must be an integer >= 0 or null (re-asks after invalid output), got -1",
     ),
-    (("gate=rules", "gate.min_titles=-1"), "gate.min_titles: must be an integer >= 0, got -1"),
-    ((OFFLINE, "clarifier.mode=parallel"), "clarifier.mode: must be one of batch, sequential, got 'parallel'"),
+    (
+        ("gate=rules", "gate.min_titles=-1"),
+        "gate.min_titles: must be an integer >= 0 (corpus titles sharing the head term for an ask), got -1",
+    ),
+    (
+        (OFFLINE, "clarifier.mode=parallel"),
+        "clarifier.mode: must be one of batch, sequential (k questions at once, or one per turn), got 'parallel'",
+    ),
     (("dataset.n=0",), "dataset.n: must be an integer >= 1 (demo instances), got 0"),
-    (("dataset=jsonl", "dataset.max_field_chars=0"), "dataset.max_field_chars: must be an integer >= 1, got 0"),
+    (
+        ("dataset=jsonl", "dataset.max_field_chars=0"),
+        "dataset.max_field_chars: must be an integer >= 1 (characters of an id or query value), got 0",
+    ),
     (
         ("experiment=judge_robustness", "robustness.budgets=[1,4]"),
         "robustness.budgets.1: must be an integer from 1 to 3 (k values of the source jobs), got 4",
@@ -257,7 +305,7 @@ def test_every_option_of_every_group_passes(option: str) -> None:
 
 
 def test_every_numeric_default_in_conf_is_covered_by_a_rule() -> None:
-    """A number added to conf/ without a rule fails here: add its row to cts.compose.validate.RULES."""
+    """A number added to conf/ without bounds fails here: declare its key in its node's schema (cts.compose.schema)."""
     from cts.compose.validate import _checked_leaves
 
     patterns = [compile_pattern(p) for r in RULES for p in r.patterns]

@@ -117,7 +117,7 @@ def _resumes(tmp_path: Path, old: dict[str, Any], today: dict[str, Any]) -> bool
 
 
 def _model_spec_nodes(config: Any) -> list[dict[str, Any]]:
-    found = [config] if isinstance(config, dict) and config.get("_target_") == "cts.llm.ModelSpec" else []
+    found = [config] if isinstance(config, dict) and config.get("_target_") == "ModelSpec" else []
     children = config.values() if isinstance(config, dict) else config if isinstance(config, list) else ()
     return found + [node for child in children for node in _model_spec_nodes(child)]
 
@@ -184,7 +184,9 @@ NEW_NAMES = {  # each rename, as a command line says its new name (composes toda
 
 def test_the_migrations_are_the_protocol_renames_of_the_one_table() -> None:
     protocol = [r for r in migrations.RENAMES if r.protocol]
-    assert [m.what for m in migrations.MIGRATIONS] == [r.migration().what for r in protocol]
+    *renames, last = migrations.MIGRATIONS
+    assert [m.what for m in renames] == [r.migration().what for r in protocol]
+    assert last is migrations.NAMED_COMPONENTS  # then every stored _target_ path becomes its component's name
     assert {r.old for r in protocol} == {
         "gold.fields",
         "search.max_tokens",

@@ -190,4 +190,4 @@ def test_no_persona_keeps_the_protocol_fingerprint() -> None:
         plain = protocol_config(compose("config", overrides=["experiment=offline"]))
         terse = protocol_config(compose("config", overrides=["experiment=offline", "ua/persona=terse"]))
     assert "persona" not in plain["ua"] and terse["ua"]["persona"]["name"] == "terse"
-    assert json.dumps(plain["ua"]) == json.dumps({"_target_": "cts.roles.rules.RuleUserAnswerer"})
+    assert json.dumps(plain["ua"]) == json.dumps({"_target_": "RuleUserAnswerer"})  # a component by its name

@@ -1,0 +1,228 @@
+"""How a schema declares one config key: its type and bounds, its meaning, protocol or operational.
+
+A schema is a dataclass whose fields are the keys of one config node; each field's type
+says what the value is (``int | None``, ``Literal["run", "stop"]``, a nested schema) and
+:func:`key` adds what a type cannot say: the bounds, a one-line meaning and whether the
+key changes what a job measures (protocol: part of the fingerprint) or only where and how
+fast it runs (operational). :func:`keys_of` reads a schema into :class:`KeyInfo` rows, the
+one table the value checks, the fingerprint and the guide's key reference are derived from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["UNSET", "Check", "KeyInfo", "integer", "key", "keys_of", "number", "one_of"]
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+"""A key with no value that is left out of the fingerprint (see :func:`key`'s ``omit_at``)."""
+_META = "cts"
+
+
+@dataclass(frozen=True)
+class Check:
+    """What a value must be: a test and the words of the refusal (``an integer >= 1``)."""
+
+    test: Callable[[Any], bool]
+    expect: str
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_number(v: Any) -> bool:
+    """A finite int or float (not a bool)."""
+    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
+
+
+def integer(lo: int, hi: int | None = None, *, null: bool = False) -> Check:
+    """An integer in ``lo..hi`` (``hi`` None = no upper bound), or None when ``null``."""
+
+    def test(v: Any) -> bool:
+        return (null and v is None) or (_is_int(v) and v >= lo and (hi is None or v <= hi))
+
+    text = f"an integer >= {lo}" if hi is None else f"an integer from {lo} to {hi}"
+    return Check(test, text + (" or null" if null else ""))
+
+
+def number(
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    null: bool = False,
+) -> Check:
+    """A finite number within the given bounds, or None when ``null``."""
+    bounds = [
+        (">=", ge, lambda v, b: v >= b),
+        (">", gt, lambda v, b: v > b),
+        ("<=", le, lambda v, b: v <= b),
+        ("<", lt, lambda v, b: v < b),
+    ]
+    used = [(op, b, f) for op, b, f in bounds if b is not None]
+
+    def test(v: Any) -> bool:
+        return (null and v is None) or (is_number(v) and all(f(v, b) for _, b, f in used))
+
+    text = "a number " + " and ".join(f"{op} {b:g}" for op, b, _ in used) if used else "a number"
+    return Check(test, text + (" or null" if null else ""))
+
+
+def one_of(*choices: Any) -> Check:
+    """One of ``choices`` (compared with ``==``, booleans only with booleans)."""
+
+    def test(v: Any) -> bool:
+        return any(type(v) is type(c) and v == c for c in choices)
+
+    return Check(test, "one of " + ", ".join(str(c).lower() if isinstance(c, bool) else str(c) for c in choices))
+
+
+@dataclass(frozen=True)
+class _Meta:
+    meaning: str
+    protocol: bool
+    bounds: dict[str, float]
+    check: Check | None
+    omit_at: Any
+
+
+def key(
+    meaning: str,
+    *,
+    protocol: bool = True,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    check: Check | None = None,
+    omit_at: Any = UNSET,
+) -> Any:
+    """One schema field: a config key's meaning, bounds and part in the protocol.
+
+    Args:
+        meaning: One line: what the key means (the refusal and the guide's reference say it).
+        protocol: Whether the key changes what a job measures: a protocol key is part of the
+            fingerprint (a changed value refuses a resume), an operational one is not.
+        ge: Lower bound (inclusive) of a number; ``gt``, ``le``, ``lt`` likewise.
+        check: A test the type and bounds cannot say (replaces them).
+        omit_at: A protocol key added after job dirs existed: at this value it is left out of
+            the fingerprint, so a dir written before the key resumes.
+    """
+    bounds = {n: b for n, b in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt)) if b is not None}
+    return field(metadata={_META: _Meta(meaning, protocol, bounds, check, omit_at)})
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """One declared key, as the value checks, the fingerprint and the guide read it.
+
+    Attributes:
+        path: Dotted path pattern: ``*`` is one key (a list index too), ``**`` any number of keys.
+        meaning: What the key means.
+        protocol: Part of the fingerprint (else operational).
+        check: What a value must be (None: any value).
+        omit_at: The value at which a protocol key is left out of the fingerprint (else :data:`UNSET`).
+        type_name: The field's type as the guide shows it.
+        branch: Whether the key holds a node (a nested schema, a mapping or a list).
+        node: The nested schema of a node key (its ``ORDER`` pairs are checked too), else None.
+    """
+
+    path: str
+    meaning: str
+    protocol: bool = True
+    check: Check | None = None
+    omit_at: Any = UNSET
+    type_name: str = ""
+    branch: bool = False
+    node: type | None = None
+
+
+def keys_of(schema: type, mount: str = "") -> Iterator[KeyInfo]:
+    """Every key of ``schema`` mounted at the dotted pattern ``mount``, nested schemas' keys after their node."""
+    hints = typing.get_type_hints(schema, include_extras=False)
+    for f in dataclasses.fields(schema):
+        meta: _Meta = f.metadata[_META]
+        path = f"{mount}.{f.name}" if mount else f.name
+        hint = hints[f.name]
+        inner, null = _without_none(hint)
+        nested = inner if dataclasses.is_dataclass(inner) and isinstance(inner, type) else None
+        item = _item_type(inner)
+        check = meta.check or (None if nested or item else _check_of(inner, null, meta.bounds))
+        name = _type_name(hint)
+        yield KeyInfo(path, meta.meaning, meta.protocol, check, meta.omit_at, name, bool(nested or item), nested)
+        if nested is not None:
+            yield from keys_of(nested, path)
+        elif item is not None:
+            yield from _items(item, f"{path}.*", meta)
+
+
+def _items(item: Any, path: str, meta: _Meta) -> Iterator[KeyInfo]:
+    """The keys of a mapping's or list's items (``path`` ends in ``*``)."""
+    inner, null = _without_none(item)
+    if dataclasses.is_dataclass(inner) and isinstance(inner, type):
+        yield KeyInfo(path, meta.meaning, meta.protocol, meta.check, UNSET, "node", True, inner)
+        yield from keys_of(inner, path)
+    else:
+        check = meta.check or _check_of(inner, null, meta.bounds)
+        yield KeyInfo(path, meta.meaning, meta.protocol, check, UNSET, _type_name(item))
+
+
+def _without_none(hint: Any) -> tuple[Any, bool]:
+    """``hint`` without ``None`` and whether it allowed None."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return (args[0] if len(args) == 1 else typing.Union[tuple(args)]), len(args) < len(typing.get_args(hint))  # noqa: UP007
+    return hint, False
+
+
+def _item_type(hint: Any) -> Any:
+    """The item type of ``dict[str, X]`` or ``list[X]``, else None."""
+    origin = typing.get_origin(hint)
+    if origin is dict:
+        return typing.get_args(hint)[1]
+    if origin is list:
+        return typing.get_args(hint)[0]
+    return None
+
+
+def _check_of(hint: Any, null: bool, bounds: dict[str, float]) -> Check | None:
+    """The check a scalar type and its bounds say (None: str, Any and the like take any value)."""
+    if hint is bool:
+        return one_of(True, False) if not null else Check(lambda v: v is None or isinstance(v, bool), "a bool or null")
+    if hint is int:
+        lo = int(bounds.get("ge", bounds.get("gt", -1) + 1))
+        hi = bounds.get("le")
+        return integer(lo, None if hi is None else int(hi), null=null)
+    if hint is float:
+        return number(null=null, **bounds)
+    if typing.get_origin(hint) is Literal:
+        return one_of(*typing.get_args(hint))
+    return None
+
+
+def _type_name(hint: Any) -> str:
+    """``int | None``, ``float``, ``'run' | 'stop'``: the type as the guide writes it."""
+    inner, null = _without_none(hint)
+    if typing.get_origin(inner) is Literal:
+        text = " | ".join(repr(a) for a in typing.get_args(inner))
+    elif dataclasses.is_dataclass(inner) and isinstance(inner, type):
+        text = "node"
+    elif typing.get_origin(inner) in (dict, list):
+        text = f"{typing.get_origin(inner).__name__}[{', '.join(_type_name(a) for a in typing.get_args(inner))}]"
+    else:
+        text = getattr(inner, "__name__", str(inner).replace("typing.", ""))
+    return f"{text} | None" if null else text
