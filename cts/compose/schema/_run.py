@@ -130,6 +130,7 @@ class LocalLLM:
     port: int | None = key("null = a free loopback port", protocol=False, ge=1)
     startup_timeout_s: float = key("seconds the server may take to answer after its start", protocol=False, gt=0)
     stop_timeout_s: float = key("seconds between SIGTERM and SIGKILL", protocol=False, gt=0)
+    extra_buffers: bool = key("llama.cpp's extra weight buffers (repacking, AMX); false = plain CPU buffers")
 
 
 @dataclass(frozen=True)
