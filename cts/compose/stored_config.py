@@ -1,8 +1,9 @@
 """A job dir's saved config (``config.yaml``, ``.hydra/config.yaml``), read in today's names.
 
-A job dir of an older version names config keys and ``_target_`` paths renamed since. Whatever
-reads a saved config again to build from it (``python -m cts.agreement``, ``cts.plan``'s sample
-size) reads it here, through the migrations of :func:`cts.protocol.migrations.migrate_job_config`.
+A job dir of an older version names config keys and ``_target_`` paths renamed since (old paths
+do not import). Whatever reads a saved config again to build from it (``python -m cts.agreement``,
+``cts.plan``'s sample size) reads it here, through the migrations of
+:func:`cts.protocol.migrations.migrate_job_config`.
 """
 
 from __future__ import annotations

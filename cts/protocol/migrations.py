@@ -2,7 +2,7 @@
 
 :data:`RENAMES` lists each retired name with its new one and the day it changed: config keys,
 group options, and the Python paths that ``_target_`` values name (a module that moved, a class or
-task renamed): a stored ``_target_`` resolves in today's names once migrated. Three things
+task renamed). Old paths do not import: a stored ``_target_`` resolves once migrated. Three things
 are derived from the table:
 
 - the stored-config migrations (:data:`MIGRATIONS`): a job dir stores its protocol config beside

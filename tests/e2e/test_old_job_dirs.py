@@ -5,7 +5,7 @@ of that version would (its own ``run.py``, its package first on ``PYTHONPATH``).
 then resumes the same job dir with a larger ``limit``: the fingerprint must match, the finished
 records stay as they were, only the new instances run, and every ``_target_`` the old dir names
 resolves once its stored config is migrated (a stored path is part of what a later resume, report
-or notebook reads): ``cts/protocol/migrations.py`` renames them.
+or notebook reads). Old module paths do not import: ``cts/protocol/migrations.py`` renames them.
 """
 
 from __future__ import annotations
@@ -128,7 +128,9 @@ def test_a_pre_restructure_job_dir_resumes_with_todays_code(tmp_path: Path, cach
     )
     summary = json.loads((job / "summary.json").read_text())
     assert summary["run_id"] == run_id and summary["metrics"]["n_instances"] == 6  # the same MLflow run goes on
-    # Every _target_ the old dir stored resolves in today's names.
+    # Every _target_ the old dir stored resolves in today's names; the old path itself no longer imports.
+    with pytest.raises(ImportError):
+        get_object("cts.callbacks.PrepareTrackingStore")
     migrated = {t for c in configs[:-1] for t in _targets(migrate_job_config(c))} | set(_targets(migrate(configs[-1])))
     assert "cts.compose.callbacks.LaunchCallbacks" in migrated
     for target in sorted(migrated):
