@@ -104,16 +104,6 @@ def test_every_package_has_a_layer() -> None:
     assert packages <= named, sorted(packages - named)
 
 
-def test_old_module_paths_import_the_moved_modules() -> None:
-    """Every pre-restructure module path (named by old job dirs' configs) is the module at its new path."""
-    import importlib
-
-    from cts._util.moved import MOVED
-
-    for old, new in MOVED.items():
-        assert importlib.import_module(old) is importlib.import_module(new), old
-
-
 _CONFIG_READERS = ("cts.compose", "cts.sweep", "cts._util.naming", *LAYERS[-1][1])
 """Where the config is read: the composition layer, the launcher's session (it hands ``HydraConfig``
 from job to job), Hydra's resolver for job names, and the entry points that compose their own

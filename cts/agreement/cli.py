@@ -37,16 +37,18 @@ from cts.report.tables import Table, markdown, write_table
 
 
 def sweep_weights(jobs: Sequence[Job]) -> dict[str, dict[str, int]]:
-    """Instance -> gold nugget id -> weight, from the dataset the sweep's first job ran on (its ``config.yaml``)."""
-    from omegaconf import OmegaConf
+    """Instance -> gold nugget id -> weight, from the dataset the sweep's first job ran on.
 
+    Its ``config.yaml`` is read in today's names (:mod:`cts.compose.stored_config`).
+    """
     from cts.compose.app import build_node, build_services
+    from cts.compose.stored_config import load_job_config
 
     job_dir = next((Path(j.job_dir) for j in jobs if (Path(j.job_dir) / "config.yaml").is_file()), None)
     if job_dir is None:
         raise FileNotFoundError("no job dir of the sweep has its config.yaml: the gold weights cannot be read")
-    cfg = OmegaConf.load(job_dir / "config.yaml")
-    dataset = build_node(cfg.dataset, build_services(cfg))  # type: ignore[arg-type]  # a job's config is a mapping
+    cfg = load_job_config(job_dir / "config.yaml")
+    dataset = build_node(cfg.dataset, build_services(cfg))
     return {i: {n.id: int(n.weight) for n in g.nuggets} for i, g in dataset.gold.items()}
 
 

@@ -245,10 +245,6 @@ class LaunchCallbacks(Callback):
         print("\n".join(job_closing_lines(str(job_dir), *_tracked_run(job_dir, config))), flush=True)
 
 
-PrepareTrackingStore = LaunchCallbacks
-"""The old name of :class:`LaunchCallbacks` (``.hydra/hydra.yaml`` of older job dirs names it)."""
-
-
 def _tracked_run(job_dir: Path, config: DictConfig) -> tuple[str | None, str, str]:
     """The run id, experiment and store a job's ``summary.json`` names (the config's when it has none)."""
     path = job_dir / "summary.json"

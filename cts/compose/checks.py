@@ -20,6 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from cts._util.io import unwritable_reason
 from cts.compose.services import resource_parameters
 from cts.core.errors import PreflightFailed
+from cts.protocol.migrations import renamed_target
 
 __all__ = [
     "OFFLINE_COMMAND",
@@ -128,7 +129,7 @@ def _unknown_keys(node: DictConfig, keys: list[str], path: str) -> list[str]:
         obj = get_object(target)
         params = inspect.signature(obj).parameters
     except (ImportError, AttributeError, ValueError, TypeError) as e:
-        return [f"{path}._target_: cannot load {target} ({e})"]
+        return [f"{path}._target_: cannot load {target} ({e}){renamed_target(target)}"]
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return []
     configurable = set(params) - resource_parameters(obj) - {"self"}  # resources are never config keys

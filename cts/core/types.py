@@ -194,10 +194,6 @@ class SpendLimitReached(Exception):
     """The job's stop reason (``stop_reason`` of ``summary.json`` and MLflow; older versions wrote ``budget``)."""
 
 
-BudgetExceeded = SpendLimitReached
-"""The old name of :class:`SpendLimitReached`."""
-
-
 class CircuitOpen(Exception):
     """An endpoint failed too many times in a row; the job stops cleanly (resume retries)."""
 

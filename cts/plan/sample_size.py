@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 
 from cts.plan.forecast import Interval, sum_interval
 from cts.plan.samples import Routes, instance_costs, raw_records, roles_with_requests, routes_of
@@ -114,12 +113,13 @@ def sample_size(
 def _extra_usd(job_dir: Path, runs: int, confidence: float) -> tuple[Interval, tuple[str, ...]]:
     """USD of ``runs`` more instance runs like the pilot's, and the models it calls that have no price."""
     from cts.compose.probes import task_groups
+    from cts.compose.stored_config import load_job_config
 
     config = job_dir / ".hydra" / "config.yaml"
     routes = Routes({}, {}, {})  # a job dir without its config: the records' USD as they are
     unpriced: tuple[str, ...] = ()
-    cfg = OmegaConf.load(config) if config.exists() else None
-    if isinstance(cfg, DictConfig):  # a job's saved config is a mapping
+    if config.exists():  # in today's names: an older job dir's keys and _target_ paths are renamed
+        cfg = load_job_config(config)
         routes = routes_of(cfg, task_groups(cfg))
         unpriced = routes.unpriced_used(roles_with_requests(job_dir))
     costs = instance_costs(job_dir, routes)

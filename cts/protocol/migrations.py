@@ -1,7 +1,9 @@
 """Every rename since the first release, in one table: stored configs migrate, old command lines are told.
 
-:data:`RENAMES` lists each retired name with its new one and the day it changed. Two things are
-derived from it:
+:data:`RENAMES` lists each retired name with its new one and the day it changed: config keys,
+group options, and the Python paths that ``_target_`` values name (a module that moved, a class or
+task renamed). Old paths do not import: a stored ``_target_`` resolves once migrated. Three things
+are derived from the table:
 
 - the stored-config migrations (:data:`MIGRATIONS`): a job dir stores its protocol config beside
   the fingerprint (``fingerprint.json``); when a key of it is renamed (one name, one meaning), the
@@ -9,9 +11,13 @@ derived from it:
   stored config into today's names; a dir resumes when the migrated config equals today's
   (:func:`cts.tasks.job.check_resume`), and never otherwise. A migration only renames: a changed
   value still refuses the resume.
+- the migration of a job's whole stored config (:func:`migrate_job_config`: ``config.yaml``,
+  ``.hydra/*.yaml``), for whatever reads one again (``python -m cts.agreement``, ``cts.plan``'s
+  sample size): every key and ``_target_`` in today's names.
 - the command line (:func:`renamed_on_command_line`, called by ``run.py`` before Hydra reads it):
   ``services.llm.model=x`` gets one ``error:`` line naming ``services.llm.served_name=x`` instead of
-  Hydra's "Key 'model' is not in struct".
+  Hydra's "Key 'model' is not in struct"; ``task._target_=cts.tasks.gold.gold_task`` one naming
+  ``cts.tasks.build_gold.build_gold_task``.
 """
 
 from __future__ import annotations
@@ -64,11 +70,6 @@ def _node_at(config: Config, parts: Sequence[str]) -> Any:
     return node
 
 
-def rename_top_level(old: str, new: str) -> Callable[[Config], None]:
-    """A migration that renames the top-level key ``old`` to ``new`` (when ``new`` is absent)."""
-    return rename_path(old, new)
-
-
 def rename_in_nodes(target_suffix: str, old: str, new: str) -> Callable[[Config], None]:
     """A migration that renames key ``old`` to ``new`` in every node whose ``_target_`` ends with ``target_suffix``."""
 
@@ -80,9 +81,21 @@ def rename_in_nodes(target_suffix: str, old: str, new: str) -> Callable[[Config]
     return apply
 
 
-def rename_at(path: str, old: str, new: str) -> Callable[[Config], None]:
-    """A migration that renames key ``old`` to ``new`` in the node at dotted ``path`` (``services.llm``)."""
-    return rename_path(f"{path}.{old}", f"{path}.{new}")
+def rename_target(old: str, new: str) -> Callable[[Config], None]:
+    """A migration that rewrites every ``_target_`` naming ``old`` (a module or object path, or a path under it) to ``new``."""
+
+    def apply(config: Config) -> None:
+        for node in _nodes(config):
+            value = node.get("_target_")
+            if isinstance(value, str):
+                node["_target_"] = _moved(value, old, new)
+
+    return apply
+
+
+def _moved(path: str, old: str, new: str) -> str:
+    """``path`` with its leading ``old`` (the whole path, or a module of it) replaced by ``new``."""
+    return new + path[len(old) :] if path == old or path.startswith(old + ".") else path
 
 
 def _nodes(value: Any) -> list[dict[str, Any]]:
@@ -105,8 +118,9 @@ class Rename:
 
     Attributes:
         old: What a command line said: a dotted config key or node (``services.llm.model``,
-            ``gold``), ``<group>=<option>`` (``experiment=gold``), or with ``node`` a key of
-            every such node (``model``).
+            ``gold``), ``<group>=<option>`` (``experiment=gold``), with ``node`` a key of
+            every such node (``model``), or with ``target`` a Python path a ``_target_`` named
+            (``cts.callbacks``: the module and every path under it).
         new: What it says now, in the same form.
         on: The day of the rename.
         what: What the name means, as the message says it.
@@ -114,6 +128,7 @@ class Rename:
         node: For a key inside nodes: the ``_target_`` suffix of those nodes (``ModelSpec``).
         mounts: For a key inside nodes: the last keys of the paths those nodes are bound at on
             the command line (``clarifier.model``, ``search.summary_model``).
+        target: ``old`` and ``new`` are Python paths of ``_target_`` values, not config keys.
     """
 
     old: str
@@ -123,6 +138,7 @@ class Rename:
     protocol: bool = False
     node: str = ""
     mounts: tuple[str, ...] = ()
+    target: bool = False
 
     @property
     def group(self) -> str | None:
@@ -132,12 +148,82 @@ class Rename:
     def migration(self) -> Migration:
         """The stored-config migration of this rename."""
         what = f"{self.what}: {self.old} -> {self.new}" if self.what else f"{self.old} -> {self.new}"
+        if self.target:
+            return Migration(what, rename_target(self.old, self.new))
         if self.node:
             return Migration(what, rename_in_nodes(self.node, self.old, self.new))
         return Migration(what, rename_path(self.old, self.new))
 
 
+def _paths(on: str, what: str, moves: Mapping[str, str]) -> tuple[Rename, ...]:
+    """One :class:`Rename` of a ``_target_`` path per ``old: new`` of ``moves`` (stored protocol configs name them)."""
+    return tuple(Rename(old, new, on, what, protocol=True, target=True) for old, new in moves.items())
+
+
 RENAMES: tuple[Rename, ...] = (
+    *_paths(
+        "2026-12-01",
+        "a component or task moved into its package",
+        {
+            "cts.app.evaluate_task": "cts.tasks.evaluate.evaluate_task",
+            "cts.app.gold_task": "cts.tasks.gold.gold_task",
+            "cts.robustness.backbone_stability_task": "cts.tasks.backbone_stability.backbone_stability_task",
+            "cts.robustness.judge_robustness_task": "cts.tasks.judge_robustness.judge_robustness_task",
+            "cts.robustness.TypeRestrictedUserAnswerer": "cts.roles.baselines.TypeRestrictedUserAnswerer",
+            "cts.robustness.BracketRewriterBaseline": "cts.roles.baselines.BracketRewriterBaseline",
+            "cts.robustness.ConcretisingRewriterBaseline": "cts.roles.baselines.ConcretisingRewriterBaseline",
+            "cts.judge.LexicalJudge": "cts.roles.lexical.LexicalJudge",
+            "cts.extract.RuleExtractor": "cts.roles.nuggets.RuleExtractor",
+            "cts.qtypes.LexiconQuestionTyper": "cts.roles.qtyper.LexiconQuestionTyper",
+            "cts.qtypes.LLMQuestionTyper": "cts.roles.qtyper.LLMQuestionTyper",
+        },
+    ),
+    *_paths(
+        "2026-12-01",
+        "cts/ holds packages only",
+        {
+            "cts.aio": "cts._util.aio",
+            "cts.app": "cts.compose.app",
+            "cts.budget": "cts.protocol.spend",
+            "cts.callbacks": "cts.compose.callbacks",
+            "cts.checks": "cts.compose.checks",
+            "cts.confdiff": "cts._util.confdiff",
+            "cts.diagnostics": "cts.protocol.diagnostics",
+            "cts.errors": "cts.compose.errors",
+            "cts.gate": "cts.gating.cli",
+            "cts.goldfile": "cts.gold.file",
+            "cts.index": "cts.corpus.index",
+            "cts.interrupt": "cts._util.interrupt",
+            "cts.io": "cts._util.io",
+            "cts.job_files": "cts.protocol.job_files",
+            "cts.lexicon": "cts.text.lexicon",
+            "cts.metrics": "cts.protocol.metrics",
+            "cts.naming": "cts._util.naming",
+            "cts.outcome": "cts.protocol.outcome",
+            "cts.pipeline": "cts.protocol.pipeline",
+            "cts.prompts": "cts._util.prompts",
+            "cts.qtypes": "cts.text.qtypes",
+            "cts.records": "cts.core.records",
+            "cts.scoring": "cts.core.scoring",
+            "cts.secrets": "cts._util.secrets",
+            "cts.services": "cts.compose.services",
+            "cts.stages": "cts.protocol.stages",
+            "cts.startup": "cts._util.startup",
+            "cts.types": "cts.core.types",
+            "cts.validate": "cts.compose.validate",
+            "cts.versions": "cts._util.versions",
+        },
+    ),
+    *_paths(
+        "2026-12-01",
+        "the config checks live in cts.compose",
+        {
+            "cts.llm.completion_probe": "cts.compose.completion_probe",
+            "cts.llm.preflight": "cts.compose.model_checks",
+            "cts.llm.rulecheck": "cts.compose.request_rules",
+        },
+    ),
+    *_paths("2026-12-01", "the USD cap's module", {"cts.protocol.budget": "cts.protocol.spend"}),
     Rename("gold.fields", "dataset.fields", "2026-12-01", "the instance file's field names", protocol=True),
     Rename("search.max_tokens", "search.max_output_tokens", "2026-12-01", "a search turn's output cap", protocol=True),
     Rename("stats", "bootstrap", "2026-12-01", "the bootstrap settings", protocol=True),
@@ -159,9 +245,20 @@ RENAMES: tuple[Rename, ...] = (
         protocol=True,
     ),
     Rename("gold", "build_gold", "2026-12-01", "the gold build's config node", protocol=True),
+    *_paths(
+        "2026-12-01",
+        "the gold build's task",
+        {"cts.tasks.gold.gold_task": "cts.tasks.build_gold.build_gold_task", "cts.tasks.gold": "cts.tasks.build_gold"},
+    ),
+    *_paths("2026-12-01", "the gold file reader", {"cts.data.goldfile": "cts.gold.file"}),
     Rename("experiment=gold", "experiment=build_gold", "2026-12-01", "the gold build's preset"),
     Rename("task=gold", "task=build_gold", "2026-12-01", "the gold build's task"),
     Rename("hydra.callbacks.mlflow_store", "hydra.callbacks.cts", "2026-12-01", "the launch's Hydra callbacks"),
+    *_paths(
+        "2026-12-01",
+        "the launch's Hydra callbacks (.hydra/hydra.yaml of older job dirs)",
+        {"cts.compose.callbacks.PrepareTrackingStore": "cts.compose.callbacks.LaunchCallbacks"},
+    ),
 )
 """Every rename since the first release, oldest first (each migration applies to any older config)."""
 
@@ -190,6 +287,9 @@ NAMED_COMPONENTS = Migration("components by name, not module path: cts.llm.Model
 MIGRATIONS: tuple[Migration, ...] = (*(r.migration() for r in RENAMES if r.protocol), NAMED_COMPONENTS)
 """The renames of :data:`RENAMES` that stored protocol configs hold, oldest first, then the component names."""
 
+JOB_CONFIG_MIGRATIONS: tuple[Migration, ...] = tuple(r.migration() for r in RENAMES if r.group is None)
+"""The renames a job's whole stored config can hold: every key and ``_target_`` rename (not the options)."""
+
 
 def migrate(stored: Mapping[str, Any], migrations: tuple[Migration, ...] | None = None) -> Config:
     """``stored`` with every rename of ``migrations`` (default :data:`MIGRATIONS`) applied, in order."""
@@ -197,6 +297,25 @@ def migrate(stored: Mapping[str, Any], migrations: tuple[Migration, ...] | None 
     for migration in MIGRATIONS if migrations is None else migrations:
         migration.apply(config)
     return config
+
+
+def migrate_job_config(stored: Mapping[str, Any]) -> Config:
+    """A job's stored config (``config.yaml``, ``.hydra/config.yaml``) in today's keys and ``_target_`` paths."""
+    return migrate(stored, JOB_CONFIG_MIGRATIONS)
+
+
+def current_target(path: str) -> str:
+    """``path``, a ``_target_`` value, in today's names: every path rename of :data:`RENAMES` applied, oldest first."""
+    for rename in RENAMES:
+        if rename.target:
+            path = _moved(path, rename.old, rename.new)
+    return path
+
+
+def renamed_target(path: str) -> str:
+    """The part of an error line that names today's path of a retired ``_target_`` (empty for any other path)."""
+    now = current_target(path)
+    return "" if now == path else f"; {path} was renamed to {now} (cts/protocol/migrations.py)"
 
 
 def same_config(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -253,6 +372,9 @@ def _renamed(arg: str, rename: Rename, config_dirs: Sequence[Traversable]) -> st
     key, eq, value = arg[len(prefix) :].partition("=")
     if "@" in key:  # group@package=option binds a group, whose options are checked below by name
         key = key.split("@", 1)[0]
+    if rename.target:
+        moved = _moved(value, rename.old, rename.new)
+        return f"{prefix}{key}={current_target(value)}" if key.split(".")[-1] == "_target_" and moved != value else None
     group = rename.group
     if group is not None:
         return _renamed_option(prefix, key, value, rename, config_dirs) if key == group and eq else None

@@ -106,10 +106,6 @@ class SpendLimit:
     count_prior_spend: Callable[[float, str], None]
 
 
-Budget = SpendLimit
-"""The old name of :class:`SpendLimit`."""
-
-
 def run_within_spend_limit(
     job: Callable[[], Coroutine[Any, Any, JobResult]], job_dir: Path, limit: SpendLimit
 ) -> JobResult:

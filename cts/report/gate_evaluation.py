@@ -88,10 +88,6 @@ class GateResult:
     questions_per_instance: float
 
 
-GateStats = GateResult
-"""The old name of :class:`GateResult`."""
-
-
 def gated_scores(records: Sequence[Record], decisions: Mapping[str, Decision]) -> list[float]:
     """Per record: the clarified arm's score where the gate asked, else the orig arm's."""
     return [float(r.score if decisions[r.id].ask else r.orig_score) for r in records]  # type: ignore[arg-type]  # callers pass gateable() records: both scored

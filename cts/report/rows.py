@@ -32,10 +32,6 @@ class Bootstrap:
     seed: int = 0
 
 
-Stats = Bootstrap
-"""The old name of :class:`Bootstrap`."""
-
-
 def _finite(values: Iterable[float | None]) -> list[float]:
     return [float(v) for v in values if v is not None and math.isfinite(v)]
 

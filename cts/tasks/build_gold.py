@@ -1,7 +1,4 @@
-"""Task ``build_gold``: build the static gold archive once per ``fused_query`` (paper 4.2).
-
-``cts.tasks.gold`` (and its ``gold_task``) is the old name of this module (:mod:`cts._util.moved`).
-"""
+"""Task ``build_gold``: build the static gold archive once per ``fused_query`` (paper 4.2)."""
 
 from __future__ import annotations
 
@@ -125,7 +122,3 @@ def stop_on_partial_gold(report: Any, allow_partial: bool) -> None:
         f"{line}\nRebuild (build_gold.overwrite=true), accept the partial archive (build_gold.allow_partial=true), "
         "or evaluate only the instances with gold (dataset.only_with_gold=true)."
     )
-
-
-gold_task = build_gold_task
-"""The old name of :func:`build_gold_task` (``task._target_: cts.tasks.gold.gold_task`` in older job dirs)."""

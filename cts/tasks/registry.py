@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from hydra.utils import get_object
 
+from cts.protocol.migrations import renamed_target
+
 if TYPE_CHECKING:
     from cts.llm import LLMRuntime
     from cts.protocol.spend import SpendLimit
@@ -166,7 +168,7 @@ def task_spec(target: str) -> TaskSpec:
     try:
         spec = getattr(get_object(target), _SPEC, None)
     except Exception as e:  # noqa: BLE001 - Hydra's error for an unimportable path
-        raise ValueError(f"task._target_={target} cannot be imported: {e}") from e
+        raise ValueError(f"task._target_={target} cannot be imported: {e}{renamed_target(target)}") from e
     if not isinstance(spec, TaskSpec):
         raise ValueError(f"task._target_={target} is not a cts task (decorate it with cts.tasks.registry.task)")
     return spec

@@ -83,15 +83,18 @@ def test_every_group_in_the_defaults_list_has_its_default_option():
     assert cfg.k in (1, 2, 3)
 
 
-def test_the_launch_callbacks_are_configured_by_their_name_and_keep_their_old_one() -> None:
+def test_the_launch_callbacks_are_configured_by_their_name_and_their_old_ones_migrate() -> None:
     from hydra.utils import get_object
 
     from cts.compose.callbacks import LaunchCallbacks
+    from cts.protocol.migrations import current_target
 
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
         cfg = compose("config", return_hydra_config=True)
     assert list(cfg.hydra.callbacks) == ["cts"]
     assert get_object(cfg.hydra.callbacks.cts._target_) is LaunchCallbacks
-    # what the .hydra/hydra.yaml of older job dirs names
+    # what the .hydra/hydra.yaml of older job dirs names: no longer importable, today's class once migrated
     for old in ("cts.callbacks.PrepareTrackingStore", "cts.compose.callbacks.PrepareTrackingStore"):
-        assert get_object(old) is LaunchCallbacks
+        with pytest.raises(ImportError):
+            get_object(old)
+        assert get_object(current_target(old)) is LaunchCallbacks

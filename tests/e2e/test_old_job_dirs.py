@@ -4,7 +4,8 @@ The old tree is ``git archive`` of the last commit of main before the restructur
 of that version would (its own ``run.py``, its package first on ``PYTHONPATH``). Today's ``run.py``
 then resumes the same job dir with a larger ``limit``: the fingerprint must match, the finished
 records stay as they were, only the new instances run, and every ``_target_`` the old dir names
-still imports (a stored path is part of what a later resume, report or notebook reads).
+resolves once its stored config is migrated (a stored path is part of what a later resume, report
+or notebook reads). Old module paths do not import: ``cts/protocol/migrations.py`` renames them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 import yaml
 from hydra.utils import get_object
 
-from cts.protocol.migrations import migrate
+from cts.protocol.migrations import migrate, migrate_job_config
 
 REPO = Path(__file__).resolve().parents[2]
 OLD_COMMIT = "6216629"  # main before "Restructure: cts/ holds packages only" (03bcf8f)
@@ -78,13 +79,12 @@ def _targets(node: Any) -> Iterator[str]:
             yield from _targets(value)
 
 
-def _stored_targets(job_dir: Path) -> set[str]:
-    """The ``_target_`` paths of a job dir's stored configs and fingerprint."""
+def _stored_configs(job_dir: Path) -> list[dict[str, Any]]:
+    """A job dir's stored configs: its Hydra files, ``config.yaml`` and the fingerprint's protocol config."""
     docs = [
         yaml.safe_load((job_dir / n).read_text()) for n in (".hydra/hydra.yaml", ".hydra/config.yaml", "config.yaml")
     ]
-    docs.append(json.loads((job_dir / "fingerprint.json").read_text())["config"])
-    return {t for doc in docs for t in _targets(doc)}
+    return [*docs, json.loads((job_dir / "fingerprint.json").read_text())["config"]]
 
 
 def _lines(path: Path) -> list[bytes]:
@@ -107,8 +107,8 @@ def test_a_pre_restructure_job_dir_resumes_with_todays_code(tmp_path: Path, cach
     stored = json.loads((job / "fingerprint.json").read_text())
     fingerprint, old_config = stored["fingerprint"], stored["config"]
     run_id = json.loads((job / "summary.json").read_text())["run_id"]
-    targets = _stored_targets(job)
-    assert len(records) == 3 and "cts.callbacks.PrepareTrackingStore" in targets
+    configs = _stored_configs(job)
+    assert len(records) == 3 and "cts.callbacks.PrepareTrackingStore" in {t for c in configs for t in _targets(c)}
 
     again = _run(REPO / "run.py", ["limit=6", *common], _env(cache_dir), where)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
@@ -128,5 +128,10 @@ def test_a_pre_restructure_job_dir_resumes_with_todays_code(tmp_path: Path, cach
     )
     summary = json.loads((job / "summary.json").read_text())
     assert summary["run_id"] == run_id and summary["metrics"]["n_instances"] == 6  # the same MLflow run goes on
-    for target in sorted(targets):
+    # Every _target_ the old dir stored resolves in today's names; the old path itself no longer imports.
+    with pytest.raises(ImportError):
+        get_object("cts.callbacks.PrepareTrackingStore")
+    migrated = {t for c in configs for t in _targets(migrate_job_config(c))}
+    assert "cts.compose.callbacks.LaunchCallbacks" in migrated
+    for target in sorted(migrated):
         assert get_object(target) is not None, target

@@ -96,3 +96,31 @@ def test_a_clustered_job_names_its_clusters_in_its_summary_and_the_planner_reads
     plain = sample_size(tmp_path / "plain" / "clarifier=a,k=1", 2.0)
     clustered = sample_size(tmp_path / "clustered" / "clarifier=a,k=1", 2.0)
     assert clustered.needed > plain.needed  # the same deltas need more instances once their topics are known
+
+
+def test_a_job_dir_of_an_older_version_is_read_in_today_s_names(tmp_path: Path) -> None:
+    """The job's ``.hydra/config.yaml`` (the models it calls) names keys and ``_target_`` paths renamed since."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from cts.plan.sample_size import sample_size
+
+    unpriced = ["clarifier.model.input_cost_per_token=null", "clarifier.model.output_cost_per_token=null"]
+    with initialize_config_dir(config_dir=str(Path(__file__).parents[2] / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=offline", "clarifier=gpt", *unpriced])
+    today = OmegaConf.to_container(cfg)
+    assert isinstance(today, dict)
+    old = {**today, "task": {"_target_": "cts.app.evaluate_task"}}  # the names of the first days
+    model = {("model" if k == "id" else k): v for k, v in today["clarifier"]["model"].items()}
+    old["clarifier"] = {**today["clarifier"], "model": model}
+    old["services"] = {
+        **today["services"],
+        "llm": {("budget" if k == "spend" else k): v for k, v in today["services"]["llm"].items()},
+    }
+    pairs = [(50.0 + i % 7, 48.0 + i % 5) for i in range(30)]
+    for name, config in (("today", today), ("old", old)):
+        write_job(tmp_path / name, "clarifier=gpt,k=1", pairs)
+        (tmp_path / name / "clarifier=gpt,k=1" / ".hydra").mkdir()
+        OmegaConf.save(OmegaConf.create(config), tmp_path / name / "clarifier=gpt,k=1" / ".hydra" / "config.yaml")
+    found = [sample_size(tmp_path / name / "clarifier=gpt,k=1", 2.0) for name in ("today", "old")]
+    assert found[0].unpriced == found[1].unpriced == ("gpt",) and found[0] == found[1]

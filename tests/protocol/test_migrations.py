@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from cts.compose.job_config import protocol_config
 from cts.core.errors import ResumeRefused
 from cts.protocol import migrations
-from cts.protocol.migrations import Migration, migrate, rename_in_nodes, rename_top_level
+from cts.protocol.migrations import Migration, migrate, rename_in_nodes, rename_path
 from cts.tasks.job import check_resume
 
 OLD = {"k": 1, "stats": {"n_resamples": 100}, "clarifier": {"model": {"_target_": "cts.llm.ModelSpec", "model": "x/y"}}}
@@ -23,7 +23,7 @@ NEW = {
     "clarifier": {"model": {"_target_": "cts.llm.ModelSpec", "id": "x/y"}},
 }
 RENAMES = (
-    Migration("stats -> bootstrap", rename_top_level("stats", "bootstrap")),
+    Migration("stats -> bootstrap", rename_path("stats", "bootstrap")),
     Migration("ModelSpec.model -> id", rename_in_nodes("ModelSpec", "model", "id")),
 )
 
@@ -187,7 +187,7 @@ def test_the_migrations_are_the_protocol_renames_of_the_one_table() -> None:
     *renames, last = migrations.MIGRATIONS
     assert [m.what for m in renames] == [r.migration().what for r in protocol]
     assert last is migrations.NAMED_COMPONENTS  # then every stored _target_ path becomes its component's name
-    assert {r.old for r in protocol} == {
+    assert {r.old for r in protocol if not r.target} == {
         "gold.fields",
         "search.max_tokens",
         "stats",
@@ -231,7 +231,8 @@ def test_a_command_line_in_today_s_names_passes_and_a_user_s_own_old_option_is_k
     assert swept and swept[0].endswith("; use task=evaluate,build_gold")
     (hydra_key,) = migrations.renamed_on_command_line(["~hydra.callbacks.mlflow_store"], [CONF])
     assert hydra_key.endswith("; use ~hydra.callbacks.cts")  # a Hydra key, not composable through compose()
-    assert {r.old for r in migrations.RENAMES} == {*NEW_NAMES, "hydra.callbacks.mlflow_store"}  # every rename tested
+    keys = {r.old for r in migrations.RENAMES if not r.target}  # the paths: OLD_TARGETS below
+    assert keys == {*NEW_NAMES, "hydra.callbacks.mlflow_store"}  # every rename tested
 
 
 @pytest.mark.parametrize(
@@ -255,3 +256,119 @@ def test_a_command_of_last_week_gets_one_error_line_per_renamed_name(command: li
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == len(command) and all(line.startswith("error: ") for line in lines), proc.stderr
     assert [line.rsplit("; use ", 1)[1] for line in lines] == new and "not in struct" not in proc.stderr
+
+
+# The _target_ paths older job dirs store: old paths do not import, the migrations rename them.
+
+OLD_TARGETS = {  # every retired path conf/ named since the first release, and what it names today
+    "cts.app.evaluate_task": "cts.tasks.evaluate.evaluate_task",
+    "cts.app.gold_task": "cts.tasks.build_gold.build_gold_task",
+    "cts.tasks.gold.gold_task": "cts.tasks.build_gold.build_gold_task",
+    "cts.robustness.backbone_stability_task": "cts.tasks.backbone_stability.backbone_stability_task",
+    "cts.robustness.judge_robustness_task": "cts.tasks.judge_robustness.judge_robustness_task",
+    "cts.robustness.TypeRestrictedUserAnswerer": "cts.roles.baselines.TypeRestrictedUserAnswerer",
+    "cts.robustness.BracketRewriterBaseline": "cts.roles.baselines.BracketRewriterBaseline",
+    "cts.robustness.ConcretisingRewriterBaseline": "cts.roles.baselines.ConcretisingRewriterBaseline",
+    "cts.judge.LexicalJudge": "cts.roles.lexical.LexicalJudge",
+    "cts.extract.RuleExtractor": "cts.roles.nuggets.RuleExtractor",
+    "cts.qtypes.LexiconQuestionTyper": "cts.roles.qtyper.LexiconQuestionTyper",
+    "cts.qtypes.LLMQuestionTyper": "cts.roles.qtyper.LLMQuestionTyper",
+    "cts.callbacks.PrepareTrackingStore": "cts.compose.callbacks.LaunchCallbacks",
+    "cts.compose.callbacks.PrepareTrackingStore": "cts.compose.callbacks.LaunchCallbacks",
+}
+
+
+@pytest.mark.parametrize("old", sorted(OLD_TARGETS))
+def test_an_old_target_does_not_import_and_its_migration_names_today_s_object(old: str) -> None:
+    from hydra.utils import get_object
+
+    with pytest.raises(ImportError):
+        get_object(old)
+    assert migrations.current_target(old) == OLD_TARGETS[old]
+    assert get_object(migrations.current_target(old)) is get_object(OLD_TARGETS[old])
+
+
+def test_every_renamed_path_resolves_today_and_its_old_one_does_not() -> None:
+    from types import ModuleType
+
+    from hydra.utils import get_object
+
+    modules = 0
+    for rename in (r for r in migrations.RENAMES if r.target):
+        now = get_object(migrations.current_target(rename.old))
+        with pytest.raises(ImportError):
+            get_object(rename.old)
+        if isinstance(now, ModuleType):  # a module: every path under it moves
+            modules += 1
+            assert migrations.current_target(rename.old + ".x.Y") == now.__name__ + ".x.Y"
+    assert modules >= 30  # the restructure's moves
+
+
+def test_a_stored_config_names_today_s_targets_and_only_whole_path_parts_match() -> None:
+    stored = {
+        "task": {"_target_": "cts.tasks.gold.gold_task"},
+        "judge": {"_target_": "cts.judge.LexicalJudge", "threshold": 0.5},
+        "hydra": {"callbacks": {"mlflow_store": {"_target_": "cts.callbacks.PrepareTrackingStore"}}},
+        "search": {"tools": [{"_target_": "cts.io_of_mine.Tool"}, {"_target_": "cts.roles.rules.RuleRewriter"}]},
+        "services": {"llm": {"budget": {"max_usd": 2}}},
+    }
+    assert migrate(stored)["judge"] == {"_target_": "LexicalJudge", "threshold": 0.5}  # protocol: by name
+    assert migrations.migrate_job_config(stored) == {
+        "task": {"_target_": "cts.tasks.build_gold.build_gold_task"},
+        "judge": {"_target_": "cts.roles.lexical.LexicalJudge", "threshold": 0.5},
+        "hydra": {"callbacks": {"cts": {"_target_": "cts.compose.callbacks.LaunchCallbacks"}}},
+        "search": {"tools": [{"_target_": "cts.io_of_mine.Tool"}, {"_target_": "cts.roles.rules.RuleRewriter"}]},
+        "services": {"llm": {"spend": {"max_usd": 2}}},
+    }
+    assert stored["task"] == {"_target_": "cts.tasks.gold.gold_task"}  # the stored config is left alone
+
+
+def test_a_saved_job_config_of_an_older_version_loads_in_today_s_names(tmp_path: Path) -> None:
+    from omegaconf import OmegaConf
+
+    from cts.compose.stored_config import load_job_config
+
+    saved = tmp_path / "config.yaml"
+    saved.write_text(
+        "stats: {n_resamples: 100}\n"
+        "clarifier: {model: {_target_: cts.llm.ModelSpec, model: x/y}}\n"
+        "task: {_target_: cts.app.evaluate_task, out: '${paths.out}'}\n"
+        "paths: {out: o}\n"
+    )
+    cfg = load_job_config(saved)
+    assert OmegaConf.to_container(cfg, resolve=True) == {
+        "bootstrap": {"n_resamples": 100},
+        "clarifier": {"model": {"_target_": "cts.llm.ModelSpec", "id": "x/y"}},
+        "task": {"_target_": "cts.tasks.evaluate.evaluate_task", "out": "o"},
+        "paths": {"out": "o"},
+    }
+    assert OmegaConf.is_interpolation(cfg.task, "out")  # read as saved: interpolations stay
+
+
+@pytest.mark.parametrize(
+    ("command", "new"),
+    [
+        (["task._target_=cts.tasks.gold.gold_task"], "task._target_=cts.tasks.build_gold.build_gold_task"),
+        (["+judge._target_=cts.judge.LexicalJudge"], "+judge._target_=cts.roles.lexical.LexicalJudge"),
+        (["x._target_=cts.callbacks.PrepareTrackingStore"], "x._target_=cts.compose.callbacks.LaunchCallbacks"),
+    ],
+)
+def test_an_old_target_on_the_command_line_is_told_today_s_path(command: list[str], new: str) -> None:
+    (line,) = migrations.renamed_on_command_line(command, [CONF])
+    assert line.startswith(f"{command[0]}: ") and line.endswith(f"; use {new}"), line
+    assert migrations.renamed_on_command_line(["judge.note=cts.judge.LexicalJudge", f"t._target_={new}"], [CONF]) == []
+
+
+def test_an_old_target_in_a_config_is_refused_with_today_s_path() -> None:
+    from cts.compose.checks import unknown_key_problems
+    from cts.tasks.registry import task_spec
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=["judge._target_=cts.judge.LexicalJudge"])
+    (problem,) = unknown_key_problems(cfg.judge, "judge")
+    assert problem.startswith("judge._target_: cannot load cts.judge.LexicalJudge (")
+    assert problem.endswith(
+        "; cts.judge.LexicalJudge was renamed to cts.roles.lexical.LexicalJudge (cts/protocol/migrations.py)"
+    )
+    with pytest.raises(ValueError, match="was renamed to cts.tasks.build_gold.build_gold_task"):
+        task_spec("cts.tasks.gold.gold_task")
