@@ -37,13 +37,13 @@ from types import FrameType
 
 from filelock import FileLock, Timeout
 
+from cts._util.launch import Launch, current_launch, sweep_record
 from cts.core.errors import Interrupted, JobDirLocked
 
 LOCK_FILE = ".cts.lock"
 _DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
 _HYDRA_PLAIN = re.compile(r"[A-Za-z0-9_/.\-+:@%]+")  # a value Hydra's override grammar reads unquoted, as is
-_received: list[int] = []
-_sweep_scope: list[bool] = []  # non-empty: a launcher runs the sweep's jobs here and announces the stop
+_received: list[int] = []  # SIGTERM seen by this process's handler (signals are process-wide)
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -74,19 +74,19 @@ def stop_signal() -> int:
 
 
 @contextlib.contextmanager
-def sweep_signals() -> Iterator[None]:
-    """A launcher running every job of a sweep in this process (main thread): SIGTERM as SIGINT.
+def sweep_signals(launch: Launch) -> Iterator[None]:
+    """A launcher running every job of ``launch`` in this process (main thread): SIGTERM as SIGINT.
 
     The signal is kept for the whole sweep (:func:`stop_signal`), and jobs stopped in the block
-    print no resume command: the launcher prints the sweep's, once.
+    print no resume command (``launch.stop_announced``): the launcher prints the sweep's, once.
     """
     _received.clear()
-    _sweep_scope.append(True)
+    launch.stop_announced = True
     try:
         with sigterm_as_sigint():
             yield
     finally:
-        _sweep_scope.pop()
+        launch.stop_announced = False
 
 
 def hydra_quote(value: str) -> str:
@@ -135,8 +135,6 @@ def resume_command(overrides: Sequence[str], job_dir: Path, sweep_dir: str = "",
 
 def recorded_sweep(sweep_dir: str) -> str | None:
     """The resume command the launching process recorded for the sweep in ``sweep_dir`` (None if none)."""
-    from cts._util.launch import sweep_record
-
     record = sweep_record(sweep_dir) if sweep_dir else None
     return record.resume if record is not None and record.resume else None
 
@@ -175,7 +173,9 @@ def interruptible_job(
     Raises:
         Interrupted: Exit status 130 after SIGINT, 143 after SIGTERM, the line printed.
     """
-    if not _sweep_scope:  # in a sweep the launcher keeps the signal for every job
+    launch = current_launch()
+    announced = launch is not None and launch.stop_announced  # the launcher keeps the signal for every job
+    if not announced:
         _received.clear()
     with job_dir_lock(job_dir), sigterm_as_sigint():
         try:
@@ -184,7 +184,7 @@ def interruptible_job(
             signum = stop_signal()
             name = signal.Signals(signum).name
             line = f"cts: stopped by {name}: {count_done()}/{n_total} instances done in {job_dir}"
-            if not _sweep_scope:
+            if not announced:
                 line += f"; resume with: {resume_command(sys.argv[1:], job_dir, sweep_dir)}"
             print(line, file=sys.stderr, flush=True)
             raise Interrupted(exit_code=128 + signum) from None

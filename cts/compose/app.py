@@ -19,6 +19,7 @@ from hydra.utils import get_object
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cts._util.console import DETAIL
+from cts._util.launch import Preflight, current_launch
 from cts.compose.checks import (  # noqa: F401 - the pre-flight, also reached through this module
     OFFLINE_COMMAND,
     preflight,
@@ -27,7 +28,6 @@ from cts.compose.checks import (  # noqa: F401 - the pre-flight, also reached th
     unknown_key_problems,
 )
 from cts.compose.job_config import in_multirun
-from cts.compose.launch_state import launch_state
 from cts.compose.probes import exit_on_probe_problems, probe_completions, probe_endpoints, task_groups  # noqa: F401 - re-exported
 from cts.compose.services import Services, component_arguments, resource_parameters
 from cts.tasks.registry import OutputsUnwritable, task_spec
@@ -46,7 +46,8 @@ def run(cfg: DictConfig) -> float | None:
     Bad input (a broken dataset, an unset mandatory key ...) exits 1 with one line
     per problem (see :mod:`cts.compose.errors`); prompts are recorded per job. The endpoints
     are probed here for a single run; a multirun probes every job's endpoints once in
-    the launching process (``cts.compose.callbacks``), before any job starts.
+    the launching process (``cts.compose.callbacks``), before any job starts. What the launch's
+    pre-flight already checked or read (:class:`cts._util.launch.Launch`) is not done again.
     """
     from cts._util.prompts import prompt_scope
     from cts._util.startup import end_startup_gc
@@ -68,8 +69,10 @@ def run(cfg: DictConfig) -> float | None:
             raise InputError(problems)
         preflight(cfg, groups=task_groups(cfg))
         if not in_multirun():
-            probe_endpoints([cfg])
-            probe_completions([cfg])
+            launch = current_launch()
+            memo = launch.preflight if launch is not None else None
+            probe_endpoints([cfg], memo)
+            probe_completions([cfg], memo)
         services = build_services(cfg)  # then the job's local LLM server, if any (services.local_llm)
         with local_llm_served(
             services, build_node(cfg.services.get("local_llm"), services), Path(cfg.paths.output_dir)
@@ -77,13 +80,18 @@ def run(cfg: DictConfig) -> float | None:
             return run_configured_task(cfg, services)
 
 
-def check_start(config: DictConfig, jobs: Sequence[DictConfig]) -> None:
+def check_start(config: DictConfig, jobs: Sequence[DictConfig], memo: Preflight | None = None) -> None:
     """Refuse a run whose values, output places or input files are bad, before any store or dir exists.
 
     The Hydra callback calls it before the pre-flight (:mod:`cts.compose.callbacks`), with the run's
     (or sweep's) ``config`` and every job's composed config. Exits 1 with one ``error:`` line each:
     :func:`cts.compose.model_checks.spec_key_problems`, :func:`cts.compose.validate.value_problems`,
     :func:`cts.compose.validate.output_problems`, :func:`preload_inputs`.
+
+    Args:
+        config: The run's or sweep's config.
+        jobs: Every job's composed config.
+        memo: The launch's pre-flight memo, which keeps the inputs read for the jobs (None: not kept).
     """
     from cts.compose.checks import output_problems
     from cts.compose.errors import InputError, input_errors, missing_values, refuse
@@ -97,20 +105,21 @@ def check_start(config: DictConfig, jobs: Sequence[DictConfig]) -> None:
         with input_errors(job, exit_in_debug=True):
             if missing := missing_values(OmegaConf.masked_copy(job, [str(k) for k in job if k != "hydra"])):
                 raise InputError(missing)
-            preload_inputs(job)
+            preload_inputs(job, memo if memo is not None else Preflight())
 
 
-def preload_inputs(cfg: DictConfig) -> None:
+def preload_inputs(cfg: DictConfig, memo: Preflight) -> None:
     """Read the task's input files now (a dataset built from files alone, build_gold's instances).
 
     A broken file is refused before anything is created, and the task reuses what was read
-    (:meth:`ConfiguredTask.input`). An input built from the job's resources (the demo set) is left to the job.
+    (:meth:`ConfiguredTask.input`), kept in the launch's ``memo``. An input built from the
+    job's resources (the demo set) is left to the job.
     """
     try:
         found = task_spec(str(cfg.task._target_)).read(ConfiguredTask(cfg, build_services(cfg), files_only=True))
     except _NeedsResources:
         return
-    launch_state().inputs[_input_key(cfg)] = found
+    memo.inputs[_input_key(cfg)] = found
 
 
 def _input_key(cfg: DictConfig) -> str:
@@ -204,7 +213,8 @@ class ConfiguredTask:
     def input(self) -> Any:
         """What :func:`preload_inputs` read if its files are unchanged (a sweep's jobs share it), else read now."""
         key = _input_key(self._cfg)
-        inputs = launch_state().inputs
+        launch = current_launch()
+        inputs = launch.preflight.inputs if launch is not None else {}
         found = inputs.get(key) if in_multirun() else inputs.pop(key, None)
         return found if found is not None else task_spec(str(self._cfg.task._target_)).read(self)
 

@@ -1,16 +1,19 @@
 """Hydra callbacks of a launch (:class:`LaunchCallbacks`): everything before the jobs and after them.
 
 Before: the start-up checks, the pre-flight, the endpoint and completion probes, the plan and
-the MLflow store; after: the sweep report and the closing lines.
+the MLflow store; after: the sweep report and the closing lines. The callbacks own the launch
+(:class:`cts._util.launch.Launch`): they create it first and end it last.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,13 +27,13 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from cts import tracking
 from cts._util.console import job_closing_lines, sweep_closing_lines
 from cts._util.interrupt import hydra_quote, resume_command
-from cts._util.launch import begin_sweep, end_sweep
+from cts._util.launch import Launch, unbind
 from cts._util.naming import register_resolver, swept_keys
-from cts.compose.launch_state import new_launch
 from cts.core.errors import ConfigError, LaunchDone, ReportFailed, exit_on_error
 
 if TYPE_CHECKING:
     from cts.report import ReportResult
+    from cts.sweep._compose import ComposedJobs
 
 log = logging.getLogger(__name__)
 # Hydra imports this module (to build the callbacks) in the launching process and in
@@ -38,20 +41,20 @@ log = logging.getLogger(__name__)
 register_resolver()
 
 
-def sweep_job_configs(config: DictConfig) -> list[DictConfig]:
+def sweep_job_configs(config: DictConfig, composed: ComposedJobs) -> list[DictConfig]:
     """The composed config of every job the sweep will launch, without launching any.
 
     Expands the command line's sweep overrides the way Hydra's basic sweeper does and
     composes each job's config with Hydra's own loader, so the pre-flight sees e.g.
     ``clarifier=gpt`` as well as ``clarifier=claude`` before the first job starts.
-    """
-    from cts.sweep._compose import (
-        compose_job,  # kept: the sweeper and the cts launcher do not compose again
-    )
 
+    Args:
+        config: The sweep's config.
+        composed: The launch's compose memo (the sweeper and the cts launcher do not compose again).
+    """
     parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
     loader = GlobalHydra.instance().config_loader()
-    return [compose_job(loader, config, job) for job in sweep_jobs(parsed)]
+    return [composed.compose(loader, config, job) for job in sweep_jobs(parsed)]
 
 
 def sweep_jobs(overrides: list[Override]) -> list[list[str]]:
@@ -136,8 +139,16 @@ class LaunchCallbacks(Callback):
     """
 
     def __init__(self) -> None:
-        self._n_jobs = 0  # the jobs of the sweep (on_multirun_start), which its report must cover
-        self._plan: Any = None  # cts.plan.SweepPlan: the forecast, and where the actuals come from
+        self._launch: Launch | None = None
+
+    @property
+    def launch(self) -> Launch | None:
+        """The running launch (None before the start, after the end, and in a launcher's worker process)."""
+        return self._launch
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Without the launch: joblib and submitit pickle the callbacks for their workers, which read ``sweep.json``."""
+        return {**self.__dict__, "_launch": None}
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Called by Hydra in the launching process, before any job starts.
@@ -145,18 +156,40 @@ class LaunchCallbacks(Callback):
         Every job's config is pre-flighted here too, so a missing key stops the sweep
         before it launches, and every distinct endpoint of the sweep is probed once.
         """
-        with exit_on_error():
+        with exit_on_error(), self._ended_on_error():
             self._before_sweep(config)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Single runs: the pre-flight (keys, endpoint probes) first, then the store (harmless when it exists)."""
-        with exit_on_error():
+        with exit_on_error(), self._ended_on_error():
             self._before_run(config)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Build the paper-style sweep report and log it as a sweep-level run."""
-        with exit_on_error():
-            self._after_sweep(config)
+        try:
+            with exit_on_error():
+                self._after_sweep(config)
+        finally:
+            self._end()
+
+    def _begin(self, launch: Launch) -> Launch:
+        """Start ``launch``: nothing of an earlier one (a notebook's) is reused, its endpoints are probed again."""
+        self._launch = launch
+        launch.bind()  # for the pre-flight here, and the jobs Hydra runs in this thread (basic launcher, a single run)
+        return launch
+
+    def _end(self) -> None:
+        self._launch = None
+        unbind()
+
+    @contextlib.contextmanager
+    def _ended_on_error(self) -> Iterator[None]:
+        """A launch that fails (or stops: ``plan=only``) before its jobs ends here: Hydra calls no end hook then."""
+        try:
+            yield
+        except BaseException:
+            self._end()
+            raise
 
     def _before_sweep(self, config: DictConfig) -> None:
         from cts.compose.app import (
@@ -168,28 +201,28 @@ class LaunchCallbacks(Callback):
             task_groups,
         )
         from cts.compose.request_rules import warn_unapplied_params
+        from cts.plan import before_launch
+        from cts.sweep._compose import ComposedJobs
 
-        end_sweep()  # an earlier sweep of this process (a notebook) is over
-        new_launch()  # nothing of an earlier launch is reused: its endpoints are probed again
         sweep_dir = pin_sweep_dir(config)  # before any job's config is composed
         swept = swept_keys(list(config.hydra.overrides.task))
-        record = begin_sweep(sweep_dir, swept, resume_command(sys.argv[1:], Path(sweep_dir), sweep_dir))
-        jobs = sweep_job_configs(config)
-        self._n_jobs = len(jobs)
-        check_start(config, jobs)  # values, output places, input files: before any dir or store exists
+        resume = resume_command(sys.argv[1:], Path(sweep_dir), sweep_dir)
+        launch = self._begin(Launch.begin(sweep_dir, swept, resume, multirun=True))
+        launch.composed = ComposedJobs()
+        launch.jobs = jobs = tuple(sweep_job_configs(config, launch.composed))
+        check_start(config, jobs, launch.preflight)  # values, output places, input files: before any dir or store
         stop_on_problems([p for job in jobs for p in preflight_problems_of(job, task_groups(job))])
         warn_unapplied_params(jobs)  # a response_format the model's request rules drop or reshape
-        probe_endpoints(jobs)  # every distinct endpoint of the sweep, once
-        probe_completions(jobs)  # one minimal completion per distinct request of the sweep
-        from cts.plan import before_launch
-
-        self._plan = before_launch(config, jobs, [task_groups(job) for job in jobs])  # plan=true: forecast, spend limit
-        if self._plan.stop:  # plan=only: the forecast and the command that runs the sweep; nothing else
-            print("\n".join(self._plan.stop), flush=True)
+        probe_endpoints(jobs, launch.preflight)  # every distinct endpoint of the sweep, once
+        probe_completions(jobs, launch.preflight)  # one minimal completion per distinct request of the sweep
+        launch.plan = before_launch(config, launch, [task_groups(job) for job in jobs])  # plan=true: forecast, limit
+        if launch.plan.stop:  # plan=only: the forecast and the command that runs the sweep; nothing else
+            print("\n".join(launch.plan.stop), flush=True)
             raise LaunchDone()
-        record.write()  # <sweep>/sweep.json: what jobs in other processes (joblib, Slurm) read
+        launch.record.write()  # <sweep>/sweep.json: what jobs in other processes (joblib, Slurm) read
         if not jobs_open_store_here(config):
             tracking.prepare_store(config.tracking.uri)
+            launch.store = str(config.tracking.uri)
         elif any(job.tracking.instance_traces for job in jobs):
             tracking.start_trace_writer(config.tracking.uri)  # its start-up overlaps the jobs' set-up
 
@@ -204,31 +237,31 @@ class LaunchCallbacks(Callback):
         from cts.compose.request_rules import warn_unapplied_params
         from cts.plan.calibrate import plan_settings
 
-        new_launch()
+        launch = self._begin(Launch.begin(str(OmegaConf.select(config, "hydra.run.dir", default="."))))
+        launch.jobs = (config,)
         if plan_settings(config).then == "stop":  # it would run the job it was asked only to forecast
             raise ConfigError("error: plan: plan=only forecasts a multirun; add -m (python run.py -m ... plan=only)")
-        check_start(config, [config])  # values, output places, input files: before the run dir or store exists
+        check_start(config, [config], launch.preflight)  # values, output places, input files: before the run dir
         preflight(config, groups=task_groups(config))
         warn_unapplied_params([config])
-        probe_endpoints([config])  # before the store: a dead endpoint fails fast and creates nothing
-        probe_completions([config])
+        probe_endpoints([config], launch.preflight)  # before the store: a dead endpoint fails fast, creates nothing
+        probe_completions([config], launch.preflight)
         if config.tracking.instance_traces:  # after the checks: the writer opens (creates) the store
             tracking.start_trace_writer(config.tracking.uri)  # its start-up (~2 s) overlaps the job's
         tracking.prepare_store(config.tracking.uri)
+        launch.store = str(config.tracking.uri)
 
     def _after_sweep(self, config: DictConfig) -> None:
         from cts._util.startup import end_startup_gc
-        from cts.sweep._compose import forget_composed
-
-        end_startup_gc()  # a launcher whose jobs ran elsewhere (joblib, Slurm) left it off here
-        end_sweep()
-        forget_composed()
         from cts.plan import after_sweep
 
+        end_startup_gc()  # a launcher whose jobs ran elsewhere (joblib, Slurm) left it off here
+        launch = self._launch
+        n_jobs = len(launch.jobs) if launch is not None else 0
         try:
-            report = report_or_exit(config, self._n_jobs) if config.get("sweep_report", True) else None
+            report = report_or_exit(config, n_jobs) if config.get("sweep_report", True) else None
         finally:  # <sweep>/sweep_actual.json (the report's time in it), beside the forecast when there is one
-            after_sweep(self._plan)
+            after_sweep(launch.plan if launch is not None else None)
         where = sweep_closing_lines(
             str(config.hydra.sweep.dir),
             str(report / "report.md") if report else None,
@@ -238,7 +271,8 @@ class LaunchCallbacks(Callback):
         print("\n".join(where), flush=True)
 
     def on_run_end(self, config: DictConfig, job_return: JobReturn | None = None, **kwargs: Any) -> None:
-        """A single run that finished: say where its results are and how to look at them."""
+        """A single run that finished: say where its results are and how to look at them. The launch ends."""
+        self._end()
         if job_return is None or job_return.status != JobStatus.COMPLETED or job_return.hydra_cfg is None:
             return
         job_dir = Path(str(job_return.hydra_cfg.hydra.runtime.output_dir))

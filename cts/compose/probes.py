@@ -1,7 +1,7 @@
 """Pre-flight probes of a sweep's LLM endpoints: one GET per endpoint, one minimal completion per request.
 
-Each runs once per launch for what it already checked (a sweep's jobs share it:
-:mod:`cts.compose.launch_state`); a problem exits 1 before anything is created, one line per
+Each runs once per launch for what it already checked (a sweep's jobs share the launch's
+:class:`cts._util.launch.Preflight`); a problem exits 1 before anything is created, one line per
 endpoint or model.
 """
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from cts._util.launch import Preflight
 from cts.core.errors import PreflightFailed
 
 
@@ -28,13 +29,16 @@ def task_groups(cfg: DictConfig) -> tuple[str, ...]:
     return (*calls, "services")
 
 
-def probe_endpoints(cfgs: Sequence[DictConfig]) -> None:
+def probe_endpoints(cfgs: Sequence[DictConfig], memo: Preflight | None = None) -> None:
     """Probe every distinct endpoint of these jobs once; exit 1 naming each dead one.
 
     Jobs with ``services.llm.preflight_probe=false`` are not probed (see :mod:`cts.compose.model_checks`);
     an endpoint that answered once in this launch is not probed again.
+
+    Args:
+        cfgs: The jobs' configs.
+        memo: The launch's pre-flight memo (None: nothing probed yet, nothing kept).
     """
-    from cts.compose.launch_state import launch_state
     from cts.compose.model_checks import endpoints_of, probe_problems
 
     jobs = [
@@ -42,7 +46,8 @@ def probe_endpoints(cfgs: Sequence[DictConfig]) -> None:
         for c in cfgs
         if OmegaConf.select(c, "services.llm.preflight_probe", default=True)
     ]
-    endpoints = [e for e in endpoints_of(jobs) if (e.api_base, e.api_key) not in launch_state().probed]
+    memo = memo if memo is not None else Preflight()
+    endpoints = [e for e in endpoints_of(jobs) if (e.api_base, e.api_key) not in memo.probed]
     if not endpoints:
         return
     timeout = float(OmegaConf.select(jobs[0], "services.llm.preflight_timeout_s", default=5.0))
@@ -52,23 +57,26 @@ def probe_endpoints(cfgs: Sequence[DictConfig]) -> None:
         "Start the server or correct its URL (services.llm.api_base, or the model's api_base); "
         "services.llm.preflight_probe=false skips this check.",
     )
-    launch_state().probed.update((e.api_base, e.api_key) for e in endpoints)
+    memo.probed.update((e.api_base, e.api_key) for e in endpoints)
 
 
-def probe_completions(cfgs: Sequence[DictConfig]) -> None:
+def probe_completions(cfgs: Sequence[DictConfig], memo: Preflight | None = None) -> None:
     """One minimal completion per distinct request of these jobs; exit 1 naming each failure.
 
     Runs after :func:`probe_endpoints` (a dead server fails there, for free); see
     :mod:`cts.compose.completion_probe`. Its cost is printed on stderr.
+
+    Args:
+        cfgs: The jobs' configs.
+        memo: The launch's pre-flight memo (None: nothing checked yet, nothing kept).
     """
     from cts.compose.completion_probe import check_completions
-    from cts.compose.launch_state import launch_state
 
     jobs = [OmegaConf.masked_copy(c, list(task_groups(c))) for c in cfgs]
     if not jobs:
         return
     cache_dir = Path(str(OmegaConf.select(cfgs[0], "paths.cache_dir", default=".")))
-    problems, report = check_completions(jobs, cache_dir, launch_state().completed)
+    problems, report = check_completions(jobs, cache_dir, (memo if memo is not None else Preflight()).completed)
     if report:
         print(report, file=sys.stderr, flush=True)
     exit_on_probe_problems(

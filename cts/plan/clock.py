@@ -17,7 +17,11 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cts._util.launch import Launch
+    from cts.sweep import SweepSession
 
 __all__ = ["ThreadClock", "ThreadSpan", "Timeline", "timeline_from_json"]
 
@@ -118,10 +122,14 @@ class ThreadClock:
     """Sample each thread's CPU time every ``interval_s`` seconds from :meth:`start` to :meth:`stop`.
 
     A stretch of a thread's activity ends when a sample finds it idle for ``gap_s`` seconds.
+
+    Args:
+        launch: The sweep's launch, whose session's loop each sample reads (calls in flight, congestion).
     """
 
-    def __init__(self, interval_s: float = 0.2, gap_s: float = 1.0) -> None:
+    def __init__(self, launch: Launch | None = None, interval_s: float = 0.2, gap_s: float = 1.0) -> None:
         self.interval_s, self.gap_s = interval_s, gap_s
+        self._launch = launch
         self._tracks: dict[int, _Track] = {}
         self._samples: list[tuple[float, float, float, int, int, float]] = []
         self._stop = threading.Event()
@@ -184,7 +192,8 @@ class ThreadClock:
                 track = self._tracks[tid] = _Track(name, used if first else 0.0)
             self._advance(track, now, used)
         busy = _machine_busy() - self._busy0
-        self._samples.append((now, time.process_time() - self._cpu0, busy, *_on_loop()))
+        session = self._launch.session if self._launch is not None else None
+        self._samples.append((now, time.process_time() - self._cpu0, busy, *_on_loop(session)))
 
     def _advance(self, track: _Track, now: float, used: float) -> None:
         delta = used - track.last
@@ -206,16 +215,13 @@ def _machine_busy() -> float:
     return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
 
 
-def _on_loop() -> tuple[int, int, float]:
+def _on_loop(session: SweepSession | None) -> tuple[int, int, float]:
     """The sweep loop's requests in flight, congestion signals so far and the summed limit of the endpoints that saw one.
 
-    ``(-1, -1, -1.0)`` outside a sweep, or when its loop does not answer within a tenth of a second.
+    ``(-1, -1, -1.0)`` outside a sweep's session, or when its loop does not answer within a tenth of a second.
     """
     import asyncio
 
-    from cts.sweep import current_session
-
-    session = current_session()
     if session is None or not session.loop.is_running():
         return (-1, -1, -1.0)
 

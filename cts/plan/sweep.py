@@ -23,6 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from cts._util.launch import Launch
 from cts.core.errors import PlanRefused
 from cts.plan.actual import PLAN_DIR, SweepPlan, log_plan, record_actual
 from cts.plan.calibrate import (
@@ -45,12 +46,12 @@ __all__ = ["SweepPlan", "after_sweep", "before_launch"]
 log = logging.getLogger(__name__)
 
 
-def before_launch(config: DictConfig, jobs: Sequence[DictConfig], groups: Sequence[Sequence[str]]) -> SweepPlan:
+def before_launch(config: DictConfig, launch: Launch, groups: Sequence[Sequence[str]]) -> SweepPlan:
     """Note each job dir's records; with ``plan`` on, forecast the sweep and refuse one over its spend limit.
 
     Args:
         config: The sweep's config.
-        jobs: Every job's composed config.
+        launch: The sweep's launch: its jobs' composed configs, and where the instance ids they share are kept.
         groups: Per job, the config groups its task calls models of (``cts.compose.app.task_groups``).
 
     Raises:
@@ -58,12 +59,13 @@ def before_launch(config: DictConfig, jobs: Sequence[DictConfig], groups: Sequen
             ``services.llm.spend.max_usd`` or its forecast cannot show it does not (unless
             ``services.llm.spend.allow_over_forecast``; :func:`cts.plan.limit.spend_over`).
     """
-    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir, jobs = Path(str(config.hydra.sweep.dir)), launch.jobs
     settings = plan_settings(config)
     if settings.enabled and not all(_plannable(job) for job in jobs):
         log.warning("plan: only the evaluate task's instances are forecast; this sweep runs without a plan")
         settings = PlanSettings(enabled=False, then=settings.then if settings.only else "run")
-    plans = tuple(_job_plan(config, job, i, g, settings.enabled) for i, (job, g) in enumerate(zip(jobs, groups)))
+    ids = launch.instance_ids if settings.enabled else None
+    plans = tuple(_job_plan(config, job, i, g, ids) for i, (job, g) in enumerate(zip(jobs, groups)))
     before = {p.name: count_records(p.job_dir) for p in plans}
     tracking_ = {"uri": str(config.tracking.uri), "experiment": str(config.tracking.experiment)}
     plan = SweepPlan(sweep_dir, plans, before, time.monotonic(), tracking=tracking_)
@@ -85,20 +87,22 @@ def before_launch(config: DictConfig, jobs: Sequence[DictConfig], groups: Sequen
     if settings.enabled or settings.calibration:
         from cts.plan.clock import ThreadClock
 
-        plan.clock = ThreadClock().start()
+        plan.clock = ThreadClock(launch).start()  # it reads the session's loop
     return plan
 
 
-def _job_plan(config: DictConfig, job: DictConfig, i: int, groups: Sequence[str], planned: bool) -> JobPlan:
-    """The job as the planner sees it; unplanned, only its dir (what its records count after the sweep)."""
+def _job_plan(
+    config: DictConfig, job: DictConfig, i: int, groups: Sequence[str], ids: dict[str, tuple[str, ...]] | None
+) -> JobPlan:
+    """The job as the planner sees it (``ids``: the launch's instance ids, None unplanned); unplanned, only its dir."""
     from cts._util.naming import job_name, swept_keys
 
     name = job_name(list(job.hydra.overrides.task), swept_keys(list(config.hydra.overrides.task)), f"job{i}")
-    if not planned:
+    if ids is None:
         return JobPlan(name, (), Routes({}, {}, {}), 1, Path(str(config.hydra.sweep.dir)) / name)
     return JobPlan(
         name,
-        _instance_ids(job),
+        _instance_ids(job, ids),
         routes_of(job, groups),
         _job_concurrency(config, job),
         Path(str(config.hydra.sweep.dir)) / name,
@@ -115,20 +119,17 @@ def _plannable(job: DictConfig) -> bool:
     return get_object(str(job.task._target_)) is evaluate_task
 
 
-def _instance_ids(job: DictConfig) -> tuple[str, ...]:
-    """The ids of the instances the job will run (its dataset, up to ``limit``); the jobs of a sweep share one read."""
+def _instance_ids(job: DictConfig, ids: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """The ids of the instances the job will run (its dataset, up to ``limit``); the jobs of a sweep share one read (``ids``)."""
     from cts.compose.app import ConfiguredTask, build_services
     from cts.data.jsonl import select_instances
 
     key = json.dumps([OmegaConf.to_container(job.dataset, resolve=True), job.get("limit")], sort_keys=True, default=str)
-    if key not in _IDS:
-        _IDS[key] = tuple(
+    if key not in ids:
+        ids[key] = tuple(
             i.id for i in select_instances(ConfiguredTask(job, build_services(job)).input(), job.get("limit"))
         )
-    return _IDS[key]
-
-
-_IDS: dict[str, tuple[str, ...]] = {}
+    return ids[key]
 
 
 def _job_concurrency(config: DictConfig, job: DictConfig) -> int:

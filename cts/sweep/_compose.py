@@ -12,6 +12,7 @@ overrides differ from an already composed sibling's only in the scalar values of
 plain ``key=value`` overrides is composed from the sibling: a copy, the job's values
 assigned with Hydra's own override code, and the fields Hydra derives from the overrides
 (``hydra.overrides.task``, ``hydra.job.override_dirname``) set as Hydra sets them.
+The memo belongs to one launch (:class:`ComposedJobs`, ``Launch.composed``).
 ``tests/sweep/test_compose.py`` checks that such configs equal Hydra's own, job by job.
 Anything else (a group choice, ``+key``, ``~key``, a list or dict value) is composed by Hydra.
 """
@@ -25,37 +26,57 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-_LOCK = threading.Lock()
-_MEMO: dict[tuple[int, tuple[str, ...]], tuple[Any, DictConfig]] = {}
-_SIBLINGS: dict[tuple[int, tuple[str, ...]], tuple[Any, DictConfig]] = {}
 
+class ComposedJobs:
+    """The job configs one launch composed (its compose memo: ``Launch.composed``), by master config and overrides.
 
-def compose_job(loader: Any, master: DictConfig, overrides: Sequence[str]) -> DictConfig:
-    """``loader.load_sweep_config(master, overrides)``, composed once per master config and overrides.
-
-    Args:
-        loader: Hydra's config loader.
-        master: The sweep's config (the one the launching process composed).
-        overrides: The job's overrides.
-
-    Returns:
-        A fresh copy: callers may change it (the launcher sets the job's id).
+    It lives as long as its launch: the callbacks' pre-flight fills it, the sweeper and the
+    launcher read it, and the next launch starts with a new one.
     """
-    key = (id(master), tuple(overrides))
-    with _LOCK:
-        hit = _MEMO.get(key)
-    if hit is not None and hit[0] is master:  # an id reused by another object is not a hit
-        return copy.deepcopy(hit[1])
-    shape = _value_shape(loader, overrides)
-    config = _from_sibling(master, overrides, shape)
-    if config is None:
-        config = loader.load_sweep_config(master_config=master, sweep_overrides=list(overrides))
-        if shape is not None:
-            with _LOCK:
-                _SIBLINGS.setdefault((id(master), shape), (master, config))
-    with _LOCK:
-        _MEMO[key] = (master, config)
-    return copy.deepcopy(config)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._memo: dict[tuple[int, tuple[str, ...]], tuple[Any, DictConfig]] = {}
+        self._siblings: dict[tuple[int, tuple[str, ...]], tuple[Any, DictConfig]] = {}
+
+    def compose(self, loader: Any, master: DictConfig, overrides: Sequence[str]) -> DictConfig:
+        """``loader.load_sweep_config(master, overrides)``, composed once per master config and overrides.
+
+        Args:
+            loader: Hydra's config loader.
+            master: The sweep's config (the one the launching process composed).
+            overrides: The job's overrides.
+
+        Returns:
+            A fresh copy: callers may change it (the launcher sets the job's id).
+        """
+        key = (id(master), tuple(overrides))
+        with self._lock:
+            hit = self._memo.get(key)
+        if hit is not None and hit[0] is master:  # an id reused by another object is not a hit
+            return copy.deepcopy(hit[1])
+        shape = _value_shape(loader, overrides)
+        config = self._from_sibling(master, overrides, shape)
+        if config is None:
+            config = loader.load_sweep_config(master_config=master, sweep_overrides=list(overrides))
+            if shape is not None:
+                with self._lock:
+                    self._siblings.setdefault((id(master), shape), (master, config))
+        with self._lock:
+            self._memo[key] = (master, config)
+        return copy.deepcopy(config)
+
+    def _from_sibling(
+        self, master: DictConfig, overrides: Sequence[str], shape: tuple[str, ...] | None
+    ) -> DictConfig | None:
+        """A composed sibling of the same shape made into the job's config (None: no sibling)."""
+        if shape is None:
+            return None
+        with self._lock:
+            sibling = self._siblings.get((id(master), shape))
+        if sibling is None or sibling[0] is not master:
+            return None
+        return _from_sibling(master, overrides, shape, sibling[1])
 
 
 def _value_shape(loader: Any, overrides: Sequence[str]) -> tuple[str, ...] | None:
@@ -82,19 +103,15 @@ def _scalar(value: Any) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
 
 
-def _from_sibling(master: DictConfig, overrides: Sequence[str], shape: tuple[str, ...] | None) -> DictConfig | None:
-    """The job's config made from a composed sibling of the same shape, as Hydra would compose it (None: no sibling)."""
-    if shape is None:
-        return None
-    with _LOCK:
-        sibling = _SIBLINGS.get((id(master), shape))
-    if sibling is None or sibling[0] is not master:
-        return None
+def _from_sibling(
+    master: DictConfig, overrides: Sequence[str], shape: tuple[str, ...], sibling: DictConfig
+) -> DictConfig:
+    """The job's config made from a composed sibling of the same shape, as Hydra would compose it."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import open_dict
 
-    config = copy.deepcopy(sibling[1])
+    config = copy.deepcopy(sibling)
     hydra_lines = list(OmegaConf.to_container(master.hydra.overrides.hydra) or [])
     parsed = OverridesParser.create().parse_overrides([*hydra_lines, *overrides])
     task = [o for o in parsed if not o.is_hydra_override()]
@@ -110,25 +127,23 @@ def _from_sibling(master: DictConfig, overrides: Sequence[str], shape: tuple[str
     return config
 
 
-def forget_composed() -> None:
-    """Drop every kept config (at the end of a sweep)."""
-    with _LOCK:
-        _MEMO.clear()
-        _SIBLINGS.clear()
-
-
 class MemoConfigLoader:
-    """A Hydra config loader whose ``load_sweep_config`` goes through :func:`compose_job`.
+    """A Hydra config loader whose ``load_sweep_config`` goes through a launch's :class:`ComposedJobs`.
 
     Everything else is delegated to the wrapped loader.
+
+    Args:
+        inner: Hydra's loader.
+        composed: The launch's compose memo (a new one when not given).
     """
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, composed: ComposedJobs | None = None) -> None:
         self.inner = inner
+        self.composed = composed if composed is not None else ComposedJobs()
 
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        """See :func:`compose_job`."""
-        return compose_job(self.inner, master_config, sweep_overrides)
+        """See :meth:`ComposedJobs.compose`."""
+        return self.composed.compose(self.inner, master_config, sweep_overrides)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -6,6 +6,10 @@ so all instances of all jobs share one schedule: one LLM runtime per distinct
 ``services.llm`` (one cache, one spend limit), one adaptive limiter per endpoint and
 one in-flight table across them, and one orig arm per setting and instance.
 
+The session belongs to its launch (:class:`cts._util.launch.Launch`, ``launch.session``): it
+joins the launch bound where it is opened (the cts launcher's), or, opened on its own (a test,
+a notebook), binds a launch of its own for the block. Job code finds it through the launch.
+
 Hydra keeps the current job's config in process globals (``HydraConfig``), so
 the synchronous parts of jobs (set-up, then summary and tracking) take turns
 under :attr:`SweepSession.turn`; a job gives the turn up while its instances run.
@@ -27,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tqdm.auto import tqdm
 
+from cts._util.launch import Launch, current_launch
 from cts._util.startup import end_startup_gc
 from cts.llm._singleflight import SingleFlight
 
@@ -38,7 +43,6 @@ T = TypeVar("T")
 ArmOutcome = tuple["ArmResult", dict[str, Any]]
 OrigShare = Callable[[str, Callable[[], Awaitable[ArmOutcome]]], Awaitable[ArmOutcome]]
 
-_CURRENT: SweepSession | None = None
 _DRAIN_TIMEOUT_S = 30.0
 
 
@@ -97,6 +101,7 @@ class SweepSession:
         self.stopped = False
         self.progress = SweepProgress(self, progress)
         self._setting_up = 0
+        self._launch: contextlib.ExitStack | None = None
 
     def expect_jobs(self, n: int) -> None:
         """``n`` jobs will take turns; once each has set up (or ended), start-up is over (:mod:`cts._util.startup`)."""
@@ -117,16 +122,20 @@ class SweepSession:
             end_startup_gc()
 
     def __enter__(self) -> SweepSession:
-        global _CURRENT
-        if _CURRENT is not None:
-            raise RuntimeError("a sweep session is already open in this process")
+        launch = current_launch()
+        if launch is not None and launch.session is not None:
+            raise RuntimeError("a sweep session is already open in this launch")
+        self._launch = contextlib.ExitStack()
+        if launch is None:  # opened on its own: a launch of its own for the block
+            launch = self._launch.enter_context(Launch.begin(".").bound())
+        launch.session = self
+        self._launch.callback(setattr, launch, "session", None)
         self._thread.start()
-        _CURRENT = self
         return self
 
     def __exit__(self, *exc: object) -> None:
-        global _CURRENT
-        _CURRENT = None
+        if self._launch is not None:
+            self._launch.close()
         with contextlib.suppress(concurrent.futures.TimeoutError):
             asyncio.run_coroutine_threadsafe(_drain(), self.loop).result(_DRAIN_TIMEOUT_S)
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -308,8 +317,10 @@ async def _drain() -> None:
 
 
 def current_session() -> SweepSession | None:
-    """The open sweep session of this process, if any."""
-    return _CURRENT
+    """The open sweep session of this context's launch, if any."""
+    launch = current_launch()
+    session = launch.session if launch is not None else None
+    return session if isinstance(session, SweepSession) else None
 
 
 class Started(Generic[T]):

@@ -32,8 +32,7 @@ def mlflow_module() -> Any:
     return mlflow
 
 
-_PREPARED: set[str] = set()
-_FAILED: dict[str, str] = {}  # uri -> why it cannot be opened (later callers fail at once)
+_PREPARED: set[str] = set()  # stores whose schema this process found current (tests/test_launch_state.py)
 _STORE_LOCK_TIMEOUT_S = 600.0  # a first migration of a fresh store takes seconds; a wedged one is an error
 
 
@@ -58,15 +57,17 @@ def prepare_store(uri: str) -> None:
     MLflow builds a fresh SQL store with a chain of alembic migrations; processes that
     open it at the same moment (single jobs, a multirun, the report, a notebook) race in
     them and can leave it unusable. Every cts entry point that touches the store comes
-    through here first, once per process.
+    through here first, once per process. A store that cannot be opened fails the later
+    callers of the same launch at once (``Launch.store_failures``); the next launch tries again.
 
     Raises:
         TrackingStoreError: The store exists but is broken (e.g. a migration cut short).
     """
     if uri in _PREPARED:
         return
-    if uri in _FAILED:
-        raise TrackingStoreError(_FAILED[uri])
+    failed = _failures()
+    if uri in failed:
+        raise TrackingStoreError(failed[uri])
     if uri.startswith("sqlite:///"):
         Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         # SQLite takes one writer at a time: MLflow's 10 trace-logging threads would wait on its lock.
@@ -78,14 +79,22 @@ def prepare_store(uri: str) -> None:
         try:
             mlflow_module().MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
         except Exception as e:  # noqa: BLE001 - any failure here means the store is unusable
-            _FAILED[uri] = broken_store_message(uri, e)
-            raise TrackingStoreError(_FAILED[uri]) from None
+            failed[uri] = broken_store_message(uri, e)
+            raise TrackingStoreError(failed[uri]) from None
     _PREPARED.add(uri)
 
 
 def store_failed(uri: str) -> bool:
-    """Whether this process already found the store at ``uri`` unusable (:func:`prepare_store` raised)."""
-    return uri in _FAILED
+    """Whether this launch already found the store at ``uri`` unusable (:func:`prepare_store` raised)."""
+    return uri in _failures()
+
+
+def _failures() -> dict[str, str]:
+    """Why a store cannot be opened, by URI: the running launch's record, or a fresh one outside a launch."""
+    from cts._util.launch import current_launch
+
+    launch = current_launch()
+    return launch.store_failures if launch is not None else {}
 
 
 def broken_store_message(uri: str, error: BaseException) -> str:

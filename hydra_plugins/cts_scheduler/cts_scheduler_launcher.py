@@ -36,6 +36,8 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from cts._util.launch import Launch
+
 log = logging.getLogger(__name__)
 _POLL_S = 0.2
 
@@ -68,20 +70,26 @@ class CtsLauncher(Launcher):
         self.progress = progress
         self.job_concurrency = job_concurrency
         self.config: DictConfig | None = None
+        self._launch: Launch | None = None
         self.task_function: TaskFunction | None = None
         self.hydra_context: HydraContext | None = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        """Keep what :meth:`launch` needs (called by Hydra).
+        """Keep what :meth:`launch` needs (called by Hydra), and take the launch from the callbacks.
 
         The sweeper and this launcher share ``hydra_context``: its loader is wrapped so that
-        each job's config, composed by the pre-flight, is not composed again (``cts.sweep._compose``).
+        each job's config, composed by the pre-flight into the launch's memo, is not composed
+        again (``cts.sweep._compose``).
         """
-        from cts.sweep._compose import MemoConfigLoader
+        from cts.sweep._compose import ComposedJobs, MemoConfigLoader
 
-        if not isinstance(hydra_context.config_loader, MemoConfigLoader):
-            # Duck-typed: it delegates everything but load_sweep_config to the loader it wraps.
-            hydra_context.config_loader = cast(ConfigLoader, MemoConfigLoader(hydra_context.config_loader))
+        self._launch = _launch_of(hydra_context, config)
+        if self._launch.composed is None:
+            self._launch.composed = ComposedJobs()
+        loader = hydra_context.config_loader
+        inner = loader.inner if isinstance(loader, MemoConfigLoader) else loader  # an earlier launch's wrapper
+        # Duck-typed: it delegates everything but load_sweep_config to the loader it wraps.
+        hydra_context.config_loader = cast(ConfigLoader, MemoConfigLoader(inner, self._launch.composed))
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
@@ -90,7 +98,7 @@ class CtsLauncher(Launcher):
         from cts.sweep import SweepSession
         from cts.sweep._joblog import routed_job_logs
 
-        assert self.config is not None and self.hydra_context is not None
+        assert self.config is not None and self.hydra_context is not None and self._launch is not None
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
@@ -100,16 +108,17 @@ class CtsLauncher(Launcher):
         results: list[JobReturn | None] = [None] * len(configs)
         with (
             routed_job_logs(_file_format(self.config)) as router,
-            SweepSession(progress=self.progress) as session,
-            sweep_signals(),
+            self._launch.bound() as launch,
+            SweepSession(progress=self.progress) as session,  # launch.session
+            sweep_signals(launch),  # the jobs print no resume command: _stopped prints the sweep's
         ):
             session.expect_jobs(len(configs))
             ended = [threading.Event() for _ in configs]
-            threads = [
+            threads = [  # each job runs in a context of its own where only the launch is bound
                 threading.Thread(
-                    target=_then_set,
+                    target=launch.context().run,
                     name=f"cts-job-{i}",
-                    args=(ended[i], self._run_one, session, router, c, results, i),
+                    args=(_then_set, ended[i], self._run_one, session, router, c, results, i),
                 )
                 for i, c in enumerate(configs)
             ]
@@ -162,6 +171,20 @@ class CtsLauncher(Launcher):
         ret = results[i]
         if ret is not None and ret.status == JobStatus.FAILED and not _interrupted(ret._return_value):
             log.error("job #%d (%s) failed: %s", i, " ".join(config.hydra.overrides.task), _why(ret._return_value))
+
+
+def _launch_of(hydra_context: HydraContext, config: DictConfig) -> Launch:
+    """The launch the callbacks began (:class:`cts.compose.callbacks.LaunchCallbacks`), else one of this sweep's own.
+
+    Hydra hands the callbacks to the launcher in ``hydra_context.callbacks``; a config without
+    them (a test's) gets a launch whose jobs read ``<sweep>/sweep.json`` as workers do.
+    """
+    from cts.compose.callbacks import LaunchCallbacks
+
+    for callback in getattr(hydra_context.callbacks, "callbacks", ()):
+        if isinstance(callback, LaunchCallbacks) and callback.launch is not None:
+            return callback.launch
+    return Launch.begin(str(config.hydra.sweep.dir), multirun=True)
 
 
 def _then_set(ended: threading.Event, target: Any, *args: Any) -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextvars
+import pickle
+
 from hydra import compose, initialize_config_dir
 
-from cts.compose.launch_state import launch_state, new_launch
+from cts._util.launch import Launch, current_launch
+from cts.compose.callbacks import LaunchCallbacks
 from cts.compose.probes import probe_endpoints
 from tests.runs import REPO
 
@@ -14,13 +18,34 @@ def _llm_job(base_url: str):  # noqa: ANN202 - DictConfig
         return compose("config", overrides=[f"services.llm.api_base={base_url}", "limit=1"])
 
 
-def test_an_endpoint_is_probed_once_per_launch_and_again_in_the_next(llm_server) -> None:
+def test_an_endpoint_is_probed_once_per_launch_and_again_in_the_next(llm_server, tmp_path) -> None:
     job = _llm_job(llm_server.base_url)
-    new_launch()
-    probe_endpoints([job, job])
-    probe_endpoints([job])  # a job of the same launch: nothing sent again
-    assert len(llm_server.gets) == 1 and launch_state().probed
-    new_launch()  # the next sweep in this process (a notebook): the endpoint may have died since
-    assert not launch_state().probed
-    probe_endpoints([job])
+    launch = Launch.begin(str(tmp_path / "a"), multirun=True)
+    probe_endpoints([job, job], launch.preflight)
+    probe_endpoints([job], launch.preflight)  # a job of the same launch: nothing sent again
+    assert len(llm_server.gets) == 1 and launch.preflight.probed
+    following = Launch.begin(str(tmp_path / "b"), multirun=True)  # the next sweep in this process (a notebook)
+    assert not following.preflight.probed  # the endpoint may have died since
+    probe_endpoints([job], following.preflight)
     assert len(llm_server.gets) == 2
+
+
+def test_a_launch_is_seen_by_its_own_context_only(tmp_path) -> None:
+    launch = Launch.begin(str(tmp_path), multirun=True)
+    with launch.bound():
+        assert current_launch() is launch
+        assert contextvars.Context().run(current_launch) is None  # a thread the launcher did not start
+        assert launch.context().run(current_launch) is launch  # a job thread of the launcher
+    assert current_launch() is None
+
+
+def test_the_callbacks_reach_workers_without_the_launch(tmp_path) -> None:
+    callbacks = LaunchCallbacks()
+    callbacks._begin(Launch.begin(str(tmp_path), multirun=True))
+    try:
+        assert callbacks.launch is not None and current_launch() is callbacks.launch
+        copy = pickle.loads(pickle.dumps(callbacks))  # what joblib and submitit send their workers
+        assert copy.launch is None
+    finally:
+        callbacks._end()
+    assert callbacks.launch is None and current_launch() is None

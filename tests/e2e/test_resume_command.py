@@ -3,6 +3,8 @@ run.py, every argument shell-quoted, the dir Hydra-quoted; a multirun prints one
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import os
 import pickle
@@ -15,7 +17,7 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from cts._util.interrupt import hydra_quote, recorded_sweep, resume_command
-from cts._util.launch import RECORD_FILE, begin_sweep, end_sweep, sweep_record
+from cts._util.launch import RECORD_FILE, Launch, sweep_record
 from cts.core.records import read_records
 from cts.protocol.outcome import JobIncomplete, Outcome, finish
 from tests.llm_fakes import protocol_reply
@@ -47,14 +49,14 @@ def test_a_relative_dir_and_script_become_absolute(tmp_path: Path, monkeypatch) 
 
 
 @pytest.fixture
-def launching():  # noqa: ANN201 - records a sweep as the launching process does, and ends it after the test
-    end_sweep()
+def launching():  # noqa: ANN201 - begins a sweep's launch as the launching process does, and ends it after the test
+    with contextlib.ExitStack() as launches:
 
-    def begin(sweep: Path, argv: list[str], swept: tuple[str, ...] = ("k",)) -> str:
-        return begin_sweep(str(sweep), swept, resume_command(argv, sweep, str(sweep))).resume
+        def begin(sweep: Path, argv: list[str], swept: tuple[str, ...] = ("k",)) -> str:
+            launch = Launch.begin(str(sweep), swept, resume_command(argv, sweep, str(sweep)), multirun=True)
+            return launches.enter_context(launch.bound()).record.resume
 
-    yield begin
-    end_sweep()
+        yield begin
 
 
 def test_the_jobs_of_a_sweep_resume_with_the_sweep_command(tmp_path: Path, launching) -> None:
@@ -74,10 +76,13 @@ def test_a_job_in_another_process_reads_the_sweep_record_from_the_sweep_dir(tmp_
     record = sweep_record(str(sweep))
     assert record is not None
     record.write()
-    end_sweep()  # as a joblib or Slurm worker sees it: no record in its process
-    assert json.loads((sweep / RECORD_FILE).read_text()) == {"swept": ["clarifier", "k"], "resume": command}
-    assert recorded_sweep(str(sweep)) == command and sweep_record(str(sweep)) == record
-    assert sweep_record(str(tmp_path / "other")) is None
+
+    def in_a_worker() -> None:  # as a joblib or Slurm worker sees it: no launch in its process
+        assert json.loads((sweep / RECORD_FILE).read_text()) == {"swept": ["clarifier", "k"], "resume": command}
+        assert recorded_sweep(str(sweep)) == command and sweep_record(str(sweep)) == record
+        assert sweep_record(str(tmp_path / "other")) is None
+
+    contextvars.Context().run(in_a_worker)
 
 
 def test_an_incomplete_job_of_a_sweep_names_the_sweep_command_once(tmp_path: Path, launching, capsys) -> None:

@@ -19,8 +19,8 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def _compositions(sweep: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], list[Any], int]:
-    """Every job of ``sweep`` composed by :func:`compose_job` and by Hydra itself, and how often Hydra composed."""
-    composing.forget_composed()
+    """Every job of ``sweep`` composed by a launch's :class:`ComposedJobs` and by Hydra itself, and how often Hydra composed."""
+    composed = composing.ComposedJobs()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         master = loader.load_configuration("config", sweep, run_mode=RunMode.MULTIRUN)
@@ -33,10 +33,9 @@ def _compositions(sweep: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[li
             return real(self, master_config, sweep_overrides)
 
         monkeypatch.setattr(type(loader), "load_sweep_config", counted)
-        ours = [composing.compose_job(loader, master, job) for job in jobs]
+        ours = [composed.compose(loader, master, job) for job in jobs]
         monkeypatch.setattr(type(loader), "load_sweep_config", real)
         hydras = [loader.load_sweep_config(master, job) for job in jobs]
-    composing.forget_composed()
     return ours, hydras, len(calls)
 
 

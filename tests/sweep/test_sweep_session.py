@@ -19,7 +19,7 @@ from cts.core.types import CallError, CircuitOpen, SpendLimitReached
 from cts.llm import LLMRuntime, ModelSpec
 from cts.protocol.spend import SPEND_FILE, SpendLimit, run_within_spend_limit
 from cts.sweep import SweepSession
-from cts.sweep._compose import MemoConfigLoader, forget_composed
+from cts.sweep._compose import MemoConfigLoader
 from cts.sweep._joblog import routed_job_logs
 from tests.llm_server import Reply, ScriptedServer, llm_settings
 
@@ -129,15 +129,14 @@ def test_each_job_config_is_composed_once_and_handed_out_as_a_copy() -> None:
             return "delegated"
 
     loader = MemoConfigLoader(Loader())
-    try:
-        first = loader.load_sweep_config(master, ["k=2"])
-        first.k = 99
-        again = loader.load_sweep_config(master, ["k=2"])
-        assert again.k == 2 and calls == [["k=2"]] and loader.other() == "delegated"
-        loader.load_sweep_config(OmegaConf.create({"k": 1}), ["k=2"])  # another sweep config: composed
-        assert len(calls) == 2
-    finally:
-        forget_composed()
+    first = loader.load_sweep_config(master, ["k=2"])
+    first.k = 99
+    again = loader.load_sweep_config(master, ["k=2"])
+    assert again.k == 2 and calls == [["k=2"]] and loader.other() == "delegated"
+    loader.load_sweep_config(OmegaConf.create({"k": 1}), ["k=2"])  # another sweep config: composed
+    assert len(calls) == 2
+    MemoConfigLoader(Loader()).load_sweep_config(master, ["k=2"])  # another launch's memo: composed again
+    assert len(calls) == 3
 
 
 def _dead_port() -> int:

@@ -73,6 +73,7 @@ def test_the_decorator_registers_the_task_on_its_function() -> None:
 
 
 def test_a_task_from_outside_cts_runs_like_run_py_and_its_input_is_read_once(tmp_path: Path) -> None:
+    from cts._util.launch import Launch
     from cts.compose.app import check_start, run
 
     conf, data = write_configs(tmp_path)
@@ -89,10 +90,11 @@ def test_a_task_from_outside_cts_runs_like_run_py_and_its_input_is_read_once(tmp
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     READS.clear()
-    check_start(cfg, [cfg])  # what the Hydra callback does first: the input is read here, before any job
-    assert READS == [str(data)]
-    assert run(cfg) == 2.0
-    assert READS == [str(data)]  # the job reused what the pre-start read found
+    with Launch.begin(str(out)).bound() as launch:  # what the Hydra callback does first: a launch, then its checks
+        check_start(cfg, [cfg], launch.preflight)  # the input is read here, before any job
+        assert READS == [str(data)]
+        assert run(cfg) == 2.0
+    assert READS == [str(data)]  # the job reused what the launch's pre-start read found
     assert json.loads((out / "count.json").read_text()) == {"dataset": "fruit", "word": "apple", "n": 2}
 
 

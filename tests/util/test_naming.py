@@ -44,18 +44,16 @@ def test_a_swept_path_value_does_not_nest_directories() -> None:
 
 
 def test_the_resolver_reads_the_sweep_recorded_by_the_launching_process(tmp_path: Path) -> None:
-    from cts._util.launch import begin_sweep, end_sweep
+    from cts._util.launch import Launch
 
     sweep = str(tmp_path / "sweep")
     job = ["clarifier=ernie", "k=1", "services.llm.api_base=http://h:1/v1"]
-    try:
-        begin_sweep(sweep, naming.swept_keys(["clarifier=gpt,ernie", "k=1", "services.llm.api_base=http://h:1/v1"]), "")
+    swept = naming.swept_keys(["clarifier=gpt,ernie", "k=1", "services.llm.api_base=http://h:1/v1"])
+    with Launch.begin(sweep, swept, multirun=True).bound():
         assert naming._resolve_job_name(job, 3, sweep) == "clarifier=ernie"
         assert naming._resolve_job_name(job, 3) == "clarifier=ernie"  # a config without the sweep dir argument
-        begin_sweep(sweep, naming.swept_keys(["k=1"]), "")
-        assert naming._resolve_job_name(["k=1"], 3, sweep) == "job3"
-    finally:
-        end_sweep()
+        with Launch.begin(sweep, naming.swept_keys(["k=1"]), multirun=True).bound():  # the next sweep
+            assert naming._resolve_job_name(["k=1"], 3, sweep) == "job3"
     assert naming._resolve_job_name(["k=1"], 3, sweep) == "k=1"  # no record: every override, path-safe
 
 
