@@ -174,17 +174,21 @@ class CtsLauncher(Launcher):
 
 
 def _launch_of(hydra_context: HydraContext, config: DictConfig) -> Launch:
-    """The launch the callbacks began (:class:`cts.compose.callbacks.LaunchCallbacks`), else one of this sweep's own.
+    """The launch the callbacks began (:class:`cts.compose.callbacks.LaunchCallbacks`), else one begun here as they would.
 
     Hydra hands the callbacks to the launcher in ``hydra_context.callbacks``; a config without
-    them (a test's) gets a launch whose jobs read ``<sweep>/sweep.json`` as workers do.
+    them (``hydra.callbacks`` emptied) gets a launch of this sweep's dir, swept keys and resume command.
     """
+    from cts._util.interrupt import resume_command
+    from cts._util.naming import swept_keys
     from cts.compose.callbacks import LaunchCallbacks
 
     for callback in getattr(hydra_context.callbacks, "callbacks", ()):
         if isinstance(callback, LaunchCallbacks) and callback.launch is not None:
             return callback.launch
-    return Launch.begin(str(config.hydra.sweep.dir), multirun=True)
+    sweep_dir = str(config.hydra.sweep.dir)
+    swept = swept_keys(list(config.hydra.overrides.task))
+    return Launch.begin(sweep_dir, swept, resume_command(sys.argv[1:], Path(sweep_dir), sweep_dir), multirun=True)
 
 
 def _then_set(ended: threading.Event, target: Any, *args: Any) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextvars
 import pickle
+from types import SimpleNamespace
 
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from cts._util.launch import Launch, current_launch
 from cts.compose.callbacks import LaunchCallbacks
@@ -49,3 +51,31 @@ def test_the_callbacks_reach_workers_without_the_launch(tmp_path) -> None:
     finally:
         callbacks._end()
     assert callbacks.launch is None and current_launch() is None
+
+
+def test_the_cts_launcher_takes_the_launch_the_callbacks_began(tmp_path) -> None:
+    from hydra_plugins.cts_scheduler.cts_scheduler_launcher import _launch_of
+
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}, "overrides": {"task": ["k=1,2", "seed=0"]}}})
+    callbacks = LaunchCallbacks()
+    launch = callbacks._begin(Launch.begin(str(tmp_path), ("k",), multirun=True))
+    try:
+        assert _launch_of(SimpleNamespace(callbacks=SimpleNamespace(callbacks=[callbacks])), config) is launch
+    finally:
+        callbacks._end()
+    own = _launch_of(SimpleNamespace(callbacks=SimpleNamespace(callbacks=[])), config)  # no cts callbacks configured
+    assert own is not launch and own.record.swept == ("k",) and own.sweep_dir == str(tmp_path)
+
+
+def test_a_sweep_session_is_its_launchs_while_it_is_open(tmp_path) -> None:
+    from cts.sweep import SweepSession, current_session
+
+    launch = Launch.begin(str(tmp_path), multirun=True)
+    with launch.bound():
+        with SweepSession(progress=False) as session:
+            assert launch.session is session and current_session() is session
+            assert launch.context().run(current_session) is session  # a job thread of the launcher
+        assert launch.session is None and current_session() is None
+    with SweepSession(progress=False) as alone:  # opened on its own (a test, a notebook): a launch of its own
+        assert current_session() is alone and current_launch() is not None
+    assert current_launch() is None
