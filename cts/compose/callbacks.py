@@ -237,7 +237,8 @@ class LaunchCallbacks(Callback):
         from cts.compose.request_rules import warn_unapplied_params
         from cts.plan.calibrate import plan_settings
 
-        launch = self._begin(Launch.begin(str(OmegaConf.select(config, "hydra.run.dir", default="."))))
+        run_dir = OmegaConf.select(config, "hydra.run.dir", default=None, throw_on_resolution_failure=False)
+        launch = self._begin(Launch.begin(str(run_dir or ".")))
         launch.jobs = (config,)
         if plan_settings(config).then == "stop":  # it would run the job it was asked only to forecast
             raise ConfigError("error: plan: plan=only forecasts a multirun; add -m (python run.py -m ... plan=only)")
