@@ -172,7 +172,7 @@ def run_sweep(
     cache = _fresh_cache(template, work / "cache")
     if _STORE and _STORE.exists():
         shutil.copy(_STORE, work / "mlflow.db")
-    profile = ["py-spy", "record", "-r", "100", "-f", "raw", "-o", _PROFILE, "--"] if _PROFILE else []
+    profile = ["py-spy", "record", "--gil", "-r", "200", "-f", "raw", "-o", _PROFILE, "--"] if _PROFILE else []
     args = [
         *profile,
         sys.executable,

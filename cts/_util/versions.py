@@ -7,6 +7,7 @@ known-good set that CI installs.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import platform
 
@@ -29,7 +30,16 @@ KEY_PACKAGES = (
 
 
 def package_versions(names: tuple[str, ...] = KEY_PACKAGES) -> dict[str, str]:
-    """Installed version of each package (``"missing"`` when it is not installed), plus Python's."""
+    """Installed version of each package (``"missing"`` when it is not installed), plus Python's.
+
+    Read once per process (each read parses the package's metadata file; a sweep's jobs
+    share the process and log the same versions); the caller gets its own copy.
+    """
+    return dict(_versions(names))
+
+
+@functools.lru_cache(maxsize=4)
+def _versions(names: tuple[str, ...]) -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in names:
         try:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -171,7 +172,7 @@ class Record:
 
     def to_json(self) -> str:
         """One JSON line (no trailing newline); the repeat and design fields only when they are set."""
-        d = asdict(self)
+        d = _plain(self)
         for key, unset in _OPTIONAL.items():
             if d[key] == unset:
                 del d[key]
@@ -205,6 +206,32 @@ class Record:
             arms={n: a for n, v in (d.get("arms") or {}).items() if (a := _arm(v)) is not None},
             resampled=tuple(d.get("resampled") or ()),
         )
+
+
+def _plain(obj: Any) -> Any:
+    """``dataclasses.asdict`` for a record's values, without its deep copy of every leaf.
+
+    A record's leaves are immutable (str, numbers, None), so they are shared, not
+    copied; containers are rebuilt with their own type, as ``asdict`` does, so the
+    JSON line is the same. ``asdict`` costs most of writing a record otherwise.
+    """
+    if isinstance(obj, (str, int, float)) or obj is None:
+        return obj
+    names = _FIELDS.get(type(obj))
+    if names is None and hasattr(type(obj), "__dataclass_fields__"):
+        names = _FIELDS.setdefault(type(obj), tuple(f.name for f in fields(obj)))
+    if names is not None:
+        return {name: _plain(getattr(obj, name)) for name in names}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a namedtuple
+        return type(obj)(*(_plain(v) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_plain(v) for v in obj)
+    if isinstance(obj, dict):
+        return type(obj)((_plain(k), _plain(v)) for k, v in obj.items())
+    return copy.deepcopy(obj)
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 _OPTIONAL: dict[str, Any] = {"repeat": 0, "arms": {}, "resampled": ()}

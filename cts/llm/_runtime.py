@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import dataclasses
 import logging
 import time
@@ -107,7 +106,7 @@ class LLMRuntime:
 
     def usage(self) -> Usage:
         """Per-role totals for the whole job (see ``cts.llm._usage.USAGE_KEYS``)."""
-        return copy.deepcopy(self._usage)
+        return {role: dict(row) for role, row in self._usage.items()}  # rows of numbers: a deep copy
 
     @property
     def spent_usd(self) -> float:

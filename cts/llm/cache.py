@@ -131,13 +131,18 @@ class ResponseCache:
         hit, claimed = await self._claim_or_wait(key, owner, run)
         if hit is not None or not claimed:
             return (hit, True) if hit is not None else (await self._compute_unclaimed(compute, storable, key, run))
-        renew = asyncio.ensure_future(self._renew(key, owner))
+        renewal: list[asyncio.Future[None]] = []  # a timer, not a task per claim: most replies come before it fires
+        timer = asyncio.get_running_loop().call_later(
+            CLAIM_TTL_S / 3, lambda: renewal.append(asyncio.ensure_future(self._renew(key, owner)))
+        )
         value: dict | None = None
         try:
             value = await compute()
             return value, False
         finally:
-            renew.cancel()
+            timer.cancel()
+            for renew in renewal:
+                renew.cancel()
             kept = value if value is not None and storable(value) else None
             await self._store_and_release(key, kept, owner, run)
 
@@ -171,12 +176,13 @@ class ResponseCache:
             log.warning("could not release the claim on cache key %s: %s", key[:12], exc)
 
     async def _renew(self, key: str, owner: str) -> None:
+        """Renew the claim now, then every third of its lease (started a third of a lease after the claim)."""
         while True:
-            await asyncio.sleep(CLAIM_TTL_S / 3)
             try:
                 await asyncio.to_thread(self.store.claim, key, owner, CLAIM_TTL_S)
             except Exception as exc:  # noqa: BLE001 - a lost lease only risks a duplicate request
                 log.warning("could not renew the claim on cache key %s: %s", key[:12], exc)
+            await asyncio.sleep(CLAIM_TTL_S / 3)
 
     async def _claim_or_wait(self, key: str, owner: str, run: StoreRunner) -> tuple[dict | None, bool]:
         """``(row, claimed)``: our claim with a last look at the row, or the row another owner stored.

@@ -24,6 +24,7 @@ The typer roles (lexicon, LLM) live in :mod:`cts.roles.qtyper`.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 
@@ -251,6 +252,7 @@ _PLACE_CHOICE = re.compile(
 _QUOTED = re.compile(r"“[^”]*”|\"[^\"]*\"|「[^」]*」|『[^』]*』|‘[^’]*’")
 
 
+@functools.lru_cache(maxsize=8192)  # a pure function of the text; a sweep's jobs type the same questions again
 def classify_question(question: str) -> tuple[str, ...]:
     """Return the ambiguity types a clarification question asks about (lexicon rules).
 

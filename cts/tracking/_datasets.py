@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 CONTEXT = "evaluation"
 _UNSAFE = re.compile(r"[^\w.-]")  # the name is quoted in a search filter
 _CREATING = threading.Lock()  # the jobs of a sweep share a process: one of them creates a dataset
+_ENSURED: set[tuple[str, str, str]] = set()
+"""(tracking URI, experiment, name) of the evaluation datasets this process found or created:
+a sweep's jobs evaluate the same dataset, and each search for it costs a query and its parsing."""
 
 
 def dataset_rows(instances: Sequence[Any], gold: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -110,8 +113,12 @@ def ensure_evaluation_dataset(name: str, digest: str, rows: Sequence[Mapping[str
     """Create the evaluation dataset ``name`` in ``experiment`` unless it exists (inputs: the query; expectations: gold)."""
     from mlflow.genai.datasets import create_dataset, search_datasets
 
+    seen = (mlflow_module().get_tracking_uri(), experiment, name)
     with _CREATING:
+        if seen in _ENSURED:
+            return
         if len(search_datasets(experiment_ids=[experiment], filter_string=f"name = '{name}'", max_results=1)):
+            _ENSURED.add(seen)
             return
         dataset = create_dataset(name=name, experiment_id=[experiment], tags={"cts.digest": digest})
         dataset.merge_records(
@@ -123,3 +130,4 @@ def ensure_evaluation_dataset(name: str, digest: str, rows: Sequence[Mapping[str
                 for r in rows
             ]
         )
+        _ENSURED.add(seen)
