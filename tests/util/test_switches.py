@@ -61,7 +61,7 @@ def test_run_py_says_a_contradiction_or_a_bad_value_in_one_line(tmp_path) -> Non
     ]
     bad = run("plan=maybe", "plan.calibration_n=10")  # before: Hydra's "Could not override" and its hints
     assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
-        "error: plan.enabled: must be one of true, false, got 'maybe'"
+        "error: plan.enabled: must be one of true, false (plan=true stands for plan.enabled=true), got 'maybe'"
     ]
     assert not (tmp_path / "r").exists()
 
