@@ -54,6 +54,10 @@ PROCESS_WIDE: dict[str, str] = {
     "cts.tracking._sqlbulk:_left_alone": "a pure function of its arguments (MLflow's span translation)",
     "cts.tracking._tracewrite:_encoder": "a reused JSON encoder per option",
     "cts.tracking._tracewrite:_log_level": "a pure function of the span type (MLflow's span levels)",
+    "cts._util.versions:_versions": "installed package versions, read once per process (callers get a copy)",
+    "cts.core.records:_FIELDS": "each record class's field names, derived from the class",
+    "cts.text.qtypes:classify_question": "a pure function of the question's text over fixed patterns",
+    "cts.tracking._datasets:_ENSURED": "evaluation datasets this process found in a store (a fact about the store)",
 }
 """Process-wide state that is not a launch's, ``module:name`` -> why."""
 
