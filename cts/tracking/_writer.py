@@ -53,6 +53,8 @@ class TraceWriter:
         self._results: dict[int, tuple[int, list[str]]] = {}
         self._lock = threading.Lock()
         self._outstanding = 0
+        self._sent_docs = 0  # piped to the process and not acknowledged yet
+        self._sent_tokens: set[int] = set()  # flush or stop tokens piped to the process, not acknowledged yet
         self._fallback: Any = None
         self._ended = threading.Event()  # the process's stdout closed: it ended (poll() can miss it)
         self._proc = _start_process(uri)
@@ -133,15 +135,12 @@ class TraceWriter:
                     return
 
     def _send(self, message: tuple[str, Any], n_docs: int) -> None:
-        if self._fallback is None:
-            try:
-                assert self._proc.stdin is not None
-                write_frame(self._proc.stdin, message)
-                return
-            except (BrokenPipeError, OSError, ValueError):
-                log.error("the trace writer process ended (exit %s); this process writes the traces", self._proc.poll())
-                self._fallback = _open_fallback(self.uri)
         kind, payload = message
+        if self._fallback is None and self._piped(message, n_docs):
+            return
+        if self._fallback is None:
+            log.error("the trace writer process ended (exit %s); this process writes the traces", self._proc.poll())
+            self._fallback = _open_fallback(self.uri)
         if kind == "docs" and isinstance(self._fallback, str):
             self._done(None, n_docs, 0, [self._fallback] * n_docs)
         elif kind == "docs":
@@ -150,23 +149,56 @@ class TraceWriter:
         else:
             self._done(payload, 0, 0, [])
 
+    def _piped(self, message: tuple[str, Any], n_docs: int) -> bool:
+        """Pipe ``message`` to the process; False when it has ended (then this process does the work).
+
+        What is piped counts as in the process before the write, so that the acknowledgement
+        thread, should the process end meanwhile, releases exactly what the process held.
+        """
+        kind, payload = message
+        token = payload if kind in ("flush", "stop") else None
+        with self._lock:
+            if self._ended.is_set():
+                return False
+            self._sent_docs += n_docs
+            if token is not None:
+                self._sent_tokens.add(token)
+        try:
+            assert self._proc.stdin is not None
+            write_frame(self._proc.stdin, message)
+            return True
+        except (BrokenPipeError, OSError, ValueError):
+            with self._lock:
+                self._sent_docs -= n_docs
+                self._sent_tokens.discard(token)  # a no-op for None (never added)
+            return False
+
     def _ack_loop(self) -> None:
         assert self._proc.stdout is not None
         while (message := read_frame(self._proc.stdout)) is not None:
             _, token, written, failures = message
+            with self._lock:
+                self._sent_docs = max(0, self._sent_docs - written - len(failures))
+                self._sent_tokens.discard(token)
             self._done(token, written + len(failures), written, failures)
-        self._ended.set()
         self._release()
 
     def _release(self) -> None:
-        """The process ended: no acknowledgement will come, so nobody waits for one (what it had not
-        written is what a resumed job's backfill writes)."""
+        """The process ended: no acknowledgement will come for what it held, so nobody waits for one.
+
+        Only what was piped to it is released (the documents it had not written are what a resumed
+        job's backfill writes); what is still queued, the sender writes in this process.
+        """
         with self._lock:
-            events, self._acks = self._acks, {}
-            why = [f"{self._outstanding} on their way when the trace writer process ended"] if self._outstanding else []
-            for token in events:
+            self._ended.set()
+            lost, self._sent_docs = self._sent_docs, 0
+            self._outstanding = max(0, self._outstanding - lost)
+            why = [f"{lost} on their way when the trace writer process ended"] if lost else []
+            events = [self._acks.pop(t) for t in self._sent_tokens if t in self._acks]
+            for token in self._sent_tokens:
                 self._results[token] = (0, why)
-        for event in events.values():
+            self._sent_tokens.clear()
+        for event in events:
             event.set()
 
     def _done(self, token: int | None, n_docs: int, written: int, failures: list[str]) -> None:
