@@ -33,6 +33,7 @@ PROCESS_WIDE: dict[str, str] = {
     "cts._util.prompts:_PROCESS_USED": "prompts used outside any job's scope (scripts); a job's are in its context",
     "cts.llm.store:_CHECKED": "SQLite files this process found healthy: a fact about a file, not a launch",
     "cts.llm._adaptive:_LIVE": "weak set of live endpoint limiters; each belongs to one event loop and dies with it",
+    "cts.llm.batch._broker:_LIVE": "weak set of live batch brokers, for the progress bar; each dies with its runtime",
     "cts.llm._adaptive:_ORDER": "a counter ordering waiters: only its order matters, never its value",
     "cts.llm._calls:IN_FLIGHT": "weak map from an event loop to its calls in flight; an entry dies with its loop",
     "cts.llm._retry:_JITTER": "the process's retry-jitter RNG (unseeded: processes must not retry in step)",

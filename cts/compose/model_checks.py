@@ -40,6 +40,8 @@ __all__ = [
     "probe_problems",
     "resolved",
     "spec_key_problems",
+    "batch_problems",
+    "BATCH_ROLES",
 ]
 
 log = logging.getLogger(__name__)
@@ -81,6 +83,36 @@ def spec_key_problems(cfg: DictConfig) -> list[str]:
             problems.append(f"{path}: {renamed}")
         elif unknown := sorted(set(keys) - known):
             problems.append(f"{path} ({keys.get('name') or '?'}): unknown model file keys {unknown}")
+    return problems
+
+
+BATCH_ROLES = ("clarifier", "ua", "rewriter", "judge", "extractor", "qtyper", "gate", "search", "visit_summary")
+"""The accounting roles ``services.llm.batch.roles`` may name (``search``, ``visit_summary``: the deep-search agent)."""
+
+
+def batch_problems(cfg: DictConfig) -> list[str]:
+    """One message per batched role that cannot be batched: an unknown role, or a model without a Batch API.
+
+    A role's models are the model specs under its config node (``judge.members.*.model`` are the
+    judge's; ``search.summary_model`` is ``visit_summary``'s). With ``services.llm.api_base`` every
+    route is that server's, which then must speak OpenAI's Batch API.
+    """
+    roles = list(_value(OmegaConf.select(cfg, "services.llm.batch.roles", default=None)) or [])
+    problems = [
+        f"services.llm.batch.roles: unknown role {role!r} (one of {', '.join(BATCH_ROLES)})"
+        for role in roles
+        if role not in BATCH_ROLES
+    ]
+    if not roles or _value(OmegaConf.select(cfg, "services.llm.api_base", default=None)):
+        return problems
+    for path, node in find_model_specs(cfg):
+        role = "visit_summary" if path.endswith("summary_model") else path.split(".", 1)[0]
+        if role in roles and _value(_get(node, "batch")) is None:
+            name = _value(_get(node, "name")) or "?"
+            problems.append(
+                f"services.llm.batch.roles has {role}, but {path} ({name}) has no Batch API cts can reach "
+                f"(no `batch:` in conf/model/{name}.yaml): take {role} out of the list or choose another model"
+            )
     return problems
 
 

@@ -279,10 +279,22 @@ class InFlight:
     calls: int
     oldest_s: float
     """Seconds the oldest of them has waited for its answer (0 when none)."""
+    batches_submitted: int = 0
+    """Batches sent to a Batch API so far (``services.llm.batch``), ..."""
+    batches_running: int = 0
+    """... of which not ended yet, ..."""
+    batches_done: int = 0
+    """... and ended (their replies taken)."""
+    batch_oldest_s: float = 0.0
+    """Seconds the oldest running batch has run (0 when none)."""
 
     def postfix(self) -> dict[str, str]:
-        """What a progress bar shows of them (tqdm's postfix): how many, and the oldest's age."""
-        return {"in_flight": str(self.calls), "oldest": f"{self.oldest_s:.0f}s"}
+        """What a progress bar shows of them (tqdm's postfix): how many, the oldest's age, and the batches."""
+        shown = {"in_flight": str(self.calls), "oldest": f"{self.oldest_s:.0f}s"}
+        if self.batches_submitted:
+            shown["batches"] = f"{self.batches_submitted} sent/{self.batches_running} running/{self.batches_done} done"
+            shown["batch_age"] = f"{self.batch_oldest_s:.0f}s"
+        return shown
 
 
 class Progress(Protocol):

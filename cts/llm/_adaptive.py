@@ -105,9 +105,19 @@ class LimiterSnapshot:
 
 def calls_in_flight() -> InFlight:
     """Requests in flight on the running loop's limiters, and the age of the oldest."""
+    from cts.llm.batch._broker import batch_counts
+
     loop = asyncio.get_running_loop()
     starts = [t for limiter in list(_LIVE) if limiter.loop is loop for t in limiter.started()]
-    return InFlight(len(starts), time.monotonic() - min(starts) if starts else 0.0)
+    batches = batch_counts(loop)
+    return InFlight(
+        len(starts),
+        time.monotonic() - min(starts) if starts else 0.0,
+        batches.submitted,
+        batches.running,
+        batches.done,
+        batches.oldest_s,
+    )
 
 
 def limiter_snapshots() -> list[LimiterSnapshot]:

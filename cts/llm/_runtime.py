@@ -14,6 +14,7 @@ from cts.core.contracts import Completion, Route
 from cts.core.types import CallError, CircuitOpen, SpendLimitReached
 from cts.llm._adaptive import AdaptiveLimiter, LimiterSnapshot
 from cts.llm._audit import note_call, note_wire
+from cts.llm._batched import Brokers, batched_call
 from cts.llm._breaker import CircuitBreaker
 from cts.llm._calls import (
     IN_FLIGHT,
@@ -80,6 +81,8 @@ class LLMRuntime:
         self._sender = Sender(settings.transport)
         self.breaker = CircuitBreaker(settings.breaker_failures, settings.breaker_timeouts)
         self._rejections = Rejections()
+        self.batches = Brokers(self)  # services.llm.batch.roles: their sends (cts.llm.batch)
+        self.cache_dir: Path | None = None
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], cache_dir: Path) -> LLMRuntime:
@@ -90,7 +93,9 @@ class LLMRuntime:
             cache_dir: Default home of ``llm_cache.sqlite`` (when ``cache.path`` is null).
         """
         parsed = LLMSettings.from_mapping(settings)
-        return cls(parsed, ResponseCache(llm_cache_location(parsed, cache_dir), parsed.cache_mode))
+        runtime = cls(parsed, ResponseCache(llm_cache_location(parsed, cache_dir), parsed.cache_mode))
+        runtime.cache_dir = Path(cache_dir)
+        return runtime
 
     def client(self, spec: ModelSpec | Mapping[str, Any], role: str) -> ChatClient:
         """A client that calls ``spec`` and books usage under ``role``."""
@@ -229,6 +234,8 @@ class LLMRuntime:
             message = f"environment variable {route.missing_key} (model {spec.name}) is not set"
             self.breaker.failure(route.endpoint, "auth", message)
             raise CallError("auth", message, route.endpoint)
+        if self.settings.batch.takes(call.client.role):
+            return await batched_call(self, call)
         try:
             # an open breaker ends the call before its wait, not after it
             retry = retrying(self.settings, before_wait=lambda: self.breaker.check(route.endpoint))

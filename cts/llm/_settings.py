@@ -10,6 +10,7 @@ from typing import Any
 from cts.llm._adaptive import Adaptive
 from cts.llm._spec import plain_data
 from cts.llm._transport import Transport
+from cts.llm.batch._settings import BatchSettings
 from cts.llm.cache import CACHE_MODES, CacheMode
 
 
@@ -72,6 +73,8 @@ class LLMSettings:
     preflight_timeout_s: float = 5.0
     preflight_completion: bool = True
     """One minimal completion per distinct (model, endpoint, params) before any job starts."""
+    batch: BatchSettings = field(default_factory=BatchSettings)
+    """Roles whose requests go through the providers' Batch APIs (:mod:`cts.llm.batch`)."""
 
     def timeout_for(self, role: str) -> float:
         """The request timeout of calls booked under ``role``."""
@@ -87,6 +90,7 @@ class LLMSettings:
         backoff = raw.pop("backoff", None) or {}
         price = raw.pop("api_base_price", None) or {}
         adaptive = raw.pop("adaptive", None) or {}
+        batch = BatchSettings.from_mapping(raw.pop("batch", None))
         raw["role_timeout_s"] = _role_timeouts(raw.pop("role_timeout_s", None) or {})
         _check_retry_keys(raw)
         known = {f.name for f in fields(cls)} - {
@@ -97,6 +101,7 @@ class LLMSettings:
             "backoff",
             "api_base_price",
             "adaptive",
+            "batch",
         }
         unknown = set(raw) - known
         if unknown:
@@ -113,6 +118,7 @@ class LLMSettings:
             backoff=Backoff(**backoff),
             api_base_price=Price(**price),
             adaptive=Adaptive(**adaptive),
+            batch=batch,
             **raw,
         )
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cts.llm._rules import RequestRules
+from cts.llm.batch._settings import BatchTerms
 
 
 def plain_data(value: Any) -> Any:
@@ -35,6 +36,7 @@ class ModelSpec:
         max_concurrency: Cap on calls in flight to this endpoint (None = runtime default).
         min_concurrency: Floor of the endpoint's adaptive limit (None = ``services.llm.adaptive.floor``).
         request: What the provider accepts (``request:`` in the model file; see :mod:`cts.llm._rules`).
+        batch: The provider's Batch API for this model and its prices (None: none cts can reach).
     """
 
     name: str
@@ -47,11 +49,13 @@ class ModelSpec:
     max_concurrency: int | None = None
     min_concurrency: int | None = None
     request: RequestRules = field(default_factory=RequestRules)
+    batch: BatchTerms | None = None
 
     def __post_init__(self) -> None:
         # Hydra hands over DictConfig: keep a plain copy (picklable, deep-copyable, JSON-able).
         object.__setattr__(self, "params", plain_data(self.params or {}))
         object.__setattr__(self, "request", RequestRules.coerce(plain_data(self.request)))
+        object.__setattr__(self, "batch", BatchTerms.coerce(plain_data(self.batch)))
 
     @classmethod
     def coerce(cls, value: ModelSpec | Mapping[str, Any]) -> ModelSpec:

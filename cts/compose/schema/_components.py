@@ -67,6 +67,7 @@ class Anywhere:
     min_concurrency: int | None = key("the adaptive limit's floor for this model", ge=1)
     max_output_tokens: int | None = key("tokens a reply may hold", ge=1)
     summary_max_output_tokens: int | None = key("tokens a reply may hold", ge=1)
+    batch: dict | None = key("a model's Batch API and its batch prices (cts.llm.batch)", protocol=False)
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,19 @@ class Price:
 
 
 @dataclass(frozen=True)
+class Batch:
+    """``services.llm.batch``: the roles sent through Batch APIs (:mod:`cts.llm.batch`)."""
+
+    roles: list[str] = key("accounting roles whose requests are batched", protocol=False)
+    max_requests: int = key("requests of a batch that send it", protocol=False, ge=1, le=50000)
+    max_wait_s: float = key("seconds the oldest queued request waits before its batch is sent", protocol=False, ge=0)
+    poll_s: float = key("seconds between status polls of a batch", protocol=False, gt=0)
+    max_submissions: int = key("sendings of one request before it is unscored", protocol=False, ge=1)
+    window: Literal["24h"] = key("the completion window asked for", protocol=False)
+    dir: str | None = key("the ledger's dir; null = the sweep's dir", protocol=False)
+
+
+@dataclass(frozen=True)
 class LLM:
     """``services.llm``: the LLM runtime every role's client shares (``conf/llm/default.yaml``)."""
 
@@ -118,6 +131,7 @@ class LLM:
     preflight_probe: bool = key("GET {api_base}/models once per endpoint before the jobs", protocol=False)
     preflight_timeout_s: float = key("seconds a pre-flight probe may take", protocol=False, gt=0)
     preflight_completion: bool = key("one minimal completion per model and endpoint first", protocol=False)
+    batch: Batch = key("roles sent through the providers' Batch APIs", protocol=False)
 
 
 @dataclass(frozen=True)
