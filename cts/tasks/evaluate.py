@@ -87,6 +87,18 @@ def check_job(job_dir: Path, resume: Resume) -> None:
     check_resume(job_dir, resume.fingerprint, resume.config)
 
 
+def warn_small_batches(concurrency: int, batch: Mapping[str, Any]) -> None:
+    """Say so when batched roles would wait in many small batches (``concurrency`` bounds a stage's batch)."""
+    roles, most = list(batch.get("roles") or []), int(batch.get("max_requests") or 0)
+    if roles and concurrency < most:
+        log.warning(
+            "batch mode: concurrency=%d instances in flight per job puts at most that many requests of a stage "
+            "in one batch, and each batch waits its turnaround; concurrency=%d sends up to a whole batch at once",
+            concurrency,
+            most,
+        )
+
+
 def compose_evaluate(ctx: TaskContext) -> float | None:
     """Check the job dir, build the dataset and roles, run the protocol (the composer of :func:`evaluate_task`)."""
     from cts._util.interrupt import resume_command
@@ -98,6 +110,7 @@ def compose_evaluate(ctx: TaskContext) -> float | None:
     check_job(job_dir, resume)
     design = design_of(ctx)  # a bad design stops the job before anything is built
     dataset, roles = ctx.input(), build_roles(ctx)
+    warn_small_batches(ctx.value("concurrency"), ctx.value("services.llm.batch", default=None) or {})
     if ctx.value("services.llm.tracing", default=None):
         tracking.trace_llm_calls(ctx.llm)
     try:

@@ -86,7 +86,13 @@ class OpenAIWire:
         return {"model": route.model.split("/", 1)[-1], "messages": messages, **params}, route
 
     def _where(self, route: Route, key: str | None) -> dict[str, Any]:
-        where: dict[str, Any] = {"custom_llm_provider": "openai", "api_key": key or "sk-no-key-needed"}
+        # max_retries 0: the SDK would retry a create on its own (a duplicate batch); the broker retries,
+        # and a lost create is found again by its metadata
+        where: dict[str, Any] = {
+            "custom_llm_provider": "openai",
+            "api_key": key or "sk-no-key-needed",
+            "max_retries": 0,
+        }
         if route.api_base:
             where["api_base"] = route.api_base
         return where
@@ -114,7 +120,12 @@ class OpenAIWire:
 
     async def status(self, route: Route, key: str | None, batch_id: str) -> Status:
         """``GET /v1/batches/{id}``: ended once completed, expired, cancelled or failed."""
-        batch = await litellm_module().aretrieve_batch(batch_id=batch_id, **self._where(route, key))
+        batch = await litellm_module().aretrieve_batch(
+            batch_id=batch_id,
+            # else litellm's success logging downloads the result files again to price the batch
+            litellm_metadata={"batch_ignore_default_logging": True},
+            **self._where(route, key),
+        )
         raw = batch.model_dump() if hasattr(batch, "model_dump") else dict(batch)
         counts = raw.get("request_counts") or {}
         ended = raw.get("status") in ("completed", "expired", "cancelled", "failed")
