@@ -41,11 +41,15 @@ count against the request's cap where the provider counts them: a cap below reas
 ends the reply early with the provider's length stop (``length`` / ``max_tokens`` / ``MAX_TOKENS``).
 Every request is kept in ``emulator.requests`` (path, query, lower-cased headers, JSON body),
 every answer in ``emulator.answers`` and every refused POST in ``emulator.refusals`` (status, body);
-``GET`` model listings authenticate as the provider does (``emulator.get_refusals``).
+``GET`` model listings authenticate as the provider does (``emulator.get_refusals``). A request's
+body as received is kept too (``Seen.raw``: a multipart upload is not JSON), and a route may answer
+a non-JSON body (:class:`RawBody`: a JSONL file); ``tests/batch_emulators.py`` builds the providers'
+batch APIs on both.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
@@ -75,6 +79,16 @@ class Seen:
     query: Mapping[str, list[str]]
     headers: Mapping[str, str]
     body: Any
+    raw: bytes = b""
+    """The body as received (``body`` is its JSON, or ``None`` when it is not JSON, as a multipart upload)."""
+
+
+@dataclass(frozen=True)
+class RawBody:
+    """An answer that is not JSON (a JSONL file's bytes), sent as is with its content type."""
+
+    data: bytes
+    content_type: str = "application/octet-stream"
 
 
 class Refusal(Exception):
@@ -130,7 +144,7 @@ class Emulator:
         with self._lock:
             return [s.body for s in self.requests if s.method == "POST" and path_part in s.path]
 
-    def serve(self, seen: Seen) -> tuple[int, dict[str, Any]]:
+    def serve(self, seen: Seen) -> tuple[int, dict[str, Any] | RawBody]:
         with self._lock:
             self.requests.append(seen)
         try:
@@ -554,7 +568,8 @@ class AnthropicEmulator(Emulator):
                 {
                     "type": "thinking",
                     "thinking": "Let me work through this." * (thinking // 6),
-                    "signature": uuid.uuid4().hex,
+                    # a function of the request, as the reply is: a batched request's content equals the live one's
+                    "signature": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:32],
                 }
             )
         if text or not thinking:
@@ -908,16 +923,22 @@ def _handler_class(emulator: Emulator) -> type[BaseHTTPRequestHandler]:
                 body: Any = json.loads(raw)
             except ValueError:
                 body = None
-            self._serve("POST", body)
+            self._serve("POST", body, raw)
 
-        def _serve(self, method: str, body: Any) -> None:
+        def do_DELETE(self) -> None:
+            self._serve("DELETE", None)
+
+        def _serve(self, method: str, body: Any, raw: bytes = b"") -> None:
             parts = urlsplit(self.path)
             headers = {k.lower(): v for k, v in self.headers.items()}
-            status, out = emulator.serve(Seen(method, parts.path, parse_qs(parts.query), headers, body))
-            data = json.dumps(out, ensure_ascii=False).encode()
+            status, out = emulator.serve(Seen(method, parts.path, parse_qs(parts.query), headers, body, raw))
+            if isinstance(out, RawBody):
+                data, kind = out.data, out.content_type
+            else:
+                data, kind = json.dumps(out, ensure_ascii=False).encode(), "application/json"
             try:
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
