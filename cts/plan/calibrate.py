@@ -1,7 +1,7 @@
 """The calibration slice: the sweep's jobs on their first few instances, as a sweep of its own.
 
 It runs as ``python run.py -m <the same command> limit=<n> plan=false`` (live:
-``services.llm.batch.roles=[]``, as a batch may take its whole window) into
+``++services.llm.batch.roles=[]``, as a batch may take its whole window) into
 ``<sweep dir>.plan/calibration`` (outside the sweep dir, whose report counts every job dir
 under it), logging to the experiment ``<experiment>.plan``: the same launcher, jobs, caches
 and spend limit as the main run, so the jobs share work in the slice as they will in the sweep,
@@ -39,8 +39,9 @@ __all__ = [
 
 ACTUAL_FILE = "sweep_actual.json"
 _REPLACED = ("limit", "plan", "hydra.sweep.dir", "sweep_report", "tracking.experiment", "services.llm.batch.roles")
-LIVE = "services.llm.batch.roles=[]"
-"""The slice's override: every role live (a batch may take its whole window; the forecast reprices them)."""
+LIVE = "++services.llm.batch.roles=[]"
+"""The slice's override: every role live (a batch may take its whole window; the forecast reprices them).
+``++``: also when the sweep's own ``services.llm`` config has no ``batch`` node."""
 
 
 @dataclass(frozen=True)
@@ -151,8 +152,8 @@ def slices_from(source: Path, jobs: Sequence[JobPlan], per_job: int | None = Non
     for job in jobs:
         samples = instance_costs(source / job.name, job.routes)
         seen = {record_run_id(r) for r in raw_records(source / job.name)}
-        roles = roles_with_requests(source / job.name)
         seen |= {record_run_id(r) for r in raw_records(job.job_dir)}
+        roles = roles_with_requests(source / job.name)
         runs = job.runs()
         missing, cut = _shortfall(source / job.name, len(samples), _expected(job, per_job))
         slices.append(

@@ -254,7 +254,7 @@ def test_the_spend_limit_is_checked_against_the_batch_totals_high_end() -> None:
 def test_the_slice_runs_live_whatever_the_sweep_batches(tmp_path: Path) -> None:
     argv = ["-m", "clarifier=a,b", BATCHED, "services.llm.batch.max_wait_s=1"]
     command = calibration_command(argv, 2, tmp_path, "e")
-    assert BATCHED not in command and command.count("services.llm.batch.roles=[]") == 1
+    assert BATCHED not in command and command.count("++services.llm.batch.roles=[]") == 1
     assert "services.llm.batch.max_wait_s=1" in command  # the other batch keys stay: they change nothing live
     assert window_s("24h") == 86400.0 and window_s("90m") == 5400.0
 

@@ -405,4 +405,4 @@ def test_plan_only_with_batched_roles_forecasts_them_at_batch_prices_from_a_live
     assert "+ 3 batch turnarounds (each up to the 24h window): at most " in table["**sweep**"][10]
     print((sweep / "plan" / "forecast.md").read_text())
     command = shlex.split(proc.stdout.strip().splitlines()[-1])
-    assert batched in command and "services.llm.batch.roles=[]" not in command  # the main run batches
+    assert batched in command and "++services.llm.batch.roles=[]" not in command  # the main run batches
