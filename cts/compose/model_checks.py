@@ -42,6 +42,7 @@ __all__ = [
     "spec_key_problems",
     "batch_problems",
     "BATCH_ROLES",
+    "spec_role",
 ]
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,11 @@ BATCH_ROLES = ("clarifier", "ua", "rewriter", "judge", "extractor", "qtyper", "g
 """The accounting roles ``services.llm.batch.roles`` may name (``search``, ``visit_summary``: the deep-search agent)."""
 
 
+def spec_role(path: str) -> str:
+    """The accounting role whose calls a model spec at ``path`` serves (``search.summary_model``: ``visit_summary``)."""
+    return "visit_summary" if path.endswith("summary_model") else path.split(".", 1)[0]
+
+
 def batch_problems(cfg: DictConfig) -> list[str]:
     """One message per batched role that cannot be batched: an unknown role, or a model without a Batch API.
 
@@ -106,7 +112,7 @@ def batch_problems(cfg: DictConfig) -> list[str]:
     if not roles or _value(OmegaConf.select(cfg, "services.llm.api_base", default=None)):
         return problems
     for path, node in find_model_specs(cfg):
-        role = "visit_summary" if path.endswith("summary_model") else path.split(".", 1)[0]
+        role = spec_role(path)
         if role in roles and _value(_get(node, "batch")) is None:
             name = _value(_get(node, "name")) or "?"
             problems.append(

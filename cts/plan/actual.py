@@ -104,6 +104,12 @@ def log_plan(
         unknown = iv is None or sweep.unknown or sweep.incomplete or (name == "usd" and sweep.unpriced)
         if not unknown:
             metrics.update({f"forecast_{name}_{end}": getattr(iv, end) for end in ("low", "expected", "high")})
+    batch = sweep.batch
+    if batch is not None and not (sweep.unknown or sweep.incomplete or batch.unpriced):
+        metrics.update({f"forecast_usd_batch_{end}": getattr(batch.usd, end) for end in ("low", "expected", "high")})
+    wall = batch.wall_live if batch is not None else None
+    if batch is not None and wall is not None and not (sweep.unknown or sweep.incomplete):
+        metrics.update({"forecast_wall_s_batch_low": wall.low, "forecast_wall_s_batch_high": batch.wall_high or 0.0})
     tags = {"cts.kind": "plan", "cts.sweep_dir": str(plan.sweep_dir)}
     try:
         with tracking.open_mlflow_run(

@@ -1,10 +1,12 @@
 """The calibration slice: the sweep's jobs on their first few instances, as a sweep of its own.
 
-It runs as ``python run.py -m <the same command> limit=<n> plan=false`` into
+It runs as ``python run.py -m <the same command> limit=<n> plan=false`` (live:
+``++services.llm.batch.roles=[]``, as a batch may take its whole window) into
 ``<sweep dir>.plan/calibration`` (outside the sweep dir, whose report counts every job dir
 under it), logging to the experiment ``<experiment>.plan``: the same launcher, jobs, caches
 and spend limit as the main run, so the jobs share work in the slice as they will in the sweep,
-and the replies it paid for are cache hits of the main run. ``plan.source=<dir>`` reads
+and the replies it paid for are cache hits of the main run (the cache key does not hold the batch
+settings: a batched role of the main run finds the slice's live replies). ``plan.source=<dir>`` reads
 an earlier run's job dirs instead and sends nothing.
 """
 
@@ -21,7 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from cts._util.interrupt import entry_script
 from cts.core.errors import PlanRefused
-from cts.plan.forecast import JobSlice
+from cts.plan.batched import Pipeline, agent_turns, batched_stages
+from cts.plan.forecast import BatchShape, JobSlice
 from cts.plan.samples import Routes, instance_costs, raw_records, record_run_id, roles_with_requests, run_id
 
 __all__ = [
@@ -35,7 +38,10 @@ __all__ = [
 ]
 
 ACTUAL_FILE = "sweep_actual.json"
-_REPLACED = ("limit", "plan", "hydra.sweep.dir", "sweep_report", "tracking.experiment")
+_REPLACED = ("limit", "plan", "hydra.sweep.dir", "sweep_report", "tracking.experiment", "services.llm.batch.roles")
+LIVE = "++services.llm.batch.roles=[]"
+"""The slice's override: every role live (a batch may take its whole window; the forecast reprices them).
+``++``: also when the sweep's own ``services.llm`` config has no ``batch`` node."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,7 @@ def plan_settings(cfg: DictConfig) -> PlanSettings:
 
 @dataclass(frozen=True)
 class JobPlan:
-    """One job of the sweep as the planner sees it: its dir name, instance ids, routes and ``repeats``."""
+    """One job of the sweep as the planner sees it: its dir name, instance ids, routes, ``repeats`` and stage order."""
 
     name: str
     ids: tuple[str, ...]
@@ -88,6 +94,7 @@ class JobPlan:
     job_concurrency: int
     job_dir: Path
     repeats: int = 1
+    pipeline: Pipeline = Pipeline()
 
     def runs(self) -> set[str]:
         """Every run the job makes: each instance once per repeat (:func:`cts.plan.samples.run_id`)."""
@@ -104,13 +111,14 @@ def _key(arg: str) -> str:
 
 
 def calibration_command(argv: Sequence[str], n: int, into: Path, experiment: str) -> list[str]:
-    """The sweep's own command line, on its first ``n`` instances, into ``into``, with no plan of its own."""
+    """The sweep's own command line, on its first ``n`` instances, into ``into``, with no plan of its own, live."""
     kept = [a for a in argv if _key(a) not in _REPLACED and not _key(a).startswith("plan.")]
     return [
         sys.executable,
         entry_script(),
         *kept,
         f"limit={n}",
+        LIVE,
         "plan.calibration=true",
         "sweep_report=false",
         f"hydra.sweep.dir={into}",
@@ -145,6 +153,7 @@ def slices_from(source: Path, jobs: Sequence[JobPlan], per_job: int | None = Non
         samples = instance_costs(source / job.name, job.routes)
         seen = {record_run_id(r) for r in raw_records(source / job.name)}
         seen |= {record_run_id(r) for r in raw_records(job.job_dir)}
+        roles = roles_with_requests(source / job.name)
         runs = job.runs()
         missing, cut = _shortfall(source / job.name, len(samples), _expected(job, per_job))
         slices.append(
@@ -153,14 +162,26 @@ def slices_from(source: Path, jobs: Sequence[JobPlan], per_job: int | None = Non
                 len(runs),
                 len(seen & runs),
                 tuple(samples),
-                unpriced=job.routes.unpriced_used(roles_with_requests(source / job.name)),
+                unpriced=job.routes.unpriced_used(roles),
                 concurrency=dict(job.routes.concurrency),
                 job_concurrency=job.job_concurrency,
                 missing=missing,
                 cut=cut,
+                batch=_batch_shape(source / job.name, job, roles),
             )
         )
     return slices
+
+
+def _batch_shape(job_dir: Path, job: JobPlan, roles: Sequence[str]) -> BatchShape | None:
+    """The job's batched roles: their stages on a run's path (the agent's turns from the source's records)."""
+    routes = job.routes
+    if not routes.batched:
+        return None
+    turns = agent_turns(list(raw_records(job_dir)), routes.batched)
+    unpriced = tuple(rate.unknown for role, rate in routes.batch_rates.items() if rate.unknown and role in roles)
+    stages = batched_stages(routes.batched, job.pipeline, turns)
+    return BatchShape(routes.batched, stages, routes.batch_window, routes.batch_window_s, unpriced)
 
 
 def calibration_slices(slices: Sequence[JobSlice]) -> list[JobSlice]:

@@ -26,6 +26,8 @@ from scipy import stats
 
 __all__ = [
     "COUNTS",
+    "BatchForecast",
+    "BatchShape",
     "Interval",
     "InstanceCost",
     "JobForecast",
@@ -38,6 +40,8 @@ __all__ = [
 
 COUNTS = ("calls", "tokens_in", "tokens_out", "tokens_reasoning", "usd")
 """What is forecast per instance; ``calls`` are the requests sent (the billed ones)."""
+BATCH_COUNTS = ("calls_live", "usd_batch")
+"""Also in every sample's counts: the requests of the roles not batched, the USD with the batched ones at batch prices."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ class InstanceCost:
 
     Attributes:
         id: The instance id.
-        counts: ``calls`` (requests sent), tokens, ``usd``: see :data:`COUNTS`.
+        counts: ``calls`` (requests sent), tokens, ``usd``: see :data:`COUNTS` (and :data:`BATCH_COUNTS`).
         by_endpoint: Requests sent per endpoint.
         latencies: Seconds per call of each role that sent every call it made.
         elapsed_s: The instance's wall time.
@@ -77,6 +81,57 @@ class InstanceCost:
     by_endpoint: Mapping[str, float] = field(default_factory=dict)
     latencies: tuple[float, ...] = ()
     elapsed_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """A job's batched roles (``services.llm.batch.roles``) as the forecast needs them.
+
+    Attributes:
+        roles: The batched accounting roles.
+        stages: Dependent batched stages on a run's critical path: batch turnarounds one run waits for.
+        window: The completion window (``24h``), ``window_s`` in seconds: the longest a turnaround takes.
+        unpriced: Batched roles whose batch price the slice cannot tell (their models' discounts differ).
+    """
+
+    roles: tuple[str, ...]
+    stages: int
+    window: str
+    window_s: float
+    unpriced: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BatchForecast:
+    """What the sweep pays and takes with its batched roles in batches (beside :class:`JobForecast`'s live figures).
+
+    Attributes:
+        usd: The USD with the batched roles at their batch prices, the others at live prices.
+        calls_live: The requests the roles not batched send.
+        unpriced: Models without a price and batched roles without a known batch price.
+        shape: The job's batched roles (the sweep's: the most stages of its jobs).
+        turnarounds: Batch turnarounds in a row: ``shape.stages`` per run times ``waves``.
+        waves: Runs of a job wait in turn for a slot (``job_concurrency`` in flight); the most of any job.
+        wall_live: The live part's wall time (the sweep's; None: not forecast).
+    """
+
+    usd: Interval
+    calls_live: Interval
+    unpriced: tuple[str, ...]
+    shape: BatchShape
+    turnarounds: int = 0
+    waves: int = 1
+    wall_live: Interval | None = None
+
+    @property
+    def wall_high(self) -> float | None:
+        """The wall time's high end: the live part's, plus the whole window per turnaround (None: not forecast).
+
+        Its low end is the live part's; it has no expected value: how long a batch takes is not known before.
+        """
+        if self.wall_live is None:
+            return None
+        return self.wall_live.high + self.turnarounds * self.shape.window_s
 
 
 @dataclass(frozen=True)
@@ -93,6 +148,7 @@ class JobSlice:
         job_concurrency: Instances in flight in the job.
         missing: Why the slice has no run of this job (empty when it has).
         cut: Why the slice has fewer runs of it than it should (empty when it has them all).
+        batch: How the sweep's batched roles run in this job (None: the sweep batches no role).
     """
 
     name: str
@@ -104,6 +160,7 @@ class JobSlice:
     job_concurrency: int = 8
     missing: str = ""
     cut: str = ""
+    batch: BatchShape | None = None
 
     @property
     def remaining(self) -> int:
@@ -131,6 +188,7 @@ class JobForecast:
         notes: What else a reader must know (a slice cut short).
         wall_s: The wall time (None: not forecast; the sweep's only, see :mod:`cts.plan.walltime`).
         wall_note: Why the wall time is unknown or what it covers.
+        batch: With batched roles: the batch prices' USD, the live requests and the batch mode's wall time.
     """
 
     name: str
@@ -148,6 +206,7 @@ class JobForecast:
     no_interval: str = ""
     notes: tuple[str, ...] = ()
     wall_note: str = ""
+    batch: BatchForecast | None = None
 
     @property
     def usd_high_known(self) -> bool:
@@ -201,7 +260,19 @@ def forecast_job(job: JobSlice, confidence: float = 0.95) -> JobForecast:
         unknown=job.unknown,
         no_interval="1 run in the slice" if lone else "",
         notes=(job.cut,) if job.cut and not job.unknown else (),
+        batch=_job_batch(job, confidence),
     )
+
+
+def _job_batch(job: JobSlice, confidence: float) -> BatchForecast | None:
+    if job.batch is None:
+        return None
+    usd, calls = (
+        sum_interval([s.counts.get(c, 0.0) for s in job.samples], job.remaining, confidence) for c in BATCH_COUNTS[::-1]
+    )
+    waves = math.ceil(job.remaining / max(1, job.job_concurrency))
+    unpriced = (*job.unpriced, *job.batch.unpriced)
+    return BatchForecast(usd, calls, unpriced, job.batch, job.batch.stages * waves, waves)
 
 
 def forecast_sweep(jobs: Sequence[JobSlice], confidence: float = 0.95) -> JobForecast:
@@ -229,6 +300,29 @@ def forecast_sweep(jobs: Sequence[JobSlice], confidence: float = 0.95) -> JobFor
         incomplete=tuple(j.name for j in jobs if j.unknown) if known else (),
         no_interval=f"{', '.join(lone)}: 1 run in the slice" if lone else "",
         notes=tuple(j.cut for j in known if j.cut)[:1],
+        batch=_sweep_batch(jobs, known, confidence),
+    )
+
+
+def _sweep_batch(jobs: Sequence[JobSlice], known: Sequence[JobSlice], confidence: float) -> BatchForecast | None:
+    """The sweep's batch figures: its jobs run at once, so the turnarounds in a row are its slowest job's."""
+    shapes = [j.batch for j in jobs if j.batch is not None]
+    if not shapes:
+        return None
+    per_job = [f for f in (_job_batch(j, confidence) for j in known) if f is not None]
+    slowest = max(per_job, key=lambda f: f.turnarounds, default=None)
+    stages = max(shapes, key=lambda b: b.stages)
+    roles = tuple(sorted({r for b in shapes for r in b.roles}))
+    shape = BatchShape(
+        roles, stages.stages, stages.window, stages.window_s, tuple(sorted({u for b in shapes for u in b.unpriced}))
+    )
+    return BatchForecast(
+        _sweep_sum(known, "usd_batch", confidence),
+        _sweep_sum(known, "calls_live", confidence),
+        tuple(sorted({m for j in jobs for m in (*j.unpriced, *(j.batch.unpriced if j.batch else ()))})),
+        shape,
+        slowest.turnarounds if slowest else 0,
+        slowest.waves if slowest else 1,
     )
 
 

@@ -37,7 +37,8 @@ def spend_over(limit: Mapping[str, Any], forecast: JobForecast, spent: float, sl
     """Why the sweep is refused before its main run (None: it is within ``limit``, or there is no limit).
 
     The total is what the job dirs spent before (every earlier run into them) + what the
-    calibration slice booked + the forecast's high end. Nothing in it is counted twice: a reply
+    calibration slice booked + the forecast's high end (with batched roles, at their batch prices:
+    what the sweep will pay; the slice ran live and booked live prices). Nothing in it is counted twice: a reply
     is billed once, to the call that sent it, and a cache hit books $0. The slice's fresh calls
     are booked in its own dirs only (beside the sweep dir, never in a job dir); the main run
     replays them from the cache at $0, and the forecast counts the slice's runs as free
@@ -49,12 +50,15 @@ def spend_over(limit: Mapping[str, Any], forecast: JobForecast, spent: float, sl
     if cap is None:
         return None
     cap = float(cap)
-    part = f" (priced models only; no price: {', '.join(forecast.unpriced)})" if forecast.unpriced else ""
+    usd, unpriced, prices = forecast.usd, forecast.unpriced, ""
+    if forecast.batch is not None:  # what the sweep will pay: its batched roles at their batch prices
+        usd, unpriced, prices = forecast.batch.usd, forecast.batch.unpriced, " (batch prices)"
+    part = f" (priced models only; no price: {', '.join(unpriced)})" if unpriced else ""
     terms = [
         *([f"${slice_usd:.4f} spent by the calibration slice"] if slice_usd else []),
         *([f"${spent:.4f} spent in the job dirs before"] if spent else []),
     ]
-    high = spent + slice_usd + (0.0 if forecast.unknown else forecast.usd.high)
+    high = spent + slice_usd + (0.0 if forecast.unknown else usd.high)
     if forecast.unknown or forecast.incomplete or forecast.no_interval:
         reason = _unknown_high(forecast)
         total = f" = ${high:.4f}" if len(terms) > 1 else ""
@@ -65,7 +69,7 @@ def spend_over(limit: Mapping[str, Any], forecast: JobForecast, spent: float, sl
         if part:
             log.warning("plan: the forecast is within the spend limit for its priced models only%s", part)
         return None
-    terms.insert(0, f"forecast high end ${forecast.usd.high:.4f}{part}")
+    terms.insert(0, f"forecast high end{prices} ${usd.high:.4f}{part}")
     total = " + ".join(terms) + (f" = ${high:.4f}" if len(terms) > 1 else "")
     return f"{total} exceeds services.llm.spend.max_usd ${cap:.4f} by ${high - cap:.4f}"
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from cts.llm import LLMSettings, ModelSpec, route_for
+from cts.plan.batched import RoleRate, rates_of, repriced, window_s
 from cts.plan.forecast import InstanceCost
 from cts.protocol.job_files import RECORDS_FILE
 
@@ -25,11 +26,25 @@ class Routes:
         endpoint: Config path of each model spec (``clarifier.model``) -> its endpoint.
         concurrency: Endpoint -> calls in flight it takes (a model's ``max_concurrency`` or the runtime's ceiling).
         unpriced: Spec path -> model name, for models whose route has no price.
+        batch_rates: Per role in ``services.llm.batch.roles``: how a batch prices its calls (empty: none batched).
+        batch_window: ``services.llm.batch.window``, the longest a batch takes.
     """
 
     endpoint: Mapping[str, str]
     concurrency: Mapping[str, int]
     unpriced: Mapping[str, str]
+    batch_rates: Mapping[str, RoleRate] = field(default_factory=dict)
+    batch_window: str = "24h"
+
+    @property
+    def batched(self) -> tuple[str, ...]:
+        """The batched roles."""
+        return tuple(self.batch_rates)
+
+    @property
+    def batch_window_s(self) -> float:
+        """:attr:`batch_window` in seconds."""
+        return window_s(self.batch_window)
 
     def of_role(self, role: str) -> str:
         """The endpoint of an accounting role: its group's model, else the one endpoint every model shares."""
@@ -47,7 +62,8 @@ class Routes:
 
 def routes_of(cfg: DictConfig, groups: Sequence[str]) -> Routes:
     """The routes of the model specs under ``groups`` of a job config (the groups its task calls)."""
-    from cts.compose.model_checks import find_model_specs
+    from cts.compose.model_checks import find_model_specs, spec_role
+    from cts.llm._batched import batch_prices
 
     llm = OmegaConf.to_container(cfg.services.llm, resolve=True)
     assert isinstance(llm, dict)
@@ -55,6 +71,7 @@ def routes_of(cfg: DictConfig, groups: Sequence[str]) -> Routes:
     endpoint: dict[str, str] = {}
     concurrency: dict[str, int] = {}
     unpriced: dict[str, str] = {}
+    prices = []
     for path, node in find_model_specs(OmegaConf.masked_copy(cfg, [g for g in groups if g in cfg])):
         values = OmegaConf.to_container(node, resolve=True)
         assert isinstance(values, dict)  # a DictConfig node
@@ -64,7 +81,9 @@ def routes_of(cfg: DictConfig, groups: Sequence[str]) -> Routes:
         concurrency[route.endpoint] = min(concurrency.get(route.endpoint, route.limit), route.limit)
         if not any(prices_of(spec, settings)):
             unpriced[path] = spec.name
-    return Routes(endpoint, concurrency, unpriced)
+        prices.append((spec_role(path), prices_of(spec, settings), batch_prices(spec, settings)))
+    rates = rates_of(prices, settings.batch.roles)
+    return Routes(endpoint, concurrency, unpriced, rates, settings.batch.window)
 
 
 def prices_of(spec: ModelSpec, settings: LLMSettings) -> tuple[float, float]:
@@ -112,6 +131,7 @@ def instance_cost(record: Mapping[str, Any], routes: Routes) -> InstanceCost:
         calls = float(row.get("calls", 0.0))
         if calls and requests and not row.get("cache_hits") and not row.get("errors"):
             latencies.append(float(row.get("latency_s", 0.0)) / calls)
+    counts["usd_batch"], counts["calls_live"] = repriced(usage, routes.batch_rates)
     return InstanceCost(
         record_run_id(record), counts, by_endpoint, tuple(latencies), float(record.get("elapsed_s") or 0.0)
     )

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from cts._util.launch import Launch
 from cts.core.errors import PlanRefused
 from cts.plan.actual import PLAN_DIR, SweepPlan, log_plan, record_actual
+from cts.plan.batched import live_steps, pipeline_of
 from cts.plan.calibrate import (
     JobPlan,
     PlanSettings,
@@ -107,6 +108,7 @@ def _job_plan(
         _job_concurrency(config, job),
         Path(str(config.hydra.sweep.dir)) / name,
         int(job.get("repeats") or 1),  # each repeat is a run with its own calls (cts.protocol.design)
+        pipeline_of(job),
     )
 
 
@@ -206,6 +208,12 @@ def _wall(
         report = timed or 0.0
     calls = [f.calls.expected for f in per_job]
     wall = forecast_wall(measured, slices, calls, sweep.calls, report)
+    batch = sweep.batch
+    if batch is not None:  # the live part: the batched stages' round trips and requests taken out
+        live = [f.batch.calls_live.expected if f.batch else f.calls.expected for f in per_job]
+        batch = replace(
+            batch, wall_live=forecast_wall(live_steps(measured, slices), slices, live, batch.calls_live, report)
+        )
     what = f"the schedule replayed the slice in {measured.slice_model_s:.1f} s, it took {measured.slice_wall_s:.1f} s"
     what += f"; the core share seen in the slice: {measured.core[0]:.0%}-{measured.core[2]:.0%}"
     took = measured.machine.capacity
@@ -219,7 +227,7 @@ def _wall(
             f"; the machine's load average ({measured.load:.1f} on {measured.cores} cores) could leave it "
             f"{measured.loaded_core:.0%}: {loaded:.0f} s"
         )
-    return {"wall_s": wall, "wall_note": what + ("" if report else "; without the report's time")}
+    return {"wall_s": wall, "wall_note": what + ("" if report else "; without the report's time"), "batch": batch}
 
 
 def _check_spend_limit(config: DictConfig, plan: SweepPlan, settings: PlanSettings) -> None:

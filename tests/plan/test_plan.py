@@ -164,6 +164,7 @@ def test_the_calibration_is_the_same_command_on_a_few_instances_in_its_own_dir(t
         "plan.calibration_n=3",
         f"hydra.sweep.dir={tmp_path}/s",
         "tracking.experiment=e",
+        "services.llm.batch.roles=[ua,judge]",
     ]
     command = calibration_command(argv, 3, tmp_path / "s.plan" / "calibration", "e")
     assert command[2:] == [
@@ -172,6 +173,7 @@ def test_the_calibration_is_the_same_command_on_a_few_instances_in_its_own_dir(t
         "-m",
         "clarifier=a,b",
         "limit=3",
+        "++services.llm.batch.roles=[]",  # the slice runs live: a batch may take its whole window
         "plan.calibration=true",
         "sweep_report=false",
         f"hydra.sweep.dir={tmp_path}/s.plan/calibration",

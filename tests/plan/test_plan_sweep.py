@@ -28,25 +28,28 @@ def reply(body: object) -> Reply:
     return Reply(sweep_reply(body), tokens_in=TOKENS_IN, tokens_out=TOKENS_OUT)
 
 
-def model_dir(tmp_path: Path, server: ScriptedServer) -> Path:
-    """A config dir with the test's models: priced ones, and ``pfree`` without a price."""
+def model_dir(tmp_path: Path, server: ScriptedServer, batch: bool = False) -> Path:
+    """A config dir with the test's models: priced ones, and ``pfree`` without a price (``batch``: at half price in batches)."""
     root = tmp_path / "models"
     (root / "model").mkdir(parents=True)
     for name, (p_in, p_out) in {**PRICES, "pfree": (0.0, 0.0)}.items():
+        terms = f"batch: {{api: openai, input_cost_per_token: {p_in / 2}, output_cost_per_token: {p_out / 2}}}\n"
         (root / "model" / f"{name}.yaml").write_text(
             f"_target_: cts.llm.ModelSpec\nname: {name}\nid: openai/{name}\napi_base: {server.base_url}\n"
             f"api_key_env: null\nparams: {{}}\ninput_cost_per_token: {p_in}\noutput_cost_per_token: {p_out}\n"
-            "max_concurrency: null\n",
+            "max_concurrency: null\n" + (terms if batch else ""),
             encoding="utf-8",
         )
     return root
 
 
-def sweep_args(tmp_path: Path, server: ScriptedServer, cache_dir: Path, *extra: str, agent: bool = True) -> list[str]:
+def sweep_args(
+    tmp_path: Path, server: ScriptedServer, cache_dir: Path, *extra: str, agent: bool = True, batch: bool = False
+) -> list[str]:
     search = ["model@search.model=pfix", "model@search.summary_model=pfix"] if agent else ["search=extractive"]
     return [
         "--config-dir",
-        str(model_dir(tmp_path, server)),
+        str(model_dir(tmp_path, server, batch)),
         "-m",
         *extra,
         "ua=pfix",
@@ -357,3 +360,49 @@ def test_plan_only_forecasts_stops_and_its_command_finishes_from_the_cache(tmp_p
     assert sum(n for _, n in paid) == len(server.requests) - sliced > 0  # the rest paid, once
     assert "calibration slice, " not in done.stderr  # no second slice: the forecast was read from the first
     assert (sweep / "plan" / "forecast_vs_actual.md").is_file()
+
+
+@pytest.mark.slow
+def test_plan_only_with_batched_roles_forecasts_them_at_batch_prices_from_a_live_slice(tmp_path, cache_dir):
+    """The slice sends live requests only (no batch), and usd (batch) is its records repriced by hand."""
+    import csv
+    import shlex
+
+    batched = "services.llm.batch.roles=[ua,rewriter,judge]"
+    grid = ("clarifier=pa,pb", "k=1", "limit=8", "plan=only", "plan.calibration_n=3", batched)
+    with ScriptedServer(latency_s=0.0) as server:
+        server.handler = reply
+        proc = run(sweep_args(tmp_path, server, cache_dir, *grid, agent=False, batch=True), tmp_path)
+        paths = {r.path for r in server.requests}
+    sweep, calibration = tmp_path / "sweep", tmp_path / "sweep.plan" / "calibration"
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert paths == {"/v1/chat/completions"} and len(server.requests) == slice_requests(calibration) > 0
+    assert not (calibration / "llm_batches.jsonl").exists()  # the slice made no batch
+    half = {"pfix": (1e-7, 4e-7)}  # the batched roles' model at its batch price
+    by_hand, live = 0.0, 0.0
+    for path in calibration.glob("*/records.jsonl"):
+        runs = [json.loads(line)["usage"] for line in path.read_text().splitlines()]
+        live += sum(u[role]["requests"] for u in runs for role in ("ua", "rewriter", "judge"))
+        assert len(runs) == 3
+        per_run = [
+            sum(
+                row["tokens_in"] * half["pfix"][0] + row["tokens_out"] * half["pfix"][1]
+                if role in ("ua", "rewriter", "judge")
+                else row["cost_usd"]
+                for role, row in usage.items()
+            )
+            for usage in runs
+        ]
+        by_hand += 5 * sum(per_run) / len(per_run)  # 8 instances, 3 of them cached by the slice
+    rows = {
+        (r["job"], r["quantity"]): r for r in csv.DictReader((sweep / "plan" / "forecast.csv").read_text().splitlines())
+    }
+    assert float(rows[("sweep", "usd (batch)")]["expected"]) == pytest.approx(by_hand, rel=1e-5)
+    assert float(rows[("sweep", "usd (batch)")]["expected"]) < float(rows[("sweep", "usd")]["expected"])
+    table = table_rows(sweep)
+    head = next(line for line in (sweep / "plan" / "forecast.md").read_text().splitlines() if line.startswith("| job"))
+    assert "| usd | usd (batch) | wall_s | wall_s (batch) |" in head
+    assert "+ 3 batch turnarounds (each up to the 24h window): at most " in table["**sweep**"][10]
+    print((sweep / "plan" / "forecast.md").read_text())
+    command = shlex.split(proc.stdout.strip().splitlines()[-1])
+    assert batched in command and "++services.llm.batch.roles=[]" not in command  # the main run batches
