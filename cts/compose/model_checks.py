@@ -92,16 +92,29 @@ BATCH_ROLES = ("clarifier", "ua", "rewriter", "judge", "extractor", "qtyper", "g
 
 
 def spec_role(path: str) -> str:
-    """The accounting role whose calls a model spec at ``path`` serves (``search.summary_model``: ``visit_summary``)."""
-    return "visit_summary" if path.endswith("summary_model") else path.split(".", 1)[0]
+    """The accounting role whose calls a model spec at ``path`` serves.
+
+    ``search.summary_model`` is ``visit_summary``'s; the analyses' models are those of the role they
+    stand in for (``robustness.judges.<name>.model``: ``judge``; ``robustness.backbones.<name>.ua.model``: ``ua``).
+    """
+    if path.endswith("summary_model"):
+        return "visit_summary"
+    parts = path.split(".")
+    if parts[0] == "robustness" and len(parts) > 2:
+        return "judge" if parts[1] == "judges" else parts[3] if len(parts) > 4 else parts[1]
+    return parts[0]
 
 
-def batch_problems(cfg: DictConfig) -> list[str]:
+def batch_problems(cfg: DictConfig, groups: Sequence[str] | None = None) -> list[str]:
     """One message per batched role that cannot be batched: an unknown role, or a model without a Batch API.
 
     A role's models are the model specs under its config node (``judge.members.*.model`` are the
     judge's; ``search.summary_model`` is ``visit_summary``'s). With ``services.llm.api_base`` every
     route is that server's, which then must speak OpenAI's Batch API.
+
+    Args:
+        cfg: A job's composed config.
+        groups: The config keys whose models the job's task calls (None: every model spec).
     """
     roles = list(_value(OmegaConf.select(cfg, "services.llm.batch.roles", default=None)) or [])
     problems = [
@@ -113,6 +126,8 @@ def batch_problems(cfg: DictConfig) -> list[str]:
         return problems
     for path, node in find_model_specs(cfg):
         role = spec_role(path)
+        if groups is not None and path.split(".", 1)[0] not in groups:
+            continue  # a model the task does not call (the default judge of a robustness analysis)
         if role in roles and _value(_get(node, "batch")) is None:
             name = _value(_get(node, "name")) or "?"
             problems.append(

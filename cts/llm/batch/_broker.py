@@ -35,7 +35,9 @@ log = logging.getLogger(__name__)
 Store = Callable[[str, Route, Any], Awaitable[None]]
 """Stores a reply nobody in this process waits for: (cache key, route, response)."""
 _LIVE: weakref.WeakSet[BatchBroker] = weakref.WeakSet()
-_TRANSIENT_WAIT_S = 2.0
+_TRANSIENT_WAIT_S = 0.5  # first pause after a failed Batch API step, doubling ...
+_TRANSIENT_MAX_WAIT_S = 30.0  # ... up to this
+_TRANSIENT_BUDGET_S = 300.0  # then the step fails (an infrastructure failure: the resume polls again)
 
 
 @dataclass
@@ -191,9 +193,16 @@ class BatchBroker:
             for w in part:
                 w.sendings += 1
             wire, api_key = self._wires[route.api], self._keys.get(route)
-            batch_id = await self._transient(
-                lambda: wire.submit(route, api_key, local_id, [(w.key, w.body or {}) for w in part])
-            )
+            lines = [(w.key, w.body or {}) for w in part]
+            tried: list[bool] = []
+
+            async def submit_once() -> str:
+                # a create whose answer was lost may have made the batch: look for it before sending again
+                found = await wire.find(route, api_key, local_id) if tried else None
+                tried.append(True)
+                return found or await wire.submit(route, api_key, local_id, lines)
+
+            batch_id = await self._transient(submit_once)
             self.ledger.submitted(local_id, batch_id)
         except Exception as exc:  # noqa: BLE001 - the callers get the failure, the sweep goes on
             self._fail(part, _infra(route, f"could not submit a batch of {len(part)}: {exc}"))
@@ -284,15 +293,21 @@ class BatchBroker:
                 w.future.set_exception(error)
 
     async def _transient(self, step: Callable[[], Awaitable[Any]]) -> Any:
-        """Run a Batch API step, riding out connection failures and 5xx/429 (a provider blip) a few times."""
-        for attempt in range(5):
+        """Run a Batch API step, riding out connection failures, 429s and 5xx for up to ``_TRANSIENT_BUDGET_S``.
+
+        A batch may run for hours: a provider's blip of a few minutes must not fail the requests it holds.
+        """
+        waited, attempt = 0.0, 0
+        while True:
             try:
                 return await step()
             except Exception as exc:
-                if attempt == 4 or not _transient(exc):
+                if not _transient(exc) or waited >= _TRANSIENT_BUDGET_S:
                     raise
-                await asyncio.sleep(min(_TRANSIENT_WAIT_S * 2**attempt, self.settings.poll_s * 4 or 1.0))
-        raise AssertionError("unreachable")
+                pause = min(_TRANSIENT_WAIT_S * 2**attempt, _TRANSIENT_MAX_WAIT_S)
+                log.info("Batch API step failed (%s), again in %.1f s", exc, pause)
+                await asyncio.sleep(pause)
+                waited, attempt = waited + pause, attempt + 1
 
     async def aclose(self) -> None:
         """Cancel the broker's polls (the ledger keeps what is open for the next run)."""
