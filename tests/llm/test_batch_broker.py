@@ -181,3 +181,11 @@ def test_progress_counts_the_batches(tmp_path: Path) -> None:
 def test_unknown_batch_keys_are_refused(bad: dict) -> None:
     with pytest.raises(ValueError, match="colour"):
         BatchSettings.from_mapping(bad)
+
+
+def test_the_progress_bar_shows_the_batches_beside_the_requests_in_flight() -> None:
+    from cts.core.contracts import InFlight
+
+    assert InFlight(3, 2.0).postfix() == {"in_flight": "3", "oldest": "2s"}  # no batch: as before
+    shown = InFlight(3, 2.0, 5, 2, 3, 61.4).postfix()
+    assert shown["batches"] == "5 sent/2 running/3 done" and shown["batch_age"] == "61s"

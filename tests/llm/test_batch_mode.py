@@ -241,10 +241,17 @@ def test_sigkill_with_batches_in_flight_then_resume_sends_nothing_twice(
             started[name].delay_s = 0.3  # the provider finishes the batches while nobody polls
         run_py(*args, cwd=tmp_path)
         batches = [b for name in ("gpt", "claude") for b in started[name].created_batches]
+        posts, jobs = live_role_posts(started), jobs_of(tmp_path)
+        # every reply is in the response cache: the same sweep into a new dir sends nothing to the Batch APIs
+        again = [
+            a.replace(f"hydra.sweep.dir={tmp_path / 'sweep'}", f"hydra.sweep.dir={tmp_path / 'again'}") for a in args
+        ]
+        run_py(*again, cwd=tmp_path)
+        assert [b for name in ("gpt", "claude") for b in started[name].created_batches] == batches
+        assert live_role_posts(started) == posts
     ids = [cid for b in batches for cid in b.custom_ids]
     assert len(ids) == len(set(ids)), "a request was submitted twice"
     assert all(set(b.custom_ids) == before[b.id] for b in batches if b.id in before)
-    jobs = jobs_of(tmp_path)
     assert len(jobs) == 9 and set(jobs["status"]) == {"FINISHED"} and (jobs["metrics.n_unscored"] == 0).all()
     for records in (tmp_path / "sweep").glob("*/records.jsonl"):
         seen = [json.loads(line)["id"] for line in records.read_text("utf-8").splitlines()]
