@@ -73,11 +73,16 @@ class Preflight:
         probed: ``(api_base, api_key)`` of every endpoint that answered ``GET /models``.
         completed: Keys of the minimal completions that succeeded (:mod:`cts.compose.completion_probe`).
         inputs: Task inputs read before the start, by their input key (:func:`cts.compose.app.preload_inputs`).
+        scoped: Per job config (by ``id``, with the config kept so the id stays its own): the copy of
+            the keys its task calls that every check reads (:func:`cts.compose.probes.scoped_copy`).
+        checked: The overrides of each job whose values and pre-flight passed here (its run does not repeat them).
     """
 
     probed: set[tuple[str, str | None]] = field(default_factory=set)
     completed: set[str] = field(default_factory=set)
     inputs: dict[str, Any] = field(default_factory=dict)
+    scoped: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    checked: set[tuple[str, ...]] = field(default_factory=set)
 
 
 @dataclass(eq=False)

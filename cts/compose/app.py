@@ -65,9 +65,10 @@ def run(cfg: DictConfig) -> float | None:
         end_startup_gc()
     quiet_unwritable_logs()
     with input_errors(cfg), prompt_scope():
-        if problems := missing_values(cfg) or value_problems(cfg):
-            raise InputError(problems)
-        preflight(cfg, groups=task_groups(cfg))
+        if not checked_by_launch():  # a sweep's launch checked this job's config before it started
+            if problems := missing_values(cfg) or value_problems(cfg):
+                raise InputError(problems)
+            preflight(cfg, groups=task_groups(cfg))
         if not in_multirun():
             launch = current_launch()
             memo = launch.preflight if launch is not None else None
@@ -78,6 +79,20 @@ def run(cfg: DictConfig) -> float | None:
             services, build_node(cfg.services.get("local_llm"), services), Path(cfg.paths.output_dir)
         ) as services:
             return run_configured_task(cfg, services)
+
+
+def checked_by_launch() -> bool:
+    """Whether this context's launch checked the running job's values and pre-flight before its jobs started.
+
+    A sweep's callbacks check every job's composed config (``LaunchCallbacks._before_sweep``) and note
+    its overrides; the job's own config (Hydra's, by its overrides in ``HydraConfig``) is that
+    composition (the same master config and overrides, the launch's compose memo), so its run does
+    not check it again.
+    """
+    from cts.compose.job_config import task_overrides
+
+    launch = current_launch()
+    return launch is not None and launch.multirun and tuple(task_overrides()) in launch.preflight.checked
 
 
 def check_start(config: DictConfig, jobs: Sequence[DictConfig], memo: Preflight | None = None) -> None:
@@ -105,7 +120,7 @@ def check_start(config: DictConfig, jobs: Sequence[DictConfig], memo: Preflight 
     refuse(output_problems(config))
     for job in jobs:
         with input_errors(job, exit_in_debug=True):
-            if missing := missing_values(OmegaConf.masked_copy(job, [str(k) for k in job if k != "hydra"])):
+            if missing := missing_values(job, exclude=("hydra",)):
                 raise InputError(missing)
             preload_inputs(job, memo if memo is not None else Preflight())
 
@@ -155,9 +170,9 @@ class ConfiguredTask:
 
     @functools.cached_property
     def fingerprint(self) -> str:
-        from cts.compose.job_config import protocol_fingerprint
+        from cts.compose.job_config import fingerprint_of
 
-        return protocol_fingerprint(self._cfg)
+        return fingerprint_of(self.protocol_config)  # the protocol config, made once per job
 
     @functools.cached_property
     def protocol_config(self) -> dict[str, Any]:

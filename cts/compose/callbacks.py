@@ -211,7 +211,8 @@ class LaunchCallbacks(Callback):
         launch.composed = ComposedJobs()
         launch.jobs = jobs = tuple(sweep_job_configs(config, launch.composed))
         check_start(config, jobs, launch.preflight)  # values, output places, input files: before any dir or store
-        stop_on_problems([p for job in jobs for p in preflight_problems_of(job, task_groups(job))])
+        stop_on_problems([p for job in jobs for p in preflight_problems_of(job, task_groups(job), launch.preflight)])
+        launch.preflight.checked.update(tuple(job.hydra.overrides.task) for job in jobs)  # runs do not repeat it
         warn_unapplied_params(jobs)  # a response_format the model's request rules drop or reshape
         probe_endpoints(jobs, launch.preflight)  # every distinct endpoint of the sweep, once
         probe_completions(jobs, launch.preflight)  # one minimal completion per distinct request of the sweep

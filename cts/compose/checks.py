@@ -18,6 +18,7 @@ from hydra.utils import get_object
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cts._util.io import unwritable_reason
+from cts._util.launch import Preflight
 from cts.compose.services import resource_parameters
 from cts.core.errors import PreflightFailed
 from cts.protocol.migrations import renamed_target
@@ -155,14 +156,33 @@ def preflight(cfg: DictConfig, groups: tuple[str, ...] | None = None) -> None:
     stop_on_problems(preflight_problems_of(cfg, groups))
 
 
-def preflight_problems_of(cfg: DictConfig, groups: tuple[str, ...] | None = None) -> list[str]:
-    """The pre-flight problems of one composed config: unknown keys, unreachable models."""
+def preflight_problems_of(
+    cfg: DictConfig, groups: tuple[str, ...] | None = None, memo: Preflight | None = None
+) -> list[str]:
+    """The pre-flight problems of one composed config: unknown keys, unreachable models.
+
+    Args:
+        cfg: The composed config.
+        groups: Only check these top-level keys for models (None = the whole config).
+        memo: The launch's pre-flight memo: the task's keys are copied once per job
+            (:func:`cts.compose.probes.scoped_copy`; ``groups`` must then be the task's).
+    """
     from cts.compose.model_checks import preflight_problems
+    from cts.compose.probes import scoped_copy
     from cts.compose.request_rules import rule_problems
 
-    components = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k not in ("hydra", "task")])
-    scoped = OmegaConf.masked_copy(cfg, list(groups)) if groups else cfg
-    return unknown_key_problems(components) + preflight_problems(scoped) + rule_problems(scoped)
+    components = [str(k) for k in cfg if k not in ("hydra", "task")]  # each walked in place, not copied
+    unknown = [p for k in components if _is_container(cfg, k) for p in unknown_key_problems(cfg[k], k)]
+    if memo is not None and groups:
+        scoped = scoped_copy(cfg, memo)
+    else:
+        scoped = OmegaConf.masked_copy(cfg, list(groups)) if groups else cfg
+    return unknown + preflight_problems(scoped) + rule_problems(scoped)
+
+
+def _is_container(cfg: DictConfig, key: str) -> bool:
+    """Whether ``cfg.key`` is set to a config node (what :func:`unknown_key_problems` walks into)."""
+    return not OmegaConf.is_missing(cfg, key) and isinstance(cfg._get_node(key), DictConfig | ListConfig)
 
 
 def stop_on_problems(problems: list[str]) -> None:

@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -126,16 +126,24 @@ def stop_unwritable(fault: OSError, job_dir: Path, instances: Sequence[Any], res
     finish(Outcome("infra", len(instances), n_done, ()), [], job_dir, resume, multirun=multirun)
 
 
-def missing_values(cfg: DictConfig) -> list[str]:
-    """Every mandatory key (``???``) left unset, as problem lines (checked before anything runs)."""
-    return [f"{key}: missing mandatory value; set it on the command line: {key}=..." for key in _missing(cfg, "")]
+def missing_values(cfg: DictConfig, exclude: Collection[str] = ()) -> list[str]:
+    """Every mandatory key (``???``) left unset, as problem lines (checked before anything runs).
+
+    Args:
+        cfg: The config.
+        exclude: Top-level keys not to look into (``hydra``), instead of a masked copy of the rest.
+    """
+    found = _missing(cfg, "", exclude)
+    return [f"{key}: missing mandatory value; set it on the command line: {key}=..." for key in found]
 
 
-def _missing(node: DictConfig | ListConfig, prefix: str) -> list[str]:
+def _missing(node: DictConfig | ListConfig, prefix: str, exclude: Collection[str] = ()) -> list[str]:
     """Keys set to ``???``, walked without resolving interpolations (which may point at them)."""
     out: list[str] = []
     keys: Iterable[Any] = node.keys() if isinstance(node, DictConfig) else range(len(node))
     for key in keys:
+        if key in exclude:
+            continue
         name = f"{prefix}{key}"
         if OmegaConf.is_missing(node, key):
             out.append(name)

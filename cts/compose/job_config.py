@@ -99,7 +99,12 @@ def protocol_config(cfg: DictConfig) -> dict[str, Any]:
 
 def protocol_fingerprint(cfg: DictConfig) -> str:
     """Hash of :func:`protocol_config`."""
-    return hashlib.sha256(json.dumps(protocol_config(cfg), sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return fingerprint_of(protocol_config(cfg))
+
+
+def fingerprint_of(protocol: Mapping[str, Any]) -> str:
+    """The fingerprint of a :func:`protocol_config`."""
+    return hashlib.sha256(json.dumps(protocol, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def job_tags(cfg: DictConfig, ctx: JobContext) -> dict[str, str]:

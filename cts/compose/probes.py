@@ -29,6 +29,22 @@ def task_groups(cfg: DictConfig) -> tuple[str, ...]:
     return (*calls, "services")
 
 
+def scoped_copy(cfg: DictConfig, memo: Preflight | None = None) -> DictConfig:
+    """The keys of ``cfg`` its task calls (:func:`task_groups`), as a masked copy made once per job and launch.
+
+    Args:
+        cfg: A job's composed config.
+        memo: The launch's pre-flight memo, which keeps the copy for the launch's other checks (None: not kept).
+    """
+    hit = memo.scoped.get(id(cfg)) if memo is not None else None
+    if hit is not None and hit[0] is cfg:
+        return hit[1]
+    copy = OmegaConf.masked_copy(cfg, list(task_groups(cfg)))
+    if memo is not None:
+        memo.scoped[id(cfg)] = (cfg, copy)
+    return copy
+
+
 def probe_endpoints(cfgs: Sequence[DictConfig], memo: Preflight | None = None) -> None:
     """Probe every distinct endpoint of these jobs once; exit 1 naming each dead one.
 
@@ -41,11 +57,7 @@ def probe_endpoints(cfgs: Sequence[DictConfig], memo: Preflight | None = None) -
     """
     from cts.compose.model_checks import endpoints_of, probe_problems
 
-    jobs = [
-        OmegaConf.masked_copy(c, list(task_groups(c)))
-        for c in cfgs
-        if OmegaConf.select(c, "services.llm.preflight_probe", default=True)
-    ]
+    jobs = [scoped_copy(c, memo) for c in cfgs if OmegaConf.select(c, "services.llm.preflight_probe", default=True)]
     memo = memo if memo is not None else Preflight()
     endpoints = [e for e in endpoints_of(jobs) if (e.api_base, e.api_key) not in memo.probed]
     if not endpoints:
@@ -72,7 +84,7 @@ def probe_completions(cfgs: Sequence[DictConfig], memo: Preflight | None = None)
     """
     from cts.compose.completion_probe import check_completions
 
-    jobs = [OmegaConf.masked_copy(c, list(task_groups(c))) for c in cfgs]
+    jobs = [scoped_copy(c, memo) for c in cfgs]
     if not jobs:
         return
     cache_dir = Path(str(OmegaConf.select(cfgs[0], "paths.cache_dir", default=".")))
