@@ -763,17 +763,6 @@ class AnthropicBatchEmulator(_BatchServing, AnthropicEmulator):
         ("DELETE", r"/v1/messages/batches/([^/]+)", "delete_batch"),
     )
 
-    def __init__(
-        self,
-        handler: Handler = protocol_reply,
-        *,
-        delay_s: float | None = 0.2,
-        polls_to_end: int | None = None,
-        expire: Expire = None,
-        fail: Fail = None,
-    ) -> None:
-        super().__init__(handler, delay_s=delay_s, polls_to_end=polls_to_end, expire=expire, fail=fail)
-
     def check_access(self, seen: Seen) -> None:
         """The headers the live route requires."""
         if not seen.headers.get("x-api-key"):

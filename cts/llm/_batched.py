@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from cts.core.contracts import Completion
 from cts.core.types import CallError
 from cts.llm._calls import cache_value, completion_of
-from cts.llm._pricing import Prices
+from cts.llm._pricing import Prices, route_prices
 from cts.llm._rejections import REJECTED_KINDS, Rejections
 from cts.llm._retry import classify
 from cts.llm._settings import LLMSettings
@@ -40,12 +40,9 @@ class LLMRuntime(Protocol):
 
 
 def batch_prices(spec: ModelSpec, settings: LLMSettings) -> Prices:
-    """USD per token of a batched request: the model's batch price (``api_base``: its own price)."""
-    if settings.api_base:
-        price = settings.api_base_price
-        return price.input_cost_per_token, price.output_cost_per_token
-    if spec.batch is None:
-        return spec.input_cost_per_token, spec.output_cost_per_token
+    """USD per token of a batched request: the model's batch price (``api_base``, no batch terms: the live price)."""
+    if settings.api_base or spec.batch is None:
+        return route_prices(spec, settings)
     return spec.batch.input_cost_per_token, spec.batch.output_cost_per_token
 
 
@@ -90,7 +87,7 @@ class Brokers:
         return self._per_loop[loop]
 
     def all(self) -> list[BatchBroker]:
-        """Every loop's broker."""
+        """Every loop's broker (none until a batched call ran)."""
         return list(self._per_loop.values())
 
 

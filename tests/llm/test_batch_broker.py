@@ -36,7 +36,9 @@ class ScriptedWire:
     def body(self, route: Route, messages: list[dict[str, Any]], params: Mapping[str, Any]) -> tuple[dict, Route]:
         return {"messages": messages, **params}, route
 
-    async def submit(self, route: Route, key: str | None, local_id: str, lines: list[tuple[str, dict]]) -> str:
+    async def submit(
+        self, route: Route, key: str | None, local_id: str, lines: list[tuple[str, dict]], window: str = "24h"
+    ) -> str:
         batch_id = f"b{len(self.batches)}"
         self.batches[batch_id] = [cid for cid, _ in lines]
         self.by_local[local_id] = batch_id

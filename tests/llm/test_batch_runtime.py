@@ -204,7 +204,9 @@ def test_a_batch_submitted_before_its_id_was_written_is_found_by_its_metadata(tm
         route = Route("openai", model.api_base, model.id, (), 1e-6, 4e-6)
         body, _ = OpenAIWire().body(route, messages, params)
         Ledger(tmp_path).intend("crashed", route, (cache_key,))  # the process died after this line ...
-        asyncio.run(OpenAIWire().submit(route, "sk-test", "crashed", [(cache_key, body)]))  # ... and this request
+        asyncio.run(
+            OpenAIWire().submit(route, "sk-test", "crashed", [(cache_key, body)], "24h")
+        )  # ... and this request
         (reply,) = asyncio.run(ask(rt, model, USERS[0]))
         assert len(emulator.created_batches) == 1  # found by its metadata, polled, not sent again
     assert not isinstance(reply, Exception) and reply.text

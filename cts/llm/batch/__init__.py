@@ -7,6 +7,6 @@ the sweep dir so a resumed sweep polls them instead of sending again. This packa
 ``__init__`` stays light: ``cts.llm._settings`` imports the settings from here.
 """
 
-from cts.llm.batch._settings import AGENT_ROLES, BATCH_APIS, BatchApi, BatchSettings, BatchTerms
+from cts.llm.batch._settings import BATCH_APIS, BatchApi, BatchSettings, BatchTerms
 
-__all__ = ["AGENT_ROLES", "BATCH_APIS", "BatchApi", "BatchSettings", "BatchTerms"]
+__all__ = ["BATCH_APIS", "BatchApi", "BatchSettings", "BatchTerms"]

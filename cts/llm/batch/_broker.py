@@ -22,7 +22,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,6 @@ class _Waiting:
     body: dict[str, Any] | None
     """None while no caller of this process asked for it (a key of an adopted batch)."""
     future: asyncio.Future[Any]
-    since: float = field(default_factory=time.monotonic)
     sendings: int = 0
     last_error: str = ""
 
@@ -200,7 +199,7 @@ class BatchBroker:
                 # a create whose answer was lost may have made the batch: look for it before sending again
                 found = await wire.find(route, api_key, local_id) if tried else None
                 tried.append(True)
-                return found or await wire.submit(route, api_key, local_id, lines)
+                return found or await wire.submit(route, api_key, local_id, lines, self.settings.window)
 
             batch_id = await self._transient(submit_once)
             self.ledger.submitted(local_id, batch_id)

@@ -8,8 +8,6 @@ from typing import Any, Literal
 
 BatchApi = Literal["openai", "anthropic"]
 BATCH_APIS: tuple[BatchApi, ...] = ("openai", "anthropic")
-AGENT_ROLES = frozenset({"search", "visit_summary"})
-"""The deep-search agent's accounting roles: many dependent round trips per instance, live unless listed."""
 
 
 @dataclass(frozen=True)

@@ -63,8 +63,10 @@ class Wire(Protocol):
     def body(self, route: Route, messages: list[dict[str, Any]], params: Mapping[str, Any]) -> tuple[dict, Route]:
         """The request body as the provider's batch line takes it, and the route it groups under."""
 
-    async def submit(self, route: Route, key: str | None, local_id: str, lines: list[tuple[str, dict]]) -> str:
-        """Submit a batch; its provider id."""
+    async def submit(
+        self, route: Route, key: str | None, local_id: str, lines: list[tuple[str, dict]], window: str
+    ) -> str:
+        """Submit a batch with its completion ``window``; its provider id."""
 
     async def status(self, route: Route, key: str | None, batch_id: str) -> Status:
         """The batch's state."""
@@ -97,7 +99,9 @@ class OpenAIWire:
             where["api_base"] = route.api_base
         return where
 
-    async def submit(self, route: Route, key: str | None, local_id: str, lines: list[tuple[str, dict]]) -> str:
+    async def submit(
+        self, route: Route, key: str | None, local_id: str, lines: list[tuple[str, dict]], window: str
+    ) -> str:
         """Upload the JSONL and create the batch, its ``metadata`` naming ``local_id``."""
         litellm = litellm_module()
         jsonl = "".join(
@@ -110,7 +114,7 @@ class OpenAIWire:
             file=(f"cts-{local_id}.jsonl", io.BytesIO(jsonl), "application/jsonl"), purpose="batch", **where
         )
         batch = await litellm.acreate_batch(
-            completion_window="24h",
+            completion_window=window,
             endpoint=self.endpoint,
             input_file_id=upload.id,
             metadata={"cts_batch": local_id},
@@ -215,8 +219,10 @@ class AnthropicWire:
                 raise HTTPStatusError(raw.status, raw.headers, content.decode("utf-8", errors="replace"))
             return content
 
-    async def submit(self, route: Route, key: str | None, local_id: str, lines: list[tuple[str, dict]]) -> str:
-        """``POST /v1/messages/batches``."""
+    async def submit(
+        self, route: Route, key: str | None, local_id: str, lines: list[tuple[str, dict]], window: str
+    ) -> str:
+        """``POST /v1/messages/batches`` (Anthropic's window is always 24 h: ``window`` is not sent)."""
         payload = {"requests": [{"custom_id": cid, "params": body} for cid, body in lines]}
         content = await self._call(
             "POST", f"{self._base(route)}/v1/messages/batches", self._headers(route, key), payload
