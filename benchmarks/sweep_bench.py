@@ -377,6 +377,7 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=1, help="sweeps per launcher (the same command varies run to run)"
     )
+    parser.add_argument("--keep", default="", help="copy the last sweep's dir (jobs and report) here")
     parser.add_argument(
         "--extra", nargs="*", default=[], help="more overrides for every sweep (tracking.instance_traces=false ...)"
     )
@@ -410,6 +411,8 @@ def main() -> None:
                 )
                 rows.append(row)
                 report(rows[-1:], critical, args.latency, args.cap)
+                if args.keep:  # e.g. to time the sweep report alone on a real sweep's jobs
+                    shutil.copytree(Path(tmp) / f"{name}-{i}" / "sweep", args.keep, dirs_exist_ok=True)
         print()
         report(rows, critical, args.latency, args.cap)
 
