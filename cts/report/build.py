@@ -22,6 +22,7 @@ from cts.report.plots import plot_scores, plot_unknown_vs_region
 from cts.report.repeats import design_report
 from cts.report.rows import Bootstrap, diagnostic_rows, score_rows
 from cts.report.tables import Table, build_tables, markdown, write_table
+from cts.stats.bootstrap import shared_draws
 from cts.stats.compare import PValueTest
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,13 @@ def write_report(
 
     ``p_value``: Table 3's test; ``pass_threshold``: the score a repeat passes at (pass^k).
     """
+    with shared_draws():  # one seed for every CI: each draw and distribution computed once
+        return _write_report(jobs, out_dir, bootstrap, source, p_value, pass_threshold)
+
+
+def _write_report(
+    jobs: Sequence[Job], out_dir: Path, bootstrap: Bootstrap, source: str, p_value: PValueTest, pass_threshold: float
+) -> ReportResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     scores, diag = score_rows(jobs, bootstrap, p_value), diagnostic_rows(jobs)
     tables = build_tables(scores, diag, bootstrap.confidence)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cts.stats.bootstrap import MAX_BATCH_VALUES, bootstrap_batch
+from cts.stats.bootstrap import MAX_BATCH_VALUES, resample_indices
 
 NAN = float("nan")
 
@@ -61,7 +61,8 @@ def cluster_mean_distribution(
     mean over every instance of the drawn clusters (sum of cluster sums over the number
     of instances drawn). Resamples are drawn in batches of at most ``max_values`` drawn
     clusters, from one generator seeded with ``seed``: the index stream, hence the result,
-    does not depend on the batch size.
+    does not depend on the batch size (:func:`cts.stats.bootstrap.resample_indices`, shared
+    inside :func:`cts.stats.bootstrap.shared_draws`).
 
     Args:
         diffs: Per-instance differences.
@@ -76,14 +77,13 @@ def cluster_mean_distribution(
     sums = np.bincount(codes, weights=diffs)
     sizes = np.bincount(codes).astype(float)
     n_clusters = sums.size
-    rng = np.random.default_rng(seed)
-    batch = bootstrap_batch(n_clusters, n_resamples, max_values)
     equal = bool(np.all(sizes == sizes[0]))  # then every resample holds the same number of instances
     out = np.empty(n_resamples)
-    for start in range(0, n_resamples, batch):
-        drawn = rng.integers(0, n_clusters, (min(batch, n_resamples - start), n_clusters))
+    start = 0
+    for drawn in resample_indices(n_clusters, n_resamples, seed, max_values):
         drawn_sizes = sizes[0] * n_clusters if equal else sizes[drawn].sum(axis=-1)
         out[start : start + drawn.shape[0]] = sums[drawn].sum(axis=-1) / drawn_sizes
+        start += drawn.shape[0]
     return out
 
 

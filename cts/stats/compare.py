@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from cts.stats.bootstrap import paired_bootstrap_ci
-from cts.stats.cluster import bootstrap_p_value, cluster_bootstrap_ci, cluster_mean_distribution
+from cts.stats.bootstrap import bootstrap_means, paired_bootstrap_ci
+from cts.stats.cluster import bootstrap_p_value, cluster_bootstrap_ci
 from cts.stats.multiplicity import sign_flip_p_value
 
 NAN = float("nan")
@@ -67,13 +67,9 @@ def paired_comparison(
         sign_flip_p_value(diffs, clusters, n_resamples=n_resamples, seed=seed) if p_value == "permutation" else None
     )
     if clusters is None:
-        boot = (
-            NAN
-            if diffs.size == 0
-            else bootstrap_p_value(
-                cluster_mean_distribution(diffs, np.arange(diffs.size), n_resamples=n_resamples, seed=seed)
-            )
-        )
+        # the CI's distribution: the cluster bootstrap of singletons' draws and sums (bar a zero's sign,
+        # which the p-value counts on both sides), computed once inside shared_draws
+        boot = NAN if diffs.size == 0 else bootstrap_p_value(bootstrap_means(diffs, n_resamples=n_resamples, seed=seed))
         return Comparison(mean, low, high, boot if permuted is None else permuted)
     c = cluster_bootstrap_ci(scores, baseline, clusters, **bootstrap)
     return Comparison(
