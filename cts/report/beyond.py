@@ -20,9 +20,9 @@ import pandas as pd
 from cts.core.records import Record
 from cts.protocol.metrics import interaction_metrics, questions_asked_mean
 from cts.protocol.repeats import instance_means
-from cts.report.gate_evaluation import evaluate_gate
+from cts.report.gate_evaluation import evaluate_gates
 from cts.report.jobs import ORIG
-from cts.report.plots import pyplot
+from cts.report.plots import figure
 from cts.report.tables import Table
 from cts.roles.gates import AlwaysGate, NeverGate, OracleGate, RuleGate
 from cts.stats.bootstrap import paired_bootstrap_ci
@@ -136,26 +136,24 @@ def gating_rows(jobs: Sequence[Any], bootstrap: Any, gates: Mapping[str, Any]) -
     ``n`` and the CI count instances (repeats reduced by :func:`cts.report.gate_evaluation.gateable`);
     the cost is the mean over every record (each repeat paid for its own clarification).
     """
+    pairs = [(j, name, gate) for j in jobs if not j.is_orig for name, gate in gates.items()]
+    evaluated = evaluate_gates([j.records for j, _, _ in pairs], [g for _, _, g in pairs], **vars(bootstrap))
     rows = []
-    for j in jobs:
-        if j.is_orig:
-            continue
-        for name, gate in gates.items():
-            result, decisions = evaluate_gate(j.records, gate, **vars(bootstrap))
-            asked = {i for i, d in decisions.items() if d.ask}
-            cost, unit = _clarify_cost(j.records, asked)
-            rows.append(
-                {
-                    "k": j.k,
-                    "system": j.label,
-                    "mode": j.mode,
-                    "setting": j.setting,
-                    "gate": name,
-                    **asdict(result),
-                    "cost_per_instance": cost,
-                    "cost_unit": unit,
-                }
-            )
+    for (j, name, _), (result, decisions) in zip(pairs, evaluated):
+        asked = {i for i, d in decisions.items() if d.ask}
+        cost, unit = _clarify_cost(j.records, asked)
+        rows.append(
+            {
+                "k": j.k,
+                "system": j.label,
+                "mode": j.mode,
+                "setting": j.setting,
+                "gate": name,
+                **asdict(result),
+                "cost_per_instance": cost,
+                "cost_unit": unit,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -293,8 +291,8 @@ def frontier_table(rows: pd.DataFrame) -> Any:
 def plot_frontier(rows: pd.DataFrame, path: Path, x: str, xlabel: str, title: str) -> Path:
     """Score against ``x`` per point (colour per gate), the Pareto frontier as a step line."""
 
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 5), constrained_layout=True)
+    fig = figure((7.5, 5))
+    ax = fig.subplots()
     for gate, g in rows.groupby("gate", sort=True):
         ax.scatter(g[x], g["score_mean"], label=f"gate={gate}", marker="^" if gate == "oracle" else "o", s=40)
     front = rows[rows["pareto"]].sort_values(x)
@@ -316,7 +314,6 @@ def plot_frontier(rows: pd.DataFrame, path: Path, x: str, xlabel: str, title: st
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small", loc="lower right")
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path
 
 

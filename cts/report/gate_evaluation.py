@@ -48,13 +48,20 @@ async def decide_all(records: Sequence[Record], gate: Gate | OutcomeGate, concur
         assert isinstance(gate, OutcomeGate)
         return {r.id: gate.decide_outcome(r) for r in records}
     assert isinstance(gate, Gate)
-    sem = asyncio.Semaphore(concurrency)
+    todo = iter(records)  # shared by the workers: each record is decided once
+    decided: dict[str, Decision] = {}
 
-    async def one(r: Record) -> tuple[str, Decision]:
-        async with sem:
-            return r.id, await gate.decide(r.orig.query if r.orig else "")
+    async def worker() -> None:  # `concurrency` workers, not a task per record (a rule gate decides in µs)
+        for r in todo:
+            decided[r.id] = await gate.decide(r.orig.query if r.orig else "")
 
-    return dict(await asyncio.gather(*(one(r) for r in records)))
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(records)))))
+    return {r.id: decided[r.id] for r in records}
+
+
+async def decide_each(batches: Sequence[tuple[Sequence[Record], Gate | OutcomeGate]]) -> list[dict[str, Decision]]:
+    """:func:`decide_all` for each ``(records, gate)`` in turn, in one event loop (one gate's calls at a time)."""
+    return [await decide_all(records, gate) for records, gate in batches]
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
@@ -148,6 +155,24 @@ def evaluate_gate(
 
     A synchronous wrapper of :func:`decide_all` and :func:`gate_result`.
     """
-    rs = gateable(records)
-    decisions = run_sync(decide_all(rs, gate))
-    return gate_result(rs, decisions, n_resamples=n_resamples, confidence=confidence, seed=seed), decisions
+    return evaluate_gates([records], [gate], n_resamples=n_resamples, confidence=confidence, seed=seed)[0]
+
+
+def evaluate_gates(
+    record_sets: Sequence[Sequence[Record]],
+    gates: Sequence[Gate | OutcomeGate],
+    *,
+    n_resamples: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> list[tuple[GateResult, dict[str, Decision]]]:
+    """:func:`evaluate_gate` of each pair of ``record_sets`` and ``gates`` (aligned), deciding in one event loop.
+
+    A report evaluates every gate on every job: one loop for them all, not one per pair.
+    """
+    sets = [gateable(records) for records in record_sets]
+    decided = run_sync(decide_each(list(zip(sets, gates, strict=True))))
+    return [
+        (gate_result(rs, decisions, n_resamples=n_resamples, confidence=confidence, seed=seed), decisions)
+        for rs, decisions in zip(sets, decided)
+    ]

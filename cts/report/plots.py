@@ -14,20 +14,25 @@ from cts.report.jobs import ORIG
 log = logging.getLogger(__name__)
 
 
-def pyplot() -> Any:
-    """matplotlib's pyplot on the file-only Agg backend, imported on first use."""
-    import matplotlib
+def figure(figsize: tuple[float, float]) -> Any:
+    """A figure with constrained layout, drawn by the file-only Agg canvas; matplotlib imported on first use.
 
-    matplotlib.use("Agg")  # files only: never needs a display
-    import matplotlib.pyplot as plt
+    No pyplot: its import (about 0.1 s more than the figure's), its global figure manager and
+    its backend selection are not needed to write PNG files, and the picture is the same
+    (:func:`plot_scores` wrote the same bytes through pyplot's ``subplots``).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    return plt
+    fig = Figure(figsize=figsize, layout="constrained")
+    FigureCanvasAgg(fig)  # attaches itself as fig.canvas: savefig draws with Agg
+    return fig
 
 
 def plot_scores(scores: pd.DataFrame, path: Path) -> Path:
     """Mean score (left) and delta vs orig (right) against k, one line per clarifier, CI bars."""
-    plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    fig = figure((11, 4.2))
+    left, right = fig.subplots(1, 2)
     systems = [s for s in dict.fromkeys(scores["system"]) if s != ORIG]
     for i, system in enumerate([ORIG, *systems]):
         rows = scores[scores["system"] == system].sort_values("k")
@@ -50,14 +55,13 @@ def plot_scores(scores: pd.DataFrame, path: Path) -> Path:
         ax.grid(alpha=0.3)
     left.legend(fontsize="small", loc="best")
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path
 
 
 def plot_unknown_vs_region(diag: pd.DataFrame, path: Path) -> Path:
     """UA unknown rate against the share of region questions, one colour per clarifier."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 4.8), constrained_layout=True)
+    fig = figure((6.5, 4.8))
+    ax = fig.subplots()
     for system, rows in diag.sort_values("k").groupby("system", sort=True):
         (line,) = ax.plot(
             rows["cq_region_rate"],
@@ -86,7 +90,6 @@ def plot_unknown_vs_region(diag: pd.DataFrame, path: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small", loc="best")
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path
 
 

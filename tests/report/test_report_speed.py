@@ -1,0 +1,115 @@
+"""What makes the report cheaper at the end of a sweep keeps its output: plots, gates, the warm-up."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cts.core.contracts import Decision
+from cts.report import beyond, plots
+from cts.report.gate_evaluation import decide_all, evaluate_gate, evaluate_gates
+from cts.report.jobs import load_jobs
+from cts.report.rows import Bootstrap, diagnostic_rows, score_rows
+from cts.roles.gates import AlwaysGate, NeverGate, OracleGate
+from tests.report.fakes import ORIG_SCORES, make_records, write_job
+
+REPO = Path(__file__).resolve().parents[2]
+HEAVY = ("cts", "matplotlib", "scipy", "pandas", "jinja2", "PIL", "hydra", "numpy")
+
+
+def small_sweep(root: Path) -> Path:
+    write_job(root, "none", 1, make_records(1, ORIG_SCORES))
+    for k in (1, 2):
+        answers = [["known"] * k, ["unknown"] * k, ["known"] * k, ["unknown"] * k]
+        write_job(root, "rules_scope", k, make_records(k, (20, 25, 40, 45), [("scope",)] * k, answers))
+        write_job(root, "rules_region", k, make_records(k, (10, 20, 30, None), [("region",)] * k, answers))
+    return root
+
+
+def test_plots_without_pyplot_are_the_pictures_pyplot_drew(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each plot's PNG is byte for byte the one ``pyplot.subplots(..., constrained_layout=True)`` drew."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    jobs, boot = load_jobs(small_sweep(tmp_path / "sweep")), Bootstrap(200)
+    scores, diag = score_rows(jobs, boot), diagnostic_rows(jobs)
+    gates: dict[str, Any] = {"always": AlwaysGate(), "never": NeverGate(), "oracle": OracleGate()}
+    front = beyond.frontier_rows(beyond.gating_rows(jobs, boot, gates))
+
+    def draw(tag: str) -> list[bytes]:
+        paths = [tmp_path / f"{tag}{i}.png" for i in range(3)]
+        plots.plot_scores(scores, paths[0])
+        plots.plot_unknown_vs_region(diag, paths[1])
+        beyond.plot_frontier(front, paths[2], "cost_per_instance", "cost", "Cost-quality frontier")
+        return [p.read_bytes() for p in paths]
+
+    ours = draw("figure")
+    with monkeypatch.context() as m:  # the figures as the report made them before: pyplot's
+
+        def pyplot_figure(figsize: tuple[float, float]) -> Any:
+            return plt.figure(figsize=figsize, constrained_layout=True)
+
+        m.setattr(plots, "figure", pyplot_figure)
+        m.setattr(beyond, "figure", pyplot_figure)
+        theirs = draw("pyplot")
+    plt.close("all")
+    assert [len(b) > 10_000 for b in ours] == [True] * 3
+    assert ours == theirs
+
+
+def test_one_event_loop_for_every_gate_decides_what_one_loop_per_gate_did(tmp_path: Path) -> None:
+    jobs = [j for j in load_jobs(small_sweep(tmp_path / "sweep")) if not j.is_orig]
+    gates = [AlwaysGate(), NeverGate(), OracleGate()] * len(jobs)
+    sets = [j.records for j in jobs for _ in range(3)]
+    together = evaluate_gates(sets, gates, n_resamples=300)
+    assert together == [evaluate_gate(rs, g, n_resamples=300) for rs, g in zip(sets, gates)]
+    assert [list(d) for _, d in together] == [[r.id for r in rs if r.score is not None] for rs in sets]
+
+
+def test_query_gates_decide_each_instance_once_with_at_most_the_concurrency_in_flight(tmp_path: Path) -> None:
+    records = [r for j in load_jobs(small_sweep(tmp_path / "sweep")) for r in j.records]
+    seen: list[str] = []
+    in_flight = [0, 0]  # now, peak
+
+    class SlowGate:
+        async def decide(self, blurred_query: str) -> Decision:
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight[1], in_flight[0])
+            await asyncio.sleep(0.001)
+            seen.append(blurred_query)
+            in_flight[0] -= 1
+            return Decision(ask=len(seen) % 2 == 0)
+
+    unique = list({r.id: r for r in records}.values())
+    decided = asyncio.run(decide_all(unique, SlowGate(), concurrency=3))
+    assert list(decided) == [r.id for r in unique] and len(seen) == len(unique)
+    assert in_flight[1] == 3
+
+
+def test_after_the_warm_up_a_report_imports_nothing(tmp_path: Path) -> None:
+    """``warm_up`` imports every module the report uses (in a fresh interpreter), and never pyplot."""
+    sweep = small_sweep(tmp_path / "sweep")
+    code = textwrap.dedent(
+        f"""
+        import json, sys
+        from pathlib import Path
+        import cts.report
+        cts.report.warm_up()
+        before = set(sys.modules)
+        result = cts.report.build_sweep_report(Path({str(sweep)!r}), Path({str(tmp_path / "out")!r}), n_resamples=200)
+        new = sorted(m for m in set(sys.modules) - before if m.split(".")[0] in {HEAVY!r})
+        print(json.dumps([result.ok, new, "matplotlib.pyplot" in sys.modules]))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    ok, new, pyplot = json.loads(out.stdout.strip().splitlines()[-1])
+    assert ok and new == [] and not pyplot
