@@ -138,10 +138,12 @@ def gating_rows(jobs: Sequence[Any], bootstrap: Any, gates: Mapping[str, Any]) -
     """
     pairs = [(j, name, gate) for j in jobs if not j.is_orig for name, gate in gates.items()]
     evaluated = evaluate_gates([j.records for j, _, _ in pairs], [g for _, _, g in pairs], **vars(bootstrap))
-    rows = []
+    rows, spends = [], {}
     for (j, name, _), (result, decisions) in zip(pairs, evaluated):
         asked = {i for i, d in decisions.items() if d.ask}
-        cost, unit = _clarify_cost(j.records, asked)
+        if id(j) not in spends:  # a job's spend is priced once, for all its gates
+            spends[id(j)] = _clarify_spend(j.records)
+        cost, unit = _clarify_cost(j.records, asked, spends[id(j)])
         rows.append(
             {
                 "k": j.k,
@@ -189,7 +191,9 @@ def gating_table(rows: pd.DataFrame, confidence: float) -> Any:
 # ----------------------------------------------------------------- frontier
 
 
-def _clarify_cost(records: Sequence[Record], asked: set[str]) -> tuple[float, str]:
+def _clarify_cost(
+    records: Sequence[Record], asked: set[str], spend: Mapping[str, Sequence[float]] | None = None
+) -> tuple[float, str]:
     """Mean per-instance spend of the clarification roles on asked instances, in USD, else tokens, else questions.
 
     Records do not split search and judge spend by arm, so the cost axis counts what
@@ -197,16 +201,25 @@ def _clarify_cost(records: Sequence[Record], asked: set[str]) -> tuple[float, st
     """
     if not records:
         return NAN, "questions"
-    for unit, fields in (("usd", ("cost_usd",)), ("tokens", ("tokens_in", "tokens_out"))):
-        per = [
-            sum(float(u.get(f, 0.0)) for role, u in r.usage.items() if role in CLARIFY_ROLES for f in fields)
-            if r.id in asked
-            else 0.0
-            for r in records
-        ]
+    for unit, spent in (spend if spend is not None else _clarify_spend(records)).items():
+        per = [s if r.id in asked else 0.0 for r, s in zip(records, spent)]
         if any(per):
             return float(np.mean(per)), unit
     return float(np.mean([len(r.questions) if r.id in asked else 0 for r in records])), "questions"
+
+
+_SPEND_FIELDS = {"usd": ("cost_usd",), "tokens": ("tokens_in", "tokens_out")}
+
+
+def _clarify_spend(records: Sequence[Record]) -> dict[str, list[float]]:
+    """Per record and unit (USD, then tokens): what the clarification roles spent (the same for every gate)."""
+    return {
+        unit: [
+            sum(float(u.get(f, 0.0)) for role, u in r.usage.items() if role in CLARIFY_ROLES for f in fields)
+            for r in records
+        ]
+        for unit, fields in _SPEND_FIELDS.items()
+    }
 
 
 def pareto(points: Sequence[tuple[float, float]]) -> list[bool]:
