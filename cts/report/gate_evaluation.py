@@ -48,15 +48,15 @@ async def decide_all(records: Sequence[Record], gate: Gate | OutcomeGate, concur
         assert isinstance(gate, OutcomeGate)
         return {r.id: gate.decide_outcome(r) for r in records}
     assert isinstance(gate, Gate)
-    todo = iter(records)  # shared by the workers: each record is decided once
-    decided: dict[str, Decision] = {}
+    todo = iter(enumerate(records))  # shared by the workers: each record is decided once
+    decided: list[Decision | None] = [None] * len(records)
 
     async def worker() -> None:  # `concurrency` workers, not a task per record (a rule gate decides in µs)
-        for r in todo:
-            decided[r.id] = await gate.decide(r.orig.query if r.orig else "")
+        for i, r in todo:
+            decided[i] = await gate.decide(r.orig.query if r.orig else "")
 
     await asyncio.gather(*(worker() for _ in range(min(concurrency, len(records)))))
-    return {r.id: decided[r.id] for r in records}
+    return {r.id: d for r, d in zip(records, decided) if d is not None}  # in record order, as gather's were
 
 
 async def decide_each(batches: Sequence[tuple[Sequence[Record], Gate | OutcomeGate]]) -> list[dict[str, Decision]]:

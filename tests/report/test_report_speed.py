@@ -7,12 +7,14 @@ import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cts.core.contracts import Decision
+from cts.core.records import ArmResult
 from cts.report import beyond, plots
 from cts.report.gate_evaluation import decide_all, evaluate_gate, evaluate_gates
 from cts.report.jobs import load_jobs
@@ -93,6 +95,14 @@ def test_query_gates_decide_each_instance_once_with_at_most_the_concurrency_in_f
     decided = asyncio.run(decide_all(unique, SlowGate(), concurrency=3))
     assert list(decided) == [r.id for r in unique] and len(seen) == len(unique)
     assert in_flight[1] == 3
+
+    class ByQuery:
+        async def decide(self, blurred_query: str) -> Decision:
+            await asyncio.sleep(0.002 if blurred_query == "first" else 0.0)  # the first one finishes last
+            return Decision(ask=blurred_query == "last")
+
+    twice = [replace(unique[0], orig=ArmResult(query=q, score=1.0)) for q in ("first", "last")]
+    assert asyncio.run(decide_all(twice, ByQuery())) == {unique[0].id: Decision(ask=True)}  # the last record's
 
 
 def test_after_the_warm_up_a_report_imports_nothing(tmp_path: Path) -> None:
