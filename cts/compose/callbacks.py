@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from cts.sweep._compose import ComposedJobs
 
 log = logging.getLogger(__name__)
+
+LATER_IMPORTS = ("scipy.stats", "cts.report.warm:warm_up")
+"""What the jobs' ends (the summary's CIs) and the sweep report import: a sweep imports them while its requests are in flight."""
+
 # Hydra imports this module (to build the callbacks) in the launching process and in
 # launcher workers before any job's sub-dir is resolved: the naming resolver must exist by then.
 register_resolver()
@@ -214,6 +218,7 @@ class LaunchCallbacks(Callback):
         stop_on_problems([p for job in jobs for p in preflight_problems_of(job, task_groups(job), launch.preflight)])
         launch.preflight.checked.update(tuple(job.hydra.overrides.task) for job in jobs)  # runs do not repeat it
         warn_unapplied_params(jobs)  # a response_format the model's request rules drop or reshape
+        launch.warm_up = LATER_IMPORTS  # imported once the jobs are set up (cts.sweep.SweepSession)
         probe_endpoints(jobs, launch.preflight)  # every distinct endpoint of the sweep, once
         probe_completions(jobs, launch.preflight)  # one minimal completion per distinct request of the sweep
         launch.plan = before_launch(config, launch, [task_groups(job) for job in jobs])  # plan=true: forecast, limit

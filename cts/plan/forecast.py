@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats
 
 __all__ = [
     "COUNTS",
@@ -226,6 +225,8 @@ def sum_interval(values: Sequence[float], remaining: int, confidence: float = 0.
     expected = remaining * float(x.mean())
     if len(x) < 2:
         return Interval(expected, expected, expected)
+    from scipy import stats  # here, not at import: a launch without a forecast does not pay ~0.5 s for it
+
     quantile = float(stats.t.ppf(0.5 + confidence / 2, len(x) - 1))
     half = quantile * float(x.std(ddof=1)) * math.sqrt(remaining + remaining**2 / len(x))
     return Interval(max(0.0, expected - half), expected, expected + half)

@@ -10,9 +10,9 @@ The session belongs to its launch (:class:`cts._util.launch.Launch`, ``launch.se
 joins the launch bound where it is opened (the cts launcher's), or, opened on its own (a test,
 a notebook), binds a launch of its own for the block. Job code finds it through the launch.
 
-Hydra keeps the current job's config in process globals (``HydraConfig``), so
-the synchronous parts of jobs (set-up, then summary and tracking) take turns
-under :attr:`SweepSession.turn`; a job gives the turn up while its instances run.
+Hydra keeps the current job's config in process globals (``HydraConfig``), so the synchronous parts of
+jobs (set-up, then summary and tracking) take turns under :attr:`SweepSession.turn`; a job gives the turn
+up while its instances run. Once every job is set up, the launch's ``warm_up`` modules are imported.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 
 from cts._util.launch import Launch, current_launch
 from cts._util.startup import end_startup_gc
+from cts._util.warmup import warm_up
 from cts.llm._singleflight import SingleFlight
 
 if TYPE_CHECKING:
@@ -102,6 +103,7 @@ class SweepSession:
         self.progress = SweepProgress(self, progress)
         self._setting_up = 0
         self._launch: contextlib.ExitStack | None = None
+        self._warm: tuple[str, ...] = ()
 
     def expect_jobs(self, n: int) -> None:
         """``n`` jobs will take turns; once each has set up (or ended), start-up is over (:mod:`cts._util.startup`)."""
@@ -120,6 +122,7 @@ class SweepSession:
             last = self._setting_up == 0
         if last:
             end_startup_gc()
+            warm_up(self._warm)
 
     def __enter__(self) -> SweepSession:
         launch = current_launch()
@@ -129,6 +132,7 @@ class SweepSession:
         if launch is None:  # opened on its own: a launch of its own for the block
             launch = self._launch.enter_context(Launch.begin(".").bound())
         launch.session = self
+        self._warm = launch.warm_up  # imported once every job is set up
         self._launch.callback(setattr, launch, "session", None)
         self._thread.start()
         return self
@@ -293,10 +297,9 @@ async def _in_context(ctx: contextvars.Context, coro: Coroutine[Any, Any, T], ed
 
 
 def _close_unstarted(coro: Coroutine[Any, Any, Any]) -> None:
-    """Close a coroutine that never ran, and the unstarted coroutines it was given (``settled(run_instances(...))``).
+    """Close a coroutine that never ran, and the unstarted ones it was given (``settled(run_instances(...))``).
 
-    Closing only the outer one would drop the inner ones unawaited: a RuntimeWarning on a clean stop.
-    """
+    Closing only the outer one would drop the inner ones unawaited: a RuntimeWarning on a clean stop."""
     frame = getattr(coro, "cr_frame", None)
     if frame is not None and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
         for value in list(frame.f_locals.values()):

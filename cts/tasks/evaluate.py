@@ -39,6 +39,7 @@ from cts.tasks.job import (
     print_metrics,
     prompt_files,
     prompt_versions,
+    write_config,
     write_summary,
 )
 from cts.tasks.registry import OutputsUnwritable, TaskContext, task
@@ -253,6 +254,7 @@ def evaluate_task(
             experiment_kind=run.tracking.experiment_kind,
         ) as run_id,
     ):
+        write_config(run)  # now, while the instances run: not among the job's last steps
         if tracer is not None:
             tracer.attach(run_id, run.tracking.uri)  # the instances that finished while the run was set up
             backfill_traces(tracer, ctx.job_dir, dataset)  # and those an earlier invocation committed

@@ -169,12 +169,18 @@ def log_task_outputs(metrics: Mapping[str, float], artifacts: list[Path]) -> Non
     tracking.log_artifacts(artifacts)
 
 
+def write_config(run: RunInfo) -> Path:
+    """Write the job's resolved config, secrets masked, as ``config.yaml`` (at the job's start: it is fixed by then)."""
+    path = run.context.job_dir / "config.yaml"
+    path.write_text(OmegaConf.to_yaml(OmegaConf.create(scrub_tree(dict(run.config)))))
+    return path
+
+
 def write_summary(
     run: RunInfo, k: int, metrics: Mapping[str, float], run_id: str, stop: str, extra: Mapping[str, Any] | None = None
 ) -> Path:
-    """Write ``summary.json`` (plus ``extra`` entries, e.g. how the CI was computed) and ``config.yaml``."""
+    """Write ``summary.json`` (plus ``extra`` entries, e.g. how the CI was computed)."""
     ctx = run.context
-    (ctx.job_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(scrub_tree(dict(run.config)))))
     summary = {
         "metrics": {k: (v if math.isfinite(v) else None) for k, v in metrics.items()},
         "choices": dict(ctx.choices),
