@@ -104,8 +104,6 @@ class Launch:
         store_failures: Why a tracking store could not be opened, by URI (later jobs fail at once).
         session: The sweep session (``cts.sweep.SweepSession``) while the cts launcher runs the jobs.
         stop_announced: The launcher keeps the stop signal and prints the sweep's resume command once.
-        warm_up: Modules the jobs' ends and the sweep report import, imported in the background once
-            the sweep's jobs are set up (:mod:`cts._util.warmup`), while their requests are in flight.
     """
 
     record: SweepRecord
@@ -119,7 +117,6 @@ class Launch:
     store_failures: dict[str, str] = field(default_factory=dict)
     session: Any = None
     stop_announced: bool = False
-    warm_up: tuple[str, ...] = ()
 
     @classmethod
     def begin(cls, run_dir: str, swept: Sequence[str] = (), resume: str = "", *, multirun: bool = False) -> Launch:

@@ -8,6 +8,7 @@ the MLflow store; after: the sweep report and the closing lines. The callbacks o
 from __future__ import annotations
 
 import contextlib
+import importlib
 import itertools
 import json
 import logging
@@ -37,8 +38,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LATER_IMPORTS = ("scipy.stats", "cts.report.warm:warm_up")
-"""What the jobs' ends (the summary's CIs) and the sweep report import: a sweep imports them while its requests are in flight."""
+BEFORE_JOBS = ("scipy.stats",)
+"""What the jobs' ends import (their summaries' bootstrap intervals), imported by the launching thread before any job's.
+
+A module imported while other threads run cts code is never needed: once, CI saw a sweep whose
+background import (scipy.stats, matplotlib) overlapped the jobs, and in which every job then took
+a list for a ``collections.abc.Mapping``. Not reproduced since; imports stay off concurrent threads.
+"""
 
 # Hydra imports this module (to build the callbacks) in the launching process and in
 # launcher workers before any job's sub-dir is resolved: the naming resolver must exist by then.
@@ -218,7 +224,6 @@ class LaunchCallbacks(Callback):
         stop_on_problems([p for job in jobs for p in preflight_problems_of(job, task_groups(job), launch.preflight)])
         launch.preflight.checked.update(tuple(job.hydra.overrides.task) for job in jobs)  # runs do not repeat it
         warn_unapplied_params(jobs)  # a response_format the model's request rules drop or reshape
-        launch.warm_up = LATER_IMPORTS  # imported once the jobs are set up (cts.sweep.SweepSession)
         probe_endpoints(jobs, launch.preflight)  # every distinct endpoint of the sweep, once
         probe_completions(jobs, launch.preflight)  # one minimal completion per distinct request of the sweep
         launch.plan = before_launch(config, launch, [task_groups(job) for job in jobs])  # plan=true: forecast, limit
@@ -226,6 +231,8 @@ class LaunchCallbacks(Callback):
             print("\n".join(launch.plan.stop), flush=True)
             raise LaunchDone()
         launch.record.write()  # <sweep>/sweep.json: what jobs in other processes (joblib, Slurm) read
+        for module in BEFORE_JOBS:  # before the trace writer's threads and any job's
+            importlib.import_module(module)
         if not jobs_open_store_here(config):
             tracking.prepare_store(config.tracking.uri)
             launch.store = str(config.tracking.uri)

@@ -39,8 +39,8 @@ __all__ = ["Measured", "forecast_wall", "loaded_wall", "measure"]
 
 LOOP_THREADS = ("cts-sweep-loop", "asyncio_", "other")
 """The threads of the event loop's work (``asyncio.to_thread`` workers, native threads)."""
-IGNORED_THREADS = ("MainThread", "tqdm", "cts-plan-clock", "cts-job-", "cts-warm-up")
-"""Threads the model leaves out (the warm-up's imports are once per launch, not per run or trace)."""
+IGNORED_THREADS = ("MainThread", "tqdm", "cts-plan-clock", "cts-job-")
+"""Threads the model leaves out."""
 
 
 @dataclass(frozen=True)

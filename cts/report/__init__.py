@@ -21,10 +21,6 @@ Plots: ``score_vs_k.png`` (mean score and delta vs k per clarifier, 95% CI bars)
 ``unknown_vs_region.png`` (UA unknown rate vs region-question rate), and
 ``frontier.png`` / ``score_vs_questions.png`` (the cost-quality frontier).
 
-At the end of a sweep the report is on the critical path: :func:`warm_up` imports what it will
-need (matplotlib, pandas' Styler, scipy.stats) ahead, e.g. in a background thread while the
-sweep's jobs run.
-
 Command line::
 
     python -m cts.report outputs/multirun/2025-01-01_12-00-00
@@ -34,6 +30,5 @@ Command line::
 from cts.report.build import ReportResult, build_sweep_report, log_sweep_report
 from cts.report.jobs import Job, load_jobs
 from cts.report.tables import Table
-from cts.report.warm import warm_up
 
-__all__ = ["Job", "ReportResult", "Table", "build_sweep_report", "load_jobs", "log_sweep_report", "warm_up"]
+__all__ = ["Job", "ReportResult", "Table", "build_sweep_report", "load_jobs", "log_sweep_report"]

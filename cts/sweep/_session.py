@@ -12,7 +12,7 @@ a notebook), binds a launch of its own for the block. Job code finds it through 
 
 Hydra keeps the current job's config in process globals (``HydraConfig``), so the synchronous parts of
 jobs (set-up, then summary and tracking) take turns under :attr:`SweepSession.turn`; a job gives the turn
-up while its instances run. Once every job is set up, the launch's ``warm_up`` modules are imported.
+up while its instances run.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from tqdm.auto import tqdm
 
 from cts._util.launch import Launch, current_launch
 from cts._util.startup import end_startup_gc
-from cts._util.warmup import warm_up
 from cts.llm._singleflight import SingleFlight
 
 if TYPE_CHECKING:
@@ -103,7 +102,6 @@ class SweepSession:
         self.progress = SweepProgress(self, progress)
         self._setting_up = 0
         self._launch: contextlib.ExitStack | None = None
-        self._warm: tuple[str, ...] = ()
 
     def expect_jobs(self, n: int) -> None:
         """``n`` jobs will take turns; once each has set up (or ended), start-up is over (:mod:`cts._util.startup`)."""
@@ -122,7 +120,6 @@ class SweepSession:
             last = self._setting_up == 0
         if last:
             end_startup_gc()
-            warm_up(self._warm)
 
     def __enter__(self) -> SweepSession:
         launch = current_launch()
@@ -132,7 +129,6 @@ class SweepSession:
         if launch is None:  # opened on its own: a launch of its own for the block
             launch = self._launch.enter_context(Launch.begin(".").bound())
         launch.session = self
-        self._warm = launch.warm_up  # imported once every job is set up
         self._launch.callback(setattr, launch, "session", None)
         self._thread.start()
         return self

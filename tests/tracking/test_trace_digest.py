@@ -122,3 +122,19 @@ def test_offline_traces_match_the_committed_digests(tmp_path: Path, cache_dir: P
     want = json.loads(FIXTURE.read_text())["offline_k2_limit12"]
     changed = {i: views[i]["spans"][:3] for i in want if got.get(i) != want[i]}
     assert sorted(got) == sorted(want) and not changed, changed
+
+
+def test_clip_cuts_long_text_at_any_depth_and_keeps_the_json_shape() -> None:
+    from types import MappingProxyType
+
+    from cts.tracking._tracedoc import _TEXT_MAX, clip
+
+    long = "页" * (_TEXT_MAX + 5)
+    value = {"pages": [long, ("a", 1)], "meta": MappingProxyType({"k": long}), 3: None}
+    out = clip(value)
+    assert out == {
+        "pages": [long[:_TEXT_MAX] + "... [5 more]", ["a", 1]],
+        "meta": {"k": long[:_TEXT_MAX] + "... [5 more]"},
+        "3": None,
+    }
+    assert clip(["x", ["y"]]) == ["x", ["y"]] and clip("short") == "short" and clip(7) == 7
