@@ -8,7 +8,6 @@ the MLflow store; after: the sweep report and the closing lines. The callbacks o
 from __future__ import annotations
 
 import contextlib
-import importlib
 import itertools
 import json
 import logging
@@ -37,15 +36,6 @@ if TYPE_CHECKING:
     from cts.sweep._compose import ComposedJobs
 
 log = logging.getLogger(__name__)
-
-BEFORE_JOBS = ("scipy.stats",)
-"""What the jobs' ends import (their summaries' bootstrap intervals), imported by the launching thread before any job's.
-
-A module imported while other threads run cts code is never needed: once, CI saw a sweep whose
-background import (scipy.stats, matplotlib) overlapped the jobs, and in which every job then took
-a list for a ``collections.abc.Mapping``. Not reproduced since; imports stay off concurrent threads.
-"""
-
 # Hydra imports this module (to build the callbacks) in the launching process and in
 # launcher workers before any job's sub-dir is resolved: the naming resolver must exist by then.
 register_resolver()
@@ -231,8 +221,6 @@ class LaunchCallbacks(Callback):
             print("\n".join(launch.plan.stop), flush=True)
             raise LaunchDone()
         launch.record.write()  # <sweep>/sweep.json: what jobs in other processes (joblib, Slurm) read
-        for module in BEFORE_JOBS:  # before the trace writer's threads and any job's
-            importlib.import_module(module)
         if not jobs_open_store_here(config):
             tracking.prepare_store(config.tracking.uri)
             launch.store = str(config.tracking.uri)

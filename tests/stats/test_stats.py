@@ -50,3 +50,21 @@ def test_peak_memory_is_flat_in_n() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 64 * 2**20, peak
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_linear_quantiles_are_scipys_bit_for_bit(seed: int) -> None:
+    from cts.stats.bootstrap import linear_quantiles
+
+    rng = np.random.default_rng(seed)
+    for case in range(300):
+        values = rng.normal(size=int(rng.integers(1, 3000))) * rng.choice([1e-3, 1.0, 100.0])
+        if case % 3 == 0:
+            values = np.round(values, 1)  # ties, as scores on a 0-100 scale give
+        for confidence in (0.0, 0.5, 0.9, 0.95, 0.99, 1.0):
+            alpha = np.asarray((1.0 - confidence) / 2.0, dtype=float)
+            p = np.stack((alpha, 1 - alpha), axis=-1)
+            assert np.array_equal(linear_quantiles(values, p), sps.quantile(values, p, axis=-1))
+    p = np.array([0.025, 0.975])
+    assert np.isnan(linear_quantiles(np.array([1.0, np.nan]), p)).all()
+    assert np.isnan(linear_quantiles(np.array([]), p)).all()

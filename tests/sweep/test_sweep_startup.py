@@ -256,7 +256,7 @@ finally:
 def test_a_sweep_imports_what_its_jobs_ends_and_report_need_on_the_launching_thread(
     tmp_path: Path, cache_dir: Path
 ) -> None:
-    """No import of scipy.stats or the report's modules runs beside the jobs' threads (CI once saw a list pass for a Mapping)."""
+    """The report's modules are imported after the jobs, not beside their threads (CI once saw a list pass for a Mapping)."""
     import os
     import subprocess
     import sys
@@ -285,7 +285,8 @@ def test_a_sweep_imports_what_its_jobs_ends_and_report_need_on_the_launching_thr
     assert out.returncode == 0, out.stderr[-3000:]
     line = next(x for x in out.stdout.splitlines() if x.startswith("IMPORTS "))
     first = json.loads(line.removeprefix("IMPORTS "))
-    assert first == {"scipy.stats": "MainThread", "matplotlib": "MainThread", "cts.report.build": "MainThread"}
+    # scipy.stats not at all: the jobs' ends and the report compute their intervals with numpy
+    assert first == {"scipy.stats": None, "matplotlib": "MainThread", "cts.report.build": "MainThread"}
     assert (tmp_path / "sweep" / "report" / "report.md").is_file()  # the report ran (and imported them)
 
 
