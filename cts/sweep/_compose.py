@@ -14,7 +14,8 @@ assigned with Hydra's own override code, and the fields Hydra derives from the o
 (``hydra.overrides.task``, ``hydra.job.override_dirname``) set as Hydra sets them.
 The memo belongs to one launch (:class:`ComposedJobs`, ``Launch.composed``).
 ``tests/sweep/test_compose.py`` checks that such configs equal Hydra's own, job by job.
-Anything else (a group choice, ``+key``, ``~key``, a list or dict value) is composed by Hydra.
+Anything else (a group choice, ``+key``, ``~key``, a list or dict value) is composed by Hydra,
+and those compositions read each config file once per launch (:mod:`cts.sweep._config_files`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from cts.sweep._config_files import ConfigFiles
 
 
 class ComposedJobs:
@@ -38,6 +41,7 @@ class ComposedJobs:
         self._lock = threading.Lock()
         self._memo: dict[tuple[int, tuple[str, ...]], tuple[Any, DictConfig]] = {}
         self._siblings: dict[tuple[int, tuple[str, ...]], tuple[Any, DictConfig]] = {}
+        self._files = ConfigFiles()
 
     def compose(self, loader: Any, master: DictConfig, overrides: Sequence[str]) -> DictConfig:
         """``loader.load_sweep_config(master, overrides)``, composed once per master config and overrides.
@@ -58,7 +62,8 @@ class ComposedJobs:
         shape = _value_shape(loader, overrides)
         config = self._from_sibling(master, overrides, shape)
         if config is None:
-            config = loader.load_sweep_config(master_config=master, sweep_overrides=list(overrides))
+            reading_once = self._files.loader(loader)
+            config = reading_once.load_sweep_config(master_config=master, sweep_overrides=list(overrides))
             if shape is not None:
                 with self._lock:
                     self._siblings.setdefault((id(master), shape), (master, config))
