@@ -36,10 +36,18 @@ METRICS = [
 ]
 
 
-def run_py(*args: str, cwd: Path = REPO, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+def run_py(
+    *args: str, cwd: Path = REPO, timeout: int = 600, python: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """``python [python...] run.py args...`` from ``cwd``; asserts it exits 0."""
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "HYDRA_FULL_ERROR": "1"}
     proc = subprocess.run(
-        [sys.executable, str(REPO / "run.py"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, *python, str(REPO / "run.py"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc

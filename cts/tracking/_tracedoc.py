@@ -25,11 +25,9 @@ Window = tuple[int, int]
 
 def clip(value: Any) -> Any:
     """Long strings (visited pages, prompts) cut so one trace stays small."""
-    # concrete types first: JSON's are all a trace holds, and a check against them costs no ABC cache
+    # str, list and tuple before the Mapping ABC: they never reach its (process-wide) cache
     if isinstance(value, str):
         return value if len(value) <= _TEXT_MAX else value[:_TEXT_MAX] + f"... [{len(value) - _TEXT_MAX} more]"
-    if isinstance(value, dict):
-        return {str(k): clip(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [clip(v) for v in value]
     if isinstance(value, Mapping):

@@ -25,6 +25,7 @@ from cts.sweep import SweepSession, start_async
 from tests.llm_fakes import protocol_reply
 from tests.llm_server import Reply, ScriptedServer, llm_settings
 from tests.protocol.spend_fakes import compose_job
+from tests.runs import run_py
 
 PRICE = {"input_cost_per_token": 1e-3, "output_cost_per_token": 0.0}
 
@@ -257,12 +258,7 @@ def test_a_sweep_imports_what_its_jobs_ends_and_report_need_on_the_launching_thr
     tmp_path: Path, cache_dir: Path
 ) -> None:
     """The report's modules are imported after the jobs, not beside their threads (CI once saw a list pass for a Mapping)."""
-    import os
-    import subprocess
-    import sys
-
-    repo = Path(__file__).resolve().parents[2]
-    args = [
+    out = run_py(
         "-m",
         "experiment=offline",
         "clarifier=rules_scope,none",
@@ -272,17 +268,9 @@ def test_a_sweep_imports_what_its_jobs_ends_and_report_need_on_the_launching_thr
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
         f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
         f"paths.cache_dir={cache_dir}",
-    ]
-    env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
-    out = subprocess.run(
-        [sys.executable, "-c", SPY, str(repo / "run.py"), *args],
         cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        python=("-c", SPY),
     )
-    assert out.returncode == 0, out.stderr[-3000:]
     line = next(x for x in out.stdout.splitlines() if x.startswith("IMPORTS "))
     first = json.loads(line.removeprefix("IMPORTS "))
     # scipy.stats not at all: the jobs' ends and the report compute their intervals with numpy
