@@ -116,12 +116,15 @@ class _Track:
     name: str
     last: float
     busy: list[list[float]] = field(default_factory=list)
+    idle_seen: float | None = None  # the latest sample that found it idle since its last stretch
 
 
 class ThreadClock:
     """Sample each thread's CPU time every ``interval_s`` seconds from :meth:`start` to :meth:`stop`.
 
-    A stretch of a thread's activity ends when a sample finds it idle for ``gap_s`` seconds.
+    A stretch of a thread's activity ends when samples find it idle for ``gap_s`` seconds. Only
+    samples can say it was idle: when the clock itself was starved of the GIL or the core for a
+    while, a thread whose CPU grew across that hole stays in one stretch.
 
     Args:
         launch: The sweep's launch, whose session's loop each sample reads (calls in flight, congestion).
@@ -199,8 +202,11 @@ class ThreadClock:
         delta = used - track.last
         track.last = used
         if delta <= 0:
+            track.idle_seen = now
             return
-        if track.busy and now - track.busy[-1][1] <= self.gap_s + self.interval_s:
+        idle_for = 0.0 if track.idle_seen is None or not track.busy else track.idle_seen - track.busy[-1][1]
+        track.idle_seen = None
+        if track.busy and idle_for < self.gap_s:
             track.busy[-1][1] = now
             track.busy[-1][2] += delta
         else:

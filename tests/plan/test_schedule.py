@@ -107,6 +107,26 @@ def test_the_forecast_scales_the_slice_to_the_main_run(tmp_path: Path) -> None:
     assert big.expected >= 800 * 0.15 + 3.0
 
 
+def test_a_starved_clock_does_not_split_a_thread_that_kept_working() -> None:
+    from cts.plan.clock import _Track
+
+    clock = ThreadClock(interval_s=0.05, gap_s=0.2)
+    track = _Track("cts-job-7", 0.0)
+    # Busy at 0.05 and 0.10, then the clock itself misses 0.3 s of samples while the thread's CPU grows.
+    for now, used in [(0.05, 0.04), (0.10, 0.09), (0.40, 0.30), (0.45, 0.35)]:
+        clock._advance(track, now, used)
+    assert [b[:2] for b in track.busy] == [[0.0, 0.45]] and track.busy[0][2] == pytest.approx(0.35)
+    # Samples that see it idle for gap_s do end the stretch; shorter idleness does not.
+    for now in (0.50, 0.55, 0.60):
+        clock._advance(track, now, 0.35)
+    clock._advance(track, 0.65, 0.40)
+    assert len(track.busy) == 1
+    for now in (0.70, 0.75, 0.80, 0.85, 0.90):
+        clock._advance(track, now, 0.40)
+    clock._advance(track, 0.95, 0.45)
+    assert [round(t, 6) for b in track.busy for t in b[:2]] == [0.0, 0.65, 0.90, 0.95]
+
+
 def test_the_thread_clock_sees_which_thread_worked_and_when(tmp_path: Path) -> None:
     clock = ThreadClock(interval_s=0.05, gap_s=0.2).start()
     stop, done = time.monotonic() + 0.5, threading.Event()
