@@ -262,8 +262,6 @@ def evaluate_task(
             dataset.name, instances, dataset.gold, evaluation_dataset=run.tracking.evaluation_dataset
         )
         records, stop = started.result() if started else run_within_spend_limit(job, ctx.job_dir, spend_limit)
-        if run.tracking.records_table:
-            log_job_records_table(ctx.job_dir, [i.id for i in dataset.instances], run_id, tracer)
         ended = read_outcome(ctx.job_dir, stop, n_runs, len(records))
         planned = spend_metrics(ctx.job_dir, records, n_runs)  # over this run's instances (and repeats)
         records = job_dir_records(ctx.job_dir, records, [i.id for i in dataset.instances], keep=metric_view)
@@ -278,9 +276,12 @@ def evaluate_task(
         }
         ci = ci_summary(getattr(dataset, "cluster_field", None), clusters, [r.id for r in records])
         unscored = unscored_rates(records, rejected_by_role(ended.failures, ended.n_total - ended.n_done))
-        log_job_outputs(run, k, metrics, run_id, stop, {**ci, "unscored": unscored})
-        tracking.log_metrics(unscored)  # beside the job's metrics, outside summary.json's (pinned by the digests)
-        log_request_audit(ctx.job_dir, audits)
+        with tracking.deferred_run_data():  # the end's metrics and tags: one store write
+            if run.tracking.records_table:
+                log_job_records_table(ctx.job_dir, [i.id for i in dataset.instances], run_id, tracer)
+            log_job_outputs(run, k, metrics, run_id, stop, {**ci, "unscored": unscored})
+            tracking.log_metrics(unscored)  # beside the job's metrics, outside summary.json's (pinned by the digests)
+            log_request_audit(ctx.job_dir, audits)
         print_metrics(ctx.run_name, metrics)
         if line := unscored_line(unscored):
             print(line, flush=True)

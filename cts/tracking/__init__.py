@@ -22,7 +22,9 @@ from typing import Any
 from cts._util.naming import factors
 from cts._util.secrets import scrub
 from cts._util.versions import package_versions
+from cts.tracking import _batch
 from cts.tracking._assessments import Assessed, log_assessments, trace_ids_of_runs
+from cts.tracking._batch import deferred_run_data
 from cts.tracking._datasets import dataset_digest, dataset_rows, log_dataset_input
 from cts.tracking._human import log_to_runs
 from cts.tracking._instance import InstanceTraces, log_instance_trace
@@ -53,6 +55,7 @@ __all__ = [
     "broken_store_message",
     "dataset_digest",
     "dataset_rows",
+    "deferred_run_data",
     "download_artifact",
     "experiment_id",
     "flatten",
@@ -249,7 +252,7 @@ _KIND_TAG = "mlflow.experimentKind"
 
 
 def log_metrics(metrics: Mapping[str, float]) -> None:
-    """Log numeric metrics to the active run.
+    """Log numeric metrics to the active run (in one batch with the others inside :func:`deferred_run_data`).
 
     NaN is logged as NaN (an undefined rate, e.g. the orig arm's UA unknown rate,
     stays visibly undefined instead of silently missing); None and inf are skipped.
@@ -260,7 +263,7 @@ def log_metrics(metrics: Mapping[str, float]) -> None:
         if isinstance(v, int | float) and not isinstance(v, bool) and not math.isinf(v)
     }
     if clean:
-        mlflow_module().log_metrics(clean)
+        _batch.log_metrics(clean)
 
 
 def log_artifacts(paths: list[Path], artifact_path: str | None = None) -> None:
@@ -274,8 +277,8 @@ def log_artifacts(paths: list[Path], artifact_path: str | None = None) -> None:
 
 
 def set_tags(tags: Mapping[str, str]) -> None:
-    """Set tags on the active run."""
-    mlflow_module().set_tags(dict(tags))
+    """Set tags on the active run (in one batch with the others inside :func:`deferred_run_data`)."""
+    _batch.set_tags(tags)
 
 
 def search_runs(uri: str, experiment: str | None = None) -> Any:

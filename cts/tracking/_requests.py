@@ -49,9 +49,9 @@ def _short(key: str, value: Any) -> str:
 
 def log_request_audit(path: Path, audit: Mapping[str, Mapping[str, Any]]) -> None:
     """Log the job's ``request_audit.json`` (``path``) and one ``cts.request.<role>`` tag per role."""
+    from cts.tracking._batch import set_tags
     from cts.tracking._store import mlflow_module
 
-    mlflow = mlflow_module()
     if path.exists():
-        mlflow.log_artifact(str(path))
-    mlflow.set_tags({f"cts.request.{role}": request_tag(entry) for role, entry in sorted(audit.items())})
+        mlflow_module().log_artifact(str(path))
+    set_tags({f"cts.request.{role}": request_tag(entry) for role, entry in sorted(audit.items())})

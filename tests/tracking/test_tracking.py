@@ -170,3 +170,46 @@ def test_the_records_table_has_one_row_per_repeat_and_keeps_its_columns(tmp_path
         index="instance_id", columns="run_id", values="delta"
     )  # the README's reader, on a job without repeats
     assert deltas[once].to_dict() == {"a": 9.0, "b": 19.0}
+
+
+def test_a_jobs_end_writes_its_metrics_and_tags_in_one_batch_and_its_table_as_mlflow_does(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import json
+
+    import mlflow
+
+    from cts.core.records import ArmResult, Record
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    rows = [Record(id=i, k=1, clarified=ArmResult("q", score=50.0), orig=ArmResult("q", score=1.0)) for i in "ab"]
+    with tracking.open_mlflow_run(uri, "batched", "job", {}) as run_id:
+        writes: list[tuple[int, int]] = []
+        real = mlflow.MlflowClient.log_batch
+
+        def counted(self, run_id, metrics=(), params=(), tags=(), **kw):
+            writes.append((len(metrics), len(tags)))
+            return real(self, run_id, metrics=metrics, params=params, tags=tags, **kw)
+
+        monkeypatch.setattr(mlflow.MlflowClient, "log_batch", counted)
+        with tracking.deferred_run_data():
+            tracking.log_records_table(rows, ["a", "b"])
+            tracking.log_metrics({"score_mean": 1.0, "late": 2.0})
+            tracking.set_tags({"stop_reason": "first", **{f"t{i}": str(i) for i in range(150)}})
+            tracking.log_metrics({"score_mean": 3.0, "ua_unknown_rate": float("nan")})  # the last value wins
+            tracking.set_tags({"stop_reason": "done"})
+            assert writes == []  # nothing reaches the store before the block ends
+        assert writes == [(3, 100), (0, 52)]  # 152 tags: MLflow takes 100 a batch
+        with pytest.raises(RuntimeError), tracking.deferred_run_data():
+            tracking.log_metrics({"never": 1.0})
+            raise RuntimeError("the job's end failed")
+        tracking.log_records_table(rows[:1], ["a", "b"])  # a resumed job rewrites its table (no batch here)
+    run = mlflow.MlflowClient(tracking_uri=uri).get_run(run_id)
+    assert run.data.metrics["score_mean"] == 3.0 and run.data.metrics["late"] == 2.0
+    assert math.isnan(run.data.metrics["ua_unknown_rate"]) and "never" not in run.data.metrics
+    assert run.data.tags["stop_reason"] == "done" and run.data.tags["t149"] == "149"
+    assert json.loads(run.data.tags["mlflow.loggedArtifacts"]) == [{"path": "records_table.json", "type": "table"}]
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment("batched")
+    table = mlflow.load_table("records_table.json", run_ids=[run_id])  # replaced, not appended to
+    assert table["instance_id"].tolist() == ["a"] and table["score"].tolist() == [50.0]

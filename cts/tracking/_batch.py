@@ -1,0 +1,84 @@
+"""A job's last metrics and tags in one store write instead of one per call.
+
+Each ``mlflow.log_metrics`` or ``mlflow.set_tags`` is a transaction of its own (on SQLite a commit,
+on a tracking server a request). A job's end logs its summary metrics, the unscored rates, the
+stop reason, the prompts' versions, the request audit's tags and the records table's
+``mlflow.loggedArtifacts`` tag: six writes. Inside :func:`deferred_run_data` they gather on the
+calling thread and go out as one ``log_batch`` when the block ends without an error (chunked to
+MLflow's per-batch limits). A value logged twice keeps its last value, as the separate calls did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from cts.tracking._store import mlflow_module
+
+_METRICS_PER_BATCH = 900  # MLflow's log_batch limits (mlflow.utils.validation): 100 tags, 1000 entities
+_TAGS_PER_BATCH = 100
+_LOCAL = threading.local()
+
+
+@dataclass
+class _Pending:
+    run_id: str
+    metrics: dict[str, tuple[float, int]] = field(default_factory=dict)  # key -> (value, timestamp ms)
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def deferred_run_data() -> Iterator[None]:
+    """Gather the active run's metrics and tags logged inside; write them in one batch at the end.
+
+    Nothing is written when the block raises: what a failed job's end logged half-way is not
+    worth a store write the failure may share (its run still ends ``FAILED``).
+    """
+    mlflow = mlflow_module()
+    outer = getattr(_LOCAL, "pending", None)
+    pending = _Pending(mlflow.active_run().info.run_id)
+    _LOCAL.pending = pending
+    try:
+        yield
+    finally:
+        _LOCAL.pending = outer
+    _write(pending)
+
+
+def log_metrics(metrics: Mapping[str, float]) -> None:
+    """Log metrics to the active run, or to the batch of :func:`deferred_run_data`."""
+    pending = getattr(_LOCAL, "pending", None)
+    if pending is None:
+        mlflow_module().log_metrics(dict(metrics))
+        return
+    now = int(time.time() * 1000)
+    pending.metrics.update({k: (float(v), now) for k, v in metrics.items()})
+
+
+def set_tags(tags: Mapping[str, str]) -> None:
+    """Set tags on the active run, or in the batch of :func:`deferred_run_data`."""
+    pending = getattr(_LOCAL, "pending", None)
+    if pending is None:
+        mlflow_module().set_tags(dict(tags))
+        return
+    pending.tags.update({k: str(v) for k, v in tags.items()})
+
+
+def pending_tag(key: str) -> str | None:
+    """A tag set inside the current :func:`deferred_run_data` block and not written yet (None otherwise)."""
+    pending = getattr(_LOCAL, "pending", None)
+    return None if pending is None else pending.tags.get(key)
+
+
+def _write(pending: _Pending) -> None:
+    from mlflow.entities import Metric, RunTag
+
+    metrics = [Metric(k, v, t, 0) for k, (v, t) in pending.metrics.items()]
+    tags = [RunTag(k, v) for k, v in pending.tags.items()]
+    client = mlflow_module().MlflowClient()
+    while metrics or tags:
+        client.log_batch(pending.run_id, metrics=metrics[:_METRICS_PER_BATCH], tags=tags[:_TAGS_PER_BATCH])
+        metrics, tags = metrics[_METRICS_PER_BATCH:], tags[_TAGS_PER_BATCH:]
