@@ -3,15 +3,15 @@
 Each ``mlflow.log_metrics`` or ``mlflow.set_tags`` is a transaction of its own (on SQLite a commit,
 on a tracking server a request). A job's end logs its summary metrics, the unscored rates, the
 stop reason, the prompts' versions, the request audit's tags and the records table's
-``mlflow.loggedArtifacts`` tag: six writes. Inside :func:`deferred_run_data` they gather on the
-calling thread and go out as one ``log_batch`` when the block ends without an error (chunked to
+``mlflow.loggedArtifacts`` tag: six writes. Inside :func:`deferred_run_data` they gather in the
+calling context (the job's thread) and go out as one ``log_batch`` when the block ends without an error (chunked to
 MLflow's per-batch limits). A value logged twice keeps its last value, as the separate calls did.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
+import contextvars
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -20,7 +20,6 @@ from cts.tracking._store import mlflow_module
 
 _METRICS_PER_BATCH = 900  # MLflow's log_batch limits (mlflow.utils.validation): 100 tags, 1000 entities
 _TAGS_PER_BATCH = 100
-_LOCAL = threading.local()
 
 
 @dataclass
@@ -28,6 +27,10 @@ class _Pending:
     run_id: str
     metrics: dict[str, tuple[float, int]] = field(default_factory=dict)  # key -> (value, timestamp ms)
     tags: dict[str, str] = field(default_factory=dict)
+    open: bool = True  # a task that copied the context and logs after the block: straight to the store
+
+
+_PENDING: contextvars.ContextVar[_Pending | None] = contextvars.ContextVar("cts_tracking_pending", default=None)
 
 
 @contextlib.contextmanager
@@ -37,21 +40,20 @@ def deferred_run_data() -> Iterator[None]:
     Nothing is written when the block raises: what a failed job's end logged half-way is not
     worth a store write the failure may share (its run still ends ``FAILED``).
     """
-    mlflow = mlflow_module()
-    outer = getattr(_LOCAL, "pending", None)
-    pending = _Pending(mlflow.active_run().info.run_id)
-    _LOCAL.pending = pending
+    pending = _Pending(mlflow_module().active_run().info.run_id)
+    token = _PENDING.set(pending)
     try:
         yield
     finally:
-        _LOCAL.pending = outer
+        _PENDING.reset(token)
+        pending.open = False
     _write(pending)
 
 
 def log_metrics(metrics: Mapping[str, float]) -> None:
     """Log metrics to the active run, or to the batch of :func:`deferred_run_data`."""
-    pending = getattr(_LOCAL, "pending", None)
-    if pending is None:
+    pending = _PENDING.get()
+    if pending is None or not pending.open:
         mlflow_module().log_metrics(dict(metrics))
         return
     now = int(time.time() * 1000)
@@ -60,8 +62,8 @@ def log_metrics(metrics: Mapping[str, float]) -> None:
 
 def set_tags(tags: Mapping[str, str]) -> None:
     """Set tags on the active run, or in the batch of :func:`deferred_run_data`."""
-    pending = getattr(_LOCAL, "pending", None)
-    if pending is None:
+    pending = _PENDING.get()
+    if pending is None or not pending.open:
         mlflow_module().set_tags(dict(tags))
         return
     pending.tags.update({k: str(v) for k, v in tags.items()})
@@ -69,8 +71,8 @@ def set_tags(tags: Mapping[str, str]) -> None:
 
 def pending_tag(key: str) -> str | None:
     """A tag set inside the current :func:`deferred_run_data` block and not written yet (None otherwise)."""
-    pending = getattr(_LOCAL, "pending", None)
-    return None if pending is None else pending.tags.get(key)
+    pending = _PENDING.get()
+    return None if pending is None or not pending.open else pending.tags.get(key)
 
 
 def _write(pending: _Pending) -> None:

@@ -175,6 +175,7 @@ def test_the_records_table_has_one_row_per_repeat_and_keeps_its_columns(tmp_path
 def test_a_jobs_end_writes_its_metrics_and_tags_in_one_batch_and_its_table_as_mlflow_does(
     tmp_path: Path, monkeypatch
 ) -> None:
+    import contextvars
     import json
 
     import mlflow
@@ -203,11 +204,15 @@ def test_a_jobs_end_writes_its_metrics_and_tags_in_one_batch_and_its_table_as_ml
         with pytest.raises(RuntimeError), tracking.deferred_run_data():
             tracking.log_metrics({"never": 1.0})
             raise RuntimeError("the job's end failed")
+        with tracking.deferred_run_data():
+            copied = contextvars.copy_context()  # as a task or thread started inside the block would
+        copied.run(tracking.set_tags, {"late": "after the block"})  # not held back in a batch already written
         tracking.log_records_table(rows[:1], ["a", "b"])  # a resumed job rewrites its table (no batch here)
     run = mlflow.MlflowClient(tracking_uri=uri).get_run(run_id)
     assert run.data.metrics["score_mean"] == 3.0 and run.data.metrics["late"] == 2.0
     assert math.isnan(run.data.metrics["ua_unknown_rate"]) and "never" not in run.data.metrics
     assert run.data.tags["stop_reason"] == "done" and run.data.tags["t149"] == "149"
+    assert run.data.tags["late"] == "after the block"
     assert json.loads(run.data.tags["mlflow.loggedArtifacts"]) == [{"path": "records_table.json", "type": "table"}]
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment("batched")
