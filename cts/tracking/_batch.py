@@ -4,8 +4,9 @@ Each ``mlflow.log_metrics`` or ``mlflow.set_tags`` is a transaction of its own (
 on a tracking server a request). A job's end logs its summary metrics, the unscored rates, the
 stop reason, the prompts' versions, the request audit's tags and the records table's
 ``mlflow.loggedArtifacts`` tag: six writes. Inside :func:`deferred_run_data` they gather in the
-calling context (the job's thread) and go out as one ``log_batch`` when the block ends without an error (chunked to
-MLflow's per-batch limits). A value logged twice keeps its last value, as the separate calls did.
+calling context (the job's thread) and go out as one ``log_batch`` when the block ends without an
+error (chunked to MLflow's per-batch limits). A value logged twice keeps its last value, as the
+separate calls did.
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ def deferred_run_data() -> Iterator[None]:
 
 def log_metrics(metrics: Mapping[str, float]) -> None:
     """Log metrics to the active run, or to the batch of :func:`deferred_run_data`."""
-    pending = _PENDING.get()
-    if pending is None or not pending.open:
+    pending = _open_batch()
+    if pending is None:
         mlflow_module().log_metrics(dict(metrics))
         return
     now = int(time.time() * 1000)
@@ -62,8 +63,8 @@ def log_metrics(metrics: Mapping[str, float]) -> None:
 
 def set_tags(tags: Mapping[str, str]) -> None:
     """Set tags on the active run, or in the batch of :func:`deferred_run_data`."""
-    pending = _PENDING.get()
-    if pending is None or not pending.open:
+    pending = _open_batch()
+    if pending is None:
         mlflow_module().set_tags(dict(tags))
         return
     pending.tags.update({k: str(v) for k, v in tags.items()})
@@ -71,8 +72,14 @@ def set_tags(tags: Mapping[str, str]) -> None:
 
 def pending_tag(key: str) -> str | None:
     """A tag set inside the current :func:`deferred_run_data` block and not written yet (None otherwise)."""
+    pending = _open_batch()
+    return None if pending is None else pending.tags.get(key)
+
+
+def _open_batch() -> _Pending | None:
+    """The batch of the :func:`deferred_run_data` block this context is in (None outside one, or after it)."""
     pending = _PENDING.get()
-    return None if pending is None or not pending.open else pending.tags.get(key)
+    return pending if pending is not None and pending.open else None
 
 
 def _write(pending: _Pending) -> None:

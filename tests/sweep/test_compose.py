@@ -12,29 +12,19 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-import cts.sweep._compose as composing
 from cts.compose.callbacks import sweep_jobs
+from tests.compositions import compose_counted
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def _compositions(sweep: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], list[Any], int]:
     """Every job of ``sweep`` composed by a launch's :class:`ComposedJobs` and by Hydra itself, and how often Hydra composed."""
-    composed = composing.ComposedJobs()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         master = loader.load_configuration("config", sweep, run_mode=RunMode.MULTIRUN)
         jobs = sweep_jobs(OverridesParser.create().parse_overrides(sweep))
-        calls = []
-        real = type(loader).load_sweep_config
-
-        def counted(self: Any, master_config: Any, sweep_overrides: list[str]) -> Any:
-            calls.append(sweep_overrides)
-            return real(self, master_config, sweep_overrides)
-
-        monkeypatch.setattr(type(loader), "load_sweep_config", counted)
-        ours = [composed.compose(loader, master, job) for job in jobs]
-        monkeypatch.setattr(type(loader), "load_sweep_config", real)
+        ours, calls = compose_counted(loader, master, jobs, monkeypatch)
         hydras = [loader.load_sweep_config(master, job) for job in jobs]
     return ours, hydras, len(calls)
 

@@ -19,6 +19,7 @@ from omegaconf import OmegaConf, open_dict, read_write
 from cts.compose.callbacks import sweep_jobs
 from cts.sweep._compose import ComposedJobs
 from cts.sweep._config_files import ConfigFiles
+from tests.compositions import compose_counted
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 SWEEP = ["clarifier=gpt,rules_scope,none", "k=1,2,3"]
@@ -65,17 +66,7 @@ def test_every_job_equals_hydras_own_and_each_file_is_read_once(
     loader, master = hydra_loader
     jobs = _jobs()
     reads = _reads(loader, monkeypatch)
-    full = []
-    real = type(loader).load_sweep_config
-
-    def counted(self: Any, master_config: Any, sweep_overrides: list[str]) -> Any:
-        full.append(sweep_overrides)
-        return real(self, master_config, sweep_overrides)
-
-    monkeypatch.setattr(type(loader), "load_sweep_config", counted)
-    composed = ComposedJobs()
-    ours = [composed.compose(loader, master, job) for job in jobs]
-    monkeypatch.setattr(type(loader), "load_sweep_config", real)
+    ours, full = compose_counted(loader, master, jobs, monkeypatch)
     mine = dict(reads)
     assert len(ours) == 11 and len(full) == 5  # one per clarifier, and the jobs with +key and ~key
     assert reads[("MainThread", "config")] == 1
