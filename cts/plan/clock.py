@@ -55,6 +55,12 @@ class Timeline:
         cores: CPUs of the machine.
         gc_s: Seconds spent in the cyclic garbage collector (every generation).
         load: The machine's 5-minute load average at the end (runnable threads, this process's included).
+        peak_in_flight: The most requests the endpoints held at once, summed over endpoints (their
+            limiters' high-water marks, which samples a few tenths of a second apart can miss;
+            0: not known, e.g. a timeline of an older version).
+        turns: ``(thread name, start, end, CPU s)`` of each time a job thread held the sweep's turn
+            (:attr:`cts.sweep.SweepSession.holds`, seconds from the start): a job's set-up and end,
+            timed exactly (empty in older timelines: their samples' stretches stand in).
     """
 
     wall_s: float
@@ -65,6 +71,8 @@ class Timeline:
     cores: int = 1
     gc_s: float = 0.0
     load: float = 0.0
+    peak_in_flight: int = 0
+    turns: tuple[tuple[str, float, float, float], ...] = ()
 
     def cpu_of(self, *prefixes: str) -> float:
         """CPU seconds of the threads whose name starts with one of ``prefixes``."""
@@ -79,6 +87,8 @@ class Timeline:
             "cores": self.cores,
             "gc_s": self.gc_s,
             "load": self.load,
+            "peak_in_flight": self.peak_in_flight,
+            "turns": [list(t) for t in self.turns],
             "threads": [{"name": t.name, "cpu_s": t.cpu_s, "busy": [list(b) for b in t.busy]} for t in self.threads],
             "samples": [list(s) for s in self.samples],
         }
@@ -102,6 +112,8 @@ def timeline_from_json(data: Mapping[str, Any] | None) -> Timeline | None:
         int(data.get("cores", 1)),
         float(data.get("gc_s", 0.0)),
         float(data.get("load", 0.0)),
+        int(data.get("peak_in_flight", 0)),
+        tuple((str(n), float(a), float(b), float(c)) for n, a, b, c in data.get("turns", ())),
     )
 
 
@@ -139,6 +151,8 @@ class ThreadClock:
         self._thread = threading.Thread(target=self._run, name="cts-plan-clock", daemon=True)
         self._t0 = self._cpu0 = self._epoch = self._busy0 = 0.0
         self._gc_s, self._gc_started = 0.0, 0.0
+        self._peak = 0
+        self._holds: list[tuple[str, float, float, float]] | None = None  # the session's, once seen
 
     def start(self) -> ThreadClock:
         """Start sampling now (the sweep's time 0)."""
@@ -166,7 +180,10 @@ class ThreadClock:
         wall, cpu = time.monotonic() - self._t0, time.process_time() - self._cpu0
         load = os.getloadavg()[1] if hasattr(os, "getloadavg") else 0.0
         samples = tuple(self._samples)
-        return Timeline(wall, cpu, threads, self._epoch, samples, os.cpu_count() or 1, self._gc_s, load)
+        turns = tuple((name, a - self._t0, b - self._t0, c) for name, a, b, c in list(self._holds or ()))
+        return Timeline(
+            wall, cpu, threads, self._epoch, samples, os.cpu_count() or 1, self._gc_s, load, self._peak, turns
+        )
 
     def _on_gc(self, phase: str, info: Mapping[str, Any]) -> None:
         if phase == "start":
@@ -196,7 +213,11 @@ class ThreadClock:
             self._advance(track, now, used)
         busy = _machine_busy() - self._busy0
         session = self._launch.session if self._launch is not None else None
-        self._samples.append((now, time.process_time() - self._cpu0, busy, *_on_loop(session)))
+        if session is not None and self._holds is None:
+            self._holds = session.holds  # the list itself: it outlives the session, which closes before stop()
+        flight, congestion, limit, peak = _on_loop(session)
+        self._peak = max(self._peak, peak)
+        self._samples.append((now, time.process_time() - self._cpu0, busy, flight, congestion, limit))
 
     def _advance(self, track: _Track, now: float, used: float) -> None:
         delta = used - track.last
@@ -221,24 +242,26 @@ def _machine_busy() -> float:
     return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
 
 
-def _on_loop(session: SweepSession | None) -> tuple[int, int, float]:
-    """The sweep loop's requests in flight, congestion signals so far and the summed limit of the endpoints that saw one.
+def _on_loop(session: SweepSession | None) -> tuple[int, int, float, int]:
+    """The sweep loop's requests in flight, congestion signals so far, the summed limit of the endpoints that saw one,
+    and the sum of the endpoints' peaks of requests in flight so far.
 
-    ``(-1, -1, -1.0)`` outside a sweep's session, or when its loop does not answer within a tenth of a second.
+    ``(-1, -1, -1.0, 0)`` outside a sweep's session, or when its loop does not answer within a tenth of a second.
     """
     import asyncio
 
     if session is None or not session.loop.is_running():
-        return (-1, -1, -1.0)
+        return (-1, -1, -1.0, 0)
 
-    async def read() -> tuple[int, int, float]:
+    async def read() -> tuple[int, int, float, int]:
         from cts.llm import calls_in_flight, limiter_snapshots
 
         limiters = limiter_snapshots()
         congested = [s for s in limiters if s.congestion]
-        return calls_in_flight().calls, sum(s.congestion for s in limiters), sum(s.limit for s in congested)
+        peak = sum(s.peak_in_flight for s in limiters)
+        return calls_in_flight().calls, sum(s.congestion for s in limiters), sum(s.limit for s in congested), peak
 
     try:
         return asyncio.run_coroutine_threadsafe(read(), session.loop).result(timeout=0.1)
     except Exception:  # noqa: BLE001 - a busy or closing loop: this sample has no count
-        return (-1, -1, -1.0)
+        return (-1, -1, -1.0, 0)

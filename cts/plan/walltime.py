@@ -6,8 +6,9 @@ requests in flight) in ``sweep_actual.json``. From it and the slice's records, :
 reads what :mod:`cts.plan.schedule` needs, each from the slice itself:
 
 - the event loop's CPU per run and the trace writer's, the CPU of each job's set-up and end
-  (its thread's first and last stretches of work), and the fixed waits between one job's turn and
-  the next (the lower quartile of their spacing);
+  (the two turns its thread held, timed by the session; in older timelines its thread's first and
+  last stretches of work), and the fixed wait of a turn beyond its CPU (the lower quartile of the
+  turns' wall less CPU; in older timelines of the spacing of consecutive turns);
 - the latency of a request (a low quantile of the calls that did not wait), a run's critical
   path in round trips (its fastest run), the endpoint's capacity (the limit the slice's congestion
   settled at or a plateau of its requests in flight: a server's own rate limit; else the peak the
@@ -96,19 +97,20 @@ def measure(
     if timeline is None or not samples:
         why = "the slice recorded no timeline" if timeline is None else "the slice recorded no run"
         return Measured(Machine(0.0, 1, 1.0, 0.0, 0.0), note=why)
-    jobs = _job_threads(timeline, len(calibration))
+    jobs = _job_turns(timeline, len(calibration)) if timeline.turns else _job_threads(timeline, len(calibration))
     runs = len(samples)
     latency = latency_of(samples).expected or 1e-3
     setups, ends = zip(*(_split(spans) for spans in jobs), strict=True) if jobs else ((), ())
     core = _core(timeline)
+    wait = _held_wait if timeline.turns else _spacing
     machine = Machine(
         latency_s=latency,
         capacity=ceiling,
         core=core[1],
         run_cpu_s=timeline.cpu_of(*LOOP_THREADS) / runs,
         trace_cpu_s=_writer_cpu(timeline) / runs,
-        setup_wait_s=_spacing(setups, core[1]),
-        end_wait_s=_spacing(ends, core[1]),
+        setup_wait_s=wait(setups, core[1]),
+        end_wait_s=wait(ends, core[1]),
         job_concurrency=job_concurrency,
         initial=initial,
     )
@@ -189,7 +191,8 @@ def _fit_capacity(measured: Measured, calibration: Sequence[JobSlice], timeline:
     1.25x the plateau). Without either, the slice says nothing against the configured ceiling:
     the expected value and the low end assume the ceiling (:attr:`Measured.capacity_best`), the
     high end only the slice's peak of requests in flight (:attr:`Measured.capacity_low`), all the
-    slice showed the endpoint takes.
+    slice showed the endpoint takes: the limiters' high-water mark (:attr:`Timeline.peak_in_flight`)
+    where the timeline has it, as samples 0.2 s apart miss a peak that lasts less than a round trip.
     """
     counts = [s[3] for s in timeline.samples if s[3] >= 0]
     peak = max(counts, default=0)
@@ -214,7 +217,8 @@ def _fit_capacity(measured: Measured, calibration: Sequence[JobSlice], timeline:
         capacity = ceiling
     machine = replace(measured.machine, capacity=capacity)
     replay = simulate(shapes, machine)
-    low = min(capacity, peak) if peak > 0 else capacity
+    shown = max(peak, timeline.peak_in_flight)  # the limiters' own peak: samples can miss the top
+    low = min(capacity, shown) if shown > 0 else capacity
     return replace(
         measured,
         machine=machine,
@@ -244,6 +248,16 @@ def _job_threads(timeline: Timeline, n: int) -> list[list[tuple[float, float, fl
     return [sorted(s) for s in spans]
 
 
+def _job_turns(timeline: Timeline, n: int) -> list[list[tuple[float, float, float]]]:
+    """The turns each job's thread held (``cts-job-<i>``: its set-up, its end), in the sweep's order."""
+    spans: list[list[tuple[float, float, float]]] = [[] for _ in range(n)]
+    for name, start, end, cpu in timeline.turns:
+        i = name[len("cts-job-") :]
+        if name.startswith("cts-job-") and i.isdigit() and int(i) < n:
+            spans[int(i)].append((start, end, cpu))
+    return [sorted(s) for s in spans]
+
+
 def _split(spans: Sequence[tuple[float, float, float]]) -> tuple[list[tuple[float, float, float]], ...]:
     """A job thread's stretches split at its longest pause (its runs): the set-up's, then the end's."""
     if len(spans) < 2:
@@ -258,6 +272,16 @@ def _spacing(phases: Sequence[Sequence[tuple[float, float, float]]], core: float
     starts = sorted((p[0][0], sum(s[2] for s in p)) for p in phases if p)
     gaps = [b[0] - a[0] - a[1] / core for a, b in zip(starts, starts[1:], strict=False)]
     return max(0.0, float(np.quantile(gaps, 0.25))) if gaps else 0.0
+
+
+def _held_wait(phases: Sequence[Sequence[tuple[float, float, float]]], core: float) -> float:
+    """The wait of one turn beyond its CPU, from the turns' own times: the lower quartile of their wall less CPU.
+
+    The lower quartile: a turn that shared the core with the event loop took longer than its CPU
+    for that reason, which the schedule models itself.
+    """
+    waits = [sum(e - s for s, e, _ in p) - sum(c for *_, c in p) / core for p in phases if p]
+    return max(0.0, float(np.quantile(waits, 0.25))) if waits else 0.0
 
 
 def _writer_cpu(timeline: Timeline) -> float:

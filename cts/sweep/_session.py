@@ -12,7 +12,8 @@ a notebook), binds a launch of its own for the block. Job code finds it through 
 
 Hydra keeps the current job's config in process globals (``HydraConfig``), so the synchronous parts of
 jobs (set-up, then summary and tracking) take turns under :attr:`SweepSession.turn`; a job gives the turn
-up while its instances run.
+up while its instances run. Each hold of the turn is kept in :attr:`SweepSession.holds` (its thread,
+start, end and CPU seconds): what the planner's clock reads for a job's set-up and end (:mod:`cts.plan.clock`).
 """
 
 from __future__ import annotations
@@ -25,59 +26,25 @@ import hashlib
 import inspect
 import json
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from tqdm.auto import tqdm
-
 from cts._util.launch import Launch, current_launch
 from cts._util.startup import end_startup_gc
 from cts.llm._singleflight import SingleFlight
+from cts.sweep._progress import SweepProgress
 
 if TYPE_CHECKING:
-    from cts.core.records import ArmResult, Record
-    from cts.llm import InFlight, LLMRuntime
+    from cts.core.records import ArmResult
+    from cts.llm import LLMRuntime
 
 T = TypeVar("T")
 ArmOutcome = tuple["ArmResult", dict[str, Any]]
 OrigShare = Callable[[str, Callable[[], Awaitable[ArmOutcome]]], Awaitable[ArmOutcome]]
 
 _DRAIN_TIMEOUT_S = 30.0
-
-
-class SweepProgress:
-    """One bar for the sweep: instances done / total, requests sent, USD spent."""
-
-    def __init__(self, session: SweepSession, enabled: bool = True) -> None:
-        self.session = session
-        self.bar = tqdm(total=0, desc="sweep", unit="q", disable=not enabled, dynamic_ncols=True)
-        self._lock = threading.Lock()
-        self._postfix: dict[str, str] = {}
-
-    def add(self, total: int, done: int) -> None:
-        """A job joined the sweep with ``total`` instances, ``done`` of them already finished."""
-        with self._lock:
-            self.bar.total = (self.bar.total or 0) + total
-            self.bar.update(done)
-
-    def advance(self, record: Record) -> None:
-        """One instance of some job finished."""
-        with self._lock:
-            self.bar.update(1)
-            requests, cost = self.session.totals()
-            self._postfix.update(requests=str(int(requests)), usd=f"{cost:.4f}")
-            self.bar.set_postfix(self._postfix, refresh=False)
-
-    def calls(self, in_flight: InFlight) -> None:
-        """The LLM requests in flight now, and the age of the oldest."""
-        with self._lock:
-            self._postfix.update(in_flight.postfix())
-            self.bar.set_postfix(self._postfix)
-
-    def close(self) -> None:
-        """Close the bar."""
-        self.bar.close()
 
 
 class SweepSession:
@@ -90,6 +57,8 @@ class SweepSession:
     def __init__(self, progress: bool = True) -> None:
         self.loop = asyncio.new_event_loop()
         self.turn = threading.Lock()
+        self.holds: list[tuple[str, float, float, float]] = []
+        """``(thread name, monotonic start, end, thread CPU s)`` of each time a job thread held the turn."""
         self._thread = threading.Thread(target=self.loop.run_forever, name="cts-sweep-loop", daemon=True)
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -147,15 +116,24 @@ class SweepSession:
     @contextlib.contextmanager
     def job_turn(self) -> Iterator[None]:
         """Hold the turn for one job's synchronous parts (released inside :meth:`run`)."""
-        self.turn.acquire()
-        self._local.holding = True
+        self._take_turn()
         try:
             yield
         finally:
             self._set_up()
             if getattr(self._local, "holding", False):
-                self._local.holding = False
-                self.turn.release()
+                self._give_turn()
+
+    def _take_turn(self) -> None:
+        self.turn.acquire()
+        self._local.holding = True
+        self._local.held_from = (time.monotonic(), time.thread_time())
+
+    def _give_turn(self) -> None:
+        self._local.holding = False
+        start, cpu = self._local.held_from
+        self.holds.append((threading.current_thread().name, start, time.monotonic(), time.thread_time() - cpu))
+        self.turn.release()
 
     def start(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Start a job's coroutine on the shared loop now; the job thread goes on (and keeps its turn).
@@ -184,8 +162,7 @@ class SweepSession:
         hydra_config = _hydra_config()  # the other jobs set it while this one runs
         self._set_up()
         if holding:
-            self._local.holding = False
-            self.turn.release()
+            self._give_turn()
         try:
             return fut.result()
         except concurrent.futures.CancelledError as e:
@@ -193,8 +170,7 @@ class SweepSession:
         finally:
             self._jobs.discard(fut)
             if holding:
-                self.turn.acquire()
-                self._local.holding = True
+                self._take_turn()
                 _set_hydra_config(hydra_config)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:

@@ -24,7 +24,7 @@ from cts.protocol.pipeline import Roles, run_instances
 from cts.roles.lexical import LexicalJudge
 from cts.roles.llm import LLMClarifier
 from cts.roles.rules import RuleRewriter, RuleUserAnswerer
-from cts.sweep._session import SweepProgress
+from cts.sweep._progress import SweepProgress
 from tests.helpers import TableSearch, Typer, built, gold_for
 from tests.llm_server import Reply, ScriptedServer, llm_settings
 

@@ -105,12 +105,16 @@ def test_card_sweep_forecast_from_a_5_instance_slice_holds_the_measured_run(tmp_
         server.handler = reply
         proc = run(sweep_args(tmp_path, server, cache_dir, *CARD, "limit=50", "plan=true"), tmp_path)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-        total = len(server.requests)
+        total, served_at_once = len(server.requests), server.peak_in_flight
     sweep, calibration = tmp_path / "sweep", tmp_path / "sweep.plan" / "calibration"
     rows = forecast_rows(sweep)
     actual = json.loads((sweep / "sweep_actual.json").read_text())
     main_requests = total - slice_requests(calibration)  # the slice's count: the spend-limit test checks it
     booked = records_usage(sweep)
+    # The limiters' high-water mark: at least what the server served at once, at most the configured 32.
+    assert served_at_once <= actual["timeline"]["peak_in_flight"] <= 32, (served_at_once, actual["timeline"])
+    sampled = max(row[3] for row in actual["timeline"]["samples"])
+    assert actual["timeline"]["peak_in_flight"] >= sampled
     # The ground truth: the server's requests, their fixed token counts and the models' prices.
     assert booked["calls"] == actual["calls"] == main_requests > 0
     assert booked["tokens_in"] == actual["tokens_in"] == TOKENS_IN * main_requests

@@ -64,7 +64,7 @@ def test_turns_with_a_flush_wait_for_the_writer_and_their_own_timer() -> None:
     assert no_flush.wall_s < wall
 
 
-def _timeline(tmp_path: Path) -> Path:
+def _timeline(tmp_path: Path, **extra: float) -> Path:
     """A slice of 2 jobs x 4 runs as the thread clock writes it: job 0 sets up, then job 1; ends 2 s apart."""
     threads = [
         {"name": "cts-job-0", "cpu_s": 0.5, "busy": [[0.1, 0.5, 0.4], [6.0, 6.2, 0.1]]},
@@ -74,7 +74,7 @@ def _timeline(tmp_path: Path) -> Path:
         {"name": "MainThread", "cpu_s": 0.1, "busy": [[0.0, 0.1, 0.1]]},
     ]
     samples = [[t, 0.9 * t, 0.9 * t, 12] for t in range(0, 11)]  # 0.9 of a core; the machine otherwise idle
-    data = {"wall_s": 10.0, "cpu_s": 2.1, "epoch": 0.0, "cores": 2, "threads": threads, "samples": samples}
+    data = {"wall_s": 10.0, "cpu_s": 2.1, "epoch": 0.0, "cores": 2, "threads": threads, "samples": samples, **extra}
     (tmp_path / "sweep_actual.json").write_text(json.dumps({"calls": 16, "timeline": data}))
     return tmp_path
 
@@ -93,6 +93,38 @@ def test_measure_reads_the_schedule_off_the_slice_s_timeline(tmp_path: Path) -> 
     assert measured.core == (1.0, 1.0, 1.0)  # 0.9 of a core used and a core idle: a whole core to have
     assert measured.slice_model_s > 0 and not measured.note
     assert measure(tmp_path / "nowhere", [_slice("a", 1.0)], 64, 64).note == "the slice recorded no timeline"
+
+
+def test_measure_times_set_ups_and_ends_by_the_turns_the_jobs_held_when_the_timeline_has_them(tmp_path: Path) -> None:
+    # The same slice, with each job thread's two turns as the session timed them: set-ups of 0.35 s
+    # and 0.2 s of CPU, ends of 0.05 s CPU in 0.25 s (0.2 s of waiting), 2 s apart.
+    turns = [
+        ["cts-job-0", 0.1, 0.5, 0.35],
+        ["cts-job-1", 0.5, 0.75, 0.2],
+        ["cts-job-0", 6.0, 6.25, 0.05],
+        ["cts-job-1", 8.0, 8.25, 0.05],
+        ["cts-sweep-loop", 1.0, 9.0, 5.0],  # not a job's: left out
+    ]
+    timed = measure(_timeline(tmp_path, turns=turns), [_slice("a", 2.1), _slice("b", 1.0)], 64, 64)
+    assert timed.setup_cpu_s == (0.35, 0.2) and timed.end_cpu_s == (0.05, 0.05)
+    assert timed.machine.end_wait_s == pytest.approx(0.2)  # its own wall less CPU, not the 2 s between ends
+    assert timed.machine.setup_wait_s == pytest.approx(0.05)  # 0.4 - 0.35 and 0.25 - 0.2
+    assert timed.lead_s == pytest.approx(0.1)
+    sampled = measure(_timeline(tmp_path), [_slice("a", 2.1), _slice("b", 1.0)], 64, 64)
+    assert sampled.machine.end_wait_s == pytest.approx(2.0 - 0.1)  # without turns: the spacing of the stretches
+
+
+def test_the_high_end_assumes_the_limiters_peak_of_requests_in_flight_not_only_the_sampled_one(tmp_path: Path) -> None:
+    slices = [_slice("a", 2.1), _slice("b", 1.0)]
+    sampled = measure(_timeline(tmp_path), slices, 64, 64)
+    assert sampled.capacity_low == 12 and sampled.capacity_best == 64  # samples saw 12; no timeline peak (older runs)
+    exact = measure(_timeline(tmp_path, peak_in_flight=40), slices, 64, 64)
+    assert exact.capacity_low == 40 and exact.capacity_best == 64  # a peak between samples
+    capped = measure(_timeline(tmp_path, peak_in_flight=90), slices, 64, 64)
+    assert capped.capacity_low == 64  # never above the ceiling
+    main = [JobSlice("a", 400, 4, ()), JobSlice("b", 400, 4, ())]
+    walls = [forecast_wall(m, main, [792.0] * 2, Interval(1584, 1584, 1584), 0.0) for m in (sampled, exact)]
+    assert walls[1].high < walls[0].high and walls[1].low == pytest.approx(walls[0].low)
 
 
 def test_the_forecast_scales_the_slice_to_the_main_run(tmp_path: Path) -> None:
@@ -148,3 +180,36 @@ def test_the_thread_clock_sees_which_thread_worked_and_when(tmp_path: Path) -> N
     assert timeline.samples and timeline.cores >= 1
     again = timeline_from_json(json.loads(json.dumps(timeline.to_json())))
     assert isinstance(again, Timeline) and again.cpu_of("cts-job-7") == pytest.approx(timeline.cpu_of("cts-job-7"))
+
+
+def test_the_clock_keeps_the_turns_each_job_held_in_the_session(tmp_path: Path) -> None:
+    import asyncio
+
+    from cts._util.launch import Launch
+    from cts.sweep import SweepSession
+
+    def spin(seconds: float) -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    def job(session: SweepSession) -> None:
+        with session.job_turn():
+            spin(0.1)  # its set-up
+            session.run(asyncio.sleep(0.4))  # its runs: the turn is given up meanwhile
+            spin(0.05)  # its end
+
+    with Launch.begin(str(tmp_path)).bound() as launch:
+        clock = ThreadClock(launch, interval_s=0.05)
+        clock.start()
+        with SweepSession(progress=False) as session:
+            worker = threading.Thread(target=job, args=(session,), name="cts-job-0")
+            worker.start()
+            worker.join()
+        timeline = clock.stop()  # after the session closed, as a sweep's clock stops after its report
+    (setup, end) = timeline.turns
+    assert setup[0] == end[0] == "cts-job-0" and setup[2] + 0.35 <= end[1]  # the runs lay between them
+    assert 0.1 <= setup[3] < 0.2 and 0.05 <= end[3] < 0.15  # each turn's own CPU
+    assert setup[2] - setup[1] >= 0.1 and 0 <= setup[1] < timeline.wall_s
+    again = timeline_from_json(json.loads(json.dumps(timeline.to_json())))
+    assert again is not None and again.turns == timeline.turns
