@@ -124,17 +124,40 @@ def batch_problems(cfg: DictConfig, groups: Sequence[str] | None = None) -> list
     ]
     if not roles or _value(OmegaConf.select(cfg, "services.llm.api_base", default=None)):
         return problems
-    for path, node in find_model_specs(cfg):
-        role = spec_role(path)
+    for path, role, node in _role_specs(cfg):
         if groups is not None and path.split(".", 1)[0] not in groups:
             continue  # a model the task does not call (the default judge of a robustness analysis)
         if role in roles and _value(_get(node, "batch")) is None:
             name = _value(_get(node, "name")) or "?"
+            own = "; the agent's own model, which summarises its visits without a search.summary_model"
+            own = own if role != spec_role(path) else ""
             problems.append(
-                f"services.llm.batch.roles has {role}, but {path} ({name}) has no Batch API cts can reach "
+                f"services.llm.batch.roles has {role}, but {path} ({name}{own}) has no Batch API cts can reach "
                 f"(no `batch:` in conf/model/{name}.yaml): take {role} out of the list or choose another model"
             )
     return problems
+
+
+def _role_specs(cfg: DictConfig) -> list[tuple[str, str, DictConfig]]:
+    """``(path, accounting role, node)`` of every model spec; the agent's model serves ``visit_summary`` too when
+    no ``search.summary_model`` is set (the deep-search agent summarises its visits with its own model)."""
+    specs = [(path, spec_role(path), node) for path, node in find_model_specs(cfg)]
+    if not any(role == "visit_summary" for _, role, _ in specs) and _summarises(cfg):
+        specs += [(path, "visit_summary", node) for path, role, node in specs if path == "search.model"]
+    return specs
+
+
+def _summarises(cfg: DictConfig) -> bool:
+    """Whether the search component summarises its visits (its ``_target_`` takes a ``summary_model``)."""
+    import inspect
+
+    from hydra.utils import get_object
+
+    target = _value(OmegaConf.select(cfg, "search._target_", default=None))
+    try:
+        return bool(target) and "summary_model" in inspect.signature(get_object(str(target))).parameters
+    except (ImportError, AttributeError, ValueError, TypeError):
+        return False  # an unloadable target: the unknown-key check names it
 
 
 def preflight_problems(cfg: DictConfig) -> list[str]:

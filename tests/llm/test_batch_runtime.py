@@ -165,6 +165,23 @@ def test_the_start_check_refuses_a_batched_role_without_a_batch_api() -> None:
     ]  # a model the task does not call is not checked
 
 
+def test_the_start_check_sees_the_visit_summaries_on_the_agent_s_own_model() -> None:
+    no_batch = {"_target_": "cts.llm.ModelSpec", "name": "qwen", "id": "openai/qwen"}
+    batch = {**no_batch, "name": "gpt", "batch": {"api": "openai"}}
+    agent = {"_target_": "cts.search.webdancer.WebDancerSearch", "model": no_batch}
+
+    def problems(search: dict[str, object]) -> list[str]:
+        roles = {"services": {"llm": {"batch": {"roles": ["visit_summary"]}}}}
+        return batch_problems(OmegaConf.create({**roles, "search": search}), ("search", "services"))
+
+    (own,) = problems(agent)  # no summary_model: the agent summarises its visits with its own model
+    assert "has visit_summary, but search.model (qwen; the agent's own model, which summarises its visits" in own
+    assert problems({**agent, "summary_model": batch}) == []  # a summariser of its own, with a Batch API
+    assert problems({**agent, "summary_model": None, "model": batch}) == []
+    assert len(problems({**agent, "summary_model": no_batch})) == 1  # its own summariser is checked, as before
+    assert problems({**agent, "_target_": "cts.search.extractive.ExtractiveSearch"}) == []  # no visits to summarise
+
+
 @pytest.mark.parametrize(
     ("path", "role"),
     [
