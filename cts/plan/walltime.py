@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -239,23 +239,22 @@ def _timeline(source: Path) -> Timeline | None:
 
 def _job_threads(timeline: Timeline, n: int) -> list[list[tuple[float, float, float]]]:
     """The busy stretches of each job's thread (``cts-job-<i>``), in the sweep's order."""
-    spans: list[list[tuple[float, float, float]]] = [[] for _ in range(n)]
-    for t in timeline.threads:
-        if t.name.startswith("cts-job-") and t.name[len("cts-job-") :].isdigit():
-            i = int(t.name[len("cts-job-") :])
-            if i < n:
-                spans[i].extend(t.busy)
-    return [sorted(s) for s in spans]
+    return _per_job(((t.name, span) for t in timeline.threads for span in t.busy), n)
 
 
 def _job_turns(timeline: Timeline, n: int) -> list[list[tuple[float, float, float]]]:
     """The turns each job's thread held (``cts-job-<i>``: its set-up, its end), in the sweep's order."""
-    spans: list[list[tuple[float, float, float]]] = [[] for _ in range(n)]
-    for name, start, end, cpu in timeline.turns:
-        i = name[len("cts-job-") :]
+    return _per_job(((name, (start, end, cpu)) for name, start, end, cpu in timeline.turns), n)
+
+
+def _per_job(spans: Iterable[tuple[str, tuple[float, float, float]]], n: int) -> list[list[tuple[float, float, float]]]:
+    """``(thread name, span)`` pairs grouped by the job of ``cts-job-<i>`` (the first ``n``), each in time order."""
+    jobs: list[list[tuple[float, float, float]]] = [[] for _ in range(n)]
+    for name, span in spans:
+        i = name.removeprefix("cts-job-")
         if name.startswith("cts-job-") and i.isdigit() and int(i) < n:
-            spans[int(i)].append((start, end, cpu))
-    return [sorted(s) for s in spans]
+            jobs[int(i)].append(span)
+    return [sorted(s) for s in jobs]
 
 
 def _split(spans: Sequence[tuple[float, float, float]]) -> tuple[list[tuple[float, float, float]], ...]:
@@ -270,8 +269,7 @@ def _split(spans: Sequence[tuple[float, float, float]]) -> tuple[list[tuple[floa
 def _spacing(phases: Sequence[Sequence[tuple[float, float, float]]], core: float) -> float:
     """The wait of one turn beyond its CPU: the lower quartile of the spacing of consecutive turns."""
     starts = sorted((p[0][0], sum(s[2] for s in p)) for p in phases if p)
-    gaps = [b[0] - a[0] - a[1] / core for a, b in zip(starts, starts[1:], strict=False)]
-    return max(0.0, float(np.quantile(gaps, 0.25))) if gaps else 0.0
+    return _lower_quartile([b[0] - a[0] - a[1] / core for a, b in zip(starts, starts[1:], strict=False)])
 
 
 def _held_wait(phases: Sequence[Sequence[tuple[float, float, float]]], core: float) -> float:
@@ -280,7 +278,11 @@ def _held_wait(phases: Sequence[Sequence[tuple[float, float, float]]], core: flo
     The lower quartile: a turn that shared the core with the event loop took longer than its CPU
     for that reason, which the schedule models itself.
     """
-    waits = [sum(e - s for s, e, _ in p) - sum(c for *_, c in p) / core for p in phases if p]
+    return _lower_quartile([sum(e - s for s, e, _ in p) - sum(c for *_, c in p) / core for p in phases if p])
+
+
+def _lower_quartile(waits: Sequence[float]) -> float:
+    """The lower quartile of ``waits``, at least 0 (0 when there are none)."""
     return max(0.0, float(np.quantile(waits, 0.25))) if waits else 0.0
 
 
