@@ -188,7 +188,7 @@ def _wall(
 ) -> dict[str, Any]:
     """The sweep's wall time (``wall_s``) or why it is not forecast (``wall_note``)."""
     from cts.plan.report_time import time_report
-    from cts.plan.walltime import forecast_wall, loaded_wall, measure
+    from cts.plan.walltime import capacity_unknown, forecast_wall, loaded_wall, measure
 
     if not _one_schedule(config):
         return {"wall_note": "not forecast: the schedule is modelled for hydra/launcher=cts (the default) only"}
@@ -219,8 +219,11 @@ def _wall(
     took = measured.machine.capacity
     if took < measured.ceiling:
         what += f"; the endpoint took {took} requests at once in the slice (up to {measured.ceiling} configured)"
-    elif measured.capacity_low < took:
-        what += f"; the slice had at most {measured.capacity_low} requests in flight, the high end assumes no more"
+    elif capacity_unknown(measured):
+        what += (
+            f"; the slice had at most {measured.capacity_low} requests in flight and met no limit: the high end"
+            f" assumes no more, the low end {measured.ceiling} (configured), the expected value the midpoint"
+        )
     loaded = loaded_wall(measured, slices, calls, report)
     if loaded is not None:
         what += (

@@ -11,9 +11,11 @@ reads what :mod:`cts.plan.schedule` needs, each from the slice itself:
   turns' wall less CPU; in older timelines of the spacing of consecutive turns);
 - the latency of a request (a low quantile of the calls that did not wait), a run's critical
   path in round trips (its fastest run), the endpoint's capacity (the limit the slice's congestion
-  settled at or a plateau of its requests in flight: a server's own rate limit; else the peak the
-  slice showed it takes, the configured ceiling for the low end), and how much of a core the process got (its CPU rate plus the machine's idle
-  cores; its 10%, 50% and 90% quantiles over the slice).
+  settled at or a plateau of its requests in flight: a server's own rate limit; else unknown
+  between the peak the slice showed it takes, the high end's, and the configured ceiling, the low
+  end's, the expected value being the geometric midpoint of their wall times), and how much of a
+  core the process got (its CPU rate plus the machine's idle cores; its 10%, 50% and 90% quantiles
+  over the slice).
 
 :func:`forecast_wall` then simulates the main run (its runs, requests and cached runs) at those
 quantiles (and the requests' interval), adds the report's time (timed on a replica of the slice at the sweep's size,
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -36,7 +39,7 @@ from cts.plan.clock import Timeline, timeline_from_json
 from cts.plan.forecast import Interval, JobSlice, latency_of
 from cts.plan.schedule import JobShape, Machine, simulate
 
-__all__ = ["Measured", "forecast_wall", "loaded_wall", "measure"]
+__all__ = ["Measured", "capacity_unknown", "forecast_wall", "loaded_wall", "measure"]
 
 LOOP_THREADS = ("cts-sweep-loop", "asyncio_", "other")
 """The threads of the event loop's work (``asyncio.to_thread`` workers, native threads)."""
@@ -150,11 +153,21 @@ def forecast_wall(
         scale = getattr(sweep_calls, pick) / expected
         shapes = _shapes(measured, jobs, [c * scale for c in calls])
         slots = {"low": measured.capacity_best, "high": measured.capacity_low}.get(pick) or capacity
-        machine = replace(measured.machine, core=core, capacity=slots)
-        ends.append(measured.lead_s + simulate(shapes, machine).wall_s + report_s)
+        wall = simulate(shapes, replace(measured.machine, core=core, capacity=slots)).wall_s
+        if pick == "expected" and capacity_unknown(measured):
+            # Between the peak the slice showed and the ceiling, the slice says nothing: the wall
+            # times' geometric midpoint is the estimate whose worst ratio to either is least.
+            shown = simulate(shapes, replace(measured.machine, core=core, capacity=measured.capacity_low)).wall_s
+            wall = math.sqrt(wall * shown)
+        ends.append(measured.lead_s + wall + report_s)
     miss = abs(measured.slice_wall_s - measured.slice_model_s) if measured.slice_model_s else 0.0
     low, mid, high = sorted(ends)
     return Interval(max(0.0, low - miss), mid, high + miss)
+
+
+def capacity_unknown(measured: Measured) -> bool:
+    """Whether the slice met no limit of the endpoint's and had fewer requests in flight than the ceiling."""
+    return measured.capacity_best == measured.ceiling and 0 < measured.capacity_low < measured.ceiling
 
 
 def loaded_wall(measured: Measured, jobs: Sequence[JobSlice], calls: Sequence[float], report_s: float) -> float | None:
@@ -189,9 +202,10 @@ def _fit_capacity(measured: Measured, calibration: Sequence[JobSlice], timeline:
     in flight held a plateau (a second or more within 10% of the slice's peak, below the ceiling)
     that the slice's own schedule would have exceeded (its simulated peak at the ceiling is over
     1.25x the plateau). Without either, the slice says nothing against the configured ceiling:
-    the expected value and the low end assume the ceiling (:attr:`Measured.capacity_best`), the
-    high end only the slice's peak of requests in flight (:attr:`Measured.capacity_low`), all the
-    slice showed the endpoint takes: the limiters' high-water mark (:attr:`Timeline.peak_in_flight`)
+    the low end assumes the ceiling (:attr:`Measured.capacity_best`), the high end only the
+    slice's peak of requests in flight (:attr:`Measured.capacity_low`), and the expected value the
+    geometric midpoint of the two wall times (:func:`forecast_wall`). The peak is all the slice
+    showed the endpoint takes: the limiters' high-water mark (:attr:`Timeline.peak_in_flight`)
     where the timeline has it, as samples 0.2 s apart miss a peak that lasts less than a round trip.
     """
     counts = [s[3] for s in timeline.samples if s[3] >= 0]

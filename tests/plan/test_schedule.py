@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -125,6 +127,32 @@ def test_the_high_end_assumes_the_limiters_peak_of_requests_in_flight_not_only_t
     main = [JobSlice("a", 400, 4, ()), JobSlice("b", 400, 4, ())]
     walls = [forecast_wall(m, main, [792.0] * 2, Interval(1584, 1584, 1584), 0.0) for m in (sampled, exact)]
     assert walls[1].high < walls[0].high and walls[1].low == pytest.approx(walls[0].low)
+
+
+def test_the_expected_wall_is_the_midpoint_of_the_capacities_the_slice_leaves_open(tmp_path: Path) -> None:
+    # The slice had 12 requests in flight and met no limit: the endpoint may take 12 or 64.
+    slices = [_slice("a", 2.1), _slice("b", 1.0)]
+    open_ = measure(_timeline(tmp_path), slices, 64, 64)
+    main = [JobSlice("a", 400, 4, ()), JobSlice("b", 400, 4, ())]
+    no_cpu = replace(
+        open_,
+        machine=replace(open_.machine, run_cpu_s=0.0, trace_cpu_s=0.0),
+        core=(1.0,) * 3,
+        slice_model_s=0.0,
+        lead_s=0.0,
+    )
+    calls = Interval(1584, 1584, 1584)
+    wall = forecast_wall(no_cpu, main, [792.0] * 2, calls, 0.0)
+    assert no_cpu.capacity_low == 12 and no_cpu.capacity_best == 64
+    met = {  # a limit met, as a 429's congestion settling at c: all three assume it
+        c: replace(no_cpu, machine=replace(no_cpu.machine, capacity=c), capacity_best=c, capacity_low=c)
+        for c in (12, 64)
+    }
+    at = {c: forecast_wall(m, main, [792.0] * 2, calls, 0.0) for c, m in met.items()}
+    assert at[12].expected > 2 * at[64].expected  # the endpoint bounds this sweep: its capacity matters
+    assert at[12].low == at[12].expected == at[12].high
+    assert wall.expected == pytest.approx(math.sqrt(at[12].expected * at[64].expected))
+    assert wall.low == pytest.approx(at[64].expected) and wall.high == pytest.approx(at[12].expected)
 
 
 def test_the_forecast_scales_the_slice_to_the_main_run(tmp_path: Path) -> None:
