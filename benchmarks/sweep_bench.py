@@ -47,7 +47,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from tests.llm_fakes import ScriptedServer, sweep_reply  # noqa: E402  (tests/ holds the fake server)
+from tests.llm_fakes import ScriptedServer, distinct_sweep_reply, sweep_reply  # noqa: E402  (tests/ holds the fake server)
 
 SHAPES = {
     "card": ("clarifier=gpt,ernie,claude", "k=1,2,3"),
@@ -167,12 +167,14 @@ def run_sweep(
     Also sets ``_LAST`` (timeline, lead and tail seconds, CPU and RSS figures).
     """
     server.reset()
-    server.handler = sweep_reply
+    server.handler = _REPLY[0]
     server.rejected = server.served = server.peak_in_flight = 0
     cache = _fresh_cache(template, work / "cache")
     if _STORE and _STORE.exists():
         shutil.copy(_STORE, work / "mlflow.db")
-    profile = ["py-spy", "record", "--gil", "-r", "200", "-f", "raw", "-o", _PROFILE, "--"] if _PROFILE else []
+    profile = (
+        ["py-spy", "record", "--gil", "--threads", "-r", "200", "-f", "raw", "-o", _PROFILE, "--"] if _PROFILE else []
+    )
     args = [
         *profile,
         sys.executable,
@@ -211,6 +213,8 @@ def run_sweep(
 
 _LAST: dict[str, Any] = {}
 _PROFILE = ""
+_REPLY: list[Any] = [sweep_reply]
+"""The server's replies: ``--questions shared`` (``sweep_reply``) or ``distinct`` (``distinct_sweep_reply``)."""
 """``--profile``: py-spy's collapsed stacks of the measured sweeps are written here (its CPU figures then count py-spy)."""
 _STORE: Path | None = None
 """An empty, migrated MLflow store copied into each sweep's dir (None: each sweep creates its own)."""
@@ -377,6 +381,13 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=1, help="sweeps per launcher (the same command varies run to run)"
     )
+    parser.add_argument(
+        "--questions",
+        choices=("shared", "distinct"),
+        default="shared",
+        help="shared: every clarifier model asks the same questions (jobs share UA answers, rewrites and"
+        " system arms); distinct: each model its own, as real models do (only the orig arm is shared)",
+    )
     parser.add_argument("--keep", default="", help="copy the last sweep's dir (jobs and report) here")
     parser.add_argument(
         "--extra", nargs="*", default=[], help="more overrides for every sweep (tracking.instance_traces=false ...)"
@@ -385,6 +396,7 @@ def main() -> None:
     global _STORE, _PROFILE
     names = [x.strip() for x in args.launcher.split(",") if x.strip()]
     keep_alive = args.http == "1.1"
+    _REPLY[0] = distinct_sweep_reply if args.questions == "distinct" else sweep_reply
     with (
         tempfile.TemporaryDirectory() as tmp,
         ScriptedServer(args.latency, True, args.cap, args.retry_after, keep_alive=keep_alive) as server,
@@ -394,7 +406,7 @@ def main() -> None:
         _STORE = None if args.fresh_store else empty_store(Path(tmp) / "store")
         critical = 0.0 if args.no_critical else critical_path(server, Path(tmp) / "probe", template, data)
         _PROFILE = args.profile
-        print(f"shape {args.shape}, n={args.n}, HTTP/{args.http}", flush=True)
+        print(f"shape {args.shape}, n={args.n}, HTTP/{args.http}, {args.questions} questions", flush=True)
         rows = []
         for name in names:
             for i in range(args.repeat):

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import re
 import socket
@@ -414,6 +415,25 @@ def sweep_reply(body: Any) -> str:
         pairs = user.split("Clarification questions and answers:", 1)[1].count("?")
         return f"{original.group(1).strip() if original else 'query'} (clarified x{pairs})"
     return protocol_reply(body)
+
+
+def distinct_sweep_reply(body: Any) -> str:
+    """:func:`sweep_reply`, except that each clarifier model asks its own questions, as real models do.
+
+    The questions name a digest of the model, and the rewrite a digest of the Q&A pairs, so no
+    two clarifiers' jobs share a UA question, a rewrite or a system arm; only the orig arm (the
+    blurred query's own search and judge) is shared, once per instance, as in a real sweep.
+    """
+    messages = body.get("messages", []) if isinstance(body, dict) else []
+    user = next((str(m.get("content", "")) for m in messages if m.get("role") == "user"), "")
+    if re.search(r"^Number of questions:", user, re.MULTILINE) and "<tools>" not in user:
+        tag = hashlib.sha256(str(body.get("model", "")).encode()).hexdigest()[:6]
+        return json.dumps([f"{q.rstrip('?')} ({tag})?" for q in json.loads(protocol_reply(body))])
+    if "Clarification questions and answers:" in user and "<tools>" not in user:
+        block = user.split("Clarification questions and answers:", 1)[1]
+        tag = hashlib.sha256(block.encode()).hexdigest()[:6]
+        return f"{sweep_reply(body)} {tag}"
+    return sweep_reply(body)
 
 
 def _webdancer_turn(user: str, messages: list[dict[str, Any]]) -> str:

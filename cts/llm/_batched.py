@@ -96,7 +96,7 @@ async def _store(runtime: LLMRuntime, key: str, route: BatchRoute, response: Any
     if runtime.cache.mode != "read_write":
         return
     value = cache_value(completion_of((route.price_in, route.price_out), response))
-    await asyncio.to_thread(runtime.cache.put, key, value)
+    await runtime.cache.offload(runtime.cache.put, key, value)
 
 
 async def batched_call(runtime: LLMRuntime, call: Any) -> Completion:

@@ -336,11 +336,12 @@ class LLMRuntime:
         return await self._storage(self.cache.get, key)
 
     async def _storage(self, op: Callable[..., Any], *args: Any) -> Any:
-        """Run a cache operation in a thread; its failure is the infrastructure's (kind ``storage``)."""
+        """Run a cache operation off the loop (the cache's :attr:`~cts.llm.cache.ResponseCache.offload`);
+        its failure is the infrastructure's (kind ``storage``)."""
         where = f"cache {self.cache.location}"
         self.breaker.check(where)
         try:
-            result = await asyncio.to_thread(op, *args)
+            result = await self.cache.offload(op, *args)
         except Exception as exc:  # any store error: corrupt file, full disk, lost server
             message = f"response cache {self.cache.location}: {type(exc).__name__}: {exc}"
             self.breaker.failure(where, "storage", message)

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal
 
+from cts._util.offload import Offload
 from cts.llm.store import KVStore, open_store, parse_url, redact, sqlite_url
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ CLAIM_TTL_S = 15.0
 """A claim lives this long unless its owner renews it (every third of it, while computing),
 so the claim of a killed job frees its key within seconds."""
 StoreRunner = Callable[..., Awaitable[Any]]
-"""Runs ``op(*args)`` off the event loop, like ``asyncio.to_thread``."""
+"""Runs ``op(*args)`` off the event loop, like ``asyncio.to_thread`` or :class:`~cts._util.offload.Offload`."""
 _POLL_S = (0.02, 0.5)  # first and longest pause between looks at a claimed key
 _PROCESS = uuid.uuid4().hex
 _CLAIMS = itertools.count(1)
@@ -71,6 +72,8 @@ class ResponseCache:
         self.claim_wait_s = claim_wait_s
         self._store: KVStore | None = None
         self._lock = threading.Lock()
+        self.offload = Offload(name="cts-cache")
+        """Runs the store's calls off the event loop (a few threads of this cache's)."""
 
     @staticmethod
     def key(obj: Any) -> str:
@@ -112,7 +115,7 @@ class ResponseCache:
             key: The cache key.
             compute: Produces the value on a miss; its exceptions propagate unchanged.
             storable: Whether a computed value may be stored.
-            run: Runs each store operation off the event loop (default ``asyncio.to_thread``);
+            run: Runs each store operation off the event loop (default :attr:`offload`);
                 the LLM runtime passes one that reports store failures as infrastructure.
             on_miss: Called on a miss before anything else (the runtime's spend-limit check).
             looked: The caller has just looked the key up and missed (the first look is skipped).
@@ -120,7 +123,7 @@ class ResponseCache:
         Returns:
             The value and whether it came from the cache.
         """
-        run = run or asyncio.to_thread
+        run = run or self.offload
         hit = None if looked else await self._get_async(key, run)
         if hit is not None:
             return hit, True
@@ -171,7 +174,7 @@ class ResponseCache:
 
     async def _release(self, key: str, owner: str) -> None:
         try:
-            await asyncio.to_thread(self.store.release, key, owner)
+            await self.offload(self.store.release, key, owner)
         except Exception as exc:  # noqa: BLE001 - the claim then lapses by itself within its lease
             log.warning("could not release the claim on cache key %s: %s", key[:12], exc)
 
@@ -179,7 +182,7 @@ class ResponseCache:
         """Renew the claim now, then every third of its lease (started a third of a lease after the claim)."""
         while True:
             try:
-                await asyncio.to_thread(self.store.claim, key, owner, CLAIM_TTL_S)
+                await self.offload(self.store.claim, key, owner, CLAIM_TTL_S)
             except Exception as exc:  # noqa: BLE001 - a lost lease only risks a duplicate request
                 log.warning("could not renew the claim on cache key %s: %s", key[:12], exc)
             await asyncio.sleep(CLAIM_TTL_S / 3)

@@ -77,11 +77,34 @@ def prepare_store(uri: str) -> None:
         import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
     with FileLock(lock, timeout=_STORE_LOCK_TIMEOUT_S) if lock else contextlib.nullcontext():
         try:
+            if uri.startswith("sqlite:///"):
+                _create_sqlite_store(Path(uri.removeprefix("sqlite:///")))
             mlflow_module().MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
         except Exception as e:  # noqa: BLE001 - any failure here means the store is unusable
             failed[uri] = broken_store_message(uri, e)
             raise TrackingStoreError(failed[uri]) from None
     _PREPARED.add(uri)
+
+
+def _create_sqlite_store(db: Path) -> None:
+    """Build a missing (or empty) SQLite store beside ``db`` and move it into place (under the store's lock).
+
+    MLflow's migrations take seconds; a process killed among them left a half-built store that
+    no later run could open. Now it leaves only ``<db>.creating-<pid>``, removed by the next creation.
+    """
+    if db.exists() and db.stat().st_size > 0:
+        return
+    for stale in db.parent.glob(f"{db.name}.creating-*"):
+        stale.unlink(missing_ok=True)
+    part = db.with_name(f"{db.name}.creating-{os.getpid()}")
+    from mlflow.store.db import utils
+
+    engine = utils.create_sqlalchemy_engine_with_retry(f"sqlite:///{part}")
+    try:
+        utils._initialize_tables(engine)  # what MLflow's SqlAlchemyStore runs on an empty database
+    finally:
+        engine.dispose()
+    os.replace(part, db)
 
 
 def store_failed(uri: str) -> bool:

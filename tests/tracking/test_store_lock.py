@@ -180,3 +180,33 @@ def test_a_sweep_on_the_cts_launcher_with_a_broken_store_fails_every_job_with_th
     assert proc.returncode == 1, out[-4000:]
     assert "2 of 2 jobs failed" in out and "holds no readable runs" in out, out[-4000:]
     assert db.read_bytes() == b"not a database" * 100  # nothing was written into it
+
+
+KILLED_MID_MIGRATION = """
+import sys, time
+import mlflow.store.db.utils as utils
+def stuck(engine):  # the initial tables exist; the migrations would run next
+    print("migrating", flush=True)
+    time.sleep(120)
+utils._upgrade_db = stuck
+from cts import tracking
+tracking.prepare_store(sys.argv[1])
+"""
+
+
+def test_a_process_killed_while_it_creates_the_store_leaves_none_half_built(tmp_path: Path) -> None:
+    db = tmp_path / "mlflow.db"
+    proc = run_py("-c", KILLED_MID_MIGRATION, f"sqlite:///{db}", cwd=tmp_path)
+    assert proc.stdout is not None
+    assert any(line.strip() == "migrating" for line in iter(proc.stdout.readline, ""))  # after MLflow's log lines
+    proc.kill()
+    proc.wait(30)
+    assert not db.exists()  # only the part it was building, beside it
+    assert [p.name for p in tmp_path.glob("mlflow.db.creating-*")] == [f"mlflow.db.creating-{proc.pid}"]
+    uri = make_store(db, with_run=True)  # the next run creates it whole, and clears the part
+    client = tracking.mlflow_module().MlflowClient(tracking_uri=uri)
+    assert len(client.search_runs([client.get_experiment_by_name("exp").experiment_id])) == 1
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("mlflow.db")) == [
+        "mlflow.db",
+        "mlflow.db.lock",
+    ]

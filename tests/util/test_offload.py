@@ -1,0 +1,94 @@
+"""Offload: blocking calls off the event loop, their results and errors back on the caller's loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from cts._util.offload import Offload
+
+
+def test_each_call_returns_its_own_result_or_error_on_the_caller_s_loop() -> None:
+    offload = Offload(workers=3, name="t-offload")
+    loop_thread: list[str] = []
+
+    def work(i: int) -> tuple[int, str]:
+        time.sleep(0.001 * (i % 5))  # finish out of order
+        if i % 7 == 3:
+            raise KeyError(i)
+        return i * i, threading.current_thread().name
+
+    async def main() -> list[object]:
+        loop_thread.append(threading.current_thread().name)
+        return await asyncio.gather(*(offload(work, i) for i in range(200)), return_exceptions=True)
+
+    results = asyncio.run(main())
+    for i, got in enumerate(results):
+        if i % 7 == 3:
+            assert isinstance(got, KeyError) and got.args == (i,)
+        else:
+            assert isinstance(got, tuple) and got[0] == i * i and got[1].startswith("t-offload_")
+    names = {r[1] for r in results if isinstance(r, tuple)}
+    assert 1 <= len(names) <= 3 and loop_thread[0] not in names  # never on the loop's thread, at most 3 threads
+
+
+def test_workers_end_when_idle_and_start_again_for_the_next_call() -> None:
+    offload = Offload(workers=2, idle_s=0.1)
+
+    async def one() -> int:
+        return int(await offload(lambda: 5))
+
+    assert asyncio.run(one()) == 5 and offload.threads == 1
+    deadline = time.monotonic() + 5
+    while offload.threads and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert offload.threads == 0
+    assert asyncio.run(one()) == 5  # a fresh loop, a fresh worker
+    assert offload.threads == 1
+
+
+def test_calls_from_two_loops_at_once_settle_each_on_its_own() -> None:
+    offload = Offload(workers=1, batch=64)  # one worker takes both loops' calls in its batches
+    seen: dict[int, list[int]] = {}
+
+    async def main(tag: int) -> None:
+        seen[tag] = list(await asyncio.gather(*(offload(lambda i=i: tag * 1000 + i) for i in range(100))))
+
+    threads = [threading.Thread(target=lambda t=t: asyncio.run(main(t))) for t in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert seen == {t: [t * 1000 + i for i in range(100)] for t in (1, 2)}
+
+
+def test_a_cancelled_caller_does_not_stop_the_worker() -> None:
+    offload = Offload(workers=1)
+    gate = threading.Event()
+
+    async def main() -> int:
+        slow = asyncio.ensure_future(offload(gate.wait, 5))
+        await asyncio.sleep(0.05)
+        slow.cancel()
+        gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await slow
+        return int(await offload(lambda: 7))
+
+    assert asyncio.run(main()) == 7
+
+
+def test_a_call_queued_as_the_last_worker_times_out_still_runs() -> None:
+    offload = Offload(workers=1, idle_s=0.01)
+
+    async def main() -> list[int]:
+        out = []
+        for i in range(50):  # calls spaced around the idle timeout: each finds a worker ending or gone
+            out.append(int(await offload(lambda i=i: i)))
+            await asyncio.sleep(0.005 + 0.01 * (i % 3))
+        return out
+
+    assert asyncio.run(asyncio.wait_for(main(), 30)) == list(range(50))
