@@ -7,6 +7,9 @@ search and visit turns over the offline corpus, and every model routed to ``Scri
 calls in flight), once per launcher, each with fresh LLM and tool caches and the default settings
 (per-instance traces and the sweep report on; ``--extra`` adds overrides). The server keeps
 connections alive (HTTP/1.1, as every hosted provider does) or, with ``--http 1.0``, closes each.
+Its clarifiers all ask the same questions (``sweep_reply``: the jobs of one k share their UA
+answers, rewrites and system arms through the response cache) or, with ``--questions distinct``,
+each model its own (``distinct_sweep_reply``: only the orig arm is shared, as with real models).
 
 For each sweep it prints the wall time of the command and of its request phase (first request to
 last reply) against the ideal ``max(critical path of one instance, distinct requests x L / C)``,
