@@ -104,23 +104,25 @@ class CtsLauncher(Launcher):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         log.info(f"Launching {len(job_overrides)} jobs on one cts schedule in {sweep_dir}")
-        configs = [self._job_config(initial_job_idx + i, o) for i, o in enumerate(job_overrides)]
-        results: list[JobReturn | None] = [None] * len(configs)
+        for i, o in enumerate(job_overrides):
+            log.info(f"\t#{initial_job_idx + i} : {' '.join(filter_overrides(o))}")
+        jobs = [(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]  # each composed in its turn
+        results: list[JobReturn | None] = [None] * len(jobs)
         with (
             routed_job_logs(_file_format(self.config)) as router,
             self._launch.bound() as launch,
             SweepSession(progress=self.progress) as session,  # launch.session
             sweep_signals(launch),  # the jobs print no resume command: _stopped prints the sweep's
         ):
-            session.expect_jobs(len(configs))
-            ended = [threading.Event() for _ in configs]
+            session.expect_jobs(len(jobs))
+            ended = [threading.Event() for _ in jobs]
             threads = [  # each job runs in a context of its own where only the launch is bound
                 threading.Thread(
                     target=launch.context().run,
                     name=f"cts-job-{i}",
-                    args=(_then_set, ended[i], self._run_one, session, router, c, results, i),
+                    args=(_then_set, ended[i], self._run_one, session, router, job, results, i),
                 )
-                for i, c in enumerate(configs)
+                for i, job in enumerate(jobs)
             ]
             for thread in threads:
                 thread.start()
@@ -136,7 +138,6 @@ class CtsLauncher(Launcher):
 
     def _job_config(self, idx: int, overrides: Sequence[str]) -> DictConfig:
         assert self.config is not None and self.hydra_context is not None
-        log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
         config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))  # a copy
         with open_dict(config):
             config.hydra.job.id = idx
@@ -145,7 +146,9 @@ class CtsLauncher(Launcher):
                 config.concurrency = self.job_concurrency
         return config
 
-    def _run_one(self, session: Any, router: Any, config: DictConfig, results: list[JobReturn | None], i: int) -> None:
+    def _run_one(
+        self, session: Any, router: Any, job: tuple[int, list[str]], results: list[JobReturn | None], i: int
+    ) -> None:
         assert self.hydra_context is not None and self.task_function is not None
         task_function = self.task_function
 
@@ -155,8 +158,12 @@ class CtsLauncher(Launcher):
             with router.job(Path(str(hc.runtime.output_dir)), str(hc.job.name)):
                 return task_function(cfg)
 
+        overrides = job[1]
         try:
             with session.job_turn():
+                # Composed here, in the job's turn: the first job starts before the others are composed.
+                config = self._job_config(*job)
+                overrides = list(config.hydra.overrides.task)
                 # Hydra's logging set-up is process-global: configured once, by the launcher.
                 results[i] = run_job(
                     hydra_context=self.hydra_context,
@@ -167,10 +174,10 @@ class CtsLauncher(Launcher):
                     configure_logging=False,
                 )
         except BaseException as exc:  # noqa: BLE001 - SystemExit or Ctrl-C in one job: record, keep the others
-            results[i] = _failed(exc, list(config.hydra.overrides.task))
+            results[i] = _failed(exc, overrides)
         ret = results[i]
         if ret is not None and ret.status == JobStatus.FAILED and not _interrupted(ret._return_value):
-            log.error("job #%d (%s) failed: %s", i, " ".join(config.hydra.overrides.task), _why(ret._return_value))
+            log.error("job #%d (%s) failed: %s", i, " ".join(overrides), _why(ret._return_value))
 
 
 def _launch_of(hydra_context: HydraContext, config: DictConfig) -> Launch:
