@@ -39,15 +39,14 @@ def test_workers_end_when_idle_and_start_again_for_the_next_call() -> None:
     offload = Offload(workers=2, idle_s=0.1)
 
     async def one() -> int:
-        return int(await offload(lambda: 5))
+        return int(await asyncio.wait_for(offload(lambda: 5), 30))
 
-    assert asyncio.run(one()) == 5 and offload.threads == 1
+    assert asyncio.run(one()) == 5 and offload.threads <= 1  # one call, one worker (maybe already gone)
     deadline = time.monotonic() + 5
     while offload.threads and time.monotonic() < deadline:
         time.sleep(0.02)
     assert offload.threads == 0
-    assert asyncio.run(one()) == 5  # a fresh loop, a fresh worker
-    assert offload.threads == 1
+    assert asyncio.run(one()) == 5  # a fresh loop: a worker starts for it
 
 
 def test_calls_from_two_loops_at_once_settle_each_on_its_own() -> None:
