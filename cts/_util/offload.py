@@ -7,12 +7,16 @@ included (``benchmarks/offload_bench.py``). A sweep makes three store trips per 
 ``(loop, future, call)`` to a few worker threads of its own; a worker takes what is queued (up to
 ``batch`` calls), runs the calls one after another and settles their futures with one wake of each
 loop: 24 us a call, the look-up included. Workers start when calls find none waiting and end after
-``idle_s`` without work (a thread's store connection closes with it).
+``idle_s`` without work (a thread's store connection closes with it). The workers are daemon threads
+(an idle one must not hold the process's exit for ``idle_s``), so at exit the process waits up to
+``exit_wait_s`` for the calls already queued, as ``asyncio.to_thread``'s pool did: a reply that
+arrived before a SIGTERM is stored, not paid for again on resume.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import queue
 import threading
 from collections.abc import Callable
@@ -34,15 +38,26 @@ class Offload:
         name: The threads' name prefix.
         idle_s: A worker with no call for this long ends.
         batch: Most calls a worker takes from the queue before it settles them.
+        exit_wait_s: At the process's exit, the longest wait for the calls queued or running.
     """
 
-    def __init__(self, workers: int = 4, name: str = "cts-offload", idle_s: float = 2.0, batch: int = 16) -> None:
+    def __init__(
+        self,
+        workers: int = 4,
+        name: str = "cts-offload",
+        idle_s: float = 2.0,
+        batch: int = 16,
+        exit_wait_s: float = 30.0,
+    ) -> None:
         self.workers = workers
         self.name = name
         self.idle_s = idle_s
         self.batch = batch
+        self.exit_wait_s = exit_wait_s
         self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)
+        self._pending = 0  # calls queued or running
         self._live = 0  # workers alive
         self._waiting = 0  # of them, those waiting for a call
         self._claimed = 0  # calls queued for a waiting worker, not yet taken (only decides whether to start one)
@@ -54,6 +69,7 @@ class Offload:
         future: asyncio.Future[Any] = loop.create_future()
         self._queue.put((loop, future, fn, args))
         with self._lock:  # a worker only ends with the queue empty under this lock: the call is taken
+            self._pending += 1
             if self._waiting > self._claimed:
                 self._claimed += 1  # a waiting worker takes it
                 return future
@@ -62,8 +78,15 @@ class Offload:
             self._live += 1
             self._started += 1
             n = self._started
+        if n == 1:
+            atexit.register(self.drain)
         threading.Thread(target=self._work, name=f"{self.name}_{n}", daemon=True).start()
         return future
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until no call is queued or running (at most ``timeout``, default ``exit_wait_s``); whether none is."""
+        with self._done:
+            return self._done.wait_for(lambda: self._pending == 0, self.exit_wait_s if timeout is None else timeout)
 
     @property
     def threads(self) -> int:
@@ -93,6 +116,10 @@ class Offload:
                 except queue.Empty:
                     break
             self._settle(items)
+            with self._done:
+                self._pending -= len(items)
+                if not self._pending:
+                    self._done.notify_all()
 
     @staticmethod
     def _settle(items: list[_Item]) -> None:

@@ -41,8 +41,8 @@ from cts.plan.schedule import JobShape, Machine, simulate
 
 __all__ = ["Measured", "capacity_unknown", "forecast_wall", "loaded_wall", "measure"]
 
-LOOP_THREADS = ("cts-sweep-loop", "asyncio_", "other")
-"""The threads of the event loop's work (``asyncio.to_thread`` workers, native threads)."""
+LOOP_THREADS = ("cts-sweep-loop", "asyncio_", "cts-cache", "other")
+"""The threads of the event loop's work (``asyncio.to_thread`` workers, the caches' store threads, native threads)."""
 IGNORED_THREADS = ("MainThread", "tqdm", "cts-plan-clock", "cts-job-")
 """Threads the model leaves out."""
 

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from cts._util.offload import Offload
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_each_call_returns_its_own_result_or_error_on_the_caller_s_loop() -> None:
@@ -91,3 +97,41 @@ def test_a_call_queued_as_the_last_worker_times_out_still_runs() -> None:
         return out
 
     assert asyncio.run(asyncio.wait_for(main(), 30)) == list(range(50))
+
+
+EXITS_AT_ONCE = """
+import asyncio, sys, time
+from cts._util.offload import Offload
+
+offload = Offload()
+
+def slow(path):
+    time.sleep(0.5)
+    open(path, "w").write("stored")
+
+async def main():
+    offload(slow, sys.argv[1])  # not awaited: the process ends at once, as after a SIGTERM
+
+asyncio.run(main())
+"""
+
+
+def test_the_process_waits_at_exit_for_the_calls_it_queued(tmp_path: Path) -> None:
+    out = tmp_path / "row"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", EXITS_AT_ONCE, str(out)], env=env, timeout=60, capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text() == "stored"  # daemon workers alone would have been stopped mid-call
+
+
+def test_drain_says_whether_the_calls_finished_in_time() -> None:
+    offload = Offload(workers=1)
+    gate = threading.Event()
+
+    async def main() -> None:
+        offload(gate.wait, 5)
+        assert not offload.drain(0.05)  # still running
+        gate.set()
+        assert offload.drain(5)
+
+    asyncio.run(main())
