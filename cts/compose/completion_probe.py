@@ -24,6 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from cts._util.loops import run as run_loop
 from cts.compose.model_checks import find_model_specs, resolved, serves_locally
 from cts.compose.request_rules import call_params
 from cts.llm import CAP_FIELDS
@@ -139,7 +140,7 @@ def run_probes(probes: Sequence[Probe], cache_dir: Path) -> list[ProbeResult]:
     for q in quiet:  # one INFO line per request would reach the console of the launching process
         q.setLevel(logging.WARNING)
     try:
-        return asyncio.run(_run_all(probes, cache_dir))
+        return run_loop(_run_all(probes, cache_dir))
     finally:
         for q, level in zip(quiet, levels):
             q.setLevel(level)

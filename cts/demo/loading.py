@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cts._util.io import atomic_dir
+from cts._util.loops import run as run_loop
 from cts.corpus.index import tokenizer_version
 
 if TYPE_CHECKING:
@@ -46,9 +47,9 @@ def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
+        return run_loop(coro)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+        return pool.submit(run_loop, coro).result()
 
 
 def _gold_provenance(corpus: Corpus, n: int, seed: int) -> dict[str, Any]:

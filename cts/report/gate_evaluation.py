@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from cts._util.loops import run as run_loop
 from cts.core.contracts import Decision, Gate, OutcomeGate
 from cts.core.records import Record
 from cts.protocol.repeats import instance_means
@@ -69,9 +70,9 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
+        return run_loop(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+        return pool.submit(run_loop, coro).result()
 
 
 @dataclass(frozen=True)

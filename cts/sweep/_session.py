@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from cts._util.launch import Launch, current_launch
+from cts._util.loops import new_event_loop
+from cts._util.loops import run as run_loop
 from cts._util.startup import end_startup_gc
 from cts.llm._singleflight import SingleFlight
 from cts.sweep._progress import SweepProgress
@@ -55,7 +57,7 @@ class SweepSession:
     """
 
     def __init__(self, progress: bool = True) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()
         self.turn = threading.Lock()
         self.holds: list[tuple[str, float, float, float]] = []
         """``(thread name, monotonic start, end, thread CPU s)`` of each time a job thread held the turn."""
@@ -324,7 +326,7 @@ class Started(Generic[T]):
         coro, self._coro = self._coro, None
         if coro is None:
             raise RuntimeError("the job's coroutine was already run or cancelled")
-        return self._context.run(asyncio.run, coro)  # as if it had started when it was handed over
+        return self._context.run(run_loop, coro)  # as if it had started when it was handed over
 
     def cancel(self) -> None:
         """Stop the coroutine (its instance tasks are cancelled) and wait until it has ended."""

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from cts._util.loops import run as run_loop
 from cts.analysis.backbone_stability import (
     Backbone,
     Concretiser,
@@ -71,7 +71,7 @@ def backbone_stability_task(
     if not items:
         raise ValueError("the source runs have no clarification questions to replay")
     with tracked_task(run, "backbone_stability"):  # an infrastructure failure stops the analysis: exit 1
-        replays = asyncio.run(replay_all(items, backbones, concurrency))
+        replays = run_loop(replay_all(items, backbones, concurrency))
         items, outputs = replayed_by_all(items, replays)
         feedback_on_traces(backbone_feedback(jobs, items, outputs))  # each backbone's replay on the instance traces
         n_failed = len(next(iter(replays.values()), [])) - len(items)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cts._util.loops import run as run_loop
 from cts.core.contracts import Extractor, SearchBackend
 from cts.core.errors import TaskStopped
 from cts.core.types import Instance
@@ -87,7 +87,7 @@ def build_gold_task(
     from cts.gold import build_gold_archive
 
     with tracked_task(run, "build_gold"):  # an infrastructure failure stops the build: nothing archived, exit 1
-        report = asyncio.run(
+        report = run_loop(
             build_gold_archive(
                 instances,
                 search,

@@ -8,10 +8,10 @@ No clarify or search call is made; the judge is called once per answer and probe
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from cts._util.loops import run as run_loop
 from cts.analysis.common import select_budgets, write_metrics, write_tables
 from cts.analysis.judge_probes import PROBES, probe_all, probe_metrics, probe_rows, probe_table
 from cts.analysis.judge_robustness import frozen_arms
@@ -81,7 +81,7 @@ def judge_probes_task(
     jobs = select_budgets(load_jobs(source, run.tracking.uri), budgets)
     clusters = {i: c for j in jobs for i, c in j.clusters.items()}
     with tracked_task(run, "judge_probes"):  # an infrastructure failure stops the analysis: exit 1
-        found = asyncio.run(
+        found = run_loop(
             probe_all(
                 frozen_arms(jobs),
                 gold,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cts._util.loops import run as run_loop
 from cts.analysis.common import (
     feedback_on_traces,
     select_budgets,
@@ -79,7 +79,7 @@ def judge_robustness_task(
     jobs = select_budgets(load_jobs(source, run.tracking.uri), budgets)
     reference = reference or next(iter(judges))
     with tracked_task(run, "judge_robustness"):  # an infrastructure failure stops the analysis: exit 1
-        scores, labels = asyncio.run(
+        scores, labels = run_loop(
             rejudge(jobs, gold, judges, include_recorded=include_recorded, concurrency=concurrency)
         )
         feedback_on_traces(judge_feedback(jobs, gold, labels))  # each judge's score on the runs' instance traces

@@ -1,0 +1,47 @@
+"""The event loops the jobs run on: uvloop's where it is installed, else asyncio's own.
+
+A sweep's requests, their caches and the protocol's steps all run on one loop in one
+process; with uvloop (libuv, in Cython) the loop's own share of that work (selecting,
+scheduling callbacks, socket reads) costs less CPU: the paper grid at N=100 took 27.3 s
+of CPU instead of 29.4 s (``benchmarks/README.md``). ``CTS_EVENT_LOOP=asyncio`` keeps
+asyncio's loop (e.g. to rule uvloop out when chasing a bug).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+LOOP_ENV = "CTS_EVENT_LOOP"
+"""``asyncio`` picks asyncio's own loop; anything else (or unset) uvloop's when it is installed."""
+
+
+def loop_kind() -> str:
+    """``uvloop`` or ``asyncio``: the loop :func:`new_event_loop` makes here."""
+    if os.environ.get(LOOP_ENV, "").strip().lower() == "asyncio" or sys.platform == "win32":
+        return "asyncio"
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return "asyncio"
+    return "uvloop"
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop of :func:`loop_kind`'s kind."""
+    if loop_kind() == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(coro)`` on a loop from :func:`new_event_loop`."""
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(coro)
