@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
 from typing import Any, Literal
 
+from cts._util.jsonfast import request_body
 from cts.llm._lite import litellm_module
 
 Transport = Literal["litellm", "openai"]
@@ -80,9 +81,8 @@ class Sender:
             payload = {"model": model.split("/", 1)[1], "messages": messages, **params}
             if on_body is not None:
                 on_body(payload)
-            body = json.dumps(payload, ensure_ascii=False)
             async with session.post(
-                url, data=body.encode(), timeout=aiohttp.ClientTimeout(total=timeout), headers=_JSON
+                url, data=request_body(payload), timeout=aiohttp.ClientTimeout(total=timeout), headers=_JSON
             ) as raw:
                 content = await raw.read()
                 if raw.status >= 400:

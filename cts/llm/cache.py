@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal
 
+from cts._util.jsonfast import canonical_json
 from cts._util.offload import Offload
 from cts.llm.store import KVStore, open_store, parse_url, redact, sqlite_url
 
@@ -77,9 +78,8 @@ class ResponseCache:
 
     @staticmethod
     def key(obj: Any) -> str:
-        """Return the sha256 hex digest of ``obj`` as canonical JSON."""
-        text = json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+        """Return the sha256 hex digest of ``obj`` as canonical JSON (:func:`cts._util.jsonfast.canonical_json`)."""
+        return hashlib.sha256(canonical_json(obj)).hexdigest()
 
     def get(self, key: str) -> dict | None:
         """Return the stored value for ``key`` or None (always None when off)."""
