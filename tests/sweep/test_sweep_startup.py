@@ -16,7 +16,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from cts import tracking
-from cts._util.startup import end_startup_gc
+from cts._util.startup import YOUNG_THRESHOLD, end_startup_gc
 from cts.compose.callbacks import jobs_open_store_here
 from cts.core.errors import ConfigError
 from cts.llm import LLMRuntime, ModelSpec
@@ -159,12 +159,13 @@ def test_instance_traces_do_not_hold_the_requests_back(
 @pytest.fixture
 def gc_off() -> Iterator[None]:
     """The GC as ``run.py`` leaves it (off); restored afterwards."""
-    was = gc.isenabled()
+    was, threshold = gc.isenabled(), gc.get_threshold()
     gc.disable()
     try:
         yield
     finally:
         gc.unfreeze()
+        gc.set_threshold(*threshold)
         if was:
             gc.enable()
 
@@ -172,14 +173,15 @@ def gc_off() -> Iterator[None]:
 def test_end_startup_gc_freezes_start_up_objects_and_turns_the_gc_on(gc_off: None) -> None:
     end_startup_gc()
     assert gc.isenabled() and gc.get_freeze_count() > 0
+    assert gc.get_threshold()[0] == YOUNG_THRESHOLD  # a request's short-lived objects die before a collection
 
 
 def test_end_startup_gc_leaves_a_gc_that_is_on_alone() -> None:
     if not gc.isenabled():
         pytest.skip("the GC is off in this process")
-    before = gc.get_freeze_count()
+    before, threshold = gc.get_freeze_count(), gc.get_threshold()
     end_startup_gc()
-    assert gc.get_freeze_count() == before
+    assert gc.get_freeze_count() == before and gc.get_threshold() == threshold
 
 
 def test_a_sweep_turns_the_gc_on_once_every_job_is_set_up(gc_off: None) -> None:
