@@ -304,8 +304,7 @@ def frontier_table(rows: pd.DataFrame) -> Any:
 def plot_frontier(rows: pd.DataFrame, path: Path, x: str, xlabel: str, title: str) -> Path:
     """Score against ``x`` per point (colour per gate), the Pareto frontier as a step line."""
 
-    fig = figure((7.5, 5))
-    ax = fig.subplots()
+    fig, ax = figure((7.5, 5))
     for gate, g in rows.groupby("gate", sort=True):
         ax.scatter(g[x], g["score_mean"], label=f"gate={gate}", marker="^" if gate == "oracle" else "o", s=40)
     front = rows[rows["pareto"]].sort_values(x)

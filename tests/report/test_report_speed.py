@@ -34,37 +34,51 @@ def small_sweep(root: Path) -> Path:
     return root
 
 
-def test_plots_without_pyplot_are_the_pictures_pyplot_drew(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each plot's PNG is byte for byte the one ``pyplot.subplots(..., constrained_layout=True)`` drew."""
-    import matplotlib
+def _overflow(fig: Any) -> list[str]:
+    """The axes of ``fig`` whose labels, ticks or title reach past the figure's edges (in pixels, 1 px of slack)."""
+    renderer = fig.canvas.get_renderer()
+    edge = fig.bbox
+    out = []
+    for ax in fig.axes:
+        box = ax.get_tightbbox(renderer)
+        if box.x0 < edge.x0 - 1 or box.y0 < edge.y0 - 1 or box.x1 > edge.x1 + 1 or box.y1 > edge.y1 + 1:
+            out.append(f"{ax.get_title()!r}: {box.bounds} outside {edge.bounds}")
+    return out
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+def test_the_plots_fixed_margins_hold_their_labels_ticks_and_titles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each plot keeps every label, tick label and title inside the picture (no layout engine places them)."""
     jobs, boot = load_jobs(small_sweep(tmp_path / "sweep")), Bootstrap(200)
     scores, diag = score_rows(jobs, boot), diagnostic_rows(jobs)
     gates: dict[str, Any] = {"always": AlwaysGate(), "never": NeverGate(), "oracle": OracleGate()}
     front = beyond.frontier_rows(beyond.gating_rows(jobs, boot, gates))
+    scores = scores.assign(mean=scores["mean"] * 2.2, mean_ci_high=scores["mean_ci_high"] * 2.2)  # 3-digit ticks
+    made: list[Any] = []
+    real = plots.figure
 
-    def draw(tag: str) -> list[bytes]:
+    def keep(*args: Any, **kwargs: Any) -> Any:
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    def draw(tag: str) -> list[Path]:
+        made.clear()
         paths = [tmp_path / f"{tag}{i}.png" for i in range(3)]
         plots.plot_scores(scores, paths[0])
         plots.plot_unknown_vs_region(diag, paths[1])
         beyond.plot_frontier(front, paths[2], "cost_per_instance", "cost", "Cost-quality frontier")
-        return [p.read_bytes() for p in paths]
+        return paths
 
-    ours = draw("figure")
-    with monkeypatch.context() as m:  # the figures as the report made them before: pyplot's
-
-        def pyplot_figure(figsize: tuple[float, float]) -> Any:
-            return plt.figure(figsize=figsize, constrained_layout=True)
-
-        m.setattr(plots, "figure", pyplot_figure)
-        m.setattr(beyond, "figure", pyplot_figure)
-        theirs = draw("pyplot")
-    plt.close("all")
-    assert [len(b) > 10_000 for b in ours] == [True] * 3
-    assert ours == theirs
+    monkeypatch.setattr(plots, "figure", keep)
+    monkeypatch.setattr(beyond, "figure", keep)
+    pictures = draw("fixed")
+    assert [p.stat().st_size > 10_000 for p in pictures] == [True] * 3
+    assert [len(fig.axes) for fig, _ in made] == [2, 1, 1]
+    assert [_overflow(fig) for fig, _ in made] == [[], [], []]
+    monkeypatch.setattr(plots, "_MARGINS_IN", (0.05, 0.05, 0.05, 0.05, 0.1))  # the check sees labels cut off
+    draw("tight")
+    assert all(_overflow(fig) for fig, _ in made)
 
 
 def test_one_event_loop_for_every_gate_decides_what_one_loop_per_gate_did(tmp_path: Path) -> None:
