@@ -211,8 +211,12 @@ def _append(path: Path, row: Mapping[str, Any]) -> None:
     append_line(path, json.dumps(row) + "\n")  # one write: never a torn line (cts._util.io.LineFile)
 
 
-def spend_metrics(job_dir: Path, records: Iterable[Record], n_planned: int) -> dict[str, float]:
+def spend_metrics(
+    job_dir: Path, records: Iterable[Record], n_planned: int, on_disk: Iterable[Record] | None = None
+) -> dict[str, float]:
     """How complete the job is and what its dir cost in total.
+
+    ``on_disk``: every record of the job dir, if already read (else they are read here).
 
     Returns:
         ``n_planned`` (instances the job was asked to run), ``n_missing`` (those
@@ -225,7 +229,9 @@ def spend_metrics(job_dir: Path, records: Iterable[Record], n_planned: int) -> d
         "n_planned": float(n_planned),
         "n_missing": float(n_planned - n_done),
         "cost_unrecorded_usd": unrecorded_spend(job_dir),
-        "cost_total_usd": spent_so_far(job_dir),
+        "cost_total_usd": spent_so_far(job_dir)
+        if on_disk is None
+        else recorded_spend(on_disk) + unrecorded_spend(job_dir),
     }
 
 

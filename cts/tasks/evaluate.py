@@ -263,8 +263,9 @@ def evaluate_task(
         )
         records, stop = started.result() if started else run_within_spend_limit(job, ctx.job_dir, spend_limit)
         ended = read_outcome(ctx.job_dir, stop, n_runs, len(records))
-        planned = spend_metrics(ctx.job_dir, records, n_runs)  # over this run's instances (and repeats)
-        records = job_dir_records(ctx.job_dir, records, [i.id for i in dataset.instances], keep=metric_view)
+        on_disk = list(read_records(ctx.job_dir / RECORDS_FILE))  # the job's end reads the dir's records once
+        planned = spend_metrics(ctx.job_dir, records, n_runs, on_disk)  # over this run's instances (and repeats)
+        records = job_dir_records(on_disk, records, [i.id for i in dataset.instances], keep=metric_view)
         clusters = dataset_clusters(dataset)
         metrics = {
             **summarize(records, k=k, seed=protocol.seed, clusters=clusters, **protocol.bootstrap),
@@ -278,7 +279,7 @@ def evaluate_task(
         unscored = unscored_rates(records, rejected_by_role(ended.failures, ended.n_total - ended.n_done))
         with tracking.deferred_run_data():  # the end's metrics and tags: one store write
             if run.tracking.records_table:
-                log_job_records_table(ctx.job_dir, [i.id for i in dataset.instances], run_id, tracer)
+                log_job_records_table(on_disk, [i.id for i in dataset.instances], run_id, tracer)
             log_job_outputs(run, k, metrics, run_id, stop, {**ci, "unscored": unscored})
             tracking.log_metrics(unscored)  # beside the job's metrics, outside summary.json's (pinned by the digests)
             log_request_audit(ctx.job_dir, audits)
@@ -321,9 +322,12 @@ def count_done(job_dir: Path, instances: Sequence[Any], repeats: int = 1) -> int
 
 
 def job_dir_records(
-    job_dir: Path, records: Sequence[Record], dataset_ids: Sequence[str], keep: Callable[[Record], Record] = lambda r: r
+    on_disk: Sequence[Record],
+    records: Sequence[Record],
+    dataset_ids: Sequence[str],
+    keep: Callable[[Record], Record] = lambda r: r,
 ) -> list[Record]:
-    """Every finished record of the job dir, in dataset order: what the job's metrics cover.
+    """Every finished record of the job dir (``on_disk``), in dataset order: what the job's metrics cover.
 
     A job dir is one result. A rerun with a smaller ``limit`` keeps the records an
     earlier, larger run finished, so the MLflow metrics, ``summary.json`` and the report
@@ -333,12 +337,11 @@ def job_dir_records(
         keep: What to hold of each extra record (e.g. :func:`cts.protocol.metrics.metric_view`).
     """
     have = {(r.id, r.repeat) for r in records}
-    extra = {(r.id, r.repeat): keep(r) for r in read_records(job_dir / RECORDS_FILE) if (r.id, r.repeat) not in have}
+    extra = {(r.id, r.repeat): keep(r) for r in on_disk if (r.id, r.repeat) not in have}
     if not extra:
         return list(records)
     log.info(
-        "%s holds %d finished instances beyond this run's limit; metrics cover all %d",
-        job_dir,
+        "the job dir holds %d finished instances beyond this run's limit; metrics cover all %d",
         len(extra),
         len(records) + len(extra),
     )
@@ -365,13 +368,12 @@ def backfill_traces(tracer: tracking.InstanceTraces, job_dir: Path, dataset: Any
 
 
 def log_job_records_table(
-    job_dir: Path, order: Sequence[str], run_id: str, tracer: tracking.InstanceTraces | None
+    records: Sequence[Record], order: Sequence[str], run_id: str, tracer: tracking.InstanceTraces | None
 ) -> None:
-    """Log every record of the job dir as the run's table, in dataset order, with each instance's trace id.
+    """Log every record of the job dir (``records``) as the run's table, in dataset order, with each instance's trace id.
 
     Instances an earlier invocation of a resumed job traced are found in the store.
     """
-    records = list(read_records(job_dir / RECORDS_FILE))
     trace_ids = dict(tracer.trace_ids) if tracer else {}
     if tracer and any(r.id not in trace_ids for r in records):
         earlier = tracking.trace_ids_of_runs([run_id])
