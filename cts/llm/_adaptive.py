@@ -85,7 +85,7 @@ class Adaptive:
 
     enabled: bool = True
     floor: int = 1
-    initial: int = 8
+    initial: int = 16
     decrease: float = 0.9
 
 
