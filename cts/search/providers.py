@@ -57,6 +57,7 @@ class LocalWikiProvider:
     def __init__(self, index: CorpusIndex, snippet_chars: int = 300) -> None:
         self.index = index
         self.snippet_chars = snippet_chars
+        self._snippets: dict[str, str] = {}  # link -> lead snippet: at most one per article of the corpus
 
     @property
     def cache_id(self) -> str:
@@ -70,7 +71,14 @@ class LocalWikiProvider:
     async def search(self, query: str, k: int) -> list[SearchHit]:
         """Rank the corpus for ``query`` (zero-score hits are already dropped)."""
         hits = self.index.search(query, k)
-        return [SearchHit(hit.doc.title, hit.doc.url, lead_snippet(hit.doc.text, self.snippet_chars)) for hit in hits]
+        return [SearchHit(hit.doc.title, hit.doc.url, self._snippet(hit.doc.url, hit.doc.text)) for hit in hits]
+
+    def _snippet(self, url: str, text: str) -> str:
+        """The article's lead snippet, split into sentences once (searches return the same articles again)."""
+        found = self._snippets.get(url)
+        if found is None:
+            found = self._snippets[url] = lead_snippet(text, self.snippet_chars)
+        return found
 
 
 def lead_snippet(text: str, max_chars: int) -> str:

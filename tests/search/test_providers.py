@@ -47,6 +47,21 @@ def test_local_wiki_ranks_the_corpus_with_local_links(services):
     assert provider.cache_id.startswith("local_wiki:")
 
 
+def test_local_wiki_splits_an_article_into_sentences_once(services, monkeypatch):
+    from cts.search import providers
+
+    provider = LocalWikiProvider(services.index, snippet_chars=200)
+    first = run(provider.search("Mercury planet closest to the Sun", 5))
+    splits: list[str] = []
+    real = providers.lead_snippet
+    monkeypatch.setattr(providers, "lead_snippet", lambda text, n: splits.append(text) or real(text, n))
+    again = run(provider.search("Mercury planet closest to the Sun", 5))
+    assert again == first and splits == []
+    other = run(provider.search("Venus second planet", 5))
+    assert len(splits) == len({h.link for h in other} - {h.link for h in first}) > 0
+    assert [h.snippet for h in other] == [real(services.corpus.get(h.link[8:]).text, 200) for h in other]
+
+
 def test_local_wiki_returns_nothing_rather_than_zero_score_hits(services):
     provider = LocalWikiProvider(services.index)
     assert run(provider.search("水星是离太阳最近的行星", 3)) == []  # CJK query, English corpus
