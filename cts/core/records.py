@@ -172,6 +172,10 @@ class Record:
 
     def to_json(self) -> str:
         """One JSON line (no trailing newline); the repeat and design fields only when they are set."""
+        return json.dumps(self.to_plain(), ensure_ascii=False, sort_keys=True)
+
+    def to_plain(self) -> dict[str, Any]:
+        """What :meth:`to_json` writes, as plain dicts and lists."""
         d = _plain(self)
         for key, unset in _OPTIONAL.items():
             if d[key] == unset:
@@ -179,7 +183,7 @@ class Record:
         for arm in (d.get("clarified"), d.get("orig"), *(d.get("arms") or {}).values()):
             if arm is not None and not arm.get("judge_members"):
                 del arm["judge_members"]  # a single judge's arm reads as before panels
-        return json.dumps(d, ensure_ascii=False, sort_keys=True)
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Record:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cts._util.io import LineFile, unwritable
+from cts._util.jsonfast import json_line
 from cts.core.records import (
     Record,
     read_records,
@@ -137,9 +138,9 @@ class JobSink:
             self.write_failure({"id": record.id, **asdict(infra)})
             return False
         mark = self.traces.size()
-        self.traces.write("".join(json.dumps(t, ensure_ascii=False, default=str) + "\n" for t in traces))
+        self.traces.write("".join(json_line(t) + "\n" for t in traces))
         try:
-            self.records.write(record.to_json() + "\n")
+            self.records.write(json_line(record.to_plain(), sort_keys=True) + "\n")  # Record.to_json's value
         except OSError:
             self.traces.rewind(mark)  # the instance reruns on resume: its traces would be there twice
             raise

@@ -108,3 +108,15 @@ def test_the_request_body_is_the_same_json_value() -> None:
     assert json.loads(request_body(request)) == request
     big = {"n": 2**70, "text": "中文"}
     assert json.loads(request_body(big)) == big
+
+
+def test_a_line_holds_the_value_json_writes_and_falls_back_where_orjson_would_change_it() -> None:
+    from cts._util.jsonfast import json_line
+
+    request = {**_request(), "latency_s": 1.25e-05, "score": 0.5, "order": {"b": 1, "a": 2}}
+    line = json_line(request)
+    assert "\n" not in line and json.loads(line) == request
+    assert list(json.loads(line)["order"]) == ["b", "a"]  # insertion order unless sorted
+    assert json_line(request, sort_keys=True) == _stdlib(request).decode().replace("1.25e-05", "0.0000125")
+    for odd in ({"nan": float("nan")}, {"when": Path("/x")}, {"colour": Colour.RED}, {"big": 2**70}):
+        assert json_line(odd) == json.dumps(odd, ensure_ascii=False, default=str)
