@@ -43,5 +43,7 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run(coro)`` on a loop from :func:`new_event_loop`."""
+    if sys.version_info < (3, 11):  # noqa: UP036 - requires-python admits 3.10, which has no asyncio.Runner
+        return asyncio.run(coro)
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         return runner.run(coro)
