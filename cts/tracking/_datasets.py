@@ -26,9 +26,6 @@ _CREATING = threading.Lock()  # the jobs of a sweep share a process: one of them
 _ENSURED: set[tuple[str, str, str]] = set()
 """(tracking URI, experiment, name) of the evaluation datasets this process found or created:
 a sweep's jobs evaluate the same dataset, and each search for it costs a query and its parsing."""
-_INPUTS: dict[tuple[str, str], Any] = {}
-"""(name, digest) -> the MLflow dataset last built: the jobs of a sweep log one dataset (its frame and
-schema cost about 20 ms of CPU a job)."""
 
 
 def dataset_rows(instances: Sequence[Any], gold: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -77,18 +74,11 @@ def log_dataset_input(
     mlflow = mlflow_module()
     rows = dataset_rows(instances, gold)
     digest = dataset_digest(rows)
-    with _CREATING:
-        dataset = _INPUTS.get((name, digest))
-    if dataset is None:
-        frame = pd.DataFrame(
-            [{**r, "gold_nuggets": json.dumps(r["gold_nuggets"], ensure_ascii=False)} for r in rows],
-            columns=["instance_id", "blurred_query", "fused_query", "gold_nuggets"],
-        )
-        dataset = mlflow.data.from_pandas(frame, name=name, digest=digest)
-        with _CREATING:
-            _INPUTS.clear()  # one dataset at a time is what a sweep's jobs share
-            _INPUTS[name, digest] = dataset
-    _log_input(mlflow, dataset)
+    frame = pd.DataFrame(
+        [{**r, "gold_nuggets": json.dumps(r["gold_nuggets"], ensure_ascii=False)} for r in rows],
+        columns=["instance_id", "blurred_query", "fused_query", "gold_nuggets"],
+    )
+    _log_input(mlflow, mlflow.data.from_pandas(frame, name=name, digest=digest))
     if evaluation_dataset:
         experiment = mlflow.active_run().info.experiment_id
         try:
