@@ -10,6 +10,7 @@ asyncio's loop (e.g. to rule uvloop out when chasing a bug).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import sys
 from collections.abc import Coroutine
@@ -47,3 +48,13 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         return runner.run(coro)
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """:func:`run`, also from code already inside an event loop (Jupyter): then on a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(run, coro).result()

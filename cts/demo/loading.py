@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Coroutine
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from cts._util.io import atomic_dir
-from cts._util.loops import run as run_loop
+from cts._util.loops import run_sync
 from cts.corpus.index import tokenizer_version
 
 if TYPE_CHECKING:
@@ -25,7 +22,6 @@ from cts.demo.mining import DEMO_VERSION
 from cts.demo.selection import build_demo_instances, kind_counts
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 GOLD_SEARCH: dict[str, Any] = {"top_k": 3, "max_chars": 1500}
 """The fixed gold search backend of the demo set (gold is static: not the job's backend)."""
@@ -40,16 +36,6 @@ def demo_dir(corpus: Corpus, cache_dir: Path, n: int, seed: int) -> Path:
     """
     name = f"{DEMO_VERSION}-n{n}-s{seed}-{corpus.fingerprint}-{tokenizer_version()}"
     return Path(cache_dir) / "demo" / name
-
-
-def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine from sync code, even when called inside a running event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return run_loop(coro)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(run_loop, coro).result()
 
 
 def _gold_provenance(corpus: Corpus, n: int, seed: int) -> dict[str, Any]:
@@ -83,7 +69,7 @@ def _build_demo(corpus: Corpus, index: CorpusIndex, n: int, seed: int, path: Pat
     provenance = _gold_provenance(corpus, n, seed)
     with atomic_dir(path, replace=False) as tmp:
         # The same archive code path as `experiment=build_gold`: gold.jsonl + every trace in gold_runs.jsonl.
-        report = _run_sync(build_gold_archive(instances, search, extractor, tmp, provenance=provenance))
+        report = run_sync(build_gold_archive(instances, search, extractor, tmp, provenance=provenance))
         for instance_id, reason in report.failures:
             log.warning("demo gold %s dropped: %s", instance_id, reason)
         failed = {instance_id for instance_id, _ in report.failures}

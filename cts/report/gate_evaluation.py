@@ -9,14 +9,12 @@ LLM gate's prompts; none for the rule, always, never and oracle gates).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 import numpy as np
 
-from cts._util.loops import run as run_loop
+from cts._util.loops import run_sync
 from cts.core.contracts import Decision, Gate, OutcomeGate
 from cts.core.records import Record
 from cts.protocol.repeats import instance_means
@@ -24,7 +22,6 @@ from cts.roles.gates import gate_kind
 from cts.stats.bootstrap import paired_bootstrap_ci
 
 NAN = float("nan")
-T = TypeVar("T")
 
 
 def gateable(records: Sequence[Record]) -> list[Record]:
@@ -63,16 +60,6 @@ async def decide_all(records: Sequence[Record], gate: Gate | OutcomeGate, concur
 async def decide_each(batches: Sequence[tuple[Sequence[Record], Gate | OutcomeGate]]) -> list[dict[str, Decision]]:
     """:func:`decide_all` for each ``(records, gate)`` in turn, in one event loop (one gate's calls at a time)."""
     return [await decide_all(records, gate) for records, gate in batches]
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion, also from code already inside an event loop (Jupyter)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return run_loop(coro)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(run_loop, coro).result()
 
 
 @dataclass(frozen=True)
