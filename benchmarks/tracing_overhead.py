@@ -74,12 +74,12 @@ def main() -> None:
                 root.mkdir()
                 traces, env = ARMS[arm]
                 times[arm].append(one_run(root, traces, args.k, env))
-                print(f"rep {rep} traces {arm}: {times[arm][-1]:.1f} s", flush=True)
+                print(f"rep {rep} traces {arm}: {times[arm][-1]:.2f} s", flush=True)
     off = statistics.median(times["off"])
     for arm in arms[1:]:
         on = statistics.median(times[arm])
         print(
-            f"traces {arm}: median {on:.1f} s against {off:.1f} s off, ratio {on / off:.2f}, "
+            f"traces {arm}: median {on:.2f} s against {off:.2f} s off, ratio {on / off:.2f}, "
             f"{(on - off) / N_INSTANCES * 1000:.0f} ms per instance"
         )
 

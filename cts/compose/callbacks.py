@@ -67,6 +67,16 @@ def sweep_jobs(overrides: list[Override]) -> list[list[str]]:
     return [list(job) for job in itertools.product(*choices)]
 
 
+def traced_store(config: DictConfig) -> str | None:
+    """The tracking URI when ``config`` asks for instance traces, read before any check (None on doubt).
+
+    A value the checks would refuse reads as None: the writer started for it is only a head start.
+    """
+    wanted = OmegaConf.select(config, "tracking.instance_traces", default=None, throw_on_resolution_failure=False)
+    uri = OmegaConf.select(config, "tracking.uri", default=None, throw_on_resolution_failure=False)
+    return uri if wanted is True and isinstance(uri, str) and uri else None
+
+
 def jobs_open_store_here(config: DictConfig) -> bool:
     """Whether the sweep's launcher runs every job in this process, one after another at the store.
 
@@ -188,6 +198,7 @@ class LaunchCallbacks(Callback):
         try:
             yield
         except BaseException:
+            tracking.close_held_writers()  # started for traces the launch will not write
             self._end()
             raise
 
@@ -208,6 +219,8 @@ class LaunchCallbacks(Callback):
         swept = swept_keys(list(config.hydra.overrides.task))
         resume = resume_command(sys.argv[1:], Path(sweep_dir), sweep_dir)
         launch = self._begin(Launch.begin(sweep_dir, swept, resume, multirun=True))
+        if jobs_open_store_here(config) and (uri := traced_store(config)):  # imports during the checks
+            tracking.start_trace_writer(uri, open_store=False)
         launch.composed = ComposedJobs()
         launch.jobs = jobs = tuple(sweep_job_configs(config, launch.composed))
         check_start(config, jobs, launch.preflight)  # values, output places, input files: before any dir or store
@@ -225,9 +238,12 @@ class LaunchCallbacks(Callback):
             tracking.prepare_store(config.tracking.uri)
             launch.store = str(config.tracking.uri)
         elif any(job.tracking.instance_traces for job in jobs):
-            tracking.start_trace_writer(config.tracking.uri)  # its start-up overlaps the jobs' set-up
+            tracking.start_trace_writer(config.tracking.uri)
+        tracking.close_held_writers()  # one started for a store no job writes traces to
 
     def _before_run(self, config: DictConfig) -> None:
+        if uri := traced_store(config):  # MLflow's import (~2 s) on the other core during the checks
+            tracking.start_trace_writer(uri, open_store=False)
         from cts.compose.app import (
             check_start,
             preflight,
@@ -249,7 +265,7 @@ class LaunchCallbacks(Callback):
         probe_endpoints([config], launch.preflight)  # before the store: a dead endpoint fails fast, creates nothing
         probe_completions([config], launch.preflight)
         if config.tracking.instance_traces:  # after the checks: the writer opens (creates) the store
-            tracking.start_trace_writer(config.tracking.uri)  # its start-up (~2 s) overlaps the job's
+            tracking.start_trace_writer(config.tracking.uri)
         tracking.prepare_store(config.tracking.uri)
         launch.store = str(config.tracking.uri)
 

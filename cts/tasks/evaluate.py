@@ -277,6 +277,8 @@ def evaluate_task(
         }
         ci = ci_summary(getattr(dataset, "cluster_field", None), clusters, [r.id for r in records])
         unscored = unscored_rates(records, rejected_by_role(ended.failures, ended.n_total - ended.n_done))
+        if tracer is not None:  # traces first: the end's writes then never wait for the writer's lock (SQLite)
+            tracking.flush_traces(run.tracking.uri)
         with tracking.deferred_run_data():  # the end's metrics and tags: one store write
             if run.tracking.records_table:
                 log_job_records_table(on_disk, [i.id for i in dataset.instances], run_id, tracer)

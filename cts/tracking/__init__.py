@@ -40,7 +40,7 @@ from cts.tracking._store import (
 from cts.tracking._tables import RECORDS_TABLE, log_records_table
 from cts.tracking._tracedoc import search_turns
 from cts.tracking._traces import trace_llm_calls
-from cts.tracking._writer import flush_traces, start_trace_writer
+from cts.tracking._writer import close_held_writers, flush_traces, start_trace_writer
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,7 @@ __all__ = [
     "download_artifact",
     "experiment_id",
     "flatten",
+    "close_held_writers",
     "flush_traces",
     "open_mlflow_run",
     "job_runs",

@@ -80,6 +80,11 @@ def write_in_bulk(store: Any, traces: Sequence[Mapping[str, Any]]) -> int | None
     return len(fresh)
 
 
+def load_mlflow_parts() -> bool:
+    """Import now what the bulk path takes from MLflow (False: this MLflow lacks some of it)."""
+    return _mlflow() is not None
+
+
 @functools.cache
 def _mlflow() -> Any:
     """What this module takes from MLflow, imported once (None where an MLflow lacks any of it)."""

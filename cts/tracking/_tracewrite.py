@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from cts.tracking._frames import read_frame, write_frame
-from cts.tracking._sqlbulk import write_in_bulk
+from cts.tracking._sqlbulk import load_mlflow_parts, write_in_bulk
 
 log = logging.getLogger("cts.tracking.writer")
 
@@ -338,27 +338,29 @@ def _exists(client: Any, trace_id: str) -> bool:
     return True
 
 
-def serve(uri: str, inbox: IO[bytes], outbox: IO[bytes]) -> None:
+def serve(uri: str, inbox: IO[bytes], outbox: IO[bytes], held: bool = False) -> None:
     """Write what arrives on ``inbox`` until ``stop`` or its end; acknowledge flushes on ``outbox``.
 
     The parent batches documents (:class:`cts.tracking._writer.TraceWriter`), so each ``docs``
-    message is written as it arrives.
+    message is written as it arrives. A ``held`` writer imports MLflow, then opens the store
+    only on an ``open`` message or the first documents.
     """
-    from mlflow.tracing.client import TracingClient
+    from mlflow.tracing.client import TracingClient  # noqa: F401 - imported now, while nothing waits for it
 
-    from cts.tracking._store import prepare_store
-
-    prepare_store(uri)  # under the store's lock: the job may be creating the store this moment
-    client = TracingClient(uri)
-    write_in_bulk(client.store, [])  # the store and what the bulk path takes from MLflow, made now
+    load_mlflow_parts()
     gc.freeze()  # and never rescanned: a full collection over MLflow's objects costs more than a batch
+    client = None if held else _open(uri)
     written, failures = 0, list[str]()
     while True:
         message = read_frame(inbox)
         if message is None:
             return
         kind, payload = message
+        if kind == "open":
+            client = client or _open(uri)
+            continue
         if kind == "docs":
+            client = client or _open(uri)
             for start in range(0, len(payload), BATCH):
                 n, failed = write_traces(client, payload[start : start + BATCH])
                 written, failures = written + n, failures + failed
@@ -369,14 +371,27 @@ def serve(uri: str, inbox: IO[bytes], outbox: IO[bytes]) -> None:
             return
 
 
+def _open(uri: str) -> Any:
+    """A tracing client of ``uri``, its store prepared (under the store's lock: the job may be creating it)."""
+    from mlflow.tracing.client import TracingClient
+
+    from cts.tracking._store import prepare_store
+
+    prepare_store(uri)
+    client = TracingClient(uri)
+    write_in_bulk(client.store, [])
+    gc.freeze()
+    return client
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the writer process (see the module docstring)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="trace writer: %(message)s")
-    (uri,) = argv if argv is not None else sys.argv[1:]  # python -c "...main()" <uri>
+    uri, *flags = argv if argv is not None else sys.argv[1:]  # python -c "...main()" <uri> [--held]
     try:
-        serve(uri, sys.stdin.buffer, sys.stdout.buffer)
+        serve(uri, sys.stdin.buffer, sys.stdout.buffer, held="--held" in flags)
     except BaseException as exc:  # noqa: BLE001 - e.g. a store it cannot open: said once, then out
         log.error("%s", exc)
         sys.stderr.flush()

@@ -7,6 +7,11 @@ queue (up to :data:`~cts.tracking._tracewrite.BATCH` documents, or what came wit
 writes it on the other core. :meth:`TraceWriter.flush` returns once everything submitted before
 it is in the store.
 
+A writer can be started before its store may be opened (``open_store=False``): the process
+imports MLflow (about 2 s of CPU) on the other core while the job's checks run, and opens the
+store only once :meth:`TraceWriter.open` says so (or documents come). Closed before that, it is
+ended at once: a command that fails its checks creates no store and does not wait for the import.
+
 Should the writer process die, the sender writes the later batches itself (slower, nothing
 lost from then on); documents the dead process had not written are what a resumed job's
 backfill (:meth:`cts.tracking.InstanceTraces.backfill`) writes again.
@@ -42,11 +47,14 @@ class TraceWriter:
     Args:
         uri: The tracking URI the traces go to.
         linger_s: How long the sender waits for more documents after the first of a batch.
+        open_store: Whether the process opens the store as soon as it has imported MLflow; when
+            False it waits for :meth:`open` (or the first documents).
     """
 
-    def __init__(self, uri: str, linger_s: float = 0.2) -> None:
+    def __init__(self, uri: str, linger_s: float = 0.05, open_store: bool = True) -> None:
         self.uri = uri
         self.linger_s = linger_s
+        self._opened = open_store
         self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._tokens = itertools.count(1)
         self._acks: dict[int, threading.Event] = {}
@@ -57,16 +65,31 @@ class TraceWriter:
         self._sent_tokens: set[int] = set()  # flush or stop tokens piped to the process, not acknowledged yet
         self._fallback: Any = None
         self._ended = threading.Event()  # the process's stdout closed: it ended (poll() can miss it)
-        self._proc = _start_process(uri)
+        self._proc = _start_process(uri, open_store)
         self._sender = threading.Thread(target=self._send_loop, name="cts-trace-sender", daemon=True)
         self._sender.start()
         for target, name in ((self._ack_loop, "cts-trace-acks"), (self._log_loop, "cts-trace-log")):
             threading.Thread(target=target, name=name, daemon=True).start()
 
+    @property
+    def held(self) -> bool:
+        """Started with ``open_store=False`` and neither opened nor given documents since."""
+        with self._lock:
+            return not self._opened
+
+    def open(self) -> None:
+        """Let the process open the store (a writer started with ``open_store=False``; no-op otherwise)."""
+        with self._lock:
+            if self._opened:
+                return
+            self._opened = True
+        self._queue.put(("open", None))
+
     def submit(self, docs: Sequence[Mapping[str, Any]]) -> None:
-        """Queue documents for the store (returns at once)."""
+        """Queue documents for the store (returns at once; the process opens the store for them)."""
         with self._lock:
             self._outstanding += len(docs)
+            self._opened = True
         for doc in docs:
             self._queue.put(("doc", doc))
 
@@ -86,7 +109,11 @@ class TraceWriter:
         """Flush, then end the writer process."""
         with self._lock:
             idle = self._outstanding == 0
-        if self._ended.is_set() and idle:  # ended (e.g. a store it could not open) with nothing to write
+            held = not self._opened
+        if held and idle:  # still importing, never told to open a store: nothing to write or wait for
+            self._proc.kill()
+            self._queue.put(("stop", 0))
+        elif self._ended.is_set() and idle:  # ended (e.g. a store it could not open) with nothing to write
             self._queue.put(("stop", 0))
         elif self._proc.poll() is None or self._sender.is_alive():
             try:
@@ -129,7 +156,7 @@ class TraceWriter:
                     kind = ""
             if docs:
                 self._send(("docs", docs), len(docs))
-            if kind in ("flush", "stop"):
+            if kind in ("open", "flush", "stop"):
                 self._send((kind, payload), 0)
                 if kind == "stop":
                     return
@@ -138,16 +165,17 @@ class TraceWriter:
         kind, payload = message
         if self._fallback is None and self._piped(message, n_docs):
             return
+        if kind != "docs":  # the process has ended: a control message has nothing to write here
+            self._done(payload, 0, 0, [])
+            return
         if self._fallback is None:
             log.error("the trace writer process ended (exit %s); this process writes the traces", self._proc.poll())
             self._fallback = _open_fallback(self.uri)
-        if kind == "docs" and isinstance(self._fallback, str):
+        if isinstance(self._fallback, str):
             self._done(None, n_docs, 0, [self._fallback] * n_docs)
-        elif kind == "docs":
+        else:
             written, failures = write_traces(self._fallback, payload)
             self._done(None, n_docs, written, failures)
-        else:
-            self._done(payload, 0, 0, [])
 
     def _piped(self, message: tuple[str, Any], n_docs: int) -> bool:
         """Pipe ``message`` to the process; False when it has ended (then this process does the work).
@@ -236,13 +264,13 @@ _WRITER_MAIN = "from cts.core.errors import run_cli; from cts.tracking._tracewri
 """The writer process's program: a broken store ends it with the store's one message (cts.core.errors)."""
 
 
-def _start_process(uri: str) -> subprocess.Popen[bytes]:
+def _start_process(uri: str, open_store: bool) -> subprocess.Popen[bytes]:
     """The writer process (:func:`cts.tracking._tracewrite.main`), in a session of its own (a Ctrl-C reaches only the job)."""
     root = str(Path(__file__).resolve().parents[2])
     path = os.environ.get("PYTHONPATH")
     env = {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
     return subprocess.Popen(
-        [sys.executable, "-c", _WRITER_MAIN, uri],
+        [sys.executable, "-c", _WRITER_MAIN, uri, *([] if open_store else ["--held"])],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -255,18 +283,41 @@ _WRITERS: dict[str, TraceWriter] = {}
 _WRITERS_LOCK = threading.Lock()
 
 
-def writer_for(uri: str) -> TraceWriter:
-    """This process's writer for ``uri`` (started on first use; every job of a sweep shares it)."""
+def writer_for(uri: str, open_store: bool = True) -> TraceWriter:
+    """This process's writer for ``uri`` (started on first use; every job of a sweep shares it).
+
+    Args:
+        uri: The tracking store.
+        open_store: False starts (or keeps) the writer held: it imports MLflow but leaves the
+            store alone until a later call with True, or documents, open it.
+    """
     with _WRITERS_LOCK:
         if uri not in _WRITERS:
-            _WRITERS[uri] = TraceWriter(uri)
-        return _WRITERS[uri]
+            _WRITERS[uri] = TraceWriter(uri, open_store=open_store)
+        writer = _WRITERS[uri]
+    if open_store:
+        writer.open()
+    return writer
 
 
-def start_trace_writer(uri: str) -> None:
+def start_trace_writer(uri: str, open_store: bool = True) -> None:
     """Start this process's writer for ``uri`` now, so that its start-up (importing MLflow, about
-    2 s of CPU on the other core) is over when the first trace comes."""
-    writer_for(uri)
+    2 s of CPU on the other core) is over when the first trace comes.
+
+    ``open_store=False`` starts it before the checks that decide whether the store may be
+    created: a later ``start_trace_writer(uri)`` lets it open the store (see :class:`TraceWriter`).
+    """
+    writer_for(uri, open_store)
+
+
+def close_held_writers() -> None:
+    """End this process's writers that were started held and never opened (a launch that stopped, or traces nobody wants)."""
+    with _WRITERS_LOCK:
+        held = {uri: writer for uri, writer in _WRITERS.items() if writer.held}
+        for uri in held:
+            del _WRITERS[uri]
+    for writer in held.values():
+        writer.close()
 
 
 def flush_traces(uri: str) -> None:

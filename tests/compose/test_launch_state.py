@@ -79,3 +79,32 @@ def test_a_sweep_session_is_its_launchs_while_it_is_open(tmp_path) -> None:
     with SweepSession(progress=False) as alone:  # opened on its own (a test, a notebook): a launch of its own
         assert current_session() is alone and current_launch() is not None
     assert current_launch() is None
+
+
+def test_a_run_that_fails_its_checks_ends_the_trace_writer_it_started_and_creates_no_store(tmp_path) -> None:
+    import pytest
+
+    from cts.tracking import _writer
+
+    db = tmp_path / "mlflow.db"
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        config = compose(
+            "config",
+            overrides=["plan.enabled=true", "plan.then=stop", f"tracking.uri=sqlite:///{db}"],
+            return_hydra_config=True,
+        )
+    started = []
+    real = _writer.TraceWriter
+
+    def spy(uri: str, open_store: bool = True) -> _writer.TraceWriter:
+        started.append(real(uri, open_store=open_store))
+        return started[-1]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_writer, "TraceWriter", spy)
+        with pytest.raises(SystemExit):  # plan=only needs -m: refused by the checks
+            LaunchCallbacks().on_run_start(config)
+    assert len(started) == 1 and started[0].held  # started before the checks, never opened
+    assert f"sqlite:///{db}" not in _writer._WRITERS
+    assert started[0]._proc.wait(5) < 0  # ended by a signal, not awaited
+    assert not db.exists()

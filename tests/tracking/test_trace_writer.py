@@ -320,3 +320,63 @@ def test_a_writer_whose_process_cannot_open_the_store_is_closed_at_once(tmp_path
     assert time.monotonic() - started < 10  # the flush's limit is 60 s: an unreleased wait takes all of it
     assert writer._proc.wait(5) == 1  # it said why on its stderr and exited
     assert db.read_bytes() == b"not a database" * 100
+
+
+def test_a_held_writer_closed_before_it_is_opened_is_killed_and_creates_no_store(tmp_path: Path) -> None:
+    """A launch that fails its checks ends its head-start writer at once: no store, no wait for MLflow's import."""
+    db = tmp_path / "never.db"
+    writer = TraceWriter(f"sqlite:///{db}", open_store=False)
+    assert writer.held
+    writer.close()
+    assert writer._proc.wait(5) == -signal.SIGKILL  # not asked to stop and waited for: ended
+    assert not db.exists()
+
+
+@pytest.mark.slow
+def test_a_held_writer_opens_the_store_only_when_told_or_given_documents(fresh: Any, tmp_path: Path) -> None:
+    db = tmp_path / "later.db"
+    writer = TraceWriter(f"sqlite:///{db}", open_store=False)
+    try:
+        assert writer.flush() == (0, [])  # answered once the process has imported MLflow
+        assert not db.exists() and writer.held
+        writer.open()
+        assert writer.flush() == (0, []) and not writer.held
+        assert db.is_file()  # prepared by the process
+    finally:
+        writer.close()
+    uri, experiment, run = fresh(tmp_path / "docs", "h.db")
+    docs = _docs(run, experiment, n=2)
+    writer = TraceWriter(uri, open_store=False)
+    try:
+        writer.submit(docs)  # documents open it as well
+        assert not writer.held
+        assert writer.flush() == (2, [])
+    finally:
+        writer.close()
+
+
+def test_close_held_writers_ends_only_the_writers_never_opened(tmp_path: Path, monkeypatch: Any) -> None:
+    from cts.tracking import _writer
+
+    monkeypatch.setattr(_writer, "_WRITERS", {})
+    started: list[tuple[str, bool]] = []
+
+    class Fake:
+        def __init__(self, uri: str, open_store: bool = True) -> None:
+            self.uri, self.held, self.closed = uri, not open_store, False
+            started.append((uri, open_store))
+
+        def open(self) -> None:
+            self.held = False
+
+        def close(self) -> None:
+            self.closed = True
+
+    monkeypatch.setattr(_writer, "TraceWriter", Fake)
+    tracking.start_trace_writer("sqlite:///a.db", open_store=False)
+    tracking.start_trace_writer("sqlite:///b.db", open_store=False)
+    tracking.start_trace_writer("sqlite:///b.db")  # the checks passed: the same process opens the store
+    a, b = _writer._WRITERS["sqlite:///a.db"], _writer._WRITERS["sqlite:///b.db"]
+    tracking.close_held_writers()
+    assert a.closed and not b.closed and list(_writer._WRITERS) == ["sqlite:///b.db"]
+    assert started == [("sqlite:///a.db", False), ("sqlite:///b.db", False)]  # one process per store
