@@ -66,7 +66,9 @@ class InstanceTraces:
         """
         mlflow = mlflow_module()
         uri = uri or mlflow.get_tracking_uri()
-        run = (run_id, mlflow.MlflowClient(uri).get_run(run_id).info.experiment_id)
+        active = mlflow.active_run()  # the job's own run, as a rule: its experiment without a query
+        known = active is not None and active.info.run_id == run_id
+        run = (run_id, (active if known else mlflow.MlflowClient(uri).get_run(run_id)).info.experiment_id)
         with self._lock:
             if self._writer is None or self._writer.uri != uri:
                 self._writer = writer_for(uri)

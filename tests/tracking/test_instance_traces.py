@@ -279,3 +279,17 @@ def test_stage_spans_take_their_stage_times_and_add_up_to_the_instance_wall_time
     orig, clarified = spans["orig arm"], spans["clarified arm"]
     assert orig.start_time_ns < spans["clarify"].end_time_ns  # the orig arm ran beside the interaction
     assert clarified.start_time_ns >= spans["rewrite"].end_time_ns
+
+
+def test_attaching_to_a_run_that_is_not_the_active_one_reads_its_experiment_from_the_store(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracking.prepare_store(uri)
+    client = mlflow.MlflowClient(uri)
+    experiment = client.create_experiment("elsewhere", artifact_location=(tmp_path / "a").as_uri())
+    run_id = client.create_run(experiment).info.run_id
+    with tracking.open_mlflow_run(uri, "traces", "job", {}) as active:
+        tracer = tracking.InstanceTraces()
+        tracer.attach(active)
+        assert tracer._run[0] == active and tracer._run[1] != experiment  # the active run's, no query
+        tracer.attach(run_id, uri)
+        assert tracer._run == (run_id, experiment)
