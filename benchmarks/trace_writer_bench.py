@@ -6,7 +6,7 @@ How the documents are captured: the script runs ``run.py experiment=offline k=K`
 traces on, its own temporary MLflow store) in a child process whose
 :meth:`cts.tracking._writer.TraceWriter.submit` also keeps every document it is handed (the
 documents the job's process sends to its writer process, with their trace, run and experiment
-ids), and pickles them when the job ends; ``--docs FILE`` keeps them in FILE and reuses them on
+ids; pending ones, whose spans the writer builds), and pickles them when the job ends; ``--docs FILE`` keeps them in FILE and reuses them on
 the next call. Each rep then writes the 200 documents into a fresh SQLite store (a copy of one
 migrated beforehand, not timed) with the writer process's own call,
 :func:`cts.tracking._tracewrite.write_traces`, in batches of
@@ -91,6 +91,7 @@ def _fresh_store(root: Path, template: Path) -> tuple[Any, str, str]:
 def one_rep(root: Path, template: Path, docs: list[dict[str, Any]], one_by_one: bool) -> float:
     """Seconds of CPU this process spent writing ``docs`` into a fresh store (checking, untimed, that the bulk path wrote them)."""
     from cts.tracking import _sqlbulk
+    from cts.tracking._tracedoc import built_document
     from cts.tracking._tracewrite import BATCH, _start_one_by_one, mlflow_trace, trace_parts, write_traces
 
     root.mkdir()
@@ -102,14 +103,15 @@ def one_rep(root: Path, template: Path, docs: list[dict[str, Any]], one_by_one: 
     for i in range(0, len(docs), BATCH):
         batch = docs[i : i + BATCH]
         if one_by_one:
-            started = _start_one_by_one(client, [(d, mlflow_trace(d)) for d in batch], [])
+            built = [built_document(d) for d in batch]  # as write_traces does before either path
+            started = _start_one_by_one(client, [(d, mlflow_trace(d)) for d in built], [])
             client.log_spans(experiment, [s for _, t in started for s in t.data.spans])
         else:
             written, failures = write_traces(client, batch)
             assert (written, failures) == (len(batch), []), failures
     spent = time.process_time() - start
     if not one_by_one:  # the bulk path wrote them: a second try finds them all stored and writes none
-        assert _sqlbulk.write_in_bulk(client.store, [trace_parts(d) for d in docs]) == 0
+        assert _sqlbulk.write_in_bulk(client.store, [trace_parts(built_document(d)) for d in docs]) == 0
     return spent
 
 
@@ -124,7 +126,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="cts-trace-writer-") as tmp:
         path = args.docs or Path(tmp) / "docs.pickle"
         docs = pickle.loads(path.read_bytes()) if path.exists() else capture(path, args.k)
-        spans = sum(len(d["spans"]) for d in docs) / len(docs)
+        from cts.tracking._tracedoc import built_document
+
+        spans = sum(len(built_document(d)["spans"]) for d in docs) / len(docs)
         print(f"{len(docs)} documents, {spans:.1f} spans each", flush=True)
         template = Path(tmp) / "template.db"
         from cts import tracking

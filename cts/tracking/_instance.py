@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cts.tracking._store import mlflow_module
-from cts.tracking._tracedoc import trace_document, trace_id_for
+from cts.tracking._tracedoc import pending_document, trace_document, trace_id_for
 from cts.tracking._writer import TraceWriter, writer_for
 
 log = logging.getLogger(__name__)
@@ -49,8 +49,8 @@ class InstanceTraces:
         self._lock = threading.Lock()
 
     def __call__(self, instance: Any, gold: Any, record: Any, traces: Sequence[Mapping[str, Any]]) -> None:
-        """Submit the instance's trace, or keep it until the run exists."""
-        doc = trace_document(instance, gold, record, traces, self._tags_for(record))
+        """Submit the instance's trace, or keep it until the run exists (its spans are built by the writer)."""
+        doc = pending_document(instance, gold, record, traces, self._tags_for(record))
         with self._lock:
             if self._run is None:
                 self._waiting.append(doc)
@@ -92,7 +92,7 @@ class InstanceTraces:
 
     def backfill(self, items: Iterable[Item]) -> int:
         """Submit the traces of instances an earlier invocation committed (see :meth:`missing`); returns how many."""
-        docs = [trace_document(i, g, r, lines, self._tags_for(r)) for i, g, r, lines in items]
+        docs = [pending_document(i, g, r, lines, self._tags_for(r)) for i, g, r, lines in items]
         self._submit(docs)
         if docs:
             log.info("wrote the traces of %d instances an earlier invocation committed", len(docs))

@@ -309,6 +309,34 @@ def trace_document(
     }
 
 
+def pending_document(
+    instance: Any,
+    gold: Any,
+    record: Any,
+    traces: Sequence[Mapping[str, Any]],
+    tags: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """What the job's process hands its trace writer for one instance: :func:`trace_document`'s arguments.
+
+    The writer's process builds the spans (:func:`built_document`), so the job's event loop does
+    not (about 0.2 ms an instance). The instance, gold and record are frozen, and the pipeline
+    hands each instance's trace lines to the hook once, as it commits them, and keeps none.
+    """
+    return {
+        "instance_id": record.id,
+        "repeat": int(getattr(record, "repeat", 0) or 0),
+        "pending": (instance, gold, record, list(traces), dict(tags or {})),
+    }
+
+
+def built_document(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``doc`` with its spans, tags and assessments: a :func:`pending_document` built now; a built one as it is."""
+    if "pending" not in doc:
+        return doc
+    ids = {k: v for k, v in doc.items() if k != "pending"}
+    return {**trace_document(*doc["pending"]), **ids}
+
+
 def _summary(record: Any) -> dict[str, Any]:
     """The trace's outputs: what a reader checks first (the labels also as one line), then both arms."""
     arms = {

@@ -3,8 +3,10 @@
 The process (:func:`main`, started by :class:`cts.tracking._writer.TraceWriter`) reads length-prefixed pickled messages on
 stdin and answers on stdout (:func:`read_frame`, :func:`write_frame`):
 
-- ``("docs", [doc, ...])``: trace documents (:func:`cts.tracking._tracedoc.trace_document` with
-  ``trace_id``, ``run_id`` and ``experiment_id`` set) to write;
+- ``("open", None)``: open the store (a writer started ``--held`` waits for it or for documents);
+- ``("docs", [doc, ...])``: trace documents to write, with ``trace_id``, ``run_id`` and
+  ``experiment_id`` set: pending ones (:func:`cts.tracking._tracedoc.pending_document`, whose
+  spans this process builds) or built ones (:func:`cts.tracking._tracedoc.trace_document`);
 - ``("flush", token)``: answered with ``("ack", token, written, failures)`` once every document
   sent before it is in the store;
 - ``("stop", token)``: the same, then the process exits (as it does when stdin closes: its parent died).
@@ -35,6 +37,7 @@ from typing import IO, Any
 
 from cts.tracking._frames import read_frame, write_frame
 from cts.tracking._sqlbulk import load_mlflow_parts, write_in_bulk
+from cts.tracking._tracedoc import built_document
 
 log = logging.getLogger("cts.tracking.writer")
 
@@ -280,7 +283,8 @@ def write_traces(client: Any, docs: Sequence[Mapping[str, Any]]) -> tuple[int, l
     parts = []
     for doc in docs:
         try:
-            parts.append((doc, trace_parts(doc)))
+            built = built_document(doc)  # a pending one's spans are built here, in the writer's process
+            parts.append((built, trace_parts(built)))
         except Exception as e:  # noqa: BLE001 - one bad document must not lose the others
             failures.append(_failure(doc, e))
     written = write_in_bulk(client.store, [p for _, p in parts])
