@@ -50,6 +50,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
+from machine import reference_cpu_s  # noqa: E402  (benchmarks/machine.py, beside this script)
+
 from tests.llm_fakes import ScriptedServer, distinct_sweep_reply, sweep_reply  # noqa: E402  (tests/ holds the fake server)
 
 SHAPES = {
@@ -400,6 +402,7 @@ def main() -> None:
     names = [x.strip() for x in args.launcher.split(",") if x.strip()]
     keep_alive = args.http == "1.1"
     _REPLY[0] = distinct_sweep_reply if args.questions == "distinct" else sweep_reply
+    reference = reference_cpu_s()
     with (
         tempfile.TemporaryDirectory() as tmp,
         ScriptedServer(args.latency, True, args.cap, args.retry_after, keep_alive=keep_alive) as server,
@@ -430,6 +433,7 @@ def main() -> None:
                     shutil.copytree(Path(tmp) / f"{name}-{i}" / "sweep", args.keep, dirs_exist_ok=True)
         print()
         report(rows, critical, args.latency, args.cap)
+    print(f"machine reference (benchmarks/machine.py): {reference:.3f} s CPU before, {reference_cpu_s():.3f} s after")
 
 
 if __name__ == "__main__":

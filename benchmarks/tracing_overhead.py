@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import reference_cpu_s  # benchmarks/machine.py, beside this script
+
 REPO = Path(__file__).resolve().parents[1]
 N_INSTANCES = 200
 MLFLOW_DEFAULTS = {
@@ -66,6 +68,7 @@ def main() -> None:
     parser.add_argument("--mlflow-defaults", action="store_true", help="also time MLflow's own async settings")
     args = parser.parse_args()
     arms = [a for a in ARMS if args.mlflow_defaults or a != "on, MLflow's settings"]
+    reference = reference_cpu_s()
     times: dict[str, list[float]] = {a: [] for a in arms}
     with tempfile.TemporaryDirectory(prefix="cts-trace-bench-") as tmp:
         for rep in range(args.reps):
@@ -82,6 +85,7 @@ def main() -> None:
             f"traces {arm}: median {on:.2f} s against {off:.2f} s off, ratio {on / off:.2f}, "
             f"{(on - off) / N_INSTANCES * 1000:.0f} ms per instance"
         )
+    print(f"machine reference (benchmarks/machine.py): {reference:.3f} s CPU before, {reference_cpu_s():.3f} s after")
 
 
 if __name__ == "__main__":
