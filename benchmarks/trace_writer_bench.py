@@ -135,7 +135,7 @@ def main() -> None:
 
         tracking.prepare_store(f"sqlite:///{template}")  # migrated once, copied per rep
         one_rep(Path(tmp) / "warm", template, docs[:8], args.one_by_one)  # imports and first compilations
-        gc.freeze()  # as the writer process does once it has started (cts.tracking._tracewrite.serve)
+        gc.freeze()  # as the writer process does once it has started (cts.tracking._writermain.serve)
         per_trace = []
         for rep in range(args.reps):
             per_trace.append(one_rep(Path(tmp) / str(rep), template, docs, args.one_by_one) / len(docs) * 1000)

@@ -1,4 +1,4 @@
-"""The trace writer's pipe protocol: length-prefixed pickled messages (:mod:`cts.tracking._tracewrite`)."""
+"""The trace writer's pipe protocol: length-prefixed pickled messages (:mod:`cts.tracking._writermain`)."""
 
 from __future__ import annotations
 

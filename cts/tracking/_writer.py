@@ -3,7 +3,7 @@
 :meth:`TraceWriter.submit` only puts a document on a queue (no MLflow call, no pickling, no I/O
 on the caller's thread, which in a sweep is the event loop's). A sender thread batches the
 queue (up to :data:`~cts.tracking._tracewrite.BATCH` documents, or what came within
-``linger_s`` of the first) and pipes each batch to the writer process (:mod:`cts.tracking._tracewrite`), which
+``linger_s`` of the first) and pipes each batch to the writer process (:mod:`cts.tracking._writermain`), which
 writes it on the other core. :meth:`TraceWriter.flush` returns once everything submitted before
 it is in the store.
 
@@ -260,12 +260,12 @@ def _open_fallback(uri: str) -> Any:
         return f"the store {uri} cannot be opened for traces ({type(exc).__name__}: {exc})"
 
 
-_WRITER_MAIN = "from cts.core.errors import run_cli; from cts.tracking._tracewrite import main; run_cli(main)"
+_WRITER_MAIN = "from cts.core.errors import run_cli; from cts.tracking._writermain import main; run_cli(main)"
 """The writer process's program: a broken store ends it with the store's one message (cts.core.errors)."""
 
 
 def _start_process(uri: str, open_store: bool) -> subprocess.Popen[bytes]:
-    """The writer process (:func:`cts.tracking._tracewrite.main`), in a session of its own (a Ctrl-C reaches only the job)."""
+    """The writer process (:func:`cts.tracking._writermain.main`), in a session of its own (a Ctrl-C reaches only the job)."""
     root = str(Path(__file__).resolve().parents[2])
     path = os.environ.get("PYTHONPATH")
     env = {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}

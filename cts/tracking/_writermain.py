@@ -1,0 +1,98 @@
+"""The trace writer's own process: batches of trace documents in on stdin, acknowledgements out on stdout.
+
+The process (:func:`main`, started by :class:`cts.tracking._writer.TraceWriter`) reads
+length-prefixed pickled messages (:func:`~cts.tracking._frames.read_frame`,
+:func:`~cts.tracking._frames.write_frame`):
+
+- ``("open", None)``: open the store (a writer started ``--held`` waits for it or for documents);
+- ``("docs", [doc, ...])``: trace documents to write, with ``trace_id``, ``run_id`` and
+  ``experiment_id`` set: pending ones (:func:`cts.tracking._tracedoc.pending_document`, whose
+  spans this process builds) or built ones (:func:`cts.tracking._tracedoc.trace_document`),
+  written by :func:`cts.tracking._tracewrite.write_traces`;
+- ``("flush", token)``: answered with ``("ack", token, written, failures)`` once every document
+  sent before it is in the store;
+- ``("stop", token)``: the same, then the process exits (as it does when stdin closes: its parent died).
+
+SIGINT and SIGTERM are ignored: the parent, which gets them, flushes this process before it
+exits, so a stopped job loses no trace.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from typing import IO, Any
+
+from cts.tracking._frames import read_frame, write_frame
+from cts.tracking._sqlbulk import load_mlflow_parts, write_in_bulk
+from cts.tracking._tracewrite import BATCH, write_traces
+
+log = logging.getLogger("cts.tracking.writer")
+
+
+def serve(uri: str, inbox: IO[bytes], outbox: IO[bytes], held: bool = False) -> None:
+    """Write what arrives on ``inbox`` until ``stop`` or its end; acknowledge flushes on ``outbox``.
+
+    The parent batches documents (:class:`cts.tracking._writer.TraceWriter`), so each ``docs``
+    message is written as it arrives. A ``held`` writer imports MLflow, then opens the store
+    only on an ``open`` message or the first documents.
+    """
+    from mlflow.tracing.client import TracingClient  # noqa: F401 - imported now, while nothing waits for it
+
+    load_mlflow_parts()
+    gc.freeze()  # and never rescanned: a full collection over MLflow's objects costs more than a batch
+    client = None if held else _open(uri)
+    written, failures = 0, list[str]()
+    while True:
+        message = read_frame(inbox)
+        if message is None:
+            return
+        kind, payload = message
+        if kind == "open":
+            client = client or _open(uri)
+            continue
+        if kind == "docs":
+            client = client or _open(uri)
+            for start in range(0, len(payload), BATCH):
+                n, failed = write_traces(client, payload[start : start + BATCH])
+                written, failures = written + n, failures + failed
+            continue
+        write_frame(outbox, ("ack", payload, written, failures))
+        written, failures = 0, []
+        if kind == "stop":
+            return
+
+
+def _open(uri: str) -> Any:
+    """A tracing client of ``uri``, its store prepared (under the store's lock: the job may be creating it)."""
+    from mlflow.tracing.client import TracingClient
+
+    from cts.tracking._store import prepare_store
+
+    prepare_store(uri)
+    client = TracingClient(uri)
+    write_in_bulk(client.store, [])
+    gc.freeze()
+    return client
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the writer process (see the module docstring)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    logging.basicConfig(level=logging.WARNING, format="trace writer: %(message)s")
+    uri, *flags = argv if argv is not None else sys.argv[1:]  # python -c "...main()" <uri> [--held]
+    try:
+        serve(uri, sys.stdin.buffer, sys.stdout.buffer, held="--held" in flags)
+    except BaseException as exc:  # noqa: BLE001 - e.g. a store it cannot open: said once, then out
+        log.error("%s", exc)
+        sys.stderr.flush()
+        os._exit(1)  # not a normal exit: threads MLflow started could hold the interpreter's shutdown
+
+
+if __name__ == "__main__":
+    main()
