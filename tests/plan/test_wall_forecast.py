@@ -65,4 +65,11 @@ def test_the_wall_time_forecast_lands_within_30_percent_of_the_run(tmp_path: Pat
     forecast, actual = planned_sweep(tmp_path, cache_dir, SHAPES[name])
     print(json.dumps({"shape": name, "forecast": forecast, "actual": actual, "ratio": forecast["expected"] / actual}))
     assert abs(forecast["expected"] / actual - 1) <= 0.3, (forecast, actual)
-    assert 0 < forecast["low"] <= forecast["expected"] <= forecast["high"] <= 2 * forecast["low"], forecast
+    assert 0 < forecast["low"] <= forecast["expected"] <= forecast["high"], forecast
+    # At most 2x wide, unless the slice never met the endpoint's limit (the server's 32): then the
+    # forecast knows only that the capacity lies between the slice's peak in flight and the
+    # ceiling (64), and the interval spans both, so it must hold the run. On a slow stretch the
+    # slice's CPU keeps its peak near 16: [12.1, 32.8] for a 26.7 s card run, [37.3, 86.7] for a
+    # 69.9 s paper grid (b75922c the same: [37.5, 84.1] for 69.7 s).
+    narrow = forecast["high"] <= 2 * forecast["low"]
+    assert narrow or forecast["low"] <= actual <= forecast["high"], (forecast, actual)
