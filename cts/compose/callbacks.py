@@ -219,7 +219,8 @@ class LaunchCallbacks(Callback):
         swept = swept_keys(list(config.hydra.overrides.task))
         resume = resume_command(sys.argv[1:], Path(sweep_dir), sweep_dir)
         launch = self._begin(Launch.begin(sweep_dir, swept, resume, multirun=True))
-        if jobs_open_store_here(config) and (uri := traced_store(config)):  # imports during the checks
+        opens_here = jobs_open_store_here(config)
+        if opens_here and (uri := traced_store(config)):  # imports during the checks
             tracking.start_trace_writer(uri, open_store=False)
         launch.composed = ComposedJobs()
         launch.jobs = jobs = tuple(sweep_job_configs(config, launch.composed))
@@ -234,7 +235,7 @@ class LaunchCallbacks(Callback):
             print("\n".join(launch.plan.stop), flush=True)
             raise LaunchDone()
         launch.record.write()  # <sweep>/sweep.json: what jobs in other processes (joblib, Slurm) read
-        if not jobs_open_store_here(config):
+        if not opens_here:
             tracking.prepare_store(config.tracking.uri)
             launch.store = str(config.tracking.uri)
         elif any(job.tracking.instance_traces for job in jobs):
