@@ -1,6 +1,6 @@
 """CPU per trace in the trace writer: 200 trace documents of a real offline job written to a fresh store.
 
-    PYTHONPATH=. python benchmarks/trace_writer_bench.py [--reps 5] [--k 2] [--docs FILE] [--one-by-one]
+    PYTHONPATH=. python benchmarks/trace_writer_bench.py [--reps 5] [--k 2] [--docs FILE] [--one-by-one] [--batch N]
 
 How the documents are captured: the script runs ``run.py experiment=offline k=K`` (200 instances,
 traces on, its own temporary MLflow store) in a child process whose
@@ -13,7 +13,8 @@ migrated beforehand, not timed) with the writer process's own call,
 :data:`~cts.tracking._tracewrite.BATCH`, and reads this process's CPU time (SQLite runs in it)
 around the writes; each rep starts with the writer's caches empty, as a job's writer process does,
 and checks afterwards (untimed) that the bulk path wrote every trace. ``--one-by-one`` times MLflow's own calls instead (``start_trace`` per trace,
-one ``log_spans``: the writer's fallback). Reported: ms of CPU per trace, median over the reps.
+one ``log_spans``: the writer's fallback). ``--batch N`` writes N documents a call (a sweep's writer gets
+one or two a batch). Reported: ms of CPU per trace, median over the reps.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def _fresh_store(root: Path, template: Path) -> tuple[Any, str, str]:
     return tracing, experiment, run_id
 
 
-def one_rep(root: Path, template: Path, docs: list[dict[str, Any]], one_by_one: bool) -> float:
+def one_rep(root: Path, template: Path, docs: list[dict[str, Any]], one_by_one: bool, per_call: int = 0) -> float:
     """Seconds of CPU this process spent writing ``docs`` into a fresh store (checking, untimed, that the bulk path wrote them)."""
     from cts.tracking import _sqlbulk
     from cts.tracking._tracedoc import built_document
@@ -96,18 +97,20 @@ def one_rep(root: Path, template: Path, docs: list[dict[str, Any]], one_by_one: 
 
     root.mkdir()
     client, experiment, run_id = _fresh_store(root, template)
-    for cache in (_sqlbulk._left_alone, _sqlbulk._sets_trace_values):
+    for cache in (_sqlbulk._left_alone, _sqlbulk._sets_trace_values, _sqlbulk._insert_sql):
         cache.cache_clear()  # each job's writer process starts with none of it
     docs = [{**d, "experiment_id": experiment, "run_id": run_id} for d in docs]
+    known = _sqlbulk.KnownExperiments()  # one per writer process
+    size = per_call or BATCH
     start = time.process_time()
-    for i in range(0, len(docs), BATCH):
-        batch = docs[i : i + BATCH]
+    for i in range(0, len(docs), size):
+        batch = docs[i : i + size]
         if one_by_one:
             built = [built_document(d) for d in batch]  # as write_traces does before either path
             started = _start_one_by_one(client, [(d, mlflow_trace(d)) for d in built], [])
             client.log_spans(experiment, [s for _, t in started for s in t.data.spans])
         else:
-            written, failures = write_traces(client, batch)
+            written, failures = write_traces(client, batch, known)
             assert (written, failures) == (len(batch), []), failures
     spent = time.process_time() - start
     if not one_by_one:  # the bulk path wrote them: a second try finds them all stored and writes none
@@ -122,6 +125,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=2)
     parser.add_argument("--docs", type=Path, help="pickle of captured documents (made on first use)")
     parser.add_argument("--one-by-one", action="store_true", help="time MLflow's own calls instead")
+    parser.add_argument("--batch", type=int, default=0, help="documents per write (default BATCH; a sweep's: 1-2)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cts-trace-writer-") as tmp:
         path = args.docs or Path(tmp) / "docs.pickle"
@@ -138,7 +142,9 @@ def main() -> None:
         gc.freeze()  # as the writer process does once it has started (cts.tracking._writermain.serve)
         per_trace = []
         for rep in range(args.reps):
-            per_trace.append(one_rep(Path(tmp) / str(rep), template, docs, args.one_by_one) / len(docs) * 1000)
+            per_trace.append(
+                one_rep(Path(tmp) / str(rep), template, docs, args.one_by_one, args.batch) / len(docs) * 1000
+            )
             print(f"rep {rep}: {per_trace[-1]:.2f} ms CPU per trace", flush=True)
     print(f"median {statistics.median(per_trace):.2f} ms CPU per trace ({'one by one' if args.one_by_one else 'bulk'})")
 

@@ -52,6 +52,7 @@ PROCESS_WIDE: dict[str, str] = {
     "cts.tracking._sqlbulk:_mlflow": "what the module takes from MLflow, imported once",
     "cts.tracking._sqlbulk:_sets_trace_values": "a pure function of its arguments (MLflow's span translation)",
     "cts.tracking._sqlbulk:_decoded": "a pure function of its argument (JSON text decoded)",
+    "cts.tracking._sqlbulk:_insert_sql": "a pure function of its arguments (an INSERT compiled for a dialect)",
     "cts.tracking._sqlbulk:_left_alone": "a pure function of its arguments (MLflow's span translation)",
     "cts.tracking._tracewrite:_encoder": "a reused JSON encoder per option",
     "cts.tracking._tracewrite:_log_level": "a pure function of the span type (MLflow's span levels)",

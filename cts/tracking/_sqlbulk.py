@@ -25,9 +25,12 @@ import base64
 import functools
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from cts.tracking._sqlrows import ascii_json_size, assessment_row, size_stats
 
 log = logging.getLogger("cts.tracking.writer")
 
@@ -49,7 +52,27 @@ class _Rows:
     partitions: list[tuple[Any, int, list[int]]] = field(default_factory=list)
 
 
-def write_in_bulk(store: Any, traces: Sequence[Mapping[str, Any]]) -> int | None:
+class KnownExperiments:
+    """The experiments a writer found active, read again after ``ttl_s`` (not once per batch: with a trace or
+    two per batch, as a sweep's writer gets them, that read was a fifth of the writer's CPU)."""
+
+    def __init__(self, ttl_s: float = 30.0) -> None:
+        self.ttl_s = ttl_s
+        self._read: dict[tuple[int, str], tuple[float, Any]] = {}
+
+    def get(self, store: Any, eid: str) -> Any:
+        """Experiment ``eid`` of ``store``; raises as MLflow's writes do if it is not active."""
+        now, read = time.monotonic(), self._read.get((id(store), eid))
+        if read is None or now - read[0] > self.ttl_s:
+            experiment = store.get_experiment(eid)
+            store._check_experiment_is_active(experiment)
+            read = self._read[(id(store), eid)] = (now, experiment)
+        return read[1]
+
+
+def write_in_bulk(
+    store: Any, traces: Sequence[Mapping[str, Any]], experiments: KnownExperiments | None = None
+) -> int | None:
     """Write new traces (:func:`cts.tracking._tracewrite.trace_parts`) into MLflow's SQL store in one transaction.
 
     Traces the store already holds, and repeats of a trace id in the batch, are left out (their
@@ -66,7 +89,7 @@ def write_in_bulk(store: Any, traces: Sequence[Mapping[str, Any]]) -> int | None
     if not traces:
         return 0
     try:
-        rows = _batch_rows(m, store, traces)
+        rows = _batch_rows(m, store, traces, experiments or KnownExperiments())
         with store.ManagedSessionMaker(read_only=False) as session:
             stored = _stored_ids(m, session, list(rows))
             fresh = [r for trace_id, r in rows.items() if trace_id not in stored]
@@ -160,10 +183,16 @@ def _insert(m: Any, session: Any, table: Any, rows: list[dict[str, Any]]) -> Non
     if session.bind.dialect.name not in _DRIVER_EXECUTEMANY:
         session.execute(m.insert(table), rows)
         return
-    keys = list(rows[0])
-    statement = m.insert(table).compile(dialect=session.bind.dialect, column_keys=keys)
-    order = statement.positiontup
-    session.connection().exec_driver_sql(str(statement), [tuple(row[k] for k in order) for row in rows])
+    sql, order = _insert_sql(table, tuple(rows[0]), session.bind.dialect)
+    session.connection().exec_driver_sql(sql, [tuple(row[k] for k in order) for row in rows])
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_sql(table: Any, keys: tuple[str, ...], dialect: Any) -> tuple[str, tuple[str, ...]]:
+    """The INSERT of ``keys`` into ``table`` compiled for ``dialect``, and its parameters' order (compiled once:
+    a writer inserts a trace or two per batch in a sweep, and compiling cost as much as the insert)."""
+    statement = _mlflow().insert(table).compile(dialect=dialect, column_keys=list(keys))
+    return str(statement), tuple(statement.positiontup)
 
 
 def _stored_ids(m: Any, session: Any, trace_ids: list[str]) -> set[str]:
@@ -172,18 +201,16 @@ def _stored_ids(m: Any, session: Any, trace_ids: list[str]) -> set[str]:
     return {row[0] for row in found}
 
 
-def _batch_rows(m: Any, store: Any, traces: Sequence[Mapping[str, Any]]) -> dict[str, _Rows]:
+def _batch_rows(
+    m: Any, store: Any, traces: Sequence[Mapping[str, Any]], experiments: KnownExperiments
+) -> dict[str, _Rows]:
     """Trace id -> its rows, for each trace of the batch (the first of a repeated id)."""
-    experiments: dict[str, Any] = {}
     unicode_text = store.db_type != "mssql"  # MSSQL's spans.content is not Unicode: MLflow escapes it there
     rows: dict[str, _Rows] = {}
     for trace in traces:
-        eid = trace["experiment_id"]
-        if eid not in experiments:
-            experiments[eid] = store.get_experiment(eid)
-            store._check_experiment_is_active(experiments[eid])
         if trace["trace_id"] not in rows:
-            location = store._get_trace_artifact_location_tag(experiments[eid], trace["trace_id"])
+            experiment = experiments.get(store, trace["experiment_id"])
+            location = store._get_trace_artifact_location_tag(experiment, trace["trace_id"])
             rows[trace["trace_id"]] = _trace_rows(m, trace, location, unicode_text)
     return rows
 
@@ -193,7 +220,7 @@ def _trace_rows(m: Any, trace: Mapping[str, Any], location: Any, unicode_text: b
     trace_id, eid, request_time = trace["trace_id"], int(trace["experiment_id"]), trace["request_time"]
     spans, sizes = zip(*(_span_row(m, d, trace_id, eid, unicode_text) for d in trace["spans"]))
     metadata = dict(trace["metadata"])
-    metadata.update(_size_stats(m, list(sizes), trace["info_size"]))
+    metadata.update(size_stats(m, list(sizes), trace["info_size"]))
     info = {
         "request_id": trace_id,
         "experiment_id": eid,
@@ -219,7 +246,7 @@ def _trace_rows(m: Any, trace: Mapping[str, Any], location: Any, unicode_text: b
         trace_info=[info],
         trace_tags=[{"request_id": trace_id, "key": k, "value": v} for k, v in tags.items()],
         trace_request_metadata=[{"request_id": trace_id, "key": k, "value": v} for k, v in metadata.items()],
-        assessments=[_assessment_row(m, a, trace, eid) for a in trace["assessments"]],
+        assessments=[assessment_row(m, a, trace, eid) for a in trace["assessments"]],
         spans=list(spans),
         partitions=[(f, eid, [request_time]) for f in families]
         + [(m.RollupFamily.SPAN_COST, eid, [s["start_time_unix_nano"] // 1_000_000]) for s in spans],
@@ -234,7 +261,7 @@ def _span_row(
     if _sets_trace_values(tuple(stored["attributes"])):
         raise ValueError(f"span {span['name']!r} sets trace-level values: MLflow's log_spans writes it")
     content = (m.unicode_json if unicode_text else m.ascii_json).encode(stored)
-    size = _ascii_json_size(content) if stored is span else len(m.ascii_json.encode(span))
+    size = ascii_json_size(content) if stored is span else len(m.ascii_json.encode(span))
     attributes = stored.get("attributes", {})
     cost: dict[str, Any] = {}
     if raw := attributes.get(m.Attr.LLM_COST):
@@ -324,63 +351,3 @@ def _left_alone(span_type: str, others: tuple[tuple[str, str], ...]) -> bool:
     m = _mlflow()
     probe = {"name": "", "events": [], "attributes": {m.Attr.SPAN_TYPE: span_type, **dict(others)}}
     return bool(m.translate_span_when_storing(_AsSpan(probe)) == probe)
-
-
-def _ascii_json_size(text: str) -> int:
-    """Length of ``json.dumps(value)`` (ASCII escapes) from ``text``, the same JSON with ``ensure_ascii=False``.
-
-    The two differ only in what ``ensure_ascii`` escapes: each character above ``~`` becomes
-    ``\\uXXXX`` (6 characters), one outside the Basic Multilingual Plane a surrogate pair (12).
-    """
-    ascii_chars = len(text.encode("ascii", "ignore")) - text.count("\x7f")
-    astral = len(text.encode("utf-16-le")) // 2 - len(text)
-    return ascii_chars + 6 * (len(text) - ascii_chars - astral) + 12 * astral
-
-
-def _size_stats(m: Any, span_sizes: list[int], info_size: int) -> dict[str, str]:
-    """``mlflow.trace.sizeStats`` and ``mlflow.trace.sizeBytes``, as ``add_size_stats_to_trace_metadata`` counts them."""
-    total = sum(span_sizes) + info_size + (len(span_sizes) - 1) * 2
-    ordered = sorted(span_sizes)
-    stats = {
-        m.TraceSizeStatsKey.TOTAL_SIZE_BYTES: total,
-        m.TraceSizeStatsKey.NUM_SPANS: len(span_sizes),
-        m.TraceSizeStatsKey.MAX_SPAN_SIZE_BYTES: max(span_sizes),
-        m.TraceSizeStatsKey.P25_SPAN_SIZE_BYTES: int(m.percentile(ordered, 0.25)),
-        m.TraceSizeStatsKey.P50_SPAN_SIZE_BYTES: int(m.percentile(ordered, 0.50)),
-        m.TraceSizeStatsKey.P75_SPAN_SIZE_BYTES: int(m.percentile(ordered, 0.75)),
-    }
-    return {m.TraceMetadataKey.SIZE_STATS: json.dumps(stats), m.TraceMetadataKey.SIZE_BYTES: str(total)}
-
-
-def _assessment_row(m: Any, a: Any, trace: Mapping[str, Any], eid: int) -> dict[str, Any]:
-    """One ``assessments`` row: ``SqlAssessments.from_mlflow_entity`` of the Feedback or Expectation, as ``start_trace`` fills it."""
-    if a.expectation and a.value is None:
-        raise ValueError(f"expectation {a.name} has no value")  # MLflow's Expectation refuses it
-    source = m.AssessmentSource(source_type=a.source_type, source_id=a.source_id)  # MLflow standardises the type
-    metadata = dict(a.metadata) or None
-    error = None
-    if a.error and not a.expectation:
-        error = json.dumps(m.AssessmentError(error_code=a.error[0], error_message=a.error[1]).to_dictionary())
-    aggregate, numeric = m.analytics.assessment_aggregate(a.value)
-    return {
-        "assessment_id": m.generate_assessment_id(),
-        "trace_id": trace["trace_id"],
-        "name": a.name,
-        "assessment_type": "expectation" if a.expectation else "feedback",
-        "value": json.dumps(a.value),
-        "error": error,
-        "created_timestamp": trace["created_ms"],
-        "last_updated_timestamp": trace["created_ms"],
-        "experiment_id": eid,
-        "trace_timestamp_ms": trace["request_time"],
-        "aggregate_value": aggregate,
-        "is_numeric_value": numeric,
-        "source_type": source.source_type,
-        "source_id": source.source_id,
-        "run_id": (metadata or {}).get(m.source_run_key),
-        "span_id": None,
-        "rationale": None if a.expectation else a.rationale,
-        "overrides": None,
-        "valid": True,
-        "assessment_metadata": json.dumps(metadata) if metadata else None,
-    }

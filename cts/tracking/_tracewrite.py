@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cts.tracking._sqlbulk import write_in_bulk
+from cts.tracking._sqlbulk import KnownExperiments, write_in_bulk
 from cts.tracking._tracedoc import built_document
 
 log = logging.getLogger("cts.tracking.writer")
@@ -255,10 +255,13 @@ def _failure(doc: Mapping[str, Any], e: Exception) -> str:
     return f"{doc.get('instance_id')}: {type(e).__name__}: {e}"[:500]
 
 
-def write_traces(client: Any, docs: Sequence[Mapping[str, Any]]) -> tuple[int, list[str]]:
+def write_traces(
+    client: Any, docs: Sequence[Mapping[str, Any]], experiments: KnownExperiments | None = None
+) -> tuple[int, list[str]]:
     """Write documents through ``client`` (MLflow's TracingClient): in one transaction where the store allows it.
 
     A document whose trace the store already holds is not written again (see :func:`_start_one_by_one`).
+    ``experiments``: the writer's experiments read so far (the bulk path reads each again after a while).
 
     Returns:
         How many traces were written, and one message per document that was not.
@@ -271,7 +274,7 @@ def write_traces(client: Any, docs: Sequence[Mapping[str, Any]]) -> tuple[int, l
             parts.append((built, trace_parts(built)))
         except Exception as e:  # noqa: BLE001 - one bad document must not lose the others
             failures.append(_failure(doc, e))
-    written = write_in_bulk(client.store, [p for _, p in parts])
+    written = write_in_bulk(client.store, [p for _, p in parts], experiments)
     if written is None:
         written = _write_one_by_one(client, [doc for doc, _ in parts], failures)
     return written, failures

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from cts.tracking._frames import read_frame, write_frame
-from cts.tracking._sqlbulk import load_mlflow_parts, write_in_bulk
+from cts.tracking._sqlbulk import KnownExperiments, load_mlflow_parts, write_in_bulk
 from cts.tracking._tracewrite import BATCH, write_traces
 
 log = logging.getLogger("cts.tracking.writer")
@@ -46,7 +46,7 @@ def serve(uri: str, inbox: IO[bytes], outbox: IO[bytes], held: bool = False) -> 
     load_mlflow_parts()
     gc.freeze()  # and never rescanned: a full collection over MLflow's objects costs more than a batch
     client = None if held else _open(uri)
-    written, failures = 0, list[str]()
+    written, failures, experiments = 0, list[str](), KnownExperiments()
     while True:
         message = read_frame(inbox)
         if message is None:
@@ -58,7 +58,7 @@ def serve(uri: str, inbox: IO[bytes], outbox: IO[bytes], held: bool = False) -> 
         if kind == "docs":
             client = client or _open(uri)
             for start in range(0, len(payload), BATCH):
-                n, failed = write_traces(client, payload[start : start + BATCH])
+                n, failed = write_traces(client, payload[start : start + BATCH], experiments)
                 written, failures = written + n, failures + failed
             continue
         write_frame(outbox, ("ack", payload, written, failures))

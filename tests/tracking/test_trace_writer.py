@@ -252,6 +252,29 @@ def test_a_trace_already_in_the_store_is_not_written_twice(fresh: Any, tmp_path:
     assert write_traces(client, docs) == (0, [])
 
 
+def test_a_writer_reads_its_experiment_once_per_while_and_writes_one_trace_a_batch_as_in_one(
+    fresh: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    uri, experiment, run = fresh(tmp_path, "m.db")
+    docs = _docs(run, experiment)
+    client, reads = TracingClient(uri), []
+    get_experiment = client.store.get_experiment
+    monkeypatch.setattr(client.store, "get_experiment", lambda eid: reads.append(eid) or get_experiment(eid))
+    known = _sqlbulk.KnownExperiments()
+    for doc in docs:  # a sweep's writer gets a trace or two per batch
+        assert write_traces(client, [doc], known) == (1, [])
+    assert reads == [experiment]
+    whole_uri, _, _ = fresh(tmp_path / "whole", "m.db")
+    assert write_in_bulk(TracingClient(whole_uri).store, [trace_parts(d) for d in docs]) == len(docs)
+    assert _table_rows(uri, tmp_path) == _table_rows(whole_uri, tmp_path / "whole")
+    mlflow.MlflowClient(uri).delete_experiment(experiment)
+    more = _docs(run, experiment, n=5)[4:]
+    assert write_in_bulk(client.store, [trace_parts(d) for d in more], known) == 1  # read within its while
+    known.ttl_s = 0.0
+    later = [trace_parts(d) for d in _docs(run, experiment, n=6)[5:]]
+    assert write_in_bulk(client.store, later, known) is None  # read again: deleted, as MLflow's calls refuse it
+
+
 def test_a_failed_bulk_write_commits_nothing_and_mlflows_calls_write_instead(
     fresh: Any, tmp_path: Path, monkeypatch: Any
 ) -> None:
