@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf  # writes config.yaml; the config is read in cts.compose
-
 from cts import tracking
 from cts._util.secrets import scrub_tree
+from cts._util.yamlfast import config_yaml
 from cts.core.errors import ResumeRefused
 from cts.core.records import infra_stop
 from cts.protocol.job_files import RECORDS_FILE
@@ -172,7 +171,7 @@ def log_task_outputs(metrics: Mapping[str, float], artifacts: list[Path]) -> Non
 def write_config(run: RunInfo) -> Path:
     """Write the job's resolved config, secrets masked, as ``config.yaml`` (at the job's start: it is fixed by then)."""
     path = run.context.job_dir / "config.yaml"
-    path.write_text(OmegaConf.to_yaml(OmegaConf.create(scrub_tree(dict(run.config)))))
+    path.write_text(config_yaml(scrub_tree(dict(run.config))))
     return path
 
 
