@@ -8,15 +8,12 @@ import os
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from cts.core.contracts import Completion, Route
 from cts.llm._pricing import Prices, call_cost
 from cts.llm._settings import LLMSettings
 from cts.llm._spec import ModelSpec
-
-if TYPE_CHECKING:
-    from cts.llm._client import ChatClient
 
 log = logging.getLogger(__name__)
 _DUMMY_KEY = "sk-no-key-needed"  # OpenAI-compatible servers without auth still want a key field
@@ -51,46 +48,6 @@ class CallEvent:
 
 
 Listener = Callable[[CallEvent], None]
-
-
-@dataclass
-class PendingCall:
-    """Mutable state of one ``complete`` call while it runs."""
-
-    client: ChatClient
-    route: Route
-    messages: list[dict[str, str]]
-    params: dict[str, Any]
-    version: str
-    started_at: float
-    requests: int = 0
-    completion: Completion | None = None
-    error: str | None = None
-    saved_usd: float = 0.0
-    cache_key: str = ""
-
-    def event(self, latency_s: float) -> CallEvent:
-        """The call as its listeners see it, once it has ended (a failed call with an empty completion)."""
-        done = self.completion or Completion("", 0, 0, 0.0, False, 0.0)
-        return CallEvent(
-            role=self.client.role,
-            spec_name=self.client.spec.name,
-            model=self.route.model,
-            api_base=self.route.api_base,
-            messages=tuple(self.messages),
-            params=dict(self.params),
-            prompt_version=self.version,
-            text=done.text,
-            tokens_in=done.tokens_in,
-            tokens_out=done.tokens_out,
-            cost_usd=done.cost_usd,
-            cached=done.cached,
-            latency_s=latency_s,
-            error=self.error,
-            started_at=self.started_at,
-            finish_reason=done.finish_reason,
-            tokens_reasoning=done.tokens_reasoning,
-        )
 
 
 def route_for(spec: ModelSpec, settings: LLMSettings) -> Route:

@@ -23,11 +23,6 @@ class PostgresStore:
         self.read_only = read_only
         self._conns = ThreadConns()
 
-    @property
-    def reads_inline(self) -> bool:
-        """A read is a round trip to the server: never on an event loop's thread."""
-        return False
-
     def get(self, key: str) -> str | None:
         """See :class:`cts.llm.store.KVStore`."""
         row = self._run(f"SELECT value FROM {self.table} WHERE key = %s", (key,))

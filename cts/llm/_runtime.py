@@ -18,8 +18,8 @@ from cts.llm._batched import Brokers, batched_call
 from cts.llm._breaker import CircuitBreaker
 from cts.llm._calls import (
     IN_FLIGHT,
+    CallEvent,
     Listener,
-    PendingCall,
     cache_value,
     cached_completion,
     completion_of,
@@ -42,6 +42,23 @@ from cts.llm.cache import ResponseCache
 from cts.llm.sampling import salted, sampled_params
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class PendingCall:
+    """Mutable state of one ``complete`` call while it runs."""
+
+    client: ChatClient
+    route: Route
+    messages: list[dict[str, str]]
+    params: dict[str, Any]
+    version: str
+    started_at: float
+    requests: int = 0
+    completion: Completion | None = None
+    error: str | None = None
+    saved_usd: float = 0.0
+    cache_key: str = ""
 
 
 def llm_cache_location(settings: LLMSettings, cache_dir: Path) -> Path | str:
@@ -316,8 +333,6 @@ class LLMRuntime:
     async def _cache_get(self, key: str) -> dict | None:
         if self.cache.mode == "off":
             return None
-        if self.cache.reads_inline:
-            return self._storage_now(self.cache.get, key)
         return await self._storage(self.cache.get, key)
 
     async def _storage(self, op: Callable[..., Any], *args: Any) -> Any:
@@ -328,25 +343,11 @@ class LLMRuntime:
         try:
             result = await self.cache.offload(op, *args)
         except Exception as exc:  # any store error: corrupt file, full disk, lost server
-            raise self._storage_failed(where, exc) from exc
+            message = f"response cache {self.cache.location}: {type(exc).__name__}: {exc}"
+            self.breaker.failure(where, "storage", message)
+            raise CallError("storage", message, where) from exc
         self.breaker.success(where)
         return result
-
-    def _storage_now(self, op: Callable[..., Any], *args: Any) -> Any:
-        """:meth:`_storage` on the loop's own thread (a look-up the store makes in microseconds)."""
-        where = f"cache {self.cache.location}"
-        self.breaker.check(where)
-        try:
-            result = op(*args)
-        except Exception as exc:
-            raise self._storage_failed(where, exc) from exc
-        self.breaker.success(where)
-        return result
-
-    def _storage_failed(self, where: str, exc: Exception) -> CallError:
-        message = f"response cache {self.cache.location}: {type(exc).__name__}: {exc}"
-        self.breaker.failure(where, "storage", message)
-        return CallError("storage", message, where)
 
     async def _send_value(self, call: PendingCall) -> dict:
         """Send ``call`` (a cache miss); the completion is kept on ``call``, its cache value returned."""
@@ -375,6 +376,25 @@ class LLMRuntime:
     def _notify(self, call: PendingCall, latency: float) -> None:
         if not self._listeners:
             return
-        event = call.event(latency)
+        done = call.completion or Completion("", 0, 0, 0.0, False, 0.0)
+        event = CallEvent(
+            role=call.client.role,
+            spec_name=call.client.spec.name,
+            model=call.route.model,
+            api_base=call.route.api_base,
+            messages=tuple(call.messages),
+            params=dict(call.params),
+            prompt_version=call.version,
+            text=done.text,
+            tokens_in=done.tokens_in,
+            tokens_out=done.tokens_out,
+            cost_usd=done.cost_usd,
+            cached=done.cached,
+            latency_s=latency,
+            error=call.error,
+            started_at=call.started_at,
+            finish_reason=done.finish_reason,
+            tokens_reasoning=done.tokens_reasoning,
+        )
         for listener in self._listeners:
             listener(event)

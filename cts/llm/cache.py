@@ -216,14 +216,7 @@ class ResponseCache:
     async def _get_async(self, key: str, run: StoreRunner) -> dict | None:
         if self.mode == "off":
             return None
-        if self.reads_inline:
-            return self.get(key)
         return await run(self.get, key)
-
-    @property
-    def reads_inline(self) -> bool:
-        """Whether a look-up may run on the event loop itself (a local SQLite file this process has opened)."""
-        return self.mode != "off" and self.store.reads_inline
 
     @property
     def location(self) -> str:

@@ -59,10 +59,6 @@ class KVStore(Protocol):
     def close(self) -> None:
         """Close this thread's connection."""
 
-    @property
-    def reads_inline(self) -> bool:
-        """Whether :meth:`get` may run on an event loop's own thread (it takes microseconds and waits for nobody)."""
-
 
 @dataclass(frozen=True)
 class StoreURL:
@@ -124,22 +120,6 @@ class SQLiteStore:
         self.read_only = read_only
         self.url = sqlite_url(self.path)
         self._conns = ThreadConns()
-        self._resolved: Path | None = None
-
-    @property
-    def reads_inline(self) -> bool:
-        """See :class:`KVStore`: once this process has opened the file (checked it, created its tables).
-
-        A look-up is a primary-key read, which WAL mode never makes wait for a writer: 5-10 us,
-        against about 30 us of CPU for a trip to a worker thread and back. A thread's first
-        connection to a file already checked takes no inter-process lock (:meth:`_open_checked`).
-        """
-        return self.read_only or self._checked()
-
-    def _checked(self) -> bool:
-        if self._resolved is None:
-            self._resolved = self.path.resolve()
-        return self._resolved in _CHECKED
 
     def get(self, key: str) -> str | None:
         """See :class:`KVStore`."""
@@ -199,11 +179,6 @@ class SQLiteStore:
         if self.read_only:
             return _connect(self.path, read_only=True)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self._checked():  # this process checked the file: nothing to check or recover, so no lock to wait for
-            try:
-                return self._open_writable()
-            except sqlite3.DatabaseError:
-                pass  # broken since: recovered under the lock
         with _file_lock(self.path):
             try:
                 return self._open_writable()

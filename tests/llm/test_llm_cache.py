@@ -6,7 +6,6 @@ import asyncio
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -137,33 +136,3 @@ def test_parallel_processes_share_the_cache(tmp_path: Path) -> None:
     cache = ResponseCache(path)
     assert len(cache) == 3 * n
     assert cache.get("b-149") == {"i": 149, "who": "b"}
-
-
-def test_a_look_up_runs_on_the_loop_once_the_process_opened_the_file(
-    llm_server: ScriptedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from cts.core.types import CallError
-    from cts.llm._pgstore import PostgresStore
-
-    path = tmp_path / "cache.sqlite"
-    rt = cached_runtime(llm_server, path, "read_write")
-    assert not rt.cache.reads_inline  # not opened by this process yet: its first open checks it, off the loop
-    call(rt)
-    assert rt.cache.reads_inline
-    assert not PostgresStore("postgresql://u@127.0.0.1:1/db", "responses").reads_inline  # a round trip: never inline
-    offloaded: list[str] = []
-    threads: list[int] = []
-    offload, get = rt.cache.offload, rt.cache.store.get
-    monkeypatch.setattr(rt.cache, "offload", lambda fn, *a: offloaded.append(fn.__name__) or offload(fn, *a))
-    monkeypatch.setattr(rt.cache.store, "get", lambda key: threads.append(threading.get_ident()) or get(key))
-
-    async def hit() -> Any:
-        return (await rt.client(SPEC, "ua").complete(MESSAGES)), threading.get_ident()
-
-    done, loop_thread = asyncio.run(hit())
-    assert done.cached and len(llm_server.requests) == 1
-    assert threads == [loop_thread] and offloaded == []  # no trip to a worker thread
-    monkeypatch.setattr(rt.cache.store, "get", lambda key: (_ for _ in ()).throw(OSError("disk gone")))
-    with pytest.raises(CallError) as failed:
-        call(rt)
-    assert failed.value.kind == "storage" and "disk gone" in str(failed.value)
