@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from cts._util.interrupt import entry_script
@@ -150,12 +151,14 @@ def slices_from(source: Path, jobs: Sequence[JobPlan], per_job: int | None = Non
     """
     slices = []
     for job in jobs:
-        samples = instance_costs(source / job.name, job.routes)
+        batched = batched_elsewhere(source / job.name)
+        samples = [] if batched else instance_costs(source / job.name, job.routes)
         seen = {record_run_id(r) for r in raw_records(source / job.name)}
         seen |= {record_run_id(r) for r in raw_records(job.job_dir)}
         roles = roles_with_requests(source / job.name)
         runs = job.runs()
         missing, cut = _shortfall(source / job.name, len(samples), _expected(job, per_job))
+        missing = batched or missing
         slices.append(
             JobSlice(
                 job.name,
@@ -171,6 +174,38 @@ def slices_from(source: Path, jobs: Sequence[JobPlan], per_job: int | None = Non
             )
         )
     return slices
+
+
+def batched_elsewhere(job_dir: Path) -> str:
+    """Why a source job dir's records cannot stand for live runs: its roles went through a Batch API ('' if not).
+
+    A batched call books its batch price and no live request (:mod:`cts.llm._batched`), so such a
+    record would forecast batch-price USD and 0 requests for a live sweep. The calibration slice
+    always runs live; an earlier run given as ``plan.source`` may not have (its ``config.yaml`` says).
+    """
+    roles = _batch_roles(job_dir / "config.yaml")
+    fresh = {
+        role
+        for record in raw_records(job_dir)
+        for role, row in (record.get("usage") or {}).items()
+        if role in roles and (row.get("tokens_in") or row.get("cost_usd"))
+    }
+    if not fresh:
+        return ""
+    return (
+        f"{job_dir} sent {', '.join(sorted(fresh))} through a Batch API (services.llm.batch.roles): its records hold "
+        "batch prices and no live requests; give plan.source a live run, or leave it out for a calibration slice"
+    )
+
+
+def _batch_roles(config: Path) -> set[str]:
+    try:
+        tree = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return set()  # no config (an older job dir): its records are taken as live
+    for key in ("services", "llm", "batch", "roles"):
+        tree = tree.get(key) if isinstance(tree, dict) else None
+    return {str(r) for r in tree} if isinstance(tree, list) else set()
 
 
 def _batch_shape(job_dir: Path, job: JobPlan, roles: Sequence[str]) -> BatchShape | None:

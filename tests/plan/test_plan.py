@@ -196,6 +196,27 @@ def test_an_earlier_run_stands_in_for_the_slice(tmp_path: Path) -> None:
     assert forecast_job(slice_).usd == Interval(0.14, 0.14, 0.14)
 
 
+def test_an_earlier_run_that_batched_a_role_is_no_live_sample(tmp_path: Path) -> None:
+    """Its batched calls booked batch prices and no request: the job is unknown, with why, never $0 and 0 calls."""
+    source, sweep = tmp_path / "earlier", tmp_path / "sweep"
+    live = {"calls": 1, "requests": 1, "tokens_in": 100, "tokens_out": 10, "cost_usd": 0.01}
+    batched = {"calls": 1, "requests": 0, "tokens_in": 900, "tokens_out": 90, "cost_usd": 0.005}
+    hit = {"calls": 1, "cache_hits": 1, "requests": 0}
+    rows = {"judged": {"clarifier": live, "judge": batched}, "hits": {"clarifier": live, "judge": hit}}
+    jobs = []
+    for name, row in rows.items():
+        write_records(source / name, [{"id": f"q{i}", "usage": row, "elapsed_s": 1.0} for i in range(5)])
+        (source / name / "config.yaml").write_text("services:\n  llm:\n    batch:\n      roles:\n      - judge\n")
+        jobs.append(JobPlan(name, tuple(f"q{i}" for i in range(20)), Routes({}, {"e": 4}, {}), 8, sweep / name))
+    judged, hits = slices_from(source, jobs)
+    assert judged.samples == () and judged.unknown.startswith(f"{source / 'judged'} sent judge through a Batch API")
+    assert forecast_job(judged).unknown == judged.unknown and forecast_sweep([judged, hits]).incomplete == ("judged",)
+    assert len(hits.samples) == 5 and not hits.unknown  # its batched role only hit the cache: nothing batch-priced
+    (source / "judged" / "config.yaml").unlink()  # an older job dir without one: taken as live, as before
+    (judged,) = slices_from(source, jobs[:1])
+    assert len(judged.samples) == 5
+
+
 def write_records(job_dir: Path, rows: list[dict]) -> None:
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "records.jsonl").write_text("".join(json.dumps({"k": 1, **r}) + "\n" for r in rows))
