@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from cts._util.interrupt import entry_script
 from cts.core.errors import PlanRefused
@@ -184,6 +185,8 @@ def batched_elsewhere(job_dir: Path) -> str:
     always runs live; an earlier run given as ``plan.source`` may not have (its ``config.yaml`` says).
     """
     roles = _batch_roles(job_dir / "config.yaml")
+    if not roles:
+        return ""
     fresh = {
         role
         for record in raw_records(job_dir)
@@ -199,13 +202,14 @@ def batched_elsewhere(job_dir: Path) -> str:
 
 
 def _batch_roles(config: Path) -> set[str]:
+    """``services.llm.batch.roles`` of a saved job config, in today's names (none without a readable one)."""
+    from cts.compose.stored_config import load_job_config
+
     try:
-        tree = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
+        roles = OmegaConf.select(load_job_config(config), "services.llm.batch.roles", default=None)
+        return {str(r) for r in roles or ()}
+    except (OSError, ValueError, yaml.YAMLError, OmegaConfBaseException):
         return set()  # no config (an older job dir): its records are taken as live
-    for key in ("services", "llm", "batch", "roles"):
-        tree = tree.get(key) if isinstance(tree, dict) else None
-    return {str(r) for r in tree} if isinstance(tree, list) else set()
 
 
 def _batch_shape(job_dir: Path, job: JobPlan, roles: Sequence[str]) -> BatchShape | None:

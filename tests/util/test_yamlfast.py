@@ -52,7 +52,7 @@ def test_awkward_values_are_written_as_omegaconf_writes_them_and_read_back_the_s
     assert OmegaConf.to_container(OmegaConf.create(text)) == AWKWARD
 
 
-def test_a_character_outside_the_bmp_takes_omegaconfs_dumper(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_character_outside_the_bmp_takes_omegaconfs_dumper() -> None:
     tree = {"name": "clarifier 😀", "k": 2}
     assert "\\U" in yamlfast.yaml.dump(tree, Dumper=yamlfast._Dumper, allow_unicode=True)  # libyaml escapes it
     assert config_yaml(tree) == OmegaConf.to_yaml(OmegaConf.create(tree)) == "name: clarifier 😀\nk: 2\n"
