@@ -8,12 +8,16 @@ import os
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cts.core.contracts import Completion, Route
 from cts.llm._pricing import Prices, call_cost
 from cts.llm._settings import LLMSettings
 from cts.llm._spec import ModelSpec
+from cts.llm._usage import CallUsage
+
+if TYPE_CHECKING:
+    from cts.llm._client import ChatClient  # which imports this module
 
 log = logging.getLogger(__name__)
 _DUMMY_KEY = "sk-no-key-needed"  # OpenAI-compatible servers without auth still want a key field
@@ -48,6 +52,80 @@ class CallEvent:
 
 
 Listener = Callable[[CallEvent], None]
+
+
+@dataclass
+class PendingCall:
+    """Mutable state of one ``complete`` call while it runs."""
+
+    client: ChatClient
+    route: Route
+    messages: list[dict[str, str]]
+    params: dict[str, Any]
+    version: str
+    started_at: float
+    requests: int = 0
+    completion: Completion | None = None
+    error: str | None = None
+    saved_usd: float = 0.0
+    cache_key: str = ""
+
+
+def call_usage(call: PendingCall, latency: float) -> CallUsage:
+    """What a finished call books: tokens and cost only for a completion this call paid for."""
+    done = call.completion
+    fresh = done is not None and not done.cached
+    return CallUsage(
+        cached=done is not None and done.cached,
+        failed=call.error is not None,
+        requests=call.requests,
+        tokens_in=done.tokens_in if done is not None and fresh else 0,
+        tokens_out=done.tokens_out if done is not None and fresh else 0,
+        cost_usd=done.cost_usd if done is not None and fresh else 0.0,
+        latency_s=latency,
+        saved_usd=call.saved_usd,
+        tokens_reasoning=done.tokens_reasoning if done is not None and fresh else 0,
+        truncated=done is not None and done.truncated,
+    )
+
+
+def orphan_usage(reply: Completion) -> CallUsage:
+    """What a reply that landed after its caller was cancelled books: its tokens and cost, no new call."""
+    return CallUsage(
+        cached=False,
+        failed=False,
+        requests=0,
+        tokens_in=reply.tokens_in,
+        tokens_out=reply.tokens_out,
+        cost_usd=reply.cost_usd,
+        latency_s=0.0,
+        new_call=False,
+        tokens_reasoning=reply.tokens_reasoning,
+    )
+
+
+def call_event(call: PendingCall, latency: float) -> CallEvent:
+    """The listeners' view of a finished call."""
+    done = call.completion or Completion("", 0, 0, 0.0, False, 0.0)
+    return CallEvent(
+        role=call.client.role,
+        spec_name=call.client.spec.name,
+        model=call.route.model,
+        api_base=call.route.api_base,
+        messages=tuple(call.messages),
+        params=dict(call.params),
+        prompt_version=call.version,
+        text=done.text,
+        tokens_in=done.tokens_in,
+        tokens_out=done.tokens_out,
+        cost_usd=done.cost_usd,
+        cached=done.cached,
+        latency_s=latency,
+        error=call.error,
+        started_at=call.started_at,
+        finish_reason=done.finish_reason,
+        tokens_reasoning=done.tokens_reasoning,
+    )
 
 
 def route_for(spec: ModelSpec, settings: LLMSettings) -> Route:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 from cts.llm._dbconn import ThreadConns, redact
@@ -30,11 +31,14 @@ class PostgresStore:
 
     def put(self, key: str, value: str) -> None:
         """See :class:`cts.llm.store.KVStore`."""
-        sql = (
+        self._run(self._put_sql, (key, value), fetch=False)
+
+    @property
+    def _put_sql(self) -> str:
+        return (
             f"INSERT INTO {self.table} (key, value) VALUES (%s, %s) "
             "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
         )
-        self._run(sql, (key, value), fetch=False)
 
     def claim(self, key: str, owner: str, ttl_s: float) -> bool:
         """See :class:`cts.llm.store.KVStore`."""
@@ -50,6 +54,23 @@ class PostgresStore:
     def release(self, key: str, owner: str) -> None:
         """See :class:`cts.llm.store.KVStore`."""
         self._run(f"DELETE FROM {self.table}_claims WHERE key = %s AND owner = %s", (key, owner), fetch=False)
+
+    def put_release(self, key: str, value: str, owner: str) -> None:
+        """See :class:`cts.llm.store.KVStore`."""
+        conn = self._conn()
+        with conn.transaction():
+            conn.execute(self._put_sql, (key, value))
+            conn.execute(f"DELETE FROM {self.table}_claims WHERE key = %s AND owner = %s", (key, owner))
+
+    def renew(self, claims: Sequence[tuple[str, str]], ttl_s: float) -> None:
+        """See :class:`cts.llm.store.KVStore`."""
+        expires = time.time() + ttl_s
+        conn = self._conn()
+        with conn.transaction(), conn.cursor() as cursor:
+            cursor.executemany(
+                f"UPDATE {self.table}_claims SET expires = %s WHERE key = %s AND owner = %s",
+                [(expires, key, owner) for key, owner in claims],
+            )
 
     def count(self) -> int:
         """See :class:`cts.llm.store.KVStore`."""

@@ -18,11 +18,14 @@ from cts.llm._batched import Brokers, batched_call
 from cts.llm._breaker import CircuitBreaker
 from cts.llm._calls import (
     IN_FLIGHT,
-    CallEvent,
     Listener,
+    PendingCall,
     cache_value,
     cached_completion,
+    call_event,
+    call_usage,
     completion_of,
+    orphan_usage,
     route_for,
     settled,  # noqa: F401 - re-exported by cts.llm
 )
@@ -37,28 +40,11 @@ from cts.llm._settings import LLMSettings
 from cts.llm._singleflight import SingleFlight
 from cts.llm._spec import ModelSpec
 from cts.llm._transport import Sender, openai_compatible
-from cts.llm._usage import CallUsage, Usage, add_call, add_to_scopes, check_spend_limit
+from cts.llm._usage import Usage, add_call, add_to_scopes, check_spend_limit
 from cts.llm.cache import ResponseCache
 from cts.llm.sampling import salted, sampled_params
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass
-class PendingCall:
-    """Mutable state of one ``complete`` call while it runs."""
-
-    client: ChatClient
-    route: Route
-    messages: list[dict[str, str]]
-    params: dict[str, Any]
-    version: str
-    started_at: float
-    requests: int = 0
-    completion: Completion | None = None
-    error: str | None = None
-    saved_usd: float = 0.0
-    cache_key: str = ""
 
 
 def llm_cache_location(settings: LLMSettings, cache_dir: Path) -> Path | str:
@@ -167,13 +153,13 @@ class LLMRuntime:
         )
         call.cache_key = key
         try:
-            hit = await self._cache_get(key)
+            hit, claim = await self._look(key)
             if hit is not None:
                 call.completion = cached_completion(hit)
                 call.saved_usd = float(hit.get("cost_usd", 0.0))
             else:
-                self._check_spend_limit()  # before claims and joins: a spent cap stops the job at once
-                call.completion = await self._fresh(call, key)
+                await self._within_spend_limit(key, claim)  # before joins: a spent cap stops the job at once
+                call.completion = await self._fresh(call, key, claim)
         except CallError as exc:
             call.error = exc.kind
             raise
@@ -190,17 +176,42 @@ class LLMRuntime:
         assert call.completion is not None  # set above, or an exception propagated
         return dataclasses.replace(call.completion, latency_s=latency)
 
-    async def _fresh(self, call: PendingCall, key: str) -> Completion:
-        """Send the request, or join an identical one in flight (when a cache would serve it anyway)."""
+    async def _look(self, key: str) -> tuple[dict | None, str | None]:
+        """The cached value, or None and the claim taken on the miss in the same trip
+        (its owner, ``""`` if another owner holds the key, None when the cache is off)."""
         if self.cache.mode == "off":
-            return await self._send_and_store(call, key)
-        done, leader = await self._endpoints.flights().run(key, lambda: self._send_and_store(call, key))
+            return None, None
+        owner = self.cache.new_owner()
+        hit, claimed = await self._storage(self.cache.look_or_claim, key, owner)
+        return hit, (owner if claimed else "")
+
+    async def _within_spend_limit(self, key: str, claim: str | None) -> None:
+        """Check the spend limit on a miss; a spent cap drops the claim just taken."""
+        try:
+            self._check_spend_limit()
+        except SpendLimitReached:
+            if claim:
+                await self.cache.release_claim(key, claim)
+            raise
+
+    async def _fresh(self, call: PendingCall, key: str, claim: str | None) -> Completion:
+        """Send the request, or join an identical one in flight (when a cache would serve it anyway).
+
+        ``claim``: the owner of the cache claim taken on the look's miss (see :meth:`_look`).
+        """
+        if self.cache.mode == "off":
+            return await self._send_and_store(call, key, None)
+        flights = self._endpoints.flights()
+        if claim and key in flights:  # an identical call here waits for another process's row: join it
+            await self.cache.release_claim(key, claim)
+            claim = ""
+        done, leader = await flights.run(key, lambda: self._send_and_store(call, key, claim))
         if leader:
             return done
         call.saved_usd = done.cost_usd  # booked like a cache hit: billed once, to the sender
         return dataclasses.replace(done, cost_usd=0.0, cached=True)
 
-    async def _send_and_store(self, call: PendingCall, key: str) -> Completion:
+    async def _send_and_store(self, call: PendingCall, key: str, claim: str | None) -> Completion:
         # Across processes (a sweep's jobs on several nodes), the cache key is claimed first:
         # one sends, the others wait for its row (cts.llm.cache.ResponseCache.get_or_compute).
         value, cached = await self.cache.get_or_compute(
@@ -208,7 +219,7 @@ class LLMRuntime:
             lambda: self._send_value(call),
             run=self._storage,
             on_miss=self._check_spend_limit,
-            looked=self.cache.mode != "off",  # complete() has just looked the key up
+            claim=claim,
         )
         if not cached:
             assert call.completion is not None  # set by _send_value
@@ -307,17 +318,7 @@ class LLMRuntime:
         if done.cancelled() or done.exception() is not None:
             return  # no reply, nothing billed that we could know of
         reply = completion_of(prices, done.result())
-        usage = CallUsage(
-            cached=False,
-            failed=False,
-            requests=0,
-            tokens_in=reply.tokens_in,
-            tokens_out=reply.tokens_out,
-            cost_usd=reply.cost_usd,
-            latency_s=0.0,
-            new_call=False,
-            tokens_reasoning=reply.tokens_reasoning,
-        )
+        usage = orphan_usage(reply)
         self._spent += usage.cost_usd
         add_call(self._usage, call.client.role, usage)
         add_to_scopes(call.client.role, usage)
@@ -329,11 +330,6 @@ class LLMRuntime:
 
     def _check_spend_limit(self) -> None:
         check_spend_limit(self.settings.max_usd, self.prior_usd, self._spent)
-
-    async def _cache_get(self, key: str) -> dict | None:
-        if self.cache.mode == "off":
-            return None
-        return await self._storage(self.cache.get, key)
 
     async def _storage(self, op: Callable[..., Any], *args: Any) -> Any:
         """Run a cache operation off the loop (the cache's :attr:`~cts.llm.cache.ResponseCache.offload`);
@@ -355,20 +351,7 @@ class LLMRuntime:
         return cache_value(call.completion)
 
     def _book(self, call: PendingCall, latency: float) -> None:
-        done = call.completion
-        fresh = done is not None and not done.cached
-        usage = CallUsage(
-            cached=done is not None and done.cached,
-            failed=call.error is not None,
-            requests=call.requests,
-            tokens_in=done.tokens_in if done is not None and fresh else 0,
-            tokens_out=done.tokens_out if done is not None and fresh else 0,
-            cost_usd=done.cost_usd if done is not None and fresh else 0.0,
-            latency_s=latency,
-            saved_usd=call.saved_usd,
-            tokens_reasoning=done.tokens_reasoning if done is not None and fresh else 0,
-            truncated=done is not None and done.truncated,
-        )
+        usage = call_usage(call, latency)
         self._spent += usage.cost_usd
         add_call(self._usage, call.client.role, usage)
         add_to_scopes(call.client.role, usage)
@@ -376,25 +359,6 @@ class LLMRuntime:
     def _notify(self, call: PendingCall, latency: float) -> None:
         if not self._listeners:
             return
-        done = call.completion or Completion("", 0, 0, 0.0, False, 0.0)
-        event = CallEvent(
-            role=call.client.role,
-            spec_name=call.client.spec.name,
-            model=call.route.model,
-            api_base=call.route.api_base,
-            messages=tuple(call.messages),
-            params=dict(call.params),
-            prompt_version=call.version,
-            text=done.text,
-            tokens_in=done.tokens_in,
-            tokens_out=done.tokens_out,
-            cost_usd=done.cost_usd,
-            cached=done.cached,
-            latency_s=latency,
-            error=call.error,
-            started_at=call.started_at,
-            finish_reason=done.finish_reason,
-            tokens_reasoning=done.tokens_reasoning,
-        )
+        event = call_event(call, latency)
         for listener in self._listeners:
             listener(event)

@@ -68,5 +68,9 @@ class SingleFlight(Generic[T]):
         if self.keep and not task.cancelled() and task.exception() is None:
             self._done[key] = task.result()
 
+    def __contains__(self, key: Hashable) -> bool:
+        """Whether work for ``key`` runs now (or finished, when results are kept)."""
+        return key in self._flights or key in self._done
+
     def __len__(self) -> int:
         return len(self._flights)

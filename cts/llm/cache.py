@@ -22,8 +22,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from cts._util.jsonfast import canonical_json
+from cts._util.jsonfast import canonical_json, json_line
 from cts._util.offload import Offload
+from cts.llm._claims import ClaimRenewals
 from cts.llm.store import KVStore, open_store, parse_url, redact, sqlite_url
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ CACHE_MODES: tuple[CacheMode, ...] = ("read_write", "read_only", "off")
 CLAIM_WAIT_S = 300.0
 """Longest wait for a response another process is computing; then compute it here."""
 CLAIM_TTL_S = 15.0
-"""A claim lives this long unless its owner renews it (every third of it, while computing),
+"""A claim lives this long unless its owner renews it (about every third of it, while computing),
 so the claim of a killed job frees its key within seconds."""
 StoreRunner = Callable[..., Awaitable[Any]]
 """Runs ``op(*args)`` off the event loop, like ``asyncio.to_thread`` or :class:`~cts._util.offload.Offload`."""
@@ -52,6 +53,7 @@ class ResponseCache:
             stores; ``off`` neither serves nor stores (and never opens the store).
         table: Table of this cache in the store (caches may share one database).
         claim_wait_s: Bounded wait for a key another process has claimed.
+        claim_ttl_s: A claim's lease, renewed about every third of it while its value is computed.
     """
 
     def __init__(
@@ -61,6 +63,7 @@ class ResponseCache:
         *,
         table: str = "responses",
         claim_wait_s: float = CLAIM_WAIT_S,
+        claim_ttl_s: float = CLAIM_TTL_S,
     ) -> None:
         if mode not in CACHE_MODES:
             raise ValueError(f"cache mode must be one of {CACHE_MODES}, got {mode!r}")
@@ -71,10 +74,15 @@ class ResponseCache:
         self.mode: CacheMode = mode
         self.table = table
         self.claim_wait_s = claim_wait_s
+        self.claim_ttl_s = claim_ttl_s
         self._store: KVStore | None = None
         self._lock = threading.Lock()
         self.offload = Offload(name="cts-cache")
         """Runs the store's calls off the event loop (a few threads of this cache's)."""
+        self.renewals = ClaimRenewals(
+            lambda claims: self.offload(self.store.renew, claims, claim_ttl_s), claim_ttl_s / 3
+        )
+        """Renews the claims this cache holds while their values are computed."""
 
     @staticmethod
     def key(obj: Any) -> str:
@@ -86,13 +94,26 @@ class ResponseCache:
         if self.mode == "off":
             return None
         text = self.store.get(key)
-        return None if text is None else json.loads(text)
+        return None if text is None else json.loads(text)  # not orjson's: it reads an integer beyond 64 bits as a float
 
     def put(self, key: str, value: dict) -> None:
         """Store ``value`` under ``key`` (a no-op unless mode is read_write)."""
         if self.mode != "read_write":
             return
-        self.store.put(key, json.dumps(value, ensure_ascii=False, sort_keys=True))
+        self.store.put(key, json_line(value, sort_keys=True))
+
+    def look_or_claim(self, key: str, owner: str) -> tuple[dict | None, bool]:
+        """``(value, False)`` for a stored key; else ``(None, claimed)``, with a last look after the claim
+        (a row stored in between is returned, and the claim dropped). Claims only in ``read_write`` mode."""
+        hit = self.get(key)
+        if hit is not None or self.mode != "read_write":
+            return hit, False
+        return self._claim_and_look(key, owner)
+
+    @staticmethod
+    def new_owner() -> str:
+        """A claim owner unique across processes (without a urandom read per claim)."""
+        return f"{_PROCESS}-{next(_CLAIMS)}"
 
     async def get_or_compute(
         self,
@@ -101,15 +122,16 @@ class ResponseCache:
         storable: Callable[[dict], bool] = lambda _: True,
         run: StoreRunner | None = None,
         on_miss: Callable[[], None] = lambda: None,
-        looked: bool = False,
+        claim: str | None = None,
     ) -> tuple[dict, bool]:
         """The value of ``key``: cached, or computed once among all processes sharing the store.
 
         In ``read_write`` mode a miss is claimed before ``compute`` runs; whoever finds
         the key claimed waits (up to ``claim_wait_s``) for the owner's row, then
         computes it itself (the owner may have failed or stored nothing). A miss costs
-        three trips off the event loop: the look, the claim with a last look, and the row
-        stored with the claim released.
+        two trips off the event loop: the look with the claim (:meth:`look_or_claim`), and
+        the row stored with the claim released. Claims held long (a request queued behind
+        the endpoint's limiter) are renewed together (:class:`~cts.llm._claims.ClaimRenewals`).
 
         Args:
             key: The cache key.
@@ -117,35 +139,59 @@ class ResponseCache:
             storable: Whether a computed value may be stored.
             run: Runs each store operation off the event loop (default :attr:`offload`);
                 the LLM runtime passes one that reports store failures as infrastructure.
-            on_miss: Called on a miss before anything else (the runtime's spend-limit check).
-            looked: The caller has just looked the key up and missed (the first look is skipped).
+            on_miss: Called on a miss before anything is computed (the runtime's spend-limit check).
+            claim: The caller has just called :meth:`look_or_claim` and missed: the owner it
+                claimed ``key`` for, or ``""`` if another owner held it (the first trip is skipped).
 
         Returns:
             The value and whether it came from the cache.
         """
         run = run or self.offload
-        hit = None if looked else await self._get_async(key, run)
-        if hit is not None:
-            return hit, True
-        on_miss()
+        if claim is None:
+            claim = ""
+            if self.mode != "off":
+                owner = self.new_owner()
+                hit, claimed = await run(self.look_or_claim, key, owner)
+                if hit is not None:
+                    return hit, True
+                claim = owner if claimed else ""
+            tried = self.mode == "read_write"
+        else:
+            tried = True
+        try:
+            on_miss()
+        except BaseException:
+            if claim:
+                await self.release_claim(key, claim)
+            raise
         if self.mode != "read_write":
             return await compute(), False
-        owner = f"{_PROCESS}-{next(_CLAIMS)}"  # unique across processes, without a urandom read per claim
-        hit, claimed = await self._claim_or_wait(key, owner, run)
-        if hit is not None or not claimed:
-            return (hit, True) if hit is not None else (await self._compute_unclaimed(compute, storable, key, run))
-        renewal: list[asyncio.Future[None]] = []  # a timer, not a task per claim: most replies come before it fires
-        timer = asyncio.get_running_loop().call_later(
-            CLAIM_TTL_S / 3, lambda: renewal.append(asyncio.ensure_future(self._renew(key, owner)))
-        )
+        if not claim:
+            owner = self.new_owner()
+            hit, claimed = await self._claim_or_wait(key, owner, run, pause_first=tried)
+            if hit is not None:
+                return hit, True
+            if not claimed:
+                return await self._compute_unclaimed(compute, storable, key, run)
+            claim = owner
+        return await self._compute_claimed(key, claim, compute, storable, run)
+
+    async def _compute_claimed(
+        self,
+        key: str,
+        owner: str,
+        compute: Callable[[], Awaitable[dict]],
+        storable: Callable[[dict], bool],
+        run: StoreRunner,
+    ) -> tuple[dict, bool]:
+        """Compute the value of a key ``owner`` claimed; store it and release the claim in one trip."""
+        self.renewals.hold(key, owner)
         value: dict | None = None
         try:
             value = await compute()
             return value, False
         finally:
-            timer.cancel()
-            for renew in renewal:
-                renew.cancel()
+            self.renewals.drop(key, owner)
             kept = value if value is not None and storable(value) else None
             await self._store_and_release(key, kept, owner, run)
 
@@ -159,41 +205,35 @@ class ResponseCache:
         return value, False
 
     async def _store_and_release(self, key: str, value: dict | None, owner: str, run: StoreRunner) -> None:
-        """Store the computed row (unless None) and drop the claim, in one trip off the loop."""
+        """Store the computed row (unless None) and drop the claim, in one trip off the loop and one transaction."""
         if value is not None:
             await run(self._put_release, key, value, owner)
             return
-        await self._release(key, owner)
+        await self.release_claim(key, owner)
 
     def _put_release(self, key: str, value: dict, owner: str) -> None:
-        self.put(key, value)
-        try:
-            self.store.release(key, owner)
-        except Exception as exc:  # noqa: BLE001 - the claim then lapses by itself within its lease
-            log.warning("could not release the claim on cache key %s: %s", key[:12], exc)
+        self.store.put_release(key, json_line(value, sort_keys=True), owner)
 
-    async def _release(self, key: str, owner: str) -> None:
+    async def release_claim(self, key: str, owner: str) -> None:
+        """Drop ``owner``'s claim on ``key`` (off the event loop); a failure is logged: the claim then lapses."""
         try:
             await self.offload(self.store.release, key, owner)
         except Exception as exc:  # noqa: BLE001 - the claim then lapses by itself within its lease
             log.warning("could not release the claim on cache key %s: %s", key[:12], exc)
 
-    async def _renew(self, key: str, owner: str) -> None:
-        """Renew the claim now, then every third of its lease (started a third of a lease after the claim)."""
-        while True:
-            try:
-                await self.offload(self.store.claim, key, owner, CLAIM_TTL_S)
-            except Exception as exc:  # noqa: BLE001 - a lost lease only risks a duplicate request
-                log.warning("could not renew the claim on cache key %s: %s", key[:12], exc)
-            await asyncio.sleep(CLAIM_TTL_S / 3)
-
-    async def _claim_or_wait(self, key: str, owner: str, run: StoreRunner) -> tuple[dict | None, bool]:
+    async def _claim_or_wait(
+        self, key: str, owner: str, run: StoreRunner, pause_first: bool = False
+    ) -> tuple[dict | None, bool]:
         """``(row, claimed)``: our claim with a last look at the row, or the row another owner stored.
 
         ``(None, False)`` when another owner kept the key claimed past ``claim_wait_s``.
+        ``pause_first``: the caller has just found the key claimed (wait before the first try).
         """
         deadline = time.monotonic() + self.claim_wait_s
         pause = _POLL_S[0]
+        if pause_first:
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _POLL_S[1])
         while True:
             hit, claimed = await run(self._claim_and_look, key, owner)
             if hit is not None or claimed:
@@ -207,16 +247,11 @@ class ResponseCache:
     def _claim_and_look(self, key: str, owner: str) -> tuple[dict | None, bool]:
         """Claim ``key``; then look at its row (stored between the caller's last look and the claim, or by
         the owner whose claim kept ours out). A row found releases our claim at once."""
-        claimed = self.store.claim(key, owner, CLAIM_TTL_S)
+        claimed = self.store.claim(key, owner, self.claim_ttl_s)
         hit = self.get(key)
         if hit is not None and claimed:
             self.store.release(key, owner)
         return hit, claimed and hit is None
-
-    async def _get_async(self, key: str, run: StoreRunner) -> dict | None:
-        if self.mode == "off":
-            return None
-        return await run(self.get, key)
 
     @property
     def location(self) -> str:

@@ -19,7 +19,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +52,12 @@ class KVStore(Protocol):
 
     def release(self, key: str, owner: str) -> None:
         """Drop ``owner``'s claim on ``key`` (a no-op if it expired and was taken)."""
+
+    def put_release(self, key: str, value: str, owner: str) -> None:
+        """:meth:`put` and :meth:`release` in one transaction."""
+
+    def renew(self, claims: Sequence[tuple[str, str]], ttl_s: float) -> None:
+        """Extend each ``(key, owner)`` claim still held by its owner by ``ttl_s``, in one transaction."""
 
     def count(self) -> int:
         """Number of stored keys."""
@@ -130,10 +136,13 @@ class SQLiteStore:
 
     def put(self, key: str, value: str) -> None:
         """See :class:`KVStore`."""
-        sql = (
+        self._run(self._put_sql, (key, value), commit=True)
+
+    @property
+    def _put_sql(self) -> str:
+        return (
             f"INSERT INTO {self.table} (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
         )
-        self._run(sql, (key, value), commit=True)
 
     def claim(self, key: str, owner: str, ttl_s: float) -> bool:
         """See :class:`KVStore`."""
@@ -149,6 +158,23 @@ class SQLiteStore:
     def release(self, key: str, owner: str) -> None:
         """See :class:`KVStore`."""
         self._run(f"DELETE FROM {self.table}_claims WHERE key = ? AND owner = ?", (key, owner), commit=True)
+
+    def put_release(self, key: str, value: str, owner: str) -> None:
+        """See :class:`KVStore`."""
+        conn = self._conn()
+        with conn:
+            conn.execute(self._put_sql, (key, value))
+            conn.execute(f"DELETE FROM {self.table}_claims WHERE key = ? AND owner = ?", (key, owner))
+
+    def renew(self, claims: Sequence[tuple[str, str]], ttl_s: float) -> None:
+        """See :class:`KVStore`."""
+        expires = time.time() + ttl_s
+        conn = self._conn()
+        with conn:
+            conn.executemany(
+                f"UPDATE {self.table}_claims SET expires = ? WHERE key = ? AND owner = ?",
+                [(expires, key, owner) for key, owner in claims],
+            )
 
     def count(self) -> int:
         """See :class:`KVStore`."""
