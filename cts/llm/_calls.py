@@ -8,16 +8,13 @@ import os
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from cts.core.contracts import Completion, Route
 from cts.llm._pricing import Prices, call_cost
 from cts.llm._settings import LLMSettings
 from cts.llm._spec import ModelSpec
 from cts.llm._usage import CallUsage
-
-if TYPE_CHECKING:
-    from cts.llm._client import ChatClient  # which imports this module
 
 log = logging.getLogger(__name__)
 _DUMMY_KEY = "sk-no-key-needed"  # OpenAI-compatible servers without auth still want a key field
@@ -54,11 +51,18 @@ class CallEvent:
 Listener = Callable[[CallEvent], None]
 
 
+class Caller(Protocol):
+    """Who makes a call: a model for a role (a :class:`~cts.llm._client.ChatClient`)."""
+
+    spec: ModelSpec
+    role: str
+
+
 @dataclass
 class PendingCall:
     """Mutable state of one ``complete`` call while it runs."""
 
-    client: ChatClient
+    client: Caller
     route: Route
     messages: list[dict[str, str]]
     params: dict[str, Any]

@@ -15,6 +15,7 @@ Kind ``network`` marks transient failures, which the tool cache never stores.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -57,7 +58,6 @@ class LocalWikiProvider:
     def __init__(self, index: CorpusIndex, snippet_chars: int = 300) -> None:
         self.index = index
         self.snippet_chars = snippet_chars
-        self._snippets: dict[str, str] = {}  # link -> lead snippet: at most one per article of the corpus
 
     @property
     def cache_id(self) -> str:
@@ -71,18 +71,15 @@ class LocalWikiProvider:
     async def search(self, query: str, k: int) -> list[SearchHit]:
         """Rank the corpus for ``query`` (zero-score hits are already dropped)."""
         hits = self.index.search(query, k)
-        return [SearchHit(hit.doc.title, hit.doc.url, self._snippet(hit.doc.url, hit.doc.text)) for hit in hits]
-
-    def _snippet(self, url: str, text: str) -> str:
-        """The article's lead snippet, split into sentences once (searches return the same articles again)."""
-        found = self._snippets.get(url)
-        if found is None:
-            found = self._snippets[url] = lead_snippet(text, self.snippet_chars)
-        return found
+        return [SearchHit(hit.doc.title, hit.doc.url, lead_snippet(hit.doc.text, self.snippet_chars)) for hit in hits]
 
 
+@functools.lru_cache(maxsize=1 << 15)
 def lead_snippet(text: str, max_chars: int) -> str:
-    """Leading sentences of ``text`` that fit ``max_chars`` (at least a cut first sentence)."""
+    """Leading sentences of ``text`` that fit ``max_chars`` (at least a cut first sentence).
+
+    Cached: searches return the same articles again, in every job of a sweep.
+    """
     out = ""
     for sentence in split_sentences(text):
         joined = f"{out} {sentence}".strip() if out else sentence

@@ -26,6 +26,9 @@ _CREATING = threading.Lock()  # the jobs of a sweep share a process: one of them
 _ENSURED: set[tuple[str, str, str]] = set()
 """(tracking URI, experiment, name) of the evaluation datasets this process found or created:
 a sweep's jobs evaluate the same dataset, and each search for it costs a query and its parsing."""
+_BUILDING = threading.Lock()
+_BUILT: dict[tuple[str, str], Any] = {}
+"""(name, digest) -> MLflow's dataset object of those rows (the digest is of their content)."""
 
 
 def dataset_rows(instances: Sequence[Any], gold: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -69,16 +72,10 @@ def log_dataset_input(
     Returns:
         The digest (see :func:`dataset_digest`).
     """
-    import pandas as pd
-
     mlflow = mlflow_module()
     rows = dataset_rows(instances, gold)
     digest = dataset_digest(rows)
-    frame = pd.DataFrame(
-        [{**r, "gold_nuggets": json.dumps(r["gold_nuggets"], ensure_ascii=False)} for r in rows],
-        columns=["instance_id", "blurred_query", "fused_query", "gold_nuggets"],
-    )
-    _log_input(mlflow, mlflow.data.from_pandas(frame, name=name, digest=digest))
+    _log_input(mlflow, _mlflow_dataset(mlflow, name, digest, rows))
     if evaluation_dataset:
         experiment = mlflow.active_run().info.experiment_id
         try:
@@ -89,6 +86,22 @@ def log_dataset_input(
 
 
 INPUT_ATTEMPTS = 3
+
+
+def _mlflow_dataset(mlflow: Any, name: str, digest: str, rows: Sequence[Mapping[str, Any]]) -> Any:
+    """MLflow's dataset of ``rows``, built once per name and digest in a process (the jobs of a sweep share it:
+    a frame and its schema inferred are about 20 ms a job)."""
+    import pandas as pd
+
+    with _BUILDING:
+        found = _BUILT.get((name, digest))
+        if found is None:
+            frame = pd.DataFrame(
+                [{**r, "gold_nuggets": json.dumps(r["gold_nuggets"], ensure_ascii=False)} for r in rows],
+                columns=["instance_id", "blurred_query", "fused_query", "gold_nuggets"],
+            )
+            found = _BUILT[(name, digest)] = mlflow.data.from_pandas(frame, name=name, digest=digest)
+        return found
 
 
 def _log_input(mlflow: Any, dataset: Any) -> None:

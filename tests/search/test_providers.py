@@ -48,18 +48,21 @@ def test_local_wiki_ranks_the_corpus_with_local_links(services):
 
 
 def test_local_wiki_splits_an_article_into_sentences_once(services, monkeypatch):
+    """Once per process: the jobs of a sweep (a provider each) share the articles' lead snippets."""
     from cts.search import providers
 
-    provider = LocalWikiProvider(services.index, snippet_chars=200)
-    first = run(provider.search("Mercury planet closest to the Sun", 5))
+    providers.lead_snippet.cache_clear()
+    first = run(LocalWikiProvider(services.index, snippet_chars=200).search("Mercury planet closest to the Sun", 5))
     splits: list[str] = []
-    real = providers.lead_snippet
-    monkeypatch.setattr(providers, "lead_snippet", lambda text, n: splits.append(text) or real(text, n))
+    real = providers.split_sentences
+    monkeypatch.setattr(providers, "split_sentences", lambda text: splits.append(text) or real(text))
+    provider = LocalWikiProvider(services.index, snippet_chars=200)  # another job's
     again = run(provider.search("Mercury planet closest to the Sun", 5))
     assert again == first and splits == []
     other = run(provider.search("Venus second planet", 5))
     assert len(splits) == len({h.link for h in other} - {h.link for h in first}) > 0
-    assert [h.snippet for h in other] == [real(services.corpus.get(h.link[8:]).text, 200) for h in other]
+    real_snippet = providers.lead_snippet.__wrapped__
+    assert [h.snippet for h in other] == [real_snippet(services.corpus.get(h.link[8:]).text, 200) for h in other]
 
 
 def test_local_wiki_returns_nothing_rather_than_zero_score_hits(services):
