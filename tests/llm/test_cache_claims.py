@@ -186,3 +186,19 @@ def test_calls_wait_for_another_process_and_join_each_other(llm_server: Scripted
 def _keys(path: Path) -> list[str]:
     with sqlite3.connect(path) as conn:
         return [row[0] for row in conn.execute("SELECT key FROM responses")]
+
+
+def test_a_sqlite_cache_runs_its_store_calls_on_one_thread(tmp_path: Path) -> None:
+    """SQLite lets one writer in at a time: more threads would only contend for its lock and the GIL."""
+    cache = ResponseCache(tmp_path / "c.sqlite")
+
+    async def compute(i: int) -> dict:
+        await asyncio.sleep(0.01)
+        return {"i": i}
+
+    async def main() -> list[tuple[dict, bool]]:
+        return await asyncio.gather(*(cache.get_or_compute(f"k{i}", lambda i=i: compute(i)) for i in range(32)))
+
+    assert asyncio.run(main()) == [({"i": i}, False) for i in range(32)]
+    assert cache.offload.workers == 1 and cache.offload.threads <= 1
+    assert ResponseCache("postgresql://u@127.0.0.1:1/db").offload.workers == 4  # network round trips overlap
