@@ -181,9 +181,7 @@ class LLMRuntime:
         (its owner, ``""`` if another owner holds the key, None when the cache is off)."""
         if self.cache.mode == "off":
             return None, None
-        owner = self.cache.new_owner()
-        hit, claimed = await self._storage(self.cache.look_or_claim, key, owner)
-        return hit, (owner if claimed else "")
+        return await self.cache.look(key, self._storage)
 
     async def _within_spend_limit(self, key: str, claim: str | None) -> None:
         """Check the spend limit on a miss; a spent cap drops the claim just taken."""

@@ -103,7 +103,7 @@ class ResponseCache:
         """Store ``value`` under ``key`` (a no-op unless mode is read_write)."""
         if self.mode != "read_write":
             return
-        self.store.put(key, json_line(value, sort_keys=True))
+        self.store.put(key, _row_text(value))
 
     def look_or_claim(self, key: str, owner: str) -> tuple[dict | None, bool]:
         """``(value, False)`` for a stored key; else ``(None, claimed)``, with a last look after the claim
@@ -112,6 +112,15 @@ class ResponseCache:
         if hit is not None or self.mode != "read_write":
             return hit, False
         return self._claim_and_look(key, owner)
+
+    async def look(self, key: str, run: StoreRunner | None = None) -> tuple[dict | None, str]:
+        """:meth:`look_or_claim` in one trip off the event loop (``run``, default :attr:`offload`): the value,
+        or None and the owner of the claim taken (``""`` if another owner holds the key, or none is taken)."""
+        if self.mode == "off":
+            return None, ""
+        owner = self.new_owner()
+        hit, claimed = await (run or self.offload)(self.look_or_claim, key, owner)
+        return hit, (owner if claimed else "")
 
     @staticmethod
     def new_owner() -> str:
@@ -151,16 +160,9 @@ class ResponseCache:
         """
         run = run or self.offload
         if claim is None:
-            claim = ""
-            if self.mode != "off":
-                owner = self.new_owner()
-                hit, claimed = await run(self.look_or_claim, key, owner)
-                if hit is not None:
-                    return hit, True
-                claim = owner if claimed else ""
-            tried = self.mode == "read_write"
-        else:
-            tried = True
+            hit, claim = await self.look(key, run)
+            if hit is not None:
+                return hit, True
         try:
             on_miss()
         except BaseException:
@@ -171,7 +173,7 @@ class ResponseCache:
             return await compute(), False
         if not claim:
             owner = self.new_owner()
-            hit, claimed = await self._claim_or_wait(key, owner, run, pause_first=tried)
+            hit, claimed = await self._claim_or_wait(key, owner, run)
             if hit is not None:
                 return hit, True
             if not claimed:
@@ -215,7 +217,7 @@ class ResponseCache:
         await self.release_claim(key, owner)
 
     def _put_release(self, key: str, value: dict, owner: str) -> None:
-        self.store.put_release(key, json_line(value, sort_keys=True), owner)
+        self.store.put_release(key, _row_text(value), owner)
 
     async def release_claim(self, key: str, owner: str) -> None:
         """Drop ``owner``'s claim on ``key`` (off the event loop); a failure is logged: the claim then lapses."""
@@ -224,24 +226,19 @@ class ResponseCache:
         except Exception as exc:  # noqa: BLE001 - the claim then lapses by itself within its lease
             log.warning("could not release the claim on cache key %s: %s", key[:12], exc)
 
-    async def _claim_or_wait(
-        self, key: str, owner: str, run: StoreRunner, pause_first: bool = False
-    ) -> tuple[dict | None, bool]:
-        """``(row, claimed)``: our claim with a last look at the row, or the row another owner stored.
+    async def _claim_or_wait(self, key: str, owner: str, run: StoreRunner) -> tuple[dict | None, bool]:
+        """``(row, claimed)`` after the caller found ``key`` claimed by another owner: our claim with a
+        last look at the row, or the row the other owner stored, tried after a pause and then with longer ones.
 
         ``(None, False)`` when another owner kept the key claimed past ``claim_wait_s``.
-        ``pause_first``: the caller has just found the key claimed (wait before the first try).
         """
         deadline = time.monotonic() + self.claim_wait_s
         pause = _POLL_S[0]
-        if pause_first:
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, _POLL_S[1])
         while True:
+            await asyncio.sleep(pause)
             hit, claimed = await run(self._claim_and_look, key, owner)
             if hit is not None or claimed:
                 return hit, claimed
-            await asyncio.sleep(pause)
             if time.monotonic() > deadline:
                 log.warning("cache key %s stayed claimed for %.0f s; computing it here", key[:12], self.claim_wait_s)
                 return None, False
@@ -278,3 +275,8 @@ class ResponseCache:
         """Close this thread's connection (others close when their thread ends)."""
         if self._store is not None:
             self._store.close()
+
+
+def _row_text(value: dict) -> str:
+    """A value as its row holds it (read back with ``json.loads``)."""
+    return json_line(value, sort_keys=True)
