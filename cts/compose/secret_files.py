@@ -14,20 +14,24 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from cts._util.secrets import literal_secrets, redact_yaml_file, remember_config
+from cts._util.naming import override_items
+from cts._util.secrets import is_secret_key, literal_secrets, redact_yaml_file, remember
 
 HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
 """What Hydra saves into a job's ``hydra.output_subdir`` (``.hydra``)."""
 
 
 def remember_secrets(config: DictConfig) -> None:
-    """Remember every key ``config`` holds or names (masked from then on in logs, records and files)."""
-    tree = OmegaConf.to_container(config, resolve=False)
-    assert isinstance(tree, dict)
-    remember_config(
-        {str(k): v for k, v in tree.items()},
-        lambda path: OmegaConf.select(config, path, default=None, throw_on_resolution_failure=False),
-    )
+    """Remember the keys ``config`` was given: typed on the command line, or in ``services.llm.api_key``.
+
+    The keys the models' ``api_key_env`` name are remembered where they are read (``cts.llm.route_for``).
+    Not a walk of the whole config: 40 ms, once per job (this reads the two places a key is given).
+    """
+    node = OmegaConf.select(config, "hydra.overrides.task", default=None)
+    typed = [str(o) for o in OmegaConf.to_container(node, resolve=False)] if node is not None else []  # type: ignore[union-attr]
+    if any(is_secret_key(o.split("=", 1)[0]) for o in typed):
+        remember(*(value for _, (key, value) in zip(typed, override_items(typed)) if is_secret_key(key)))
+    remember(OmegaConf.select(config, "services.llm.api_key", default=None, throw_on_resolution_failure=False))
 
 
 def written_files(config: DictConfig) -> list[Path]:

@@ -17,7 +17,6 @@ from cts._util.secrets import (
     redact,
     redact_yaml_file,
     remember,
-    remember_config,
 )
 from cts.core.types import CallError, RequestRejected
 from cts.llm import LLMRuntime, ModelSpec
@@ -36,14 +35,6 @@ def test_remembered_values_and_key_like_text_are_masked() -> None:
     assert redact("a=1,services.llm.api_key=abc,b=2") == "a=1,services.llm.api_key=***,b=2"
     kept = "api_key: null; api_key=${oc.env:K}; short; sk-no-key-needed words; 问题 task-sk-like"
     assert redact(kept) == kept  # references, short values, the dummy key and CJK text stay
-
-
-def test_remember_config_reads_secret_settings_and_the_variables_models_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CTS_TEST_SECRET_VAR", "cts-test-env-key-77aa88bb99cc")
-    remember_config(
-        {"services": {"llm": {"api_key": "cts-test-setting-1234"}}, "roles": [{"api_key_env": "CTS_TEST_SECRET_VAR"}]}
-    )
-    assert redact("cts-test-setting-1234 and cts-test-env-key-77aa88bb99cc") == "*** and ***"
 
 
 def test_the_log_filter_masks_message_arguments_and_traceback() -> None:
