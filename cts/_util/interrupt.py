@@ -38,6 +38,7 @@ from types import FrameType
 from filelock import FileLock, Timeout
 
 from cts._util.launch import Launch, current_launch, sweep_record
+from cts._util.secrets import masked_overrides, redact
 from cts.core.errors import Interrupted, JobDirLocked
 
 LOCK_FILE = ".cts.lock"
@@ -115,6 +116,8 @@ def resume_command(overrides: Sequence[str], job_dir: Path, sweep_dir: str = "",
     ended incomplete (:mod:`cts.protocol.outcome`) and a stopped sweep print it. It runs from any
     directory: this process's Python, the script's absolute path, the dir absolute.
 
+    A key given on the command line is masked (``***``): the command is printed and saved in files.
+
     Args:
         overrides: The arguments after the script (``hydra.run.dir``/``hydra.sweep.dir`` are replaced).
         job_dir: The job's output dir.
@@ -125,12 +128,22 @@ def resume_command(overrides: Sequence[str], job_dir: Path, sweep_dir: str = "",
     recorded = recorded_sweep(sweep_dir) if sweep_dir else None
     if recorded is not None:
         return recorded
-    args = [a for a in overrides if a.lstrip("+~").split("=", 1)[0] not in _DIR_KEYS]
+    args = [_masked(a) for a in overrides if a.lstrip("+~").split("=", 1)[0] not in _DIR_KEYS]
     if sweep_dir and not {"-m", "--multirun"} & set(args):
         args.insert(0, "-m")
     key, where = ("hydra.sweep.dir", sweep_dir) if sweep_dir else ("hydra.run.dir", str(job_dir))
     pinned = f"{key}={hydra_quote(os.path.abspath(where))}"
     return shlex.join([sys.executable, os.path.abspath(script) if script else entry_script(), *args, pinned])
+
+
+def _masked(arg: str) -> str:
+    """A command-line argument with a key given in it masked (the command is printed and saved)."""
+    if arg.startswith("-") or "=" not in arg:
+        return arg
+    try:
+        return masked_overrides([arg])[0]
+    except Exception:  # noqa: BLE001 - not an override Hydra parses: masked by its text alone
+        return redact(arg)
 
 
 def recorded_sweep(sweep_dir: str) -> str | None:

@@ -29,6 +29,7 @@ from cts._util.console import job_closing_lines, sweep_closing_lines
 from cts._util.interrupt import hydra_quote, resume_command
 from cts._util.launch import Launch, unbind
 from cts._util.naming import register_resolver, swept_keys
+from cts.compose.secret_files import hide_written_secrets, remember_secrets, warn_literal_secrets
 from cts.core.errors import ConfigError, LaunchDone, ReportFailed, exit_on_error
 
 if TYPE_CHECKING:
@@ -174,6 +175,10 @@ class LaunchCallbacks(Callback):
         with exit_on_error(), self._ended_on_error():
             self._before_run(config)
 
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """In the job's process, right after Hydra saved its ``.hydra/*.yaml``: mask the keys in them."""
+        hide_written_secrets(config)
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Build the paper-style sweep report and log it as a sweep-level run."""
         try:
@@ -215,6 +220,8 @@ class LaunchCallbacks(Callback):
         from cts.plan import before_launch
         from cts.sweep._compose import ComposedJobs
 
+        warn_literal_secrets(list(config.hydra.overrides.task))
+        remember_secrets(config)  # masked in the pre-flight's messages, the logs and the files from here on
         sweep_dir = pin_sweep_dir(config)  # before any job's config is composed
         swept = swept_keys(list(config.hydra.overrides.task))
         resume = resume_command(sys.argv[1:], Path(sweep_dir), sweep_dir)
@@ -255,6 +262,8 @@ class LaunchCallbacks(Callback):
         from cts.compose.request_rules import warn_unapplied_params
         from cts.plan.calibrate import plan_settings
 
+        warn_literal_secrets(list(config.hydra.overrides.task))
+        remember_secrets(config)
         run_dir = OmegaConf.select(config, "hydra.run.dir", default=None, throw_on_resolution_failure=False)
         launch = self._begin(Launch.begin(str(run_dir or ".")))
         launch.jobs = (config,)

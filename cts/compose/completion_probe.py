@@ -6,9 +6,12 @@ a model the key may not use, or a hosted API that is down. Before any job starts
 parameters) that the sweep's jobs will send, and :func:`run_probes` sends each one
 once, concurrently, with an output cap of a few tokens, through the same runtime
 path as the jobs (request rules, retries, rejection handling, the response cache:
-a request accepted once is not paid for again, so a rerun sends nothing). A failure
-is reported like a dead endpoint: the model, the roles that use it and the provider's
-own message. ``services.llm.preflight_completion=false`` turns it off.
+a request accepted once is not paid for again, so a rerun sends nothing). A probe is
+retried as a job's call would be (5xx, timeouts, connection errors and 429s, with backoff).
+A failure names the model, the roles that use it and the provider's own message, and says
+whose it is (:data:`CAUSES`): a 4xx rejection of the request is the model file's, a 5xx or a
+timeout after the retries the endpoint's, a 401/403 the key's.
+``services.llm.preflight_completion=false`` turns it off.
 """
 
 from __future__ import annotations
@@ -32,6 +35,17 @@ from cts.llm import CAP_FIELDS
 PROBE_TOKENS = 8
 """Output cap of a probe (the model's reasoning allowance is added where reasoning counts against it)."""
 PROBE_MESSAGES = ({"role": "user", "content": "Reply with the single word OK."},)
+ENDPOINT_KINDS = frozenset({"server_error", "timeout", "connection", "rate_limit"})
+"""Call failures that are the endpoint's (after the retries a job's call gets), not the request's."""
+CAUSES = {
+    "rejected": "Fix the model file (conf/model/<name>.yaml: params, request) or the role's params.",
+    "endpoint": "The endpoint failed, not the model file: run the same command again once it answers "
+    "(your server's log, or the provider's status page, says why).",
+    "auth": "Check the key: the variable the model's api_key_env names, or services.llm.api_key.",
+    "other": "Check the model's id (conf/model/<name>.yaml: id; services.llm.served_name for your own server) "
+    "and its endpoint.",
+}
+"""What to do, by whose failure it is (the order the hints are printed in)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +74,8 @@ class ProbeResult:
     cost_usd: float = 0.0
     tokens: int = 0
     problem: str | None = None
+    cause: str = ""
+    """Whose failure (a key of :data:`CAUSES`), when it failed."""
 
 
 def completion_probes(cfgs: Sequence[DictConfig]) -> list[Probe]:
@@ -151,20 +167,45 @@ async def _run_all(probes: Sequence[Probe], cache_dir: Path) -> list[ProbeResult
 
 
 async def _run_one(probe: Probe, cache_dir: Path) -> ProbeResult:
-    from cts.core.types import CallError, CircuitOpen
+    from cts.core.types import CallError, CircuitOpen, RequestRejected
     from cts.llm import LLMRuntime
 
-    runtime = LLMRuntime.from_settings(
-        {**probe.settings, "max_attempts": 2, "max_timeout_attempts": 1, "spend": {"max_usd": None}}, cache_dir
-    )
+    # Retried as the jobs' calls are (their max_attempts, backoff): a 5xx or a timeout is the endpoint's.
+    runtime = LLMRuntime.from_settings({**probe.settings, "spend": {"max_usd": None}}, cache_dir)
     client = runtime.client(probe.spec, "preflight")
     try:
         done = await client.complete(list(PROBE_MESSAGES), max_output_tokens=PROBE_TOKENS, **dict(probe.params))
+    except RequestRejected as exc:
+        return ProbeResult(probe, runtime.spent_usd, problem=f"{probe.describe()}: {_said(exc)}", cause="rejected")
     except (CallError, CircuitOpen) as exc:
-        return ProbeResult(probe, runtime.spent_usd, problem=f"{probe.describe()}: {' '.join(str(exc).split())[:600]}")
+        return _failed(probe, runtime.spent_usd, exc)
     finally:
         runtime.cache.close()
     return ProbeResult(probe, done.cost_usd, 0 if done.cached else done.tokens_in + done.tokens_out)
+
+
+def _failed(probe: Probe, spent_usd: float, exc: Exception) -> ProbeResult:
+    """A probe that failed otherwise than by a rejection: the endpoint's, the key's, or another (404, config)."""
+    from cts.llm._retry import classify
+
+    kind = str(getattr(exc, "kind", ""))  # CircuitOpen: circuit_open (the endpoint failed again and again)
+    if kind not in ENDPOINT_KINDS | {"auth", "circuit_open"}:
+        return ProbeResult(probe, spent_usd, problem=f"{probe.describe()}: {_said(exc)}", cause="other")
+    endpoint = getattr(exc, "endpoint", None) or probe.spec.get("api_base") or "the provider"
+    status = classify(exc.__cause__).status if exc.__cause__ is not None else None
+    what = f"HTTP {status}" if status else kind.replace("_", " ")
+    problem = f"endpoint {endpoint} failed ({what}) for {probe.describe()}: {_said(exc)}"
+    return ProbeResult(probe, spent_usd, problem=problem, cause="auth" if kind == "auth" else "endpoint")
+
+
+def _said(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:600]
+
+
+def completion_hints(failed: Sequence[ProbeResult]) -> str:
+    """What to do about these failed probes: one line per cause among them (:data:`CAUSES`)."""
+    causes = {r.cause or "other" for r in failed}
+    return "\n".join(hint for cause, hint in CAUSES.items() if cause in causes)
 
 
 def probe_report(results: Sequence[ProbeResult], elapsed_s: float) -> str:
@@ -174,12 +215,12 @@ def probe_report(results: Sequence[ProbeResult], elapsed_s: float) -> str:
     return f"cts pre-flight: {len(results)} completion probe(s) in {elapsed_s:.1f} s, {tokens} tokens, ${cost:.6f}"
 
 
-def check_completions(cfgs: Sequence[DictConfig], cache_dir: Path, done: set[str]) -> tuple[list[str], str]:
-    """Probe the jobs' distinct requests not in ``done`` (then added to it); (problems, report line or "")."""
+def check_completions(cfgs: Sequence[DictConfig], cache_dir: Path, done: set[str]) -> tuple[list[ProbeResult], str]:
+    """Probe the jobs' distinct requests not in ``done`` (then added to it); (the failed probes, report line or "")."""
     start = time.perf_counter()
     probes = [p for p in completion_probes(cfgs) if p.key not in done]
     if not probes:
         return [], ""
     results = run_probes(probes, cache_dir)
     done.update(r.probe.key for r in results if r.problem is None)
-    return [r.problem for r in results if r.problem], probe_report(results, time.perf_counter() - start)
+    return [r for r in results if r.problem], probe_report(results, time.perf_counter() - start)

@@ -44,7 +44,7 @@ def job_context(cfg: DictConfig) -> JobContext:
     name = job_run_name(list(hc.overrides.task), swept, f"clarifier={choices.get('clarifier', 'run')},k={cfg.k}")
     written = OmegaConf.to_container(hc.overrides.task, resolve=False)  # ${oc.env:KEY} stays unresolved
     assert isinstance(written, list)
-    given = tuple(str(o) for o in hc.overrides.task)
+    given = tuple(str(o) for o in written)  # as typed: ${oc.env:KEY} resolved would put the key into the resume command
     return JobContext(choices, name, out, sweep, tuple(stored_overrides([str(o) for o in written])), swept, given)
 
 

@@ -82,20 +82,20 @@ def probe_completions(cfgs: Sequence[DictConfig], memo: Preflight | None = None)
         cfgs: The jobs' configs.
         memo: The launch's pre-flight memo (None: nothing checked yet, nothing kept).
     """
-    from cts.compose.completion_probe import check_completions
+    from cts.compose.completion_probe import check_completions, completion_hints
 
     jobs = [scoped_copy(c, memo) for c in cfgs]
     if not jobs:
         return
     cache_dir = Path(str(OmegaConf.select(cfgs[0], "paths.cache_dir", default=".")))
-    problems, report = check_completions(jobs, cache_dir, (memo if memo is not None else Preflight()).completed)
+    failed, report = check_completions(jobs, cache_dir, (memo if memo is not None else Preflight()).completed)
     if report:
         print(report, file=sys.stderr, flush=True)
     exit_on_probe_problems(
         "cts pre-flight failed (a minimal completion per model)",
-        problems,
-        "Fix the model file (conf/model/<name>.yaml: params, request) or the role's params; "
-        "services.llm.preflight_completion=false skips this check.",
+        [str(r.problem) for r in failed],
+        # the model file only for a rejected request; a 5xx or a timeout is the endpoint's (#46)
+        f"{completion_hints(failed)}\nservices.llm.preflight_completion=false skips this check.",
     )
 
 

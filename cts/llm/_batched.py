@@ -14,6 +14,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, Protocol
 
+from cts._util.secrets import redact
 from cts.core.contracts import Completion
 from cts.core.types import CallError
 from cts.llm._calls import cache_value, completion_of
@@ -121,5 +122,7 @@ async def batched_call(runtime: LLMRuntime, call: Any) -> Completion:
         kind = classify(exc).kind
         if kind in REJECTED_KINDS:
             raise runtime._rejections.reject(route, spec, call.client.role, exc) from exc
-        raise CallError(kind, f"{spec.name} in a batch at {route.endpoint}: {exc}", route.endpoint) from exc
+        raise CallError(
+            kind, f"{spec.name} in a batch at {route.endpoint}: {redact(str(exc))}", route.endpoint
+        ) from exc
     return completion_of(prices, response)

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from cts._util.secrets import remember
 from cts.core.contracts import Completion, Route
 from cts.llm._pricing import Prices, call_cost
 from cts.llm._settings import LLMSettings
@@ -139,8 +140,10 @@ def route_for(spec: ModelSpec, settings: LLMSettings) -> Route:
         served = settings.served_name or spec.id.split("/", 1)[-1]
         model = f"openai/{served}"
         token = settings.api_key or _DUMMY_KEY
+        remember(token)  # masked wherever a provider echoes it (error bodies, logs)
         return Route(model, settings.api_base, token, settings.api_base, settings.concurrency_per_endpoint)
     key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
+    remember(key)
     missing = spec.api_key_env if spec.api_key_env and not key else None
     if key is None and spec.api_base and not missing:
         key = _DUMMY_KEY

@@ -14,6 +14,7 @@ import json
 import re
 from typing import Any
 
+from cts._util.secrets import redact
 from cts.core.contracts import Route
 from cts.core.types import RequestRejected
 from cts.llm._spec import ModelSpec
@@ -44,7 +45,14 @@ class Rejections:
 
 
 def provider_message(exc: BaseException) -> str:
-    """The provider's own words for a rejected request: its error message and parameter, when its body says."""
+    """The provider's own words for a rejected request: its error message and parameter, when its body says.
+
+    Keys masked (:func:`cts._util.secrets.redact`): a provider may echo the key it was sent.
+    """
+    return redact(_provider_words(exc))
+
+
+def _provider_words(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     body = getattr(exc, "body", None)  # litellm / openai errors carry the parsed error object
     body = (

@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from cts._util.secrets import redact
+
 T = TypeVar("T")
 
 RETRYABLE_KINDS = frozenset({"rate_limit", "timeout", "connection", "server_error"})
@@ -84,7 +86,7 @@ def said(exc: BaseException, timeout_s: float) -> str:
     """What a failed request said; a timeout (often an empty message) says how long it waited."""
     if classify(exc).kind == "timeout":
         return f"no answer within {timeout_s:g} s"
-    return str(exc)
+    return redact(str(exc))  # a provider may echo the key in its error body
 
 
 def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = None) -> float | None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from cts._util.secrets import redact, remember
 from cts.core.contracts import SearchHit
 from cts.core.types import CallError
 from cts.text.tokens import split_sentences
@@ -125,6 +126,7 @@ class SerperProvider:
     async def search(self, query: str, k: int) -> list[SearchHit]:
         """POST the query and parse ``organic`` results."""
         key = os.environ.get(self.api_key_env)
+        remember(key)  # masked if the provider echoes it (cts._util.secrets)
         if not key:
             raise CallError("config", f"search provider serper needs ${self.api_key_env}")
         headers = {"X-API-KEY": key, "Content-Type": "application/json"}
@@ -215,7 +217,7 @@ async def request_json(method: str, url: str, policy: HttpPolicy, **kwargs: Any)
                 last = f"HTTP {response.status_code}: {response.text[:200]}"
                 continue
             if response.status_code != 200:
-                raise CallError("search", f"HTTP {response.status_code} from {url}: {response.text[:200]}")
+                raise CallError("search", f"HTTP {response.status_code} from {url}: {redact(response.text[:200])}")
             try:
                 return response.json()
             except ValueError as exc:

@@ -17,6 +17,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from cts._util.secrets import RedactingFilter
+
 JOB: contextvars.ContextVar[str | None] = contextvars.ContextVar("cts_sweep_job", default=None)
 """The job (its dir) the running code belongs to, or None outside a job."""
 
@@ -40,6 +42,7 @@ class JobLogRouter(logging.Handler):
         self._files: dict[str, logging.FileHandler] = {}
         self._files_lock = threading.Lock()
         self.setFormatter(logging.Formatter(fmt))
+        self.addFilter(RedactingFilter())  # keys masked, as by the job logging's handlers
 
     @contextlib.contextmanager
     def job(self, job_dir: Path, name: str) -> Iterator[None]:

@@ -30,26 +30,11 @@ from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
 
-from cts._util.naming import override_items
-from cts._util.secrets import has_url_password, is_secret_key
+from cts._util.secrets import literal_secrets
 
 log = logging.getLogger(__name__)
 REPORT_JOB_NAME = "cts-sweep-report"
 _KILLED = ("CANCELLED", "TIMEOUT", "OUT_OF_MEMORY")  # states in which Slurm ended the job, not Python
-
-
-def literal_secrets(overrides: Sequence[str]) -> list[str]:
-    """Command-line overrides that would write a secret into the launcher's files.
-
-    A value that interpolates the environment (``${oc.env:VAR}``) is fine: submitit
-    pickles the config unresolved. A literal value, or a URL with a password, is not.
-    """
-    found = []
-    for key, value in override_items(overrides):  # unescaped: the sweeper writes $\{oc.env\:VAR\}
-        literal = bool(value) and "${" not in value and value.lower() != "null"
-        if (is_secret_key(key) and literal) or has_url_password(value):
-            found.append(key)
-    return found
 
 
 def refuse_literal_secrets(overrides: Sequence[str]) -> None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cts._util.secrets import redact
 from cts.core.types import CallError
 from cts.llm.batch._ledger import Entry, Ledger, Route
 from cts.llm.batch._settings import BatchSettings
@@ -275,7 +276,7 @@ class BatchBroker:
             waiting.future.set_exception(outcome.error)
             return
         message = f"{route.model}: no reply after {waiting.sendings} batch submission(s), last: {waiting.last_error}"
-        waiting.future.set_exception(CallError("batch", message, route.api_base or route.api))
+        waiting.future.set_exception(CallError("batch", redact(message), route.api_base or route.api))
 
     def _requeue_keys(self, route: Route, keys: tuple[str, ...], why: str) -> None:
         for key in keys:
@@ -326,7 +327,7 @@ def _transient(exc: BaseException) -> bool:
 
 def _infra(route: Route, message: str) -> CallError:
     return CallError(
-        "connection", f"Batch API at {route.api_base or route.api}: {message}", route.api_base or route.api
+        "connection", f"Batch API at {route.api_base or route.api}: {redact(message)}", route.api_base or route.api
     )
 
 
