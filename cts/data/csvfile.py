@@ -121,9 +121,9 @@ def scan_instances_csv(
     lineno, header_cells = next(rows, (1, []))
     header = tuple(h.strip() for h in header_cells)
     derive = fmap["id"] not in header
-    problems += _missing_columns(p, header, fmap, derive)
-    if problems and not header:
-        return CsvScan(p, (), tuple(problems), header, derive)
+    missing = _missing_columns(p, header, fmap, derive)
+    if missing:  # no row can be read: the one line says which key to set
+        return CsvScan(p, (), tuple(problems + missing), header, derive)
     instances, first = [], {}
     n = 0
     for lineno, cells in rows:
