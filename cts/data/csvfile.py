@@ -124,7 +124,8 @@ def scan_instances_csv(
     missing = _missing_columns(p, header, fmap, derive)
     if missing:  # no row can be read: the one line says which key to set
         return CsvScan(p, (), tuple(problems + missing), header, derive)
-    instances, first = [], {}
+    instances: list[Instance] = []
+    first: dict[str, int] = {}
     n = 0
     for lineno, cells in rows:
         if not any(c.strip() for c in cells):

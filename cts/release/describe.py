@@ -56,7 +56,9 @@ def csv_section(scan: CsvScan, fields: Mapping[str, str] | None) -> list[str]:
     """The query file: header, rows, how ids are found, an example."""
     first = scan.instances[0] if scan.instances else None
     example = {"id": first.id, "blurred_query": first.blurred_query, "fused_query": first.fused_query} if first else {}
-    ids = f"none in the file: derived, {DERIVED_ID}" if scan.derived_ids else f"column {(fields or {}).get('id', 'id')!r}"
+    ids = (
+        f"none in the file: derived, {DERIVED_ID}" if scan.derived_ids else f"column {(fields or {}).get('id', 'id')!r}"
+    )
     return [
         f"{scan.path}: CSV, {scan.n_rows} rows ({len(scan.instances)} good), columns {list(scan.header)}",
         f"  ids: {ids}",
@@ -86,7 +88,9 @@ def output_section(scan: OutputScan, system: str, k: int) -> list[str]:
     ]
 
 
-def _gold(release: Path, scan: CsvScan | None, gold_fields: Mapping[str, str] | None) -> tuple[list[str], list[str], set[str]]:
+def _gold(
+    release: Path, scan: CsvScan | None, gold_fields: Mapping[str, str] | None
+) -> tuple[list[str], list[str], set[str]]:
     path = release / RELEASE_GOLD
     try:
         gscan = scan_mapped_gold(path, gold_fields)
@@ -100,7 +104,9 @@ def _gold(release: Path, scan: CsvScan | None, gold_fields: Mapping[str, str] | 
     return lines, problems, set(matched) or {g.instance_id for g in gscan.golds}
 
 
-def _outputs(release: Path, pattern: str, fields: Mapping[str, str] | None, gold_ids: set[str]) -> tuple[list[str], list[str]]:
+def _outputs(
+    release: Path, pattern: str, fields: Mapping[str, str] | None, gold_ids: set[str]
+) -> tuple[list[str], list[str]]:
     lines: list[str] = []
     problems: list[str] = []
     for kind, sub in KIND_DIRS.items():

@@ -5,7 +5,8 @@ file's name, :func:`cts.release.outputs.system_and_k`) becomes one job dir
 ``<out>/clarifier=<system>,k=<k>``: a record per instance with the questions, the UA's answers,
 the rewrite, and the candidate answer as the clarified arm (its score when the file has one).
 An orig file (``orig__...``) gives every record its orig arm. The sweep report
-(``python -m cts.report <out>``) then computes the UA diagnostics (Tables 4, 5, 7, 8, 10) from the records.
+(written to ``<out>/report/``, as a multirun's) then has the UA diagnostics (Tables 4, 5, 7, 8, 10),
+computed from the records.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from cts.core.records import ArmResult, Record
 from cts.protocol.job_files import RECORDS_FILE
 from cts.protocol.metrics import summarize
 from cts.release.outputs import NAME_PATTERN, Kind, Output, OutputLayoutError, OutputScan, scan_outputs, system_and_k
+from cts.report.build import ReportResult, build_sweep_report
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +96,7 @@ def _arm(row: Output | None, query: str | None) -> ArmResult | None:
     return ArmResult(query=row.query or query or "", answer=row.answer, score=row.score)
 
 
-def job_records(
-    system: str, k: int, scans: Mapping[Kind, OutputScan], orig: OutputScan | None = None
-) -> list[Record]:
+def job_records(system: str, k: int, scans: Mapping[Kind, OutputScan], orig: OutputScan | None = None) -> list[Record]:
     """One record per instance of the system's files, in the order they first appear."""
     by_kind = {kind: {r.id: r for r in scan.rows} for kind, scan in scans.items()}
     cands, clar = by_kind.get("candidates", {}), by_kind.get("clarify_only", {})
@@ -121,7 +121,9 @@ def job_records(
     return records
 
 
-def _scan_all(files: Mapping[tuple[str, int], Mapping[Kind, Path]], fields: Mapping[str, str] | None) -> dict[tuple[str, int], dict[Kind, OutputScan]]:
+def _scan_all(
+    files: Mapping[tuple[str, int], Mapping[Kind, Path]], fields: Mapping[str, str] | None
+) -> dict[tuple[str, int], dict[Kind, OutputScan]]:
     scans: dict[tuple[str, int], dict[Kind, OutputScan]] = {}
     problems: list[str] = []
     for key, kinds in files.items():
@@ -138,7 +140,16 @@ def _scan_all(files: Mapping[tuple[str, int], Mapping[Kind, Path]], fields: Mapp
     return scans
 
 
-def _summary(system: str, k: int, job_dir: Path, metrics: Mapping[str, float], run_id: str, uri: str, experiment: str, release: Path) -> dict[str, Any]:
+def _summary(
+    system: str,
+    k: int,
+    job_dir: Path,
+    metrics: Mapping[str, float],
+    run_id: str,
+    uri: str,
+    experiment: str,
+    release: Path,
+) -> dict[str, Any]:
     return {
         "metrics": {m: (v if math.isfinite(v) else None) for m, v in metrics.items()},
         "choices": {"clarifier": system, "dataset": "hard518", "task": "release_import"},
@@ -212,6 +223,8 @@ def import_release(
         raise ImportRefused([f"{root}: no *.jsonl under {' or '.join(KIND_DIRS.values())}"])
     scans = _scan_all(files, fields)
     orig = scans.pop(("orig", 0), {}).get("candidates")
+    if not scans:
+        raise ImportRefused([f"{root}: only an orig file; nothing asked a question to import"])
     out = Path(out_dir) if out_dir is not None else default_root() / "outputs" / "release" / root.resolve().name
     uri = tracking_uri or default_tracking_uri()
     jobs = []
@@ -219,3 +232,8 @@ def import_release(
         jobs.append(write_job(root, system, k, job_records(system, k, kinds, orig), out, uri, experiment))
         log.info("imported %s at k=%d: %d records", system, k, jobs[-1].n_records)
     return jobs
+
+
+def report_imported(out_dir: Path, n_resamples: int = 10_000) -> ReportResult:
+    """The sweep report of the imported job dirs, into ``<out_dir>/report`` (never raises: see ``errors``)."""
+    return build_sweep_report(out_dir, out_dir / "report", n_resamples=n_resamples)

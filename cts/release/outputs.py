@@ -105,7 +105,9 @@ def resolve(sample: Mapping[str, Any], given: Mapping[str, str]) -> dict[str, st
     return out
 
 
-def layout_problem(path: Path, line: int, sample: Mapping[str, Any], names: Mapping[str, str | None], kind: Kind) -> str | None:
+def layout_problem(
+    path: Path, line: int, sample: Mapping[str, Any], names: Mapping[str, str | None], kind: Kind
+) -> str | None:
     """One line for the first required key this file has under no name (None when it fits)."""
     need = ["answer"] if kind == "candidates" else ["questions"]
     if names["id"] is None and not (names["blurred_query"] and names["fused_query"]):
@@ -225,7 +227,11 @@ def scan_outputs(path: str | Path, kind: Kind, fields: Mapping[str, str] | None 
             names = resolve(row, given)
             if (layout := layout_problem(p, line, row, names, kind)) is not None:
                 raise OutputLayoutError(layout)
-        out, found = (None, [problem or "no record before this line"]) if problem or names is None else parse_row(row, line, names, kind)
+        out, found = (
+            (None, [problem or "no record before this line"])
+            if problem or names is None
+            else parse_row(row, line, names, kind)
+        )
         if out is not None and out.id in first:
             found = [f"duplicate id {out.id!r} (first at line {first[out.id]})"]
         problems += [f"{p}:{line}: {m}" for m in found]

@@ -102,7 +102,9 @@ def compose_score_answers(ctx: TaskContext) -> float | None:
     )
 
 
-async def judge_row(row: Output, orig: Output | None, gold: Gold, judge: Judge, k: int) -> tuple[Record, list[dict[str, Any]]]:
+async def judge_row(
+    row: Output, orig: Output | None, gold: Gold, judge: Judge, k: int
+) -> tuple[Record, list[dict[str, Any]]]:
     """One instance's record (the answer as the clarified arm, the orig answer as the orig arm) and its trace lines."""
     arms: dict[str, ArmResult] = {}
     lines: list[dict[str, Any]] = []
@@ -195,4 +197,3 @@ def score_answers_task(
         log_job_outputs(run, k, metrics, run_id, "completed", extra)
         print_metrics(f"score_answers {inputs.answers.path.name} (judge {judge_name})", metrics)
     return metrics["score_mean"]
-

@@ -26,7 +26,17 @@ def test_bom_and_line_ends_read_the_same(tmp_path: Path, bom: bool, crlf: bool) 
 def test_quoted_commas_quotes_and_newlines_stay_in_their_cell(tmp_path: Path) -> None:
     value = '第一行，含逗号, 和"引号"\r\n第二行'
     path = tmp_path / "q.csv"
-    path.write_text(csv_text([["id", "blurred_query", "fused_query", "topic"], ["a", value, "意图", "摄影"], ["b", "查询", "意图二", "展览"]]), encoding="utf-8", newline="")
+    path.write_text(
+        csv_text(
+            [
+                ["id", "blurred_query", "fused_query", "topic"],
+                ["a", value, "意图", "摄影"],
+                ["b", "查询", "意图二", "展览"],
+            ]
+        ),
+        encoding="utf-8",
+        newline="",
+    )
     a, b = read_instances_csv(path)
     assert a.blurred_query == value and a.meta == {"topic": "摄影"} and b.id == "b"
 
@@ -69,7 +79,12 @@ def test_a_missing_column_is_one_line_naming_the_key_to_set(tmp_path: Path) -> N
 
 def test_a_duplicate_id_keeps_the_first_row(tmp_path: Path) -> None:
     path = tmp_path / "q.csv"
-    rows = [["id", "blurred_query", "fused_query"], ["a", "查询", "意图"], ["b", "查询二", "意图二"], ["a", "查询三", "意图三"]]
+    rows = [
+        ["id", "blurred_query", "fused_query"],
+        ["a", "查询", "意图"],
+        ["b", "查询二", "意图二"],
+        ["a", "查询三", "意图三"],
+    ]
     path.write_text(csv_text(rows), encoding="utf-8", newline="")
     assert _one_problem(path, 2) == f"{path}:4: id: duplicate id 'a' (first at line 2)"
 

@@ -35,7 +35,12 @@ ANSWERS: Mapping[str, str] = {
     "q3": "需要身份证。",
     "q4": "没有找到相关信息。",
 }
-ORIG_ANSWERS: Mapping[str, str] = {"q1": "相机有很多种。", "q2": "可以去博物馆。", "q3": "需要身份证和租房合同。", "q4": "电动车很多。"}
+ORIG_ANSWERS: Mapping[str, str] = {
+    "q1": "相机有很多种。",
+    "q2": "可以去博物馆。",
+    "q3": "需要身份证和租房合同。",
+    "q4": "电动车很多。",
+}
 
 # Per system (name, k): per instance, (question, answer) pairs. Region-only questions ask 哪个城市/哪个地区.
 CLARIFY: Mapping[tuple[str, int], Mapping[str, Sequence[tuple[str, str]]]] = {
@@ -82,12 +87,21 @@ def queries_csv(path: Path, with_id: bool = True, bom: bool = True, crlf: bool =
 
 def gold_record(iid: str, key: str = "id") -> dict[str, Any]:
     nuggets = [{"text": t, "weight": w, "evidence_ids": [f"{iid}-e{j}"]} for j, (t, w) in enumerate(NUGGETS[iid], 1)]
-    evidence = [{"id": f"{iid}-e{j}", "title": f"来源{j}", "url": f"https://example.org/{iid}/{j}", "snippet": t}
-                for j, (t, _) in enumerate(NUGGETS[iid], 1)]
+    evidence = [
+        {"id": f"{iid}-e{j}", "title": f"来源{j}", "url": f"https://example.org/{iid}/{j}", "snippet": t}
+        for j, (t, _) in enumerate(NUGGETS[iid], 1)
+    ]
     fused = next(f for i, _, f in PAIRS if i == iid)
     head = {key: iid} if key != "fused_query" else {}
-    return {**head, "fused_query": fused, "nuggets": nuggets, "evidence": evidence,
-            "must_cover": ["子问题"], "missing_evidence": [], "unsupported_claims": []}
+    return {
+        **head,
+        "fused_query": fused,
+        "nuggets": nuggets,
+        "evidence": evidence,
+        "must_cover": ["子问题"],
+        "missing_evidence": [],
+        "unsupported_claims": [],
+    }
 
 
 def write_release(root: Path, with_id: bool = True) -> Path:
@@ -96,11 +110,19 @@ def write_release(root: Path, with_id: bool = True) -> Path:
     key = "id" if with_id else "fused_query"
     jsonl(root / "data" / "gold_public_hard518.jsonl", (gold_record(i, key) for i, _, _ in PAIRS))
     for (system, k), per_id in CLARIFY.items():
-        jsonl(root / "results" / "candidates" / f"{system}k{k}__cand_hard518.jsonl",
-              ({"id": i, "answer": ANSWERS[i]} for i in per_id))
-        jsonl(root / "results" / "clarify_only" / f"{system}k{k}__clarify_hard518.jsonl",
-              ({"id": i, "questions": [q for q, _ in qa], "answers": [a for _, a in qa], "rewritten_query": f"{i}改写"}
-               for i, qa in per_id.items()))
-    jsonl(root / "results" / "candidates" / "orig__cand_hard518.jsonl",
-          ({"id": i, "answer": a} for i, a in ORIG_ANSWERS.items()))
+        jsonl(
+            root / "results" / "candidates" / f"{system}k{k}__cand_hard518.jsonl",
+            ({"id": i, "answer": ANSWERS[i]} for i in per_id),
+        )
+        jsonl(
+            root / "results" / "clarify_only" / f"{system}k{k}__clarify_hard518.jsonl",
+            (
+                {"id": i, "questions": [q for q, _ in qa], "answers": [a for _, a in qa], "rewritten_query": f"{i}改写"}
+                for i, qa in per_id.items()
+            ),
+        )
+    jsonl(
+        root / "results" / "candidates" / "orig__cand_hard518.jsonl",
+        ({"id": i, "answer": a} for i, a in ORIG_ANSWERS.items()),
+    )
     return root

@@ -29,16 +29,28 @@ def test_the_default_layout_is_read_as_cts_gold(tmp_path: Path) -> None:
     assert [e.id for e in q1.evidence] == ["q1-e1", "q1-e2"] and q1.evidence[0].source == "https://example.org/q1/1"
     assert q1.must_cover == ("子问题",)
     assert {k: v for k, v in scan.names.items() if v} == {
-        "id": "id", "query": "fused_query", "nuggets": "nuggets", "evidence": "evidence", "must_cover": "must_cover",
-        "missing_evidence": "missing_evidence", "unsupported_claims": "unsupported_claims", "text": "text",
-        "weight": "weight", "evidence_ids": "evidence_ids", "evidence_key": "id", "snippet": "snippet",
-        "title": "title", "source": "url",
+        "id": "id",
+        "query": "fused_query",
+        "nuggets": "nuggets",
+        "evidence": "evidence",
+        "must_cover": "must_cover",
+        "missing_evidence": "missing_evidence",
+        "unsupported_claims": "unsupported_claims",
+        "text": "text",
+        "weight": "weight",
+        "evidence_ids": "evidence_ids",
+        "evidence_key": "id",
+        "snippet": "snippet",
+        "title": "title",
+        "source": "url",
     }
 
 
 def _renamed(record: dict[str, Any]) -> dict[str, Any]:
-    nuggets = [{"nugget_id": f"g{j}", "statement": n["text"], "importance": n["weight"], "source_ids": n["evidence_ids"]}
-               for j, n in enumerate(record["nuggets"])]
+    nuggets = [
+        {"nugget_id": f"g{j}", "statement": n["text"], "importance": n["weight"], "source_ids": n["evidence_ids"]}
+        for j, n in enumerate(record["nuggets"])
+    ]
     pool = [{"source_id": e["id"], "content": e["snippet"]} for e in record["evidence"]]
     return {"qid": record["id"], "gold_nuggets": nuggets, "evidence_pool": pool}
 
@@ -46,10 +58,21 @@ def _renamed(record: dict[str, Any]) -> dict[str, Any]:
 def test_alternative_names_are_tried_in_order(tmp_path: Path) -> None:
     scan = scan_mapped_gold(jsonl(tmp_path / "g.jsonl", [_renamed(r) for r in _records()]))
     assert not scan.problems and len(scan.golds) == 4
-    used = {k: scan.names[k] for k in ("id", "nuggets", "text", "weight", "evidence_ids", "nugget_id", "evidence", "evidence_key", "snippet")}
-    assert used == {"id": "qid", "nuggets": "gold_nuggets", "text": "statement", "weight": "importance",
-                    "evidence_ids": "source_ids", "nugget_id": "nugget_id", "evidence": "evidence_pool",
-                    "evidence_key": "source_id", "snippet": "content"}
+    used = {
+        k: scan.names[k]
+        for k in ("id", "nuggets", "text", "weight", "evidence_ids", "nugget_id", "evidence", "evidence_key", "snippet")
+    }
+    assert used == {
+        "id": "qid",
+        "nuggets": "gold_nuggets",
+        "text": "statement",
+        "weight": "importance",
+        "evidence_ids": "source_ids",
+        "nugget_id": "nugget_id",
+        "evidence": "evidence_pool",
+        "evidence_key": "source_id",
+        "snippet": "content",
+    }
     assert scan.golds[0].nuggets[0].id == "g0"  # the file's own nugget ids are kept
 
 
@@ -78,13 +101,21 @@ def test_records_without_ids_are_matched_by_their_intent_query(tmp_path: Path) -
     assert len(dataset.instances) == 4
     for inst in dataset.instances:
         assert dataset.gold[inst.id].instance_id == inst.id  # keyed by the derived id
-        assert dataset.gold[inst.id].nuggets[0].evidence_ids[0].startswith(f"{dict((f, i) for i, _, f in PAIRS)[inst.fused_query]}-")
+        assert (
+            dataset.gold[inst.id]
+            .nuggets[0]
+            .evidence_ids[0]
+            .startswith(f"{dict((f, i) for i, _, f in PAIRS)[inst.fused_query]}-")
+        )
 
 
 BAD: dict[str, Any] = {
     "no_weight": (lambda r: r["nuggets"][0].pop("weight"), "nugget 1: weight: missing"),
     "weight_4": (lambda r: r["nuggets"][0].update(weight=4), "nugget 1: weight: 4 is not an integer in 1..3"),
-    "dangling_evidence": (lambda r: r["nuggets"][1].update(evidence_ids=["nowhere"]), "cites evidence id 'nowhere' not in gold evidence"),
+    "dangling_evidence": (
+        lambda r: r["nuggets"][1].update(evidence_ids=["nowhere"]),
+        "cites evidence id 'nowhere' not in gold evidence",
+    ),
 }
 
 
@@ -110,7 +141,9 @@ def test_a_duplicate_id_and_a_non_utf8_line(tmp_path: Path) -> None:
     assert [g.instance_id for g in scan.golds] == ["q1", "q2", "q3"]
     assert scan.problems == (f"{tmp_path / 'g.jsonl'}:4: duplicate 'q1' (first at line 1)",)
     path = tmp_path / "h.jsonl"
-    lines = [json.dumps(r, ensure_ascii=False).encode("gb18030" if i == 1 else "utf-8") for i, r in enumerate(_records())]
+    lines = [
+        json.dumps(r, ensure_ascii=False).encode("gb18030" if i == 1 else "utf-8") for i, r in enumerate(_records())
+    ]
     path.write_bytes(b"\n".join(lines) + b"\n")
     scan = scan_mapped_gold(path)
     assert [g.instance_id for g in scan.golds] == ["q1", "q3", "q4"]

@@ -70,7 +70,7 @@ def test_import_computes_tables_4_5_7_without_a_model(release: Path, tmp_path: P
         ("all_unknown", "all_unknown_rate", "all_unknown_rate"),
     ):
         data = report.tables[table].set_index("system")
-        for (system, k), known in KNOWN.items():
+        for (system, _k), known in KNOWN.items():
             assert data.loc[system, column] == pytest.approx(known[metric]), (table, system)
     known_cnt = report.tables["all_unknown"].set_index("system")
     assert known_cnt.loc["eb", "known_cnt_1"] == pytest.approx(KNOWN["eb", 1]["known_cnt_1"])

@@ -32,8 +32,13 @@ def test_a_name_without_k_is_one_line_naming_the_option() -> None:
 
 
 def test_candidates_in_the_default_and_in_other_names(tmp_path: Path) -> None:
-    default = scan_outputs(jsonl(tmp_path / "a.jsonl", [{"id": i, "answer": a} for i, a in ANSWERS.items()]), "candidates")
-    other = scan_outputs(jsonl(tmp_path / "b.jsonl", [{"qid": i, "prediction": a, "score": 50} for i, a in ANSWERS.items()]), "candidates")
+    default = scan_outputs(
+        jsonl(tmp_path / "a.jsonl", [{"id": i, "answer": a} for i, a in ANSWERS.items()]), "candidates"
+    )
+    other = scan_outputs(
+        jsonl(tmp_path / "b.jsonl", [{"qid": i, "prediction": a, "score": 50} for i, a in ANSWERS.items()]),
+        "candidates",
+    )
     assert [(r.id, r.answer) for r in default.rows] == [(r.id, r.answer) for r in other.rows] == list(ANSWERS.items())
     assert other.names["id"] == "qid" and other.names["answer"] == "prediction" and other.rows[0].score == 50.0
 
@@ -45,11 +50,34 @@ def test_rows_without_ids_get_the_query_files_derived_ids(tmp_path: Path) -> Non
 
 
 def test_clarify_only_as_lists_and_as_pairs(tmp_path: Path) -> None:
-    lists = jsonl(tmp_path / "a.jsonl", [{"id": "q1", "questions": ["您在哪个城市？", "哪一年？"], "answers": ["未知", "2024年"], "rewritten_query": "改写"}])
-    pairs = jsonl(tmp_path / "b.jsonl", [{"id": "q1", "qa_pairs": [{"question": "您在哪个城市？", "answer": "Unknown."}, {"q": "哪一年？", "a": "2024年"}], "rewrite": "改写"}])
+    lists = jsonl(
+        tmp_path / "a.jsonl",
+        [
+            {
+                "id": "q1",
+                "questions": ["您在哪个城市？", "哪一年？"],
+                "answers": ["未知", "2024年"],
+                "rewritten_query": "改写",
+            }
+        ],
+    )
+    pairs = jsonl(
+        tmp_path / "b.jsonl",
+        [
+            {
+                "id": "q1",
+                "qa_pairs": [{"question": "您在哪个城市？", "answer": "Unknown."}, {"q": "哪一年？", "a": "2024年"}],
+                "rewrite": "改写",
+            }
+        ],
+    )
     for path in (lists, pairs):
         (row,) = scan_outputs(path, "clarify_only").rows
-        assert row.questions == ("您在哪个城市？", "哪一年？") and row.answers == (UNKNOWN, "2024年") and row.query == "改写"
+        assert (
+            row.questions == ("您在哪个城市？", "哪一年？")
+            and row.answers == (UNKNOWN, "2024年")
+            and row.query == "改写"
+        )
 
 
 def test_a_file_that_fits_no_layout_is_one_line(tmp_path: Path) -> None:
@@ -66,9 +94,13 @@ def test_a_file_that_fits_no_layout_is_one_line(tmp_path: Path) -> None:
 def test_bad_records_are_one_line_each_and_no_good_row_is_lost(tmp_path: Path) -> None:
     rows = [{"id": i, "answer": a} for i, a in ANSWERS.items()]
     path = tmp_path / "a.jsonl"
-    path.write_bytes(b"".join(
-        (f'{{"id": "{r["id"]}", "answer": "{r["answer"]}"}}\n'.encode("gb18030" if r["id"] == "q2" else "utf-8") for r in rows)
-    ) + '{"id": "q1", "answer": "again"}\n{"id": "q9", "answer": "答案"}\n'.encode())
+    path.write_bytes(
+        b"".join(
+            f'{{"id": "{r["id"]}", "answer": "{r["answer"]}"}}\n'.encode("gb18030" if r["id"] == "q2" else "utf-8")
+            for r in rows
+        )
+        + '{"id": "q1", "answer": "again"}\n{"id": "q9", "answer": "答案"}\n'.encode()
+    )
     scan = scan_outputs(path, "candidates")
     assert [r.id for r in scan.rows] == ["q1", "q3", "q4", "q9"]
     assert [p.split(": ", 1)[0] for p in scan.problems] == [f"{path}:2", f"{path}:5"]

@@ -30,7 +30,9 @@ def test_export_then_read_back_gives_the_same_ids_and_answers(offline_jobs: dict
 
 
 @pytest.mark.slow
-def test_score_answers_reproduces_the_jobs_own_scores(offline_jobs: dict[int, Path], tmp_path: Path, cache_dir: Path) -> None:
+def test_score_answers_reproduces_the_jobs_own_scores(
+    offline_jobs: dict[int, Path], tmp_path: Path, cache_dir: Path
+) -> None:
     job = offline_jobs[1]
     out = tmp_path / "export"
     assert main(["export", str(job), "--out", str(out)]) == 0
@@ -48,13 +50,23 @@ def test_score_answers_reproduces_the_jobs_own_scores(offline_jobs: dict[int, Pa
         f"bootstrap.n_resamples={OFFLINE_RESAMPLES}",
         cwd=tmp_path,
     )
-    before = {r.id: (r.score, r.orig_score, dict(r.clarified.labels)) for r in read_records(job / "records.jsonl") if r.clarified}
-    after = {r.id: (r.score, r.orig_score, dict(r.clarified.labels)) for r in read_records(scored / "records.jsonl") if r.clarified}
+    before = {
+        r.id: (r.score, r.orig_score, dict(r.clarified.labels))
+        for r in read_records(job / "records.jsonl")
+        if r.clarified
+    }
+    after = {
+        r.id: (r.score, r.orig_score, dict(r.clarified.labels))
+        for r in read_records(scored / "records.jsonl")
+        if r.clarified
+    }
     assert after == before and len(after) == 12  # per instance: both arms' scores and the labels
     assert len({s for s, _, _ in after.values()}) > 1  # not a constant: the identity says something
     mine, theirs = (json.loads((d / "summary.json").read_text())["metrics"] for d in (scored, job))
     for metric in ("score_mean", "orig_score_mean", "delta_mean", "delta_ci_low", "delta_ci_high", "n_paired"):
         assert mine[metric] == pytest.approx(theirs[metric]), metric
     runs = tracking.search_runs(uri)
-    assert len(runs) == 1 and runs["status"].iloc[0] == "FINISHED" and runs["tags.cts.source"].iloc[0] == "score_answers"
+    assert (
+        len(runs) == 1 and runs["status"].iloc[0] == "FINISHED" and runs["tags.cts.source"].iloc[0] == "score_answers"
+    )
     assert len(tracking.search_traces(uri, "cts")) == 12  # a trace per instance
