@@ -76,6 +76,11 @@ def gold_section(scan: GoldScan) -> list[str]:
         f"  matched to instances by {matched}",
         f"  mapping (dataset.gold_fields): {_mapping(scan.names)}",
         f"  example: {_example(scan.path)}",
+        *(
+            ["  the nuggets cite no evidence ids: read without them (nothing to check)"]
+            if not scan.names["evidence_ids"]
+            else []
+        ),
     ]
 
 

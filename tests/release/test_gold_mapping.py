@@ -149,3 +149,17 @@ def test_a_duplicate_id_and_a_non_utf8_line(tmp_path: Path) -> None:
     assert [g.instance_id for g in scan.golds] == ["q1", "q3", "q4"]
     (line,) = scan.problems
     assert line.startswith(f"{path}:2: invalid UTF-8")
+
+
+def test_a_layout_without_evidence_ids_is_read_but_one_missing_nugget_citation_is_a_problem(tmp_path: Path) -> None:
+    bare = [
+        {"id": r["id"], "nuggets": [{"text": n["text"], "weight": n["weight"]} for n in r["nuggets"]]}
+        for r in _records()
+    ]
+    scan = scan_mapped_gold(jsonl(tmp_path / "g.jsonl", bare))
+    assert not scan.problems and len(scan.golds) == 4 and scan.names["evidence_ids"] is None
+    records = _records()
+    records[1]["nuggets"][1]["evidence_ids"] = []
+    scan = scan_mapped_gold(jsonl(tmp_path / "h.jsonl", records))
+    assert scan.problems == (f"{tmp_path / 'h.jsonl'}:2: nugget 'n2': cites no evidence",)
+    assert [g.instance_id for g in scan.golds] == ["q1", "q3", "q4"]
