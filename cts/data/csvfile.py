@@ -123,7 +123,8 @@ def scan_instances_csv(
     derive = fmap["id"] not in header
     missing = _missing_columns(p, header, fmap, derive)
     if missing:  # no row can be read: the one line says which key to set
-        return CsvScan(p, (), tuple(problems + missing), header, derive)
+        n_rows = sum(1 for _, cells in rows if any(c.strip() for c in cells))
+        return CsvScan(p, (), tuple(problems + missing), header, derive, n_rows)
     instances: list[Instance] = []
     first: dict[str, int] = {}
     n = 0

@@ -72,6 +72,8 @@ class GoldScan:
     n_records: int = 0
     by_query: Mapping[str, str] = field(default_factory=dict)
     """Intent query -> gold key, when records have no id (they are then matched to instances by ``fused_query``)."""
+    keys: frozenset[str] = frozenset()
+    """The id (or, without ids, the intent query) of every record that has one, good or bad."""
 
 
 def check_fields(fields: Mapping[str, str | None] | None) -> dict[str, str]:
@@ -237,6 +239,7 @@ def scan_mapped_gold(path: str | Path, fields: Mapping[str, str | None] | None =
     problems: list[str] = []
     first: dict[str, int] = {}
     by_query: dict[str, str] = {}
+    keys: set[str] = set()
     n = 0
     for lineno, row, problem in _lines(p):
         n += 1
@@ -245,6 +248,8 @@ def scan_mapped_gold(path: str | Path, fields: Mapping[str, str | None] | None =
             if (layout := layout_problem(p, lineno, row, names)) is not None:
                 raise GoldLayoutError(layout)
         gold, query, found = (None, None, [problem]) if problem or names is None else parse_record(row, names)
+        if names is not None and isinstance(row, dict) and (key := _record_key(row, names)[0]):
+            keys.add(key)
         if gold is not None and gold.instance_id in first:
             found = [f"duplicate {gold.instance_id!r} (first at line {first[gold.instance_id]})"]
         problems += [f"{p}:{lineno}: {m}" for m in found if m]
@@ -255,7 +260,7 @@ def scan_mapped_gold(path: str | Path, fields: Mapping[str, str | None] | None =
                 by_query[query] = gold.instance_id
     if names is None:
         raise GoldLayoutError(f"{p}: no gold record (the file has no JSON object line)")
-    return GoldScan(p, tuple(golds), tuple(problems), names, n, by_query)
+    return GoldScan(p, tuple(golds), tuple(problems), names, n, by_query, frozenset(keys))
 
 
 __all__ = ["GOLD_NAMES", "GoldLayoutError", "GoldScan", "resolve", "scan_mapped_gold"]

@@ -8,10 +8,11 @@ line at the end, so a mismatch is fixed by setting the key it names.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cts.core.types import Instance
 from cts.data.csvfile import DERIVED_ID, CsvScan, scan_instances_csv
 from cts.data.release import RELEASE_GOLD, RELEASE_QUERIES, gold_by_instance
 from cts.gold.mapping import GoldLayoutError, GoldScan, scan_mapped_gold
@@ -106,7 +107,14 @@ def _gold(
     matched = gold_by_instance(gscan, instances)
     if instances:
         lines.append(f"  gold for {len(matched)} of {len(instances)} instances")
-    return lines, problems, set(matched) or {g.instance_id for g in gscan.golds}
+    return lines, problems, _gold_ids(gscan, instances)
+
+
+def _gold_ids(scan: GoldScan, instances: Sequence[Instance]) -> set[str]:
+    """The instance ids the gold file has a record for, good or bad (a bad record is its own error, not the outputs')."""
+    if scan.names.get("id"):
+        return set(scan.keys)
+    return {i.id for i in instances if i.fused_query in scan.keys}
 
 
 def _outputs(
