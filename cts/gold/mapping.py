@@ -164,8 +164,8 @@ def _nugget(raw: Any, i: int, names: Mapping[str, str | None]) -> tuple[Nugget |
 def _evidence(raw: Any, names: Mapping[str, str | None]) -> Evidence | None:
     if not isinstance(raw, dict) or raw.get(names["evidence_key"] or "") in (None, ""):
         return None
-    text = lambda key: str(raw.get(names[key] or "") or "")  # noqa: E731
-    return Evidence(str(raw[names["evidence_key"] or ""]), text("source"), text("title"), text("snippet"))
+    source, title, snippet = (str(raw.get(names[k] or "") or "") for k in ("source", "title", "snippet"))
+    return Evidence(str(raw[names["evidence_key"] or ""]), source, title, snippet)
 
 
 def _record_key(row: Mapping[str, Any], names: Mapping[str, str | None]) -> tuple[str | None, str | None]:
