@@ -13,14 +13,16 @@ trace per instance. No clarify or search call is made.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
+from tqdm.auto import tqdm
+
 from cts import tracking
+from cts._util.aio import bounded
 from cts.core.contracts import Judge
 from cts.core.errors import ConfigError
 from cts.core.records import ArmResult, Record, read_records
@@ -30,10 +32,15 @@ from cts.llm import usage_scope
 from cts.protocol.job_files import RECORDS_FILE, JobSink
 from cts.protocol.metrics import summarize
 from cts.protocol.pipeline import Roles, run_arm
+from cts.protocol.spend import SpendLimit, run_within_spend_limit
+from cts.protocol.streaming import call_hook, drain, record_key
 from cts.release.outputs import Output, OutputLayoutError, OutputScan, scan_outputs, system_and_k, unknown_ids
 from cts.tasks.evaluate import instance_tracer, log_job_outputs
 from cts.tasks.job import RunInfo, print_metrics, write_config
 from cts.tasks.registry import TaskContext, read_dataset, task
+
+UNLIMITED = SpendLimit(None, 120.0, lambda usd, where: None)
+"""No spend limit (a caller outside a composed job)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,7 @@ def compose_score_answers(ctx: TaskContext) -> float | None:
         seed=int(ctx.value("seed", default=0)),
         bootstrap=ctx.value("bootstrap"),
         concurrency=int(ctx.value("concurrency", default=8)),
+        spend_limit=ctx.spend_limit,
     )
 
 
@@ -123,22 +131,34 @@ async def judge_row(
 
 async def _judge_all(
     inputs: Answers, judge: Judge, k: int, job_dir: Path, judge_name: str, concurrency: int, tracer: Any
-) -> list[Record]:
-    done = {r.id for r in read_records(job_dir / RECORDS_FILE)}
+) -> tuple[list[Record], str]:
+    """Judge every answer not yet in the job dir, committing each as it finishes; the records and the stop reason.
+
+    The job's own commit loop (:func:`cts.protocol.streaming.drain`): the spend limit, an open circuit or a
+    rejected request stops it cleanly with what finished kept; a resume judges the rest.
+    """
+    gold = inputs.dataset.gold
+    finished = {record_key(r): r for r in read_records(job_dir / RECORDS_FILE)}
     origs = {r.id: r for r in inputs.orig.rows} if inputs.orig else {}
     by_id: dict[str, Instance] = {i.id: i for i in inputs.dataset.instances}
-    sem = asyncio.Semaphore(concurrency)
+    todo = [r for r in inputs.answers.rows if (r.id, 0) not in finished]
 
-    async def one(row: Output) -> None:
-        async with sem:
-            record, lines = await judge_row(row, origs.get(row.id), inputs.dataset.gold[row.id], judge, k)
-        record = replace(record, models={"judge": judge_name})
-        if sink.write(record, lines) and tracer is not None and row.id in by_id:
-            tracer(by_id[row.id], inputs.dataset.gold[row.id], record, lines)
+    async def one(row: Output) -> tuple[Record, list[dict[str, Any]]]:
+        record, lines = await judge_row(row, origs.get(row.id), gold[row.id], judge, k)
+        return replace(record, models={"judge": judge_name}), lines
 
+    def hook(record: Record, lines: list[dict[str, Any]]) -> None:
+        if tracer is not None and record.id in by_id:
+            call_hook(tracer, by_id[record.id], gold[record.id], record, lines)
+
+    n = len(inputs.answers.rows)
+    bar = tqdm(total=n, initial=n - len(todo), desc="score", unit="q")
     with JobSink(job_dir) as sink:
-        await asyncio.gather(*(one(r) for r in inputs.answers.rows if r.id not in done))
-    return list(read_records(job_dir / RECORDS_FILE))
+        try:
+            stop = await drain(bounded(map(one, todo), concurrency), sink, finished, bar, lambda r: r, hook)
+        finally:
+            bar.close()
+    return list(finished.values()), stop
 
 
 @task(compose_score_answers, read=read_answers, calls=("judge",))
@@ -152,6 +172,7 @@ def score_answers_task(
     seed: int = 0,
     bootstrap: Mapping[str, Any] | None = None,
     concurrency: int = 8,
+    spend_limit: SpendLimit = UNLIMITED,
 ) -> float | None:
     """Judge every answer (and orig answer) against the gold; write and track the job.
 
@@ -164,12 +185,11 @@ def score_answers_task(
         seed: Seed of the bootstrap.
         bootstrap: ``n_resamples`` and ``confidence`` of the delta's interval.
         concurrency: Instances judged at once.
+        spend_limit: The job's LLM spend limit (``services.llm.spend``; default none).
 
     Returns:
         The mean restore_score_100 of the answers.
     """
-    from cts._util.loops import run as run_loop
-
     ctx = run.context
     tracer = instance_tracer(run)
     system = {"cts.system": inputs.system} if inputs.system else {}
@@ -185,7 +205,11 @@ def score_answers_task(
         write_config(run)
         if tracer is not None:
             tracer.attach(run_id, run.tracking.uri)
-        records = run_loop(_judge_all(inputs, judge, k, ctx.job_dir, judge_name, concurrency, tracer))
+        records, stop = run_within_spend_limit(
+            lambda: _judge_all(inputs, judge, k, ctx.job_dir, judge_name, concurrency, tracer),
+            ctx.job_dir,
+            spend_limit,
+        )
         metrics = {
             **summarize(records, k=k, seed=seed, **dict(bootstrap or {})),
             **dataset_metrics(inputs.dataset),
@@ -194,6 +218,8 @@ def score_answers_task(
         if tracer is not None:
             tracking.flush_traces(run.tracking.uri)
         extra = {"answers": str(inputs.answers.path), "orig_answers": str(inputs.orig.path) if inputs.orig else None}
-        log_job_outputs(run, k, metrics, run_id, "completed", extra)
+        log_job_outputs(run, k, metrics, run_id, stop, extra)
         print_metrics(f"score_answers {inputs.answers.path.name} (judge {judge_name})", metrics)
+        if stop != "done":
+            print(f"stopped: {stop}; the same command resumes with hydra.run.dir={ctx.job_dir}", flush=True)
     return metrics["score_mean"]
