@@ -13,7 +13,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("components", ("cts.llm", "cts.roles", "cts.search", "cts.gold", "cts.data", "cts.demo", "cts.sweep")),
     ("protocol", ("cts.protocol",)),
     ("report", ("cts.report",)),
-    ("analysis", ("cts.analysis",)),
+    ("analysis", ("cts.analysis", "cts.release")),
     ("tasks", ("cts.tasks",)),
     ("composition", ("cts.compose",)),
     (
@@ -27,6 +27,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "cts.report.__main__",
             "cts.demo.cli",
             "cts.demo.__main__",
+            "cts.release.cli",
+            "cts.release.__main__",
         ),
     ),
 )

@@ -1,4 +1,8 @@
-"""Datasets: instances as JSONL (``jsonl``, the ``dataset=`` loader, which reads gold with :mod:`cts.gold.file`)."""
+"""Datasets: instances as JSONL (``jsonl``, the ``dataset=`` loader, which reads gold with :mod:`cts.gold.file`).
+
+CSV instances: :mod:`cts.data.csvfile`; gold in another layout (``dataset=csv``, ``dataset=hard518``):
+:mod:`cts.data.release`, through the mapping of :mod:`cts.gold.mapping`.
+"""
 
 from cts.data.jsonl import (
     MAX_FIELD_CHARS,

@@ -80,6 +80,7 @@ TASKS = (
     "judge_robustness.judge_robustness_task",
     "backbone_stability.backbone_stability_task",
     "judge_probes.judge_probes_task",
+    "score_answers.score_answers_task",
 )
 
 

@@ -51,7 +51,7 @@ from tests import readme_commands as rc
 
 REPO = Path(__file__).resolve().parents[2]
 BLOCKS = rc.blocks((REPO / "README.md").read_text(encoding="utf-8"))
-RECIPES = {"setup", "offline-sweep"}
+RECIPES = {"setup", "offline-sweep", "release"}
 VENV_STEP = "python3 -m venv --upgrade-deps .venv && "
 DEMO_SIZE = 200  # the demo set's default size (python -m cts.demo --n 200)
 _DROPPED_PREFIXES = ("CTS_", "HYDRA_", "MLFLOW_", "LITELLM_")
@@ -411,3 +411,32 @@ def test_offline_sweep_is_one_sweep_dir_with_one_report(user: User, sweep_outcom
     )
     reports = outcome.new_runs[outcome.new_runs["tags.cts.kind"] == "sweep_report"]
     assert len(reports) == 1 and set(reports["status"]) == {"FINISHED"}
+
+
+# -- the released benchmark -----------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("readme")
+def test_release_recipe_from_another_directory(user: User, setup_outcome: Outcome, tmp_path: Path):
+    """The release recipe, typed where the user unzipped a (made-up) release: inspect, score_answers, import.
+
+    Not ``user.elsewhere``: the other recipes assert that they leave it empty.
+    """
+    from tests.release.fixture import write_release
+
+    assert setup_outcome.returncode == 0, setup_outcome.failure()
+    where = tmp_path / "release-user"
+    where.mkdir()
+    write_release(where / "release")
+    command = rc.retarget(rc.recipe(BLOCKS, "release").text.strip(), user.copy / "run.py")
+    proc = subprocess.run(
+        ["bash", "-e", "-c", command], cwd=where, env=user.env, capture_output=True, text=True, timeout=600
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert "no problem: cts reads every file as shown" in out and "score_mean" in out
+    imported = user.outputs / "release" / "release"
+    assert {p.name for p in imported.iterdir()} >= {"clarifier=eb,k=1", "clarifier=gp,k=2", "report"}
+    assert "Table 4." in (imported / "report" / "report.md").read_text(encoding="utf-8")
+    assert sorted(p.name for p in where.iterdir()) == ["release"]  # nothing written where the user typed it
