@@ -93,7 +93,7 @@ def infra_by_role(failures: Sequence[Mapping[str, object]]) -> dict[str, int]:
     """Per role: the instances of this invocation not recorded because that role's call failed on infrastructure.
 
     Args:
-        failures: The job's ``infra_failures.jsonl`` lines (an instance's names its ``id`` and ``stage``).
+        failures: The job's ``infra_failures.jsonl`` lines (an instance's line names its ``id`` and ``stage``).
     """
     found = Counter(ROLE_OF_STAGE.get(str(f.get("stage")), str(f.get("stage"))) for f in failures if f.get("id"))
     return dict(found)

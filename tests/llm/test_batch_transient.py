@@ -129,7 +129,7 @@ def test_failed_batch_lines_are_not_results_and_a_rerun_sends_exactly_them(
         reference = sent(started, after_second)
     rejected = {k: v for k, v in summary.get("unscored", {}).items() if k.endswith("_rejected") and v}
     print(
-        f"\nfirst run: exit {first.returncode}, {len(before)} lines sent ({len(failed)} distinct failed),"
+        f"\nfirst run: exit {first.returncode}, {len(before)} lines sent ({len(answered)} answered, {len(failed)} failed),"
         f" {len(records)} of 6 instances recorded, rejected: {rejected}"
         f"\nrerun: exit {second.returncode}, {len(retried)} lines sent, {len(set(retried) & failed)} of them"
         f" the failed ones, {len(set(retried) - failed)} never sent before;"
