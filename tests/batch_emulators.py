@@ -41,6 +41,10 @@ read when a batch is created and hold for it):
   ``custom_id`` (true: it runs); the batch then ends ``expired`` (OpenAI) / with ``expired`` results.
 * ``fail``: a predicate on ``(custom_id, body)``; those requests error (OpenAI: a 500
   ``server_error`` line in the error file; Anthropic: ``errored`` with ``api_error``).
+* ``fault``: ``(custom_id, body) -> None | int | "expired"``, asked once per line when its batch is
+  created: None runs it, an HTTP status (500, 503, 504 ...) makes its line fail with that status
+  (Anthropic: ``errored`` with the error type of the status), ``"expired"`` leaves it unrun (its
+  batch then ends ``expired``). Transient infrastructure failures, line by line.
 * ``stop()`` / ``start()`` / ``restart()`` / ``down(seconds)``: the server goes away (connections
   refused, open keep-alive connections dropped) and comes back on the same port with every file and
   batch kept, as a provider's batches outlive a client crash or a server blip.
@@ -72,6 +76,8 @@ from tests.provider_emulators import AnthropicEmulator, Handler, OpenAIEmulator,
 
 Expire = int | Callable[[str], bool] | None
 Fail = Callable[[str, Mapping[str, Any]], bool] | None
+Fault = Callable[[str, Mapping[str, Any]], int | str | None] | None
+EXPIRED = "expired"
 DAY_S = 24 * 3600
 
 
@@ -96,6 +102,7 @@ class Job:
     headers: dict[str, str]  # the create call's: a request runs with them (auth, betas)
     runnable: list[int]  # indices that run; the others expire
     fail: Fail
+    faults: dict[int, int] = field(default_factory=dict)  # index -> the HTTP status its line fails with
     created: float = field(default_factory=time.time)
     polls: int = 0
     results: dict[int, Any] = field(default_factory=dict)  # index -> provider-shaped result
@@ -159,9 +166,11 @@ class _BatchServing:
         polls_to_end: int | None = None,
         expire: Expire = None,
         fail: Fail = None,
+        fault: Fault = None,
     ) -> None:
         super().__init__(handler)  # type: ignore[call-arg]
         self.delay_s, self.polls_to_end, self.expire, self.fail = delay_s, polls_to_end, expire, fail
+        self.fault = fault
         self.created_batches: list[CreatedBatch] = []
         self.cancelled: list[str] = []
         self.batched_lines = 0
@@ -280,7 +289,10 @@ class _BatchServing:
             runnable = list(range(min(expire, len(lines))))
         else:
             runnable = [i for i, (cid, _) in enumerate(lines) if expire(cid)]
-        job = Job(job_id, lines, dict(headers), runnable, self.fail)
+        found = {i: self.fault(cid, body) for i, (cid, body) in enumerate(lines)} if self.fault else {}
+        runnable = [i for i in runnable if found.get(i) != EXPIRED]
+        faults = {i: int(status) for i, status in found.items() if status not in (None, EXPIRED)}
+        job = Job(job_id, lines, dict(headers), runnable, self.fail, faults)
         self.jobs[job_id] = job
         return job
 
@@ -314,7 +326,7 @@ class _BatchServing:
             if index not in job.results:
                 cid, body = job.lines[index]
                 failing = job.fail is not None and bool(job.fail(cid, body))
-                job.results[index] = self.run_line(job, cid, body, failing)
+                job.results[index] = self.run_line(job, cid, body, job.faults.get(index, 500 if failing else 0))
                 self.batched_lines += 1
         if fraction >= 1:
             self.end(job)
@@ -330,8 +342,9 @@ class _BatchServing:
             job.extra["cancel_polls"] = job.polls
             self.cancelled.append(job.id)
 
-    def run_line(self, job: Job, custom_id: str, body: dict[str, Any], failing: bool) -> Any:
-        """The provider-shaped result of one request (the live answer, or its refusal)."""
+    def run_line(self, job: Job, custom_id: str, body: dict[str, Any], failing: int) -> Any:
+        """The provider-shaped result of one request (the live answer, or its refusal; ``failing``: the
+        HTTP status of an injected failure, 0 for none)."""
         raise NotImplementedError
 
     def finish(self, job: Job) -> None:
@@ -382,6 +395,7 @@ class OpenAIBatchEmulator(_BatchServing, OpenAIEmulator):
         polls_to_end: A batch ends at its N-th ``GET /v1/batches/{id}`` (``None``: by time only).
         expire: First M requests run (``int``) or a predicate on ``custom_id``; the rest expire.
         fail: Predicate on ``(custom_id, body)``: those requests answer 500 ``server_error``.
+        fault: Per line, None, an HTTP status its line fails with, or ``"expired"`` (module docstring).
 
     A batch is ``validating`` when created and ``failed`` or ``in_progress`` at its first observation;
     a cancelled one is ``cancelling`` until its next retrieval, then ``cancelled``.
@@ -409,8 +423,9 @@ class OpenAIBatchEmulator(_BatchServing, OpenAIEmulator):
         polls_to_end: int | None = None,
         expire: Expire = None,
         fail: Fail = None,
+        fault: Fault = None,
     ) -> None:
-        super().__init__(handler, delay_s=delay_s, polls_to_end=polls_to_end, expire=expire, fail=fail)
+        super().__init__(handler, delay_s=delay_s, polls_to_end=polls_to_end, expire=expire, fail=fail, fault=fault)
         self.files: dict[str, dict[str, Any]] = {}  # id -> File object
         self.file_data: dict[str, bytes] = {}
 
@@ -581,9 +596,9 @@ class OpenAIBatchEmulator(_BatchServing, OpenAIEmulator):
         jobs = [self.job(job_id) for job_id in reversed(list(self.jobs))]
         return {"object": "list", **page([self.batch_object(j) for j in jobs], limit, after)}
 
-    def run_line(self, job: Job, custom_id: str, body: dict[str, Any], failing: bool) -> dict[str, Any]:
+    def run_line(self, job: Job, custom_id: str, body: dict[str, Any], failing: int) -> dict[str, Any]:
         if failing:
-            refusal = self.error(500, "server_error", "The server had an error while processing your request.")
+            refusal = self.error(failing, "server_error", "The server had an error while processing your request.")
             status, out = refusal.status, refusal.body
         else:
             seen = Seen("POST", job.extra["endpoint"], {}, job.headers, body, json.dumps(body).encode())
@@ -713,6 +728,10 @@ def _line_problems(
     return problems, model
 
 
+_ANTHROPIC_ERRORS = {429: "rate_limit_error", 504: "timeout_error", 529: "overloaded_error"}
+"""Anthropic's error type of an HTTP status (https://docs.anthropic.com/en/api/errors); others: ``api_error``."""
+
+
 def _unrun_error(cancelled: bool) -> dict[str, str]:
     if cancelled:
         return {"code": "batch_cancelled", "message": "This request was not executed: the batch was cancelled."}
@@ -748,6 +767,7 @@ class AnthropicBatchEmulator(_BatchServing, AnthropicEmulator):
         polls_to_end: A batch ends at its N-th ``GET /v1/messages/batches/{id}`` (``None``: by time only).
         expire: First M requests run (``int``) or a predicate on ``custom_id``; the rest expire.
         fail: Predicate on ``(custom_id, params)``: those requests end ``errored`` with ``api_error``.
+        fault: Per line, None, an HTTP status it ends ``errored`` with, or ``"expired"`` (module docstring).
 
     A cancelled batch is ``canceling`` until its next retrieval, then ``ended``.
     """
@@ -850,9 +870,10 @@ class AnthropicBatchEmulator(_BatchServing, AnthropicEmulator):
         del self.jobs[job_id]
         return {"id": job_id, "type": "message_batch_deleted"}
 
-    def run_line(self, job: Job, custom_id: str, body: dict[str, Any], failing: bool) -> dict[str, Any]:
+    def run_line(self, job: Job, custom_id: str, body: dict[str, Any], failing: int) -> dict[str, Any]:
         if failing:
-            return {"type": "errored", "error": self.error(500, "api_error", "Internal server error").body}
+            kind = _ANTHROPIC_ERRORS.get(failing, "api_error")
+            return {"type": "errored", "error": self.error(failing, kind, f"HTTP {failing}: injected failure").body}
         try:
             message = self.answer(Seen("POST", self.live_path, {}, job.headers, body, json.dumps(body).encode()))
         except Refusal as refusal:

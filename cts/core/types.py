@@ -155,6 +155,7 @@ CallErrorKind = Literal[
     "network",  # a tool's transient failures persisted
     "search",  # a search provider answered with an error or an unreadable body
     "fetch",  # a page could not be read
+    "batch",  # a batched request got no reply in max_submissions sendings (5xx, 429, timeout, expiry)
     "error",  # anything else
 ]
 INFRA_CALL_KINDS: frozenset[str] = frozenset(
@@ -170,9 +171,14 @@ INFRA_CALL_KINDS: frozenset[str] = frozenset(
         "network",
         "search",
         "bad_request",
+        "batch",
     }
 )
-"""Call failures that say nothing about the model's output: the instance is retried on resume."""
+"""Call failures that say nothing about the model's output: the instance is retried on resume.
+
+``batch`` included: a batched request without a reply after its last sending failed on a 5xx, a
+429, a timeout or an expired window, never on its content (older versions committed it as
+``api_error``; a resume now runs those instances again)."""
 
 ErrorKind = Literal["invalid_output", "truncated", "no_weight", "api_error", "infra", "spend_limit", "exception"]
 """Why an instance (or an arm) has no score.

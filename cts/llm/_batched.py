@@ -105,7 +105,7 @@ async def batched_call(runtime: LLMRuntime, call: Any) -> Completion:
 
     Raises:
         CallError: kind ``batch`` after ``max_submissions`` failed sendings; ``connection`` when the
-            Batch API could not be reached; ``RequestRejected`` when the provider refused the request.
+            Batch API could not be reached (both infrastructure failures: nothing is cached); ``RequestRejected`` when the provider refused the request.
     """
     spec, route = call.client.spec, call.route
     api = batch_api(spec, runtime.settings)

@@ -3,10 +3,12 @@
 Each record holds two scores to measure: the clarified arm's and the orig arm's. An arm is
 unscored because of one role (the stage that failed: clarify -> clarifier, answer -> ua, rewrite
 -> rewriter, search, judge) and one kind: ``invalid_output`` (still unparseable after the bounded
-re-asks), ``truncated`` (every reply stopped at the output cap) or ``rejected`` (the provider refused
+re-asks), ``truncated`` (every reply stopped at the output cap), ``rejected`` (the provider refused
 the request: ``api_error`` records, and the instances a job stopped by :class:`cts.core.types.RequestRejected`
-never ran). ``unscored_rate_<role>_<kind>`` is the share of the job's arms lost that way;
-``unscored_rate`` counts every missing score (``no_weight`` gold and bugs too).
+never ran) or ``infra`` (an infrastructure failure: a 5xx, 429, timeout or expired batch line after
+every retry, a lost connection; such instances are not recorded, and a rerun retries them).
+``unscored_rate_<role>_<kind>`` is the share of the job's arms lost that way; ``unscored_rate``
+counts every missing score (``no_weight`` gold and bugs too).
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ ROLE_OF_STAGE: Mapping[str, str] = {
     "judge": "judge",
 }
 UNSCORED_ROLES: tuple[str, ...] = tuple(ROLE_OF_STAGE.values())
-UNSCORED_KINDS: tuple[str, ...] = ("invalid_output", "truncated", "rejected")
-_KIND = {"invalid_output": "invalid_output", "truncated": "truncated", "api_error": "rejected"}
+UNSCORED_KINDS: tuple[str, ...] = ("invalid_output", "truncated", "rejected", "infra")
+_KIND = {"invalid_output": "invalid_output", "truncated": "truncated", "api_error": "rejected", "infra": "infra"}
+_SAID = {"infra": "infrastructure failure"}  # how the closing lines name a kind
 
 
 _NO_REASON = ErrorInfo("", "exception", "no reason recorded")
@@ -39,15 +42,20 @@ def arm_errors(record: Record) -> Iterator[ErrorInfo | None]:
     yield None if record.orig_score is not None else orig or _NO_REASON
 
 
-def unscored_rates(records: Sequence[Record], rejected: Mapping[str, int] | None = None) -> dict[str, float]:
+def unscored_rates(
+    records: Sequence[Record], rejected: Mapping[str, int] | None = None, infra: Mapping[str, int] | None = None
+) -> dict[str, float]:
     """``unscored_rate`` and ``unscored_rate_<role>_<kind>`` over the arms of ``records``.
 
     Args:
         records: The job's records.
         rejected: Per role, instances the job did not run because the provider rejected that
             role's request (both of their arms count as rejected).
+        infra: Per role, instances not recorded because that role's call failed on infrastructure
+            (both of their arms count as ``infra``; see :func:`infra_by_role`).
     """
-    rejected = dict(rejected or {})
+    missing = {(role, "rejected"): n for role, n in (rejected or {}).items()}
+    missing.update({(role, "infra"): n for role, n in (infra or {}).items()})
     counts: Counter[tuple[str, str]] = Counter()
     unscored = 0
     for record in records:
@@ -55,12 +63,13 @@ def unscored_rates(records: Sequence[Record], rejected: Mapping[str, int] | None
             if error is None:
                 continue
             unscored += 1
-            if error.stage in ROLE_OF_STAGE and error.kind in _KIND:  # other kinds count in the total only
-                counts[ROLE_OF_STAGE[error.stage], _KIND[error.kind]] += 1
-    for role, n in rejected.items():
-        counts[role, "rejected"] += 2 * n
-    n_arms = 2 * (len(records) + sum(rejected.values()))
-    out = {"unscored_rate": (unscored + 2 * sum(rejected.values())) / n_arms if n_arms else float("nan")}
+            kind: str = "infra" if error.infra else error.kind  # an older version's record of a transient failure
+            if error.stage in ROLE_OF_STAGE and kind in _KIND:  # other kinds count in the total only
+                counts[ROLE_OF_STAGE[error.stage], _KIND[kind]] += 1
+    for role_kind, n in missing.items():
+        counts[role_kind] += 2 * n
+    n_arms = 2 * (len(records) + sum(missing.values()))
+    out = {"unscored_rate": (unscored + 2 * sum(missing.values())) / n_arms if n_arms else float("nan")}
     roles = [*UNSCORED_ROLES, *sorted({r for r, _ in counts} - set(UNSCORED_ROLES))]  # a rejected role's own name
     for role in roles:
         for kind in UNSCORED_KINDS:
@@ -76,7 +85,18 @@ def rejected_by_role(failures: Sequence[Mapping[str, object]], n_missing: int) -
         n_missing: Instances the job was asked to run and did not finish.
     """
     role = next((str(f.get("role")) for f in failures if f.get("kind") == "request_rejected" and f.get("role")), "")
-    return {role: n_missing} if role and n_missing > 0 else {}
+    n_rejected = n_missing - sum(infra_by_role(failures).values())  # the others failed on infrastructure
+    return {role: n_rejected} if role and n_rejected > 0 else {}
+
+
+def infra_by_role(failures: Sequence[Mapping[str, object]]) -> dict[str, int]:
+    """Per role: the instances of this invocation not recorded because that role's call failed on infrastructure.
+
+    Args:
+        failures: The job's ``infra_failures.jsonl`` lines (an instance's line names its ``id`` and ``stage``).
+    """
+    found = Counter(ROLE_OF_STAGE.get(str(f.get("stage")), str(f.get("stage"))) for f in failures if f.get("id"))
+    return dict(found)
 
 
 def unscored_line(rates: Mapping[str, float]) -> str | None:
@@ -84,7 +104,7 @@ def unscored_line(rates: Mapping[str, float]) -> str | None:
     if not rates.get("unscored_rate", 0) > 0:
         return None
     found = [(v, *_role_kind(k)) for k, v in rates.items() if k != "unscored_rate" and v > 0]
-    reasons = ", ".join(f"{role} {kind} {v:.0%}" for v, role, kind in sorted(found, reverse=True))
+    reasons = ", ".join(f"{role} {_SAID.get(kind, kind)} {v:.0%}" for v, role, kind in sorted(found, reverse=True))
     return f"unscored: {rates['unscored_rate']:.0%} of the scores ({reasons})"
 
 
@@ -94,7 +114,7 @@ def mostly_unscored_note(records: Sequence[Record]) -> str | None:
     if not records or not rates["unscored_rate"] > 0.5:
         return None
     found = [(v, *_role_kind(k)) for k, v in rates.items() if k != "unscored_rate" and v > 0]
-    reasons = ", ".join(f"{role} {kind} {v:.0%}" for v, role, kind in sorted(found, reverse=True)[:3])
+    reasons = ", ".join(f"{role} {_SAID.get(kind, kind)} {v:.0%}" for v, role, kind in sorted(found, reverse=True)[:3])
     return (
         f"cts: MOSTLY UNSCORED: {rates['unscored_rate']:.0%} of the {2 * len(records)} scores (clarified and orig "
         f"arms) are missing; by role and kind: {reasons or 'no reason recorded'} (metrics unscored_rate_<role>_<kind>)"

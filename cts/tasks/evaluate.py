@@ -31,7 +31,7 @@ from cts.protocol.spend import (
     stop_note,
     within_spend_limit,
 )
-from cts.protocol.unscored import rejected_by_role, unscored_line, unscored_rates
+from cts.protocol.unscored import infra_by_role, rejected_by_role, unscored_line, unscored_rates
 from cts.sweep import orig_share_for, sweep_progress
 from cts.tasks.job import (
     RunInfo,
@@ -276,7 +276,8 @@ def evaluate_task(
             **(ua_fidelity(records, {i.id: i.fused_query for i in dataset.instances}) if ua_audit else {}),
         }
         ci = ci_summary(getattr(dataset, "cluster_field", None), clusters, [r.id for r in records])
-        unscored = unscored_rates(records, rejected_by_role(ended.failures, ended.n_total - ended.n_done))
+        missing = ended.n_total - ended.n_done
+        unscored = unscored_rates(records, rejected_by_role(ended.failures, missing), infra_by_role(ended.failures))
         if tracer is not None:  # traces first: the end's writes then never wait for the writer's lock (SQLite)
             tracking.flush_traces(run.tracking.uri)
         with tracking.deferred_run_data():  # the end's metrics and tags: one store write

@@ -107,7 +107,7 @@ def test_expired_lines_go_again_until_every_line_ran(tmp_path: Path) -> None:
     assert sizes == [3, 2, 1]
 
 
-def test_a_line_that_keeps_failing_is_unscored_with_the_reason(tmp_path: Path) -> None:
+def test_a_line_that_keeps_failing_is_an_infrastructure_failure_with_the_reason(tmp_path: Path) -> None:
     def bad(custom_id: str, body: Any) -> bool:
         return "Mercury 1" in str(body)
 
@@ -117,7 +117,7 @@ def test_a_line_that_keeps_failing_is_unscored_with_the_reason(tmp_path: Path) -
         )
         sizes = [b.size for b in emulator.created_batches]
     failed = replies[1]
-    assert isinstance(failed, CallError) and failed.kind == "batch" and not failed.infra
+    assert isinstance(failed, CallError) and failed.kind == "batch" and failed.infra  # not a result: a rerun sends it
     assert "after 2 batch submission(s)" in failed.message
     assert not isinstance(replies[0], Exception) and not isinstance(replies[2], Exception)
     assert sizes == [3, 1]

@@ -106,6 +106,7 @@ def test_stage_classifies_call_kinds_and_storage_exceptions() -> None:
     assert info(CallError("connection", "refused", "http://x/v1")).kind == "infra"
     assert info(CallError("bad_request", "too long")).kind == "infra"  # rejected requests are no result
     assert info(CallError("client_error", "conflict")).kind == "api_error"
+    assert info(CallError("batch", "no reply after 3 batch submission(s), last: HTTP 500")).kind == "infra"
     assert info(sqlite3.DatabaseError("file is not a database")).kind == "infra"
     assert info(OSError(28, "No space left on device")).kind == "infra"
     assert info(KeyError("bug")).kind == "exception"
@@ -134,16 +135,20 @@ def test_resume_retries_infrastructure_records_of_older_versions(llm_server, tmp
         Record("i1", 1, error=ErrorInfo("clarify", "exception", "DatabaseError: file is not a database")),
         Record("i2", 1, orig=ArmResult("q", error=ErrorInfo("search", "api_error", "search ended in error"))),
         Record("i3", 1, error=ErrorInfo("clarify", "invalid_output", "clarifier: invalid output")),  # a result
+        Record("i4", 1, error=ErrorInfo("answer", "api_error", "batch: m: no reply after 3 batch submission(s)")),
+        Record("i5", 1, error=ErrorInfo("clarify", "api_error", "client_error: HTTP 409 conflict")),  # a result
     ]
     (tmp_path / "job").mkdir()
     (tmp_path / "job" / RECORDS_FILE).write_text("".join(r.to_json() + "\n" for r in old))
     llm_server.handler = lambda body: QUESTIONS
-    records, stop = job(tmp_path, instances(4), llm_roles(llm_server, tmp_path, services))
-    assert stop == "done" and [r.id for r in records] == ["i0", "i1", "i2", "i3"]
-    assert len(llm_server.requests) == 3  # i3 was finished
+    records, stop = job(tmp_path, instances(6), llm_roles(llm_server, tmp_path, services))
+    assert stop == "done" and [r.id for r in records] == ["i0", "i1", "i2", "i3", "i4", "i5"]
+    assert len(llm_server.requests) == 4  # i3 and i5 were finished
     committed = list(read_records(tmp_path / "job" / RECORDS_FILE))
-    assert sorted(r.id for r in committed) == ["i0", "i1", "i2", "i3"] and all(r.infra_error is None for r in committed)
-    assert sorted(r.id for r in read_records(tmp_path / "job" / RETRIED_FILE)) == ["i0", "i1", "i2"]
+    assert sorted(r.id for r in committed) == [f"i{i}" for i in range(6)] and all(
+        r.infra_error is None for r in committed
+    )
+    assert sorted(r.id for r in read_records(tmp_path / "job" / RETRIED_FILE)) == ["i0", "i1", "i2", "i4"]
 
 
 # ---------------------------------------------------------------- circuit breaker

@@ -5,7 +5,13 @@ from __future__ import annotations
 import math
 
 from cts.core.records import ArmResult, ErrorInfo, Record
-from cts.protocol.unscored import mostly_unscored_note, rejected_by_role, unscored_line, unscored_rates
+from cts.protocol.unscored import (
+    infra_by_role,
+    mostly_unscored_note,
+    rejected_by_role,
+    unscored_line,
+    unscored_rates,
+)
 
 
 def arm(score: float | None, stage: str = "judge", kind: str = "invalid_output") -> ArmResult:
@@ -52,3 +58,27 @@ def test_more_than_half_unscored_says_so_with_the_top_reasons() -> None:
     line = unscored_line(unscored_rates(RECORDS))
     assert line is not None and line.startswith("unscored: 67% of the scores (")
     assert mostly_unscored_note(RECORDS[:1] + RECORDS[1:2]) is None  # 2 of 4: not more than half
+
+
+def test_infrastructure_failures_are_named_so_never_rejected() -> None:
+    failures = [
+        {"id": "4", "stage": "answer", "kind": "infra", "message": "batch: gpt: no reply after 3 batch submission(s)"},
+        {"id": "5", "stage": "judge", "kind": "infra", "message": "server_error: claude after 6 attempt(s): HTTP 500"},
+        {"id": None, "kind": "request_rejected", "role": "rewriter", "message": "HTTP 400 ..."},
+    ]
+    # 3 instances missing: 2 failed on infrastructure, 1 the rejection stopped
+    assert infra_by_role(failures) == {"ua": 1, "judge": 1} and rejected_by_role(failures, 3) == {"rewriter": 1}
+    rates = unscored_rates(RECORDS[:1], rejected_by_role(failures, 3), infra_by_role(failures))
+    assert rates["unscored_rate"] == 6 / 8 and rates["unscored_rate_ua_infra"] == 2 / 8
+    assert rates["unscored_rate_judge_infra"] == 2 / 8 and rates["unscored_rate_rewriter_rejected"] == 2 / 8
+    assert rates["unscored_rate_ua_rejected"] == 0.0 and rates["unscored_rate_judge_rejected"] == 0.0
+    line = unscored_line(rates)
+    assert line is not None and "ua infrastructure failure 25%" in line and "ua rejected" not in line
+
+
+def test_an_older_version_s_record_of_a_failed_batch_line_counts_as_infra() -> None:
+    lost = ErrorInfo(
+        "judge", "api_error", "batch: anthropic/claude: no reply after 3 batch submission(s), last: HTTP 500"
+    )
+    rates = unscored_rates([record(1, arm(None, "judge", "api_error"), ArmResult("q", error=lost))])
+    assert rates["unscored_rate_judge_infra"] == 1 / 2 and rates["unscored_rate_judge_rejected"] == 1 / 2

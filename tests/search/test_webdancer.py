@@ -411,6 +411,31 @@ def test_rerun_with_warm_caches_sends_no_request(tmp_path, llm_server, web):
     assert services.memo("tool_cache", lambda: None).counters() == {"tool_cache_hits": 3, "tool_cache_misses": 0}
 
 
+def test_a_search_or_page_that_failed_transiently_is_not_cached_and_a_rerun_fetches_it_once(tmp_path, llm_server, web):
+    paris = web.url + "/paris"
+    turns = [tool_call("search", query=["capital of France"]), tool_call("visit", url=[paris], goal="首都"), ANSWER]
+
+    def handler(body: dict) -> Any:  # the agent's n-th turn, whatever the tool results were
+        if body["messages"][0]["role"] != "system":
+            return SUMMARY
+        return turns[min(sum(m["role"] == "assistant" for m in body["messages"]), len(turns) - 1)]
+
+    llm_server.handler = handler
+    web.route("POST", "/search", (500, "text/plain", "down"))
+    web.route("GET", "/paris", (503, "text/html", "busy"))
+    first = search(make_agent(make_services(tmp_path, llm_server, cache=True), web))
+    assert first.summary["tool_errors"] == 2 and first.summary["tool_cache_hits"] == 0
+    n_seen = len(web.seen)
+    web.route("POST", "/search", (200, "application/json", json.dumps({"organic": []})))
+    web.route("GET", "/paris", (200, "text/html; charset=utf-8", ARTICLE))
+    second = search(make_agent(make_services(tmp_path, llm_server, cache=True), web))
+    assert sorted(s.path for s in web.seen[n_seen:]) == ["/paris", "/search"]  # each failed call again, once
+    assert second.summary["tool_errors"] == 0 and second.summary["tool_cache_hits"] == 0
+    n_seen, n_llm = len(web.seen), len(llm_server.requests)
+    third = search(make_agent(make_services(tmp_path, llm_server, cache=True), web))
+    assert len(web.seen) == n_seen and len(llm_server.requests) == n_llm and third.answer == second.answer
+
+
 def without_cache_flags(value: Any) -> Any:
     """The trace without what legitimately differs on a replay (cache flags, latency, cost, times)."""
     if isinstance(value, dict):

@@ -100,7 +100,9 @@ class Batch:
     max_requests: int = key("requests of a batch that send it", protocol=False, ge=1, le=50000)
     max_wait_s: float = key("seconds the oldest queued request waits before its batch is sent", protocol=False, ge=0)
     poll_s: float = key("seconds between status polls of a batch", protocol=False, gt=0)
-    max_submissions: int = key("sendings of one request before it is unscored", protocol=False, ge=1)
+    max_submissions: int = key(
+        "sendings of one request before it is an infrastructure failure (a rerun sends it again)", protocol=False, ge=1
+    )
     window: Literal["24h"] = key("the completion window asked for", protocol=False)
     dir: str | None = key("the ledger's dir; null = the sweep's dir", protocol=False)
 

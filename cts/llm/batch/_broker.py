@@ -4,9 +4,10 @@ A batched call hands the broker its request and waits on a future. Requests queu
 route (Batch API, endpoint, model, header set); a queue is sent as one batch once it holds
 ``max_requests`` or its oldest request has waited ``max_wait_s``. Each batch is recorded in
 the ledger before it is submitted, then polled every ``poll_s`` until it ends; its replies
-resolve their futures. A request whose line expired, was cancelled or failed with a 429 or
-5xx is queued again, up to ``max_submissions`` sendings; then its caller gets a
-``CallError`` of kind ``batch`` (the instance is unscored, with the reason).
+resolve their futures. A request whose line expired, was cancelled or failed with a 408, 429
+or 5xx is queued again, up to ``max_submissions`` sendings; then its caller gets a
+``CallError`` of kind ``batch``: an infrastructure failure (:data:`cts.core.types.INFRA_CALL_KINDS`),
+never stored as a reply; the instance is not recorded and a rerun sends the request again.
 
 A resumed process reads the ledger once: a request whose key an open batch holds waits for
 that batch (it is polled, never sent again), and replies that nobody in this process waits

@@ -48,7 +48,8 @@ class BatchSettings:
         max_wait_s: ... or once its oldest request has waited this long.
         poll_s: Seconds between status polls of a running batch.
         max_submissions: Submissions of one request: an expired, cancelled or errored line is
-            sent again in a later batch until this many; then the call fails (unscored, with the reason).
+            sent again in a later batch until this many; then the call fails on infrastructure (kind
+            ``batch``: nothing cached or recorded, a rerun sends it again).
         window: The completion window asked for (``24h``, the one both providers offer).
         dir: The ledger's directory; None = the launch's dir (a sweep's dir, a single run's dir).
     """

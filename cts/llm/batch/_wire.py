@@ -48,7 +48,7 @@ class Outcome:
 
     Attributes:
         response: The OpenAI-shaped response (what the live transport returns), or None.
-        retry: Whether sending the request again may succeed (expired, cancelled, 429, 5xx).
+        retry: Whether sending the request again may succeed (expired, cancelled, 408, 429, 5xx).
         error: An exception the caller gets when the request is not sent again.
     """
 
@@ -171,13 +171,27 @@ def _openai_outcome(line: Mapping[str, Any]) -> Outcome:
 
 
 def _http_outcome(status: int, body: str) -> Outcome:
-    """A line that failed with an HTTP status: 429 and 5xx may pass when sent again, 4xx will not."""
-    return Outcome(retry=status == 429 or status >= 500, error=HTTPStatusError(status, {}, body))
+    """A line that failed with an HTTP status: 408, 429 and 5xx may pass when sent again, other 4xx will not."""
+    return Outcome(retry=status in (408, 429) or status >= 500, error=HTTPStatusError(status, {}, body))
 
 
 def _jsonl(data: bytes | str) -> list[dict[str, Any]]:
     text = data.decode("utf-8") if isinstance(data, bytes) else data
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+_ANTHROPIC_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+"""The HTTP status of an errored result's error type (https://docs.anthropic.com/en/api/errors); others: 500."""
 
 
 class AnthropicWire:
@@ -250,9 +264,7 @@ class AnthropicWire:
             return Outcome(retry=True, error=RuntimeError(f"batch_{kind}"))
         error = result.get("error") or {}
         inner = (error.get("error") or error) if isinstance(error, Mapping) else {}
-        status = {"invalid_request_error": 400, "rate_limit_error": 429, "overloaded_error": 529}.get(
-            str(inner.get("type")), 500
-        )
+        status = _ANTHROPIC_STATUS.get(str(inner.get("type")), 500)
         return _http_outcome(status, json.dumps(error, ensure_ascii=False))
 
     async def find(self, route: Route, key: str | None, local_id: str) -> str | None:
