@@ -77,7 +77,9 @@ def coverage(
 
 
 if __name__ == "__main__":  # the table in docs/judges.md: python -m tests.agreement.synthetic
-    print("| labelled | n labelled | judge-only 95% CI covers | PPI++ 95% CI covers | PPI++ width | labels-only width |")
+    print(
+        "| labelled | n labelled | judge-only 95% CI covers | PPI++ 95% CI covers | PPI++ width | labels-only width |"
+    )
     print("|---|---|---|---|---|---|")
     for frac in (0.05, 0.10, 0.25):
         c = coverage(frac)

@@ -28,4 +28,3 @@ def test_ppi_covers_the_human_mean_where_the_judge_alone_does_not(fraction: floa
     assert found.judge_only < 0.5  # measured 0.0 at every fraction: the bias dwarfs the judge's own noise
     assert 0.93 <= found.ppi <= 0.97  # measured 94.0%, 94.8%, 95.1% at 5%, 10%, 25% labelled
     assert found.ppi_width < found.classical_width  # the judge's scores narrow what the labels alone give
-
