@@ -137,7 +137,8 @@ def queue_main(argv: Sequence[str]) -> int:
     strata = len({u.stratum(stratify) for u in drawn})
     print(f"review queue: {len(drawn)} unit(s) from {strata} strata ({','.join(stratify)}), seed {args.seed}")
     print(f"MLflow: {len(tags)} trace(s) tagged {tracking.REVIEW_TAG}=todo in {uri}")
-    print(f"  in the UI: the experiment's Traces, search  tags.{tracking.REVIEW_TAG} = 'todo'")
-    print("  label each nugget as a feedback named nugget.<id> (the clarified answer) or orig.nugget.<id> (orig),")
-    print("  value full, partial or none; then: python -m cts.agreement " + str(args.sweep))
+    print(f"  the UI: experiment's Traces > Filters > Tag {tracking.REVIEW_TAG} = todo")
+    print(f"  the API: mlflow.search_traces(filter_string=\"tags.{tracking.REVIEW_TAG} = 'todo'\")")
+    print("  label each nugget as human feedback nugget.<id> (the clarified answer) or orig.nugget.<id> (orig),")
+    print(f"  a string full, partial or none (docs/judges.md); then: python -m cts.agreement {args.sweep}")
     return 0
