@@ -74,7 +74,7 @@ def _one(
     arm = orig if match["orig"] else clarified
     if arm is None:
         return None, f"{where}: nugget {nugget} = {value!r}: an orig job's trace has only orig.nugget.<id> labels"
-    return HumanLabel(instance, arm, nugget, label, str(a.source_id or "anonymous")), None  # type: ignore[arg-type]  # checked above
+    return HumanLabel(instance, arm, nugget, label, str(a.source_id or "anonymous")), None
 
 
 def labels_from_assessments(

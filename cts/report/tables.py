@@ -74,8 +74,10 @@ def scores_table(scores: pd.DataFrame) -> Table:
 
 _DELTA_COLS = ("k", "system", "mode", "n_paired", "delta", "delta_ci_low", "delta_ci_high")
 _TEST_COLS = ("p_value", "p_holm", "p_test", "n_clusters", "design_effect", "cluster_field")
-_PPI_COLS = ("mean", "n_labelled", "score_ppi", "score_ppi_low", "score_ppi_high", "n_labelled_delta", "delta_ppi")
-_PPI_COLS += ("delta_ppi_low", "delta_ppi_high")
+_PPI_COLS = (
+    *("mean", "n_labelled", "score_ppi", "score_ppi_low", "score_ppi_high"),
+    *("n_labelled_delta", "delta_ppi", "delta_ppi_low", "delta_ppi_high"),
+)
 _PPI_CAPTION = (
     "PPI: prediction-powered (PPI++) mean and Δ of the human restore_score_100, from the judge's scores of "
     "every instance corrected by its gap to people's labels on the n labelled instances (cts.report.ppi)."

@@ -94,7 +94,7 @@ def judge_probes_task(
         repeat: The repeat index the ``repeat`` probe calls as (its own cache key).
         seed: Seed of the shuffles, the padding choice and the bootstrap.
         concurrency: Judge calls in flight at once.
-        anchor_instances: The first N instances of ``gold`` the anchors probe (None: all).
+        anchor_instances: The first N instances the anchors probe (None: all): of the source's, or of ``gold``.
     """
     boot: dict[str, Any] = {
         "n_resamples": int(bootstrap["n_resamples"]),
@@ -103,9 +103,12 @@ def judge_probes_task(
     }
     answer_probes = [p for p in probes if p not in ANCHORS]
     tables, metrics = [], {}
+    probed = dict(gold)
     with tracked_task(run, "judge_probes"):  # an infrastructure failure stops the analysis: exit 1
         if answer_probes:
             jobs = select_budgets(load_jobs(source or [], run.tracking.uri), budgets)
+            seen = {r.id for j in jobs for r in j.records}
+            probed = {i: g for i, g in gold.items() if i in seen}  # the anchors on the sweep's instances too
             clusters = {i: c for j in jobs for i, c in j.clusters.items()}
             found = run_loop(
                 probe_all(
@@ -117,7 +120,7 @@ def judge_probes_task(
             tables.append(probe_table(rows, judge_name, boot["confidence"]))
             metrics.update(probe_metrics(rows))
         if anchors := [p for p in probes if p in ANCHORS]:
-            probed = dict(list(gold.items())[:anchor_instances])
+            probed = dict(list(probed.items())[:anchor_instances])
             rows = anchor_rows(run_loop(anchor_scores(probed, judge, anchors, concurrency)), **boot)
             tables.append(anchor_table(rows, judge_name, boot["confidence"]))
             metrics.update(
