@@ -1,6 +1,12 @@
-"""Import human nugget labels for a finished sweep and report each judge's agreement with people.
+"""Human nugget labels of a finished sweep: each judge's agreement with people, and prediction-powered scores.
 
+    python -m cts.agreement queue outputs/multirun/2025-01-01_12-00-00 --n 60   # the review queue in MLflow
+    python -m cts.agreement outputs/multirun/2025-01-01_12-00-00                # the labels people recorded there
     python -m cts.agreement outputs/multirun/2025-01-01_12-00-00 --labels labels.jsonl
+
+Without ``--labels`` the labels are the HUMAN assessments on the sweep's instance traces
+(:mod:`cts.agreement.store`; ``--export labels.jsonl`` writes them in the file format); the queue
+is :mod:`cts.agreement.queue`.
 
 The labels (JSONL or CSV: instance, arm, nugget, label, annotator; :mod:`cts.data.human_labels`)
 are checked against the sweep (every instance, arm and nugget must be one of its own) and kept
@@ -10,7 +16,9 @@ on. The tables (:mod:`cts.report.agreement`) go to ``<sweep>/agreement/`` (``agr
 CSV, Markdown, LaTeX per table); each job run gets its judge's numbers against the annotators'
 majority as metrics (``human_kappa``, ``human_alpha``, ``human_score_shift`` ...), and each of its
 instance traces the human labels as expectations (``human_labels.<annotator>``, source ``HUMAN``).
-No model is called.
+Each system gets its prediction-powered restore_score_100 and Δ vs orig (:mod:`cts.report.ppi`):
+a table here, Table 3's PPI columns in the sweep report, metrics ``score_ppi``, ``delta_ppi`` (with
+``_low``/``_high``) and ``n_labelled`` on its job run. No model is called.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from cts.data.human_labels import HumanLabel, LabelsError, import_labels, read_labels
+from cts.data.human_labels import HumanLabel, LabelsError, import_labels, read_labels, write_labels
 from cts.report.agreement import (
     MAJORITY,
     Agreement,
@@ -31,7 +39,8 @@ from cts.report.agreement import (
     judge_name,
     label_problems,
 )
-from cts.report.jobs import Job, load_jobs
+from cts.report.jobs import Job
+from cts.report.ppi import ppi_metrics, ppi_rows, ppi_table
 from cts.report.rows import Bootstrap
 from cts.report.tables import Table, markdown, write_table
 
@@ -107,7 +116,10 @@ def expectations(jobs: Sequence[Job], inp: Agreement) -> Iterator[tuple[str, str
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m cts.agreement", description=__doc__.split("\n")[0])
     p.add_argument("sweep", type=Path, help="a finished sweep dir (or one job dir)")
-    p.add_argument("--labels", type=Path, required=True, help="human labels, JSONL or .csv")
+    p.add_argument(
+        "--labels", type=Path, default=None, help="human labels, JSONL or .csv (default: the MLflow store's)"
+    )
+    p.add_argument("--export", type=Path, default=None, help="write the store's labels to this JSONL file")
     p.add_argument("--n-resamples", type=int, default=10_000)
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--seed", type=int, default=0)
@@ -117,33 +129,85 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _errors(lines: Sequence[str]) -> int:
+    print("\n".join(f"error: {p}" for p in lines), file=sys.stderr)
+    return 1
+
+
+def _file_labels(
+    path: Path, jobs: Sequence[Job], weights: Mapping[str, Mapping[str, int]]
+) -> list[str] | list[HumanLabel]:
+    try:
+        labels = read_labels(path)
+    except (LabelsError, FileNotFoundError) as e:
+        return list(getattr(e, "problems", [str(e)]))
+    return [f"{path}: {p}" for p in problems] if (problems := label_problems(labels, jobs, weights)) else list(labels)
+
+
+def _store_labels(
+    args: argparse.Namespace, jobs: Sequence[Job], weights: Mapping[str, Mapping[str, int]]
+) -> list[str] | list[HumanLabel]:
+    from cts.agreement.store import store_labels, sweep_jobs_and_store
+
+    found = sweep_jobs_and_store(args.sweep, args.tracking_uri)
+    if isinstance(found, str):
+        return [found.removeprefix("error: ")]
+    labels, problems = store_labels(jobs, found[1], weights)
+    if problems:
+        return problems
+    if not labels:
+        return [
+            f"no human label on the traces of {args.sweep} in {found[1]}: draw a queue "
+            f"(python -m cts.agreement queue {args.sweep}) and label it in MLflow (docs/judges.md), or pass --labels"
+        ]
+    if args.export:
+        print(f"-> {write_labels(labels, args.export)} ({len(labels)} labels)")
+    return labels
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m cts.agreement <sweep> --labels <file>``: exit 1 with one line per problem of the labels."""
+    """``python -m cts.agreement [queue] <sweep> ...``: exit 1 with one ``error:`` line per problem of the labels."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["queue"]:
+        from cts.agreement.queue import queue_main
+
+        return queue_main(argv[1:])
     args = _parser().parse_args(argv)
+    from cts.report.jobs import load_jobs
+
     jobs = load_jobs(args.sweep)
     if not jobs:
-        print(f"error: no finished job found in {args.sweep}", file=sys.stderr)
-        return 1
-    try:
-        labels = read_labels(args.labels)
-    except (LabelsError, FileNotFoundError) as e:
-        print("\n".join(f"error: {p}" for p in getattr(e, "problems", [str(e)])), file=sys.stderr)
-        return 1
+        return _errors([f"no finished job found in {args.sweep}"])
+    if args.labels and args.export:
+        return _errors(["--export writes the store's labels: leave out --labels"])
     weights = sweep_weights(jobs)
-    if problems := label_problems(labels, jobs, weights):
-        print("\n".join(f"error: {args.labels}: {p}" for p in problems), file=sys.stderr)
-        return 1
-    inp = agreement_of(jobs, labels, weights)
+    labels = _file_labels(args.labels, jobs, weights) if args.labels else _store_labels(args, jobs, weights)
+    if not labels or isinstance(labels[0], str):
+        return _errors([str(x) for x in labels])
+    found = [x for x in labels if isinstance(x, HumanLabel)]
+    inp = agreement_of(jobs, found, weights)
     tables = agreement_report(inp, Bootstrap(args.n_resamples, args.confidence, args.seed), args.kappa_weights)
-    page = write_outputs(args.sweep, labels, weights, tables)
+    ppi = ppi_rows(jobs, inp, args.confidence)
+    tables.append(ppi_table(ppi, args.confidence))
+    page = write_outputs(args.sweep, found, weights, tables)
     if not args.no_log:
-        _log(jobs, inp, tables, args.tracking_uri)
+        _log(jobs, inp if args.labels else None, tables, ppi_metrics(ppi), args.tracking_uri)
     print(page.read_text(encoding="utf-8"))
+    print(
+        f"n_labelled: {', '.join(f'{s} k{k} {int(n)}' for s, k, n in zip(ppi['system'], ppi['k'], ppi['n_labelled']))}"
+    )
     print(f"-> {page}")
     return 0
 
 
-def _log(jobs: Sequence[Job], inp: Agreement, tables: Sequence[Table], uri: str | None) -> None:
+def _log(
+    jobs: Sequence[Job],
+    inp: Agreement | None,
+    tables: Sequence[Table],
+    ppi: Mapping[str, Mapping[str, float]],
+    uri: str | None,
+) -> None:
+    """Metrics on the job runs; a labels file's labels (``inp``) also as expectations on their traces."""
     from cts import tracking
 
     stored = [json.loads((Path(j.job_dir) / "summary.json").read_text()).get("tracking_uri") for j in jobs]
@@ -151,5 +215,8 @@ def _log(jobs: Sequence[Job], inp: Agreement, tables: Sequence[Table], uri: str 
     if uri is None:
         print("no tracking URI: nothing logged to MLflow (--tracking-uri)", file=sys.stderr)
         return
-    n = tracking.log_to_runs(uri, run_metrics(jobs, tables), expectations(jobs, inp))  # type: ignore[arg-type]  # yields Assessed (imported lazily)
+    metrics = run_metrics(jobs, tables)
+    for run_id, values in ppi.items():
+        metrics[run_id] = {**metrics.get(run_id, {}), **values}
+    n = tracking.log_to_runs(uri, metrics, expectations(jobs, inp) if inp is not None else ())  # type: ignore[arg-type]  # yields Assessed (imported lazily)
     print(f"MLflow: metrics on {len(jobs)} job run(s), {n} expectation(s) on their instance traces")

@@ -208,6 +208,7 @@ class LaunchCallbacks(Callback):
             raise
 
     def _before_sweep(self, config: DictConfig) -> None:
+        from cts.compose.anchor_check import check_anchors
         from cts.compose.app import (
             check_start,
             preflight_problems_of,
@@ -237,6 +238,7 @@ class LaunchCallbacks(Callback):
         warn_unapplied_params(jobs)  # a response_format the model's request rules drop or reshape
         probe_endpoints(jobs, launch.preflight)  # every distinct endpoint of the sweep, once
         probe_completions(jobs, launch.preflight)  # one minimal completion per distinct request of the sweep
+        check_anchors(jobs, launch.preflight)  # an LLM judge must score an empty answer 0 and the gold 100
         launch.plan = before_launch(config, launch, [task_groups(job) for job in jobs])  # plan=true: forecast, limit
         if launch.plan.stop:  # plan=only: the forecast and the command that runs the sweep; nothing else
             print("\n".join(launch.plan.stop), flush=True)
@@ -252,6 +254,7 @@ class LaunchCallbacks(Callback):
     def _before_run(self, config: DictConfig) -> None:
         if uri := traced_store(config):  # MLflow's import (~2 s) on the other core during the checks
             tracking.start_trace_writer(uri, open_store=False)
+        from cts.compose.anchor_check import check_anchors
         from cts.compose.app import (
             check_start,
             preflight,
@@ -274,6 +277,7 @@ class LaunchCallbacks(Callback):
         warn_unapplied_params([config])
         probe_endpoints([config], launch.preflight)  # before the store: a dead endpoint fails fast, creates nothing
         probe_completions([config], launch.preflight)
+        check_anchors([config], launch.preflight)
         if config.tracking.instance_traces:  # after the checks: the writer opens (creates) the store
             tracking.start_trace_writer(config.tracking.uri)
         tracking.prepare_store(config.tracking.uri)

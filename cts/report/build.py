@@ -19,6 +19,7 @@ from cts.report.beyond import extra_report
 from cts.report.jobs import NO_MODE, Job, load_jobs
 from cts.report.personas import persona_report
 from cts.report.plots import plot_scores, plot_unknown_vs_region
+from cts.report.ppi import PPI_METRICS, imported_ppi, with_ppi
 from cts.report.repeats import design_report
 from cts.report.rows import Bootstrap, diagnostic_rows, score_rows
 from cts.report.tables import Table, build_tables, markdown, write_table
@@ -71,6 +72,7 @@ def sweep_metrics(scores: pd.DataFrame, diag: pd.DataFrame) -> dict[str, float]:
             ("delta_ci_low", "delta_ci_low"),
             ("delta_ci_high", "delta_ci_high"),
             ("delta_p_holm", "p_holm"),
+            *((c, c) for c in PPI_METRICS),
         ):
             if col in row:
                 out[key(name, row)] = float(row[col])
@@ -101,6 +103,7 @@ def _write_report(
 ) -> ReportResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     scores, diag = score_rows(jobs, bootstrap, p_value), diagnostic_rows(jobs)
+    scores = with_ppi(scores, imported_ppi(source, jobs, bootstrap.confidence))  # once people labelled a sample
     tables = build_tables(scores, diag, bootstrap.confidence)
     files = [p for t in tables for p in write_table(t, out_dir)]
     files.append(plot_scores(scores, out_dir / "score_vs_k.png"))

@@ -74,6 +74,14 @@ def scores_table(scores: pd.DataFrame) -> Table:
 
 _DELTA_COLS = ("k", "system", "mode", "n_paired", "delta", "delta_ci_low", "delta_ci_high")
 _TEST_COLS = ("p_value", "p_holm", "p_test", "n_clusters", "design_effect", "cluster_field")
+_PPI_COLS = (
+    *("mean", "n_labelled", "score_ppi", "score_ppi_low", "score_ppi_high"),
+    *("n_labelled_delta", "delta_ppi", "delta_ppi_low", "delta_ppi_high"),
+)
+_PPI_CAPTION = (
+    "PPI: prediction-powered (PPI++) mean and Δ of the human restore_score_100, from the judge's scores of "
+    "every instance corrected by its gap to people's labels on the n labelled instances (cts.report.ppi)."
+)
 _P_TESTS = {"bootstrap": "paired bootstrap", "permutation": "paired sign-flip permutation"}
 
 
@@ -87,8 +95,8 @@ def delta_ci_table(scores: pd.DataFrame, confidence: float) -> Table:
     A job whose dataset names clusters (``dataset.cluster_field``) has a cluster bootstrap
     CI and p-value, and the table gains its cluster count and design effect.
     """
-    data = scores[scores["mode"] != NO_MODE][[*_DELTA_COLS, *(c for c in _TEST_COLS if c in scores)]]
-    data = data.reset_index(drop=True)
+    extra = [c for c in _TEST_COLS if c in scores] + (list(_PPI_COLS) if "score_ppi" in scores else [])
+    data = scores[scores["mode"] != NO_MODE][[*_DELTA_COLS, *extra]].reset_index(drop=True)
     pct = f"{confidence:.0%}"
     display = pd.DataFrame(
         {
@@ -105,8 +113,28 @@ def delta_ci_table(scores: pd.DataFrame, confidence: float) -> Table:
     if clustered:
         display["clusters"] = data["n_clusters"].map(_count)
         display["deff"] = data["design_effect"].map(lambda v: _num(v, 2))
+    caption = _delta_caption(data, pct, clustered)
+    if "score_ppi" in data:
+        display, caption = _with_ppi(display, data, pct), f"{caption} {_PPI_CAPTION}"
     display = _with_mode(display, data)
-    return Table("delta_ci", _delta_caption(data, pct, clustered), data, display.reset_index(drop=True))
+    return Table("delta_ci", caption, data, display.reset_index(drop=True))
+
+
+def _with_ppi(display: pd.DataFrame, data: pd.DataFrame, pct: str) -> pd.DataFrame:
+    """Table 3's prediction-powered columns beside the judge-only ones."""
+
+    def ci(name: str, fmt: Any) -> list[str]:
+        return [
+            f"{fmt(v)} [{_num(lo)}, {_num(hi)}]" if math.isfinite(v) else "–"
+            for v, lo, hi in zip(data[name], data[f"{name}_low"], data[f"{name}_high"])
+        ]
+
+    out = display.copy()
+    out["mean (judge)"] = data["mean"].map(_num)
+    out["n labelled"] = data["n_labelled"].map(_count)
+    out[f"mean PPI [{pct} CI]"] = ci("score_ppi", _num)
+    out[f"Δ PPI [{pct} CI]"] = ci("delta_ppi", _signed)
+    return out
 
 
 def _delta_caption(data: pd.DataFrame, pct: str, clustered: bool) -> str:

@@ -26,7 +26,15 @@ from cts.tracking import _batch
 from cts.tracking._assessments import Assessed, log_assessments, trace_ids_of_runs
 from cts.tracking._batch import deferred_run_data
 from cts.tracking._datasets import dataset_digest, dataset_rows, log_dataset_input
-from cts.tracking._human import log_to_runs
+from cts.tracking._human import (
+    REVIEW_ARMS_TAG,
+    REVIEW_TAG,
+    StoredAssessment,
+    human_assessments,
+    instance_traces,
+    log_to_runs,
+    tag_traces,
+)
 from cts.tracking._instance import InstanceTraces, log_instance_trace
 from cts.tracking._requests import REQUEST_AUDIT_FILE, log_request_audit, request_tag
 from cts.tracking._store import (
@@ -46,6 +54,12 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "RECORDS_TABLE",
+    "REVIEW_ARMS_TAG",
+    "REVIEW_TAG",
+    "StoredAssessment",
+    "human_assessments",
+    "instance_traces",
+    "tag_traces",
     "REQUEST_AUDIT_FILE",
     "log_request_audit",
     "request_tag",

@@ -2,13 +2,17 @@
 
 Used by ``python -m cts.agreement``: the judge's agreement with people becomes metrics of each
 job run, and the human labels expectations (ground truth, source ``HUMAN``) on each instance's trace.
+The review queue tags traces (:data:`REVIEW_TAG`); :func:`human_assessments` reads back the labels
+people recorded in MLflow's trace view.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from cts.tracking._assessments import Assessed, log_assessments, trace_ids_of_runs
 from cts.tracking._store import mlflow_module, prepare_store
@@ -50,3 +54,70 @@ def log_to_runs(
             log_assessments(traces[key], found)
             logged += len(found)
     return logged
+
+
+REVIEW_TAG = "cts.review"
+"""The tag of a trace in the review queue (``todo``); :data:`REVIEW_ARMS_TAG` names the answers to label."""
+REVIEW_ARMS_TAG = "cts.review_arms"
+
+
+@dataclass(frozen=True)
+class StoredAssessment:
+    """One HUMAN-source assessment found on an instance trace of a run."""
+
+    trace_id: str
+    run_id: str
+    instance_id: str
+    name: str
+    value: Any
+    source_id: str
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+def _client(uri: str) -> Any:
+    mlflow = mlflow_module()
+    prepare_store(uri)
+    mlflow.set_tracking_uri(uri)
+    return mlflow.MlflowClient(tracking_uri=uri)
+
+
+def instance_traces(uri: str, run_ids: Sequence[str]) -> dict[tuple[str, str], str]:
+    """``(run id, instance id) -> trace id`` of the runs' per-instance traces in the store at ``uri``."""
+    _client(uri)
+    return trace_ids_of_runs(run_ids)
+
+
+def tag_traces(uri: str, tags: Mapping[str, Mapping[str, str]]) -> int:
+    """Set tags on traces (trace id -> tag -> value); how many traces were tagged."""
+    client = _client(uri)
+    for trace_id, values in tags.items():
+        for key, value in values.items():
+            client.set_trace_tag(trace_id, key, value)
+    return len(tags)
+
+
+def human_assessments(uri: str, run_ids: Sequence[str]) -> list[StoredAssessment]:
+    """Every valid HUMAN-source assessment (feedback or expectation) on the runs' per-instance traces.
+
+    An assessment a later one overrides (an edit in the UI) is not valid, and is left out.
+    """
+    mlflow = mlflow_module()
+    client = _client(uri)
+    found: list[StoredAssessment] = []
+    for run_id in dict.fromkeys(r for r in run_ids if r):
+        try:
+            experiment = client.get_run(run_id).info.experiment_id
+        except Exception:  # noqa: BLE001 - a run of another store, or deleted: it has no traces here
+            continue
+        traces = mlflow.search_traces(locations=[experiment], run_id=run_id, return_type="list", include_spans=False)
+        for t in traces:
+            instance = t.info.tags.get("cts.instance_id")
+            for a in t.info.assessments or ():
+                if instance and a.valid is not False and str(a.source.source_type) == "HUMAN":
+                    value = a.feedback.value if a.feedback is not None else getattr(a.expectation, "value", None)
+                    found.append(
+                        StoredAssessment(
+                            t.info.trace_id, run_id, instance, a.name, value, a.source.source_id, dict(a.metadata or {})
+                        )
+                    )
+    return found

@@ -149,5 +149,8 @@ def test_the_task_on_an_offline_sweep(tmp_path: Path, offline_jobs: dict[int, Pa
     assert float(rows["shuffle"]["flip_rate"]) == 0.0 and float(rows["shuffle"]["score_shift"]) == 0.0
     assert float(rows["repeat"]["flip_rate"]) == 0.0
     assert float(rows["pad"]["score_shift"]) >= 0.0
+    with (out / "judge_anchors.csv").open(encoding="utf-8") as f:
+        anchors = {r["probe"]: float(r["score"]) for r in csv.DictReader(f)}
+    assert anchors == {"empty": 0.0, "gold": 100.0}  # the lexical judge passes both anchors exactly
     metrics = json.loads((out / "robustness_metrics.json").read_text())
-    assert metrics["flip_rate.shuffle"] == 0.0
+    assert metrics["flip_rate.shuffle"] == 0.0 and metrics["anchor_score.gold"] == 100.0

@@ -44,13 +44,13 @@ JOB_BOUND_S = 300
 other work (the server used about 70 CPU-s), while one uncapped role (up to 8,192 tokens a call, about
 40 tokens/s) would take several minutes by itself."""
 ROLE_CAPS = {32, 48, 64, 128, 256}
-"""The output caps conf/experiment/local_llm.yaml sets per role (qtyper, UA, rewriter, clarifier and
-judge, a WebDancer turn or page summary)."""
-CALLED_ROLES = ("clarifier", "ua", "qtyper", "search", "judge")
+"""The output caps conf/experiment/local_llm.yaml sets per role (qtyper, UA, rewriter, clarifier,
+a WebDancer turn or page summary)."""
+CALLED_ROLES = ("clarifier", "ua", "qtyper", "search")
 """Roles every instance reaches: the clarifier's reply is shaped into k questions, and the orig arm always runs.
 The rewriter is reached only when every UA answer parses (asserted per record)."""
 SCHEMA_ROLES = {"clarifier": ["questions"], "ua": ["answer"], "rewriter": ["query"], "qtyper": ["types"]}
-"""The JSON object each role's schema asks for (its required keys); the judge's keys are its nugget ids."""
+"""The JSON object each role's schema asks for (its required keys); the judge is the lexical one (no call)."""
 
 
 def require_local_llm() -> None:
@@ -242,10 +242,35 @@ def test_every_role_sent_its_schema_in_the_servers_form_and_the_model_ran_in_its
         by_role.setdefault(",".join(schema["required"]), []).append(schema)
     for keys in SCHEMA_ROLES.values():
         assert ",".join(keys) in by_role, sorted(by_role)
-    labels = [
-        s for keys, group in by_role.items() for s in group if keys not in {",".join(v) for v in SCHEMA_ROLES.values()}
+    assert set(by_role) == {",".join(v) for v in SCHEMA_ROLES.values()}  # no judge call: the preset's judge is lexical
+
+
+@pytest.mark.slow
+@pytest.mark.serial
+def test_smollm2_as_judge_fails_the_anchor_check_before_any_job(tmp_path: Path, cache_dir: Path) -> None:
+    """``judge=smollm2_135m`` on the preset: the pre-flight says what it calls, scores the anchors, and stops."""
+    require_local_llm()
+    args = [
+        "experiment=local_llm",
+        "judge=smollm2_135m",
+        f"paths.cache_dir={cache_dir}",
+        f"hydra.run.dir={tmp_path / 'job'}",
     ]
-    assert labels and all(p["enum"] == ["full", "partial", "none"] for s in labels for p in s["properties"].values())
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "run.py"), *args, f"paths.output_root={tmp_path / 'out'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"},
+    )
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr[-3000:]
+    assert errors[0].startswith("error: judge smollm2_135m fails the anchor check: ")
+    said = proc.stderr.index("cts pre-flight: anchor check of judge smollm2_135m: 6 judge calls on 3 instance(s)")
+    assert said < proc.stderr.index("cts pre-flight: judge smollm2_135m anchors: empty ") < proc.stderr.index(errors[0])
+    assert not (tmp_path / "job" / "records.jsonl").exists()  # no job ran
 
 
 @pytest.mark.slow  # not serial: no wall-time bound; the signal lands once the server is up, long before the job ends

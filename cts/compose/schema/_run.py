@@ -22,6 +22,16 @@ class Bootstrap:
 
 
 @dataclass(frozen=True)
+class JudgeAnchors:
+    """``judge_anchors``: the anchor probes of an LLM judge at the pre-flight (:mod:`cts.compose.anchor_check`)."""
+
+    check: bool = key("probe an LLM judge's anchors before the jobs", protocol=False)
+    instances: int = key("instances probed (two judge calls each)", protocol=False, ge=1)
+    empty_max: float = key("restore_score_100 an empty answer may get", protocol=False, ge=0, le=100)
+    gold_min: float = key("restore_score_100 the gold nuggets' own text must get", protocol=False, ge=0, le=100)
+
+
+@dataclass(frozen=True)
 class Plan:
     """``plan``: the forecast of a sweep's calls, tokens, USD and time before it runs (``plan=true``)."""
 
@@ -179,6 +189,7 @@ class Config:
     debug: bool = key("bad input ends with its traceback", protocol=False)
     services: Services = key("the shared services")
     bootstrap: Bootstrap = key("the bootstrap settings")
+    judge_anchors: JudgeAnchors = key("the judge's anchor check at the pre-flight", protocol=False)
     plan: Plan = key("plan before you pay", protocol=False, check=_PLAN)
     tracking: Tracking = key("the MLflow settings", protocol=False)
     paths: Any = key("where inputs, outputs and caches are", protocol=False)
