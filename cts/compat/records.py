@@ -1,0 +1,78 @@
+"""Records (``records.jsonl`` lines) of older versions, read in today's form.
+
+:func:`upgrade_record` renames what a line of an older version names differently (the clarified
+arm stored as ``system``, the search end reasons ``call_budget`` / ``context_budget``);
+:func:`infra_as_written_before` recognises the infrastructure failures older versions committed
+as results, so that a resume runs those instances again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from cts.core.types import INFRA_CALL_KINDS, INFRA_EXCEPTION_NAMES
+
+OLD_END_REASONS: Mapping[str, str] = {"call_budget": "call_limit", "context_budget": "context_limit"}
+"""Search end reasons as older versions wrote them -> today's."""
+
+OLD_CLARIFIED_KEY = "system"
+"""The key of the clarified arm in records written before the arm was renamed."""
+
+OLD_SEARCH_ERROR = "search ended in error"
+"""What older versions wrote when a deep-search run ended on a failed call mid-episode."""
+
+
+def end_reason(reason: Any) -> Any:
+    """A search end reason in today's names (older records say ``call_budget``, ``context_budget``)."""
+    return OLD_END_REASONS.get(reason, reason) if isinstance(reason, str) else reason
+
+
+def upgrade_record(d: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A record line (after ``json.loads``) in today's form: ``d`` itself when it already is."""
+    named = d.get("arms") or {}
+    if OLD_CLARIFIED_KEY not in d and not any(map(_old_arm, (d.get("clarified"), d.get("orig"), *named.values()))):
+        return d
+    out = {k: v for k, v in d.items() if k != OLD_CLARIFIED_KEY}
+    out["clarified"] = _upgraded_arm(d["clarified"] if "clarified" in d else d.get(OLD_CLARIFIED_KEY))
+    out["orig"] = _upgraded_arm(d.get("orig"))
+    if named:
+        out["arms"] = {name: _upgraded_arm(arm) for name, arm in named.items()}
+    return out
+
+
+def _old(reason: Any) -> bool:
+    return isinstance(reason, str) and reason in OLD_END_REASONS
+
+
+def _summary_end(arm: Mapping[str, Any]) -> Any:
+    summary = arm.get("trace_summary")
+    return summary.get("end_reason") if isinstance(summary, Mapping) else None
+
+
+def _old_arm(arm: Any) -> bool:
+    """Whether an arm's mapping names an end reason the way older versions did."""
+    return isinstance(arm, Mapping) and (_old(arm.get("end_reason")) or _old(_summary_end(arm)))
+
+
+def _upgraded_arm(arm: Any) -> Any:
+    """An arm's mapping with today's end reasons (``arm`` itself when it has no old one)."""
+    if not _old_arm(arm):
+        return arm
+    out = dict(arm)
+    out["end_reason"] = end_reason(arm.get("end_reason", ""))
+    if _old(_summary_end(arm)):
+        out["trace_summary"] = {**arm["trace_summary"], "end_reason": end_reason(_summary_end(arm))}
+    return out
+
+
+def infra_as_written_before(kind: str, message: str) -> bool:
+    """Whether an error of ``kind`` and ``message`` is an infrastructure failure as older versions wrote one.
+
+    Older versions wrote every failed call as ``api_error`` with the message ``"<call kind>: ..."``
+    (or :data:`OLD_SEARCH_ERROR`), and cache errors as ``exception`` with ``"<class>: ..."``.
+    """
+    head = message.split(":", 1)[0].strip()
+    if kind == "api_error":
+        return head in INFRA_CALL_KINDS or message == OLD_SEARCH_ERROR
+    return kind == "exception" and head in INFRA_EXCEPTION_NAMES
