@@ -7,7 +7,8 @@ enforces it).
 - :mod:`cts.compat.renames`: the retired names (the table ``renames.tsv``: old name, new name,
   day, what it means) and the command line's one ``error:`` line per retired name.
 - :mod:`cts.compat.config`: a stored protocol config or a job's whole stored config in today's
-  keys and ``_target_`` paths; the ``services.llm`` mapping; a model file's old id key.
+  keys and ``_target_`` paths; the ``services.llm`` mapping; a model file's old id key and its
+  ``request.structured_output`` as a boolean.
 - :mod:`cts.compat.records`: ``records.jsonl`` lines of older versions (the arm's old key, old end
   reasons, infrastructure failures committed as results).
 - :mod:`cts.compat.job_dirs`: ``summary.json`` (old stop reasons, factors from the run name) and

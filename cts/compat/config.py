@@ -86,3 +86,10 @@ def old_model_id_key(node: Mapping[str, Any]) -> str | None:
         f"model {name}: the litellm id is `id:` now (it was `model:`): "
         f"write `id: {node['model']}` in conf/model/{name}.yaml"
     )
+
+
+def structured_output_mode(value: Any) -> Any:
+    """A model file's ``request.structured_output``: ``true``/``false`` of older model files as the mode they meant."""
+    if isinstance(value, bool) or value is None:
+        return "json_schema" if value else "none"
+    return value

@@ -210,7 +210,7 @@ class SpendLimitReached(Exception):
     """The job's spend limit (``services.llm.spend.max_usd``) is reached; stop cleanly."""
 
     kind: ClassVar[str] = "spend_limit"
-    """The job's stop reason (``stop_reason`` of ``summary.json`` and MLflow; older versions wrote ``budget``)."""
+    """The job's stop reason (``stop_reason`` of ``summary.json`` and MLflow; older names: :mod:`cts.compat.job_dirs`)."""
 
 
 class CircuitOpen(Exception):
