@@ -10,7 +10,7 @@ enforces it).
   keys and ``_target_`` paths; the ``services.llm`` mapping; a model file's old id key and its
   ``request.structured_output`` as a boolean.
 - :mod:`cts.compat.records`: ``records.jsonl`` lines of older versions (the arm's old key, old end
-  reasons, infrastructure failures committed as results).
+  reasons, infrastructure failures committed as results, questions stored without types).
 - :mod:`cts.compat.job_dirs`: ``summary.json`` (old stop reasons, factors from the run name) and
   ``traces.jsonl`` (lines without times).
 

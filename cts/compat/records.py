@@ -8,7 +8,7 @@ as results, so that a resume runs those instances again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cts.core.types import INFRA_CALL_KINDS, INFRA_EXCEPTION_NAMES
@@ -76,3 +76,11 @@ def infra_as_written_before(kind: str, message: str) -> bool:
     if kind == "api_error":
         return head in INFRA_CALL_KINDS or message == OLD_SEARCH_ERROR
     return kind == "exception" and head in INFRA_EXCEPTION_NAMES
+
+
+def question_types(
+    questions: Sequence[str], stored: Sequence[Sequence[str]], classify: Callable[[str], Sequence[str]]
+) -> list[Sequence[str]]:
+    """Each question's types: as stored, or by ``classify`` (the lexicon typer) for those a record of an
+    older version stored without (records written before typing existed)."""
+    return [stored[i] if i < len(stored) else classify(q) for i, q in enumerate(questions)]

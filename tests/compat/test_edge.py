@@ -10,7 +10,13 @@ import pytest
 
 from cts.compat.config import old_model_id_key, structured_output_mode, upgrade_llm_settings
 from cts.compat.job_dirs import OLD_STOP_REASONS, factors_from_run_name, stop_reason, timed_trace_line
-from cts.compat.records import OLD_CLARIFIED_KEY, OLD_END_REASONS, infra_as_written_before, upgrade_record
+from cts.compat.records import (
+    OLD_CLARIFIED_KEY,
+    OLD_END_REASONS,
+    infra_as_written_before,
+    question_types,
+    upgrade_record,
+)
 from cts.compat.renames import RENAMES, read_renames
 from cts.core.records import Record
 from tests.layers import PKG
@@ -166,3 +172,8 @@ def test_the_guide_states_the_policy_and_today_s_table_size() -> None:
     section = guide.split("\n## Compatibility\n", 1)[1]
     assert "**Before 1.0, no aliases.**" in section and "name the release that removes them" in section
     assert f"It holds {len(RENAMES)} rows today." in section
+
+
+def test_questions_of_records_without_types_are_typed_by_the_classifier() -> None:
+    typed = question_types(["在哪里？", "when?"], [("region",)], lambda q: ("time",))
+    assert typed == [("region",), ("time",)]
