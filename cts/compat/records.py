@@ -29,9 +29,14 @@ def end_reason(reason: Any) -> Any:
 
 
 def upgrade_record(d: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A record line (after ``json.loads``) in today's form: ``d`` itself when it already is."""
+    """A record line (after ``json.loads``) in today's form: ``d`` itself when it already is (the common case, kept cheap)."""
     named = d.get("arms") or {}
-    if OLD_CLARIFIED_KEY not in d and not any(map(_old_arm, (d.get("clarified"), d.get("orig"), *named.values()))):
+    if (
+        OLD_CLARIFIED_KEY not in d
+        and not _old_arm(d.get("clarified"))
+        and not _old_arm(d.get("orig"))
+        and not any(_old_arm(arm) for arm in named.values())
+    ):
         return d
     out = {k: v for k, v in d.items() if k != OLD_CLARIFIED_KEY}
     out["clarified"] = _upgraded_arm(d["clarified"] if "clarified" in d else d.get(OLD_CLARIFIED_KEY))
@@ -45,14 +50,18 @@ def _old(reason: Any) -> bool:
     return isinstance(reason, str) and reason in OLD_END_REASONS
 
 
+def _mapping(value: Any) -> bool:
+    return isinstance(value, dict) or isinstance(value, Mapping)  # dict first: json's, and cheaper than the ABC
+
+
 def _summary_end(arm: Mapping[str, Any]) -> Any:
     summary = arm.get("trace_summary")
-    return summary.get("end_reason") if isinstance(summary, Mapping) else None
+    return summary.get("end_reason") if _mapping(summary) else None
 
 
 def _old_arm(arm: Any) -> bool:
     """Whether an arm's mapping names an end reason the way older versions did."""
-    return isinstance(arm, Mapping) and (_old(arm.get("end_reason")) or _old(_summary_end(arm)))
+    return arm is not None and _mapping(arm) and (_old(arm.get("end_reason")) or _old(_summary_end(arm)))
 
 
 def _upgraded_arm(arm: Any) -> Any:
