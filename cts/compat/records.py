@@ -9,7 +9,7 @@ as results, so that a resume runs those instances again.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from cts.core.types import INFRA_CALL_KINDS, INFRA_EXCEPTION_NAMES
 
@@ -50,7 +50,7 @@ def _old(reason: Any) -> bool:
     return isinstance(reason, str) and reason in OLD_END_REASONS
 
 
-def _mapping(value: Any) -> bool:
+def _mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
     return isinstance(value, dict) or isinstance(value, Mapping)  # dict first: json's, and cheaper than the ABC
 
 
