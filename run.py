@@ -16,9 +16,9 @@ import hydra
 from omegaconf import DictConfig
 
 from cts._util.switches import spell_out_switches
+from cts.compat.renames import renamed_on_command_line
 from cts.compose.validate import register_resolvers
 from cts.core.errors import ConfigError, exit_on_error
-from cts.protocol.migrations import renamed_on_command_line
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 register_resolvers()  # ${cts_pid:} in the default run dir (conf/config.yaml)

@@ -19,9 +19,9 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cts._util.io import unwritable_reason
 from cts._util.launch import Preflight
+from cts.compat.renames import renamed_target
 from cts.compose.services import resource_parameters
 from cts.core.errors import PreflightFailed
-from cts.protocol.migrations import renamed_target
 
 __all__ = [
     "OFFLINE_COMMAND",

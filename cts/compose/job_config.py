@@ -21,8 +21,8 @@ from cts import tracking
 from cts._util.launch import swept_keys_of
 from cts._util.naming import factors, job_name, override_items, system_name
 from cts._util.secrets import scrub, scrub_tree
+from cts.compat.config import name_components
 from cts.compose.schema import operational_top, protocol_part
-from cts.protocol.migrations import name_components
 from cts.tasks.job import JobContext, Tracking
 
 
@@ -82,7 +82,7 @@ def protocol_config(cfg: DictConfig) -> dict[str, Any]:
 
     The keys are those :mod:`cts.compose.schema` does not declare operational (a key no schema
     declares counts), and each component's ``_target_`` is its name, not its module path
-    (:func:`cts.protocol.migrations.component_name`): moving a module keeps the fingerprint.
+    (:func:`cts.compat.config.component_name`): moving a module keeps the fingerprint.
     """
     operational = operational_top()
     keys = [str(k) for k in cfg if k not in operational]

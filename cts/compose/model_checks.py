@@ -74,13 +74,14 @@ def spec_key_problems(cfg: DictConfig) -> list[str]:
     """
     from dataclasses import fields
 
-    from cts.llm import ModelSpec, old_id_key
+    from cts.compat.config import old_model_id_key
+    from cts.llm import ModelSpec
 
     known = {f.name for f in fields(ModelSpec)}
     problems = []
     for path, node in find_model_specs(cfg):
         keys = {str(k): _get(node, str(k)) for k in node if not str(k).startswith("_")}
-        if renamed := old_id_key(keys):
+        if renamed := old_model_id_key(keys):
             problems.append(f"{path}: {renamed}")
         elif unknown := sorted(set(keys) - known):
             problems.append(f"{path} ({keys.get('name') or '?'}): unknown model file keys {unknown}")

@@ -3,7 +3,7 @@
 A job dir of an older version names config keys and ``_target_`` paths renamed since (old paths
 do not import). Whatever reads a saved config again to build from it (``python -m cts.agreement``,
 ``cts.plan``'s sample size) reads it here, through the migrations of
-:func:`cts.protocol.migrations.migrate_job_config`.
+:func:`cts.compat.config.migrate_job_config`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from cts.protocol.migrations import migrate_job_config
+from cts.compat.config import migrate_job_config
 
 
 def load_job_config(path: Path) -> DictConfig:

@@ -9,32 +9,15 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from cts.compat.records import infra_as_written_before, upgrade_record
 from cts.core.types import (
-    INFRA_CALL_KINDS,
-    OLD_END_REASONS,
+    INFRA_EXCEPTION_NAMES,
     CallError,
     CircuitOpen,
     ErrorKind,
     Label,
     SearchResult,
     SpendLimitReached,
-)
-
-# Exception classes whose failure is the machine's, not the instance's (cache or disk errors).
-INFRA_EXCEPTION_NAMES = frozenset(
-    {
-        "DatabaseError",
-        "OperationalError",
-        "InterfaceError",
-        "InternalError",
-        "OSError",
-        "PermissionError",
-        "ConnectionError",
-        "BrokenPipeError",
-        "ConnectionRefusedError",
-        "ConnectionResetError",
-        "TimeoutError",
-    }
 )
 
 
@@ -76,10 +59,6 @@ def search_call_error(result: SearchResult) -> CallError:
     )
 
 
-# What older versions wrote when a deep-search run ended on a failed call mid-episode.
-_OLD_SEARCH_ERROR = "search ended in error"
-
-
 @dataclass(frozen=True)
 class ErrorInfo:
     """Why an instance (or one arm of it) has no score."""
@@ -94,17 +73,8 @@ class ErrorInfo:
 
     @property
     def infra(self) -> bool:
-        """Whether this is an infrastructure failure (also as written by older versions).
-
-        Older versions wrote every failed call as ``api_error`` with the message
-        ``"<call kind>: ..."`` and cache errors as ``exception`` with ``"<class>: ..."``.
-        """
-        if self.kind == "infra":
-            return True
-        head = self.message.split(":", 1)[0].strip()
-        if self.kind == "api_error":
-            return head in INFRA_CALL_KINDS or self.message == _OLD_SEARCH_ERROR
-        return self.kind == "exception" and head in INFRA_EXCEPTION_NAMES
+        """Whether this is an infrastructure failure (also as written by older versions: :mod:`cts.compat.records`)."""
+        return self.kind == "infra" or infra_as_written_before(self.kind, self.message)
 
 
 @dataclass(frozen=True)
@@ -187,11 +157,8 @@ class Record:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Record:
-        """Inverse of :meth:`to_json` after ``json.loads``.
-
-        Records written before the clarified arm was renamed store it under the key
-        ``system``; they load (and resume) the same.
-        """
+        """Inverse of :meth:`to_json` after ``json.loads``; a line of an older version is upgraded first (:mod:`cts.compat.records`)."""
+        d = upgrade_record(d)
         return cls(
             id=d["id"],
             k=int(d["k"]),
@@ -199,7 +166,7 @@ class Record:
             question_types=tuple(tuple(t) for t in d.get("question_types") or ()),
             answers=tuple(d.get("answers") or ()),
             rewritten_query=d.get("rewritten_query"),
-            clarified=_arm(d["clarified"] if "clarified" in d else d.get("system")),
+            clarified=_arm(d.get("clarified")),
             orig=_arm(d.get("orig")),
             error=_err(d.get("error")),
             usage=d.get("usage") or {},
@@ -254,15 +221,9 @@ def _arm(d: Mapping[str, Any] | None) -> ArmResult | None:
     if not d:
         return None
     summary = dict(d.get("trace_summary") or {})
-    if "end_reason" in summary:
-        summary["end_reason"] = _end_reason(summary["end_reason"])
-    end = _end_reason(d.get("end_reason", ""))
-    return ArmResult(**{**d, "end_reason": end, "trace_summary": summary, "error": _err(d.get("error"))})
-
-
-def _end_reason(reason: Any) -> Any:
-    """A search end reason in today's names (older records say ``call_budget``, ``context_budget``)."""
-    return OLD_END_REASONS.get(reason, reason) if isinstance(reason, str) else reason
+    return ArmResult(
+        **{**d, "end_reason": d.get("end_reason", ""), "trace_summary": summary, "error": _err(d.get("error"))}
+    )
 
 
 def read_records(path: str | Path) -> Iterator[Record]:

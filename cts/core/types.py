@@ -114,10 +114,6 @@ class SearchResult:
     """Why the run ended early when ``end_reason`` is ``error`` (None otherwise)."""
 
 
-OLD_END_REASONS: Mapping[str, str] = {"call_budget": "call_limit", "context_budget": "context_limit"}
-"""End reasons as older versions wrote them -> today's (read from older records)."""
-
-
 @dataclass(frozen=True)
 class GoldDraft:
     """What a nugget extractor returns, before validation and archiving."""
@@ -180,6 +176,23 @@ INFRA_CALL_KINDS: frozenset[str] = frozenset(
 429, a timeout or an expired window, never on its content (older versions committed it as
 ``api_error``; a resume now runs those instances again)."""
 
+INFRA_EXCEPTION_NAMES = frozenset(
+    {
+        "DatabaseError",
+        "OperationalError",
+        "InterfaceError",
+        "InternalError",
+        "OSError",
+        "PermissionError",
+        "ConnectionError",
+        "BrokenPipeError",
+        "ConnectionRefusedError",
+        "ConnectionResetError",
+        "TimeoutError",
+    }
+)
+"""Exception classes whose failure is the machine's, not the instance's (cache or disk errors)."""
+
 ErrorKind = Literal["invalid_output", "truncated", "no_weight", "api_error", "infra", "spend_limit", "exception"]
 """Why an instance (or an arm) has no score.
 
@@ -197,7 +210,7 @@ class SpendLimitReached(Exception):
     """The job's spend limit (``services.llm.spend.max_usd``) is reached; stop cleanly."""
 
     kind: ClassVar[str] = "spend_limit"
-    """The job's stop reason (``stop_reason`` of ``summary.json`` and MLflow; older versions wrote ``budget``)."""
+    """The job's stop reason (``stop_reason`` of ``summary.json`` and MLflow; older names: :mod:`cts.compat.job_dirs`)."""
 
 
 class CircuitOpen(Exception):

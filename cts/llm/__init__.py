@@ -28,7 +28,7 @@ from cts.llm._rules import (
 )
 from cts.llm._runtime import LLMRuntime, settled
 from cts.llm._settings import Backoff, LLMSettings
-from cts.llm._spec import ModelSpec, old_id_key
+from cts.llm._spec import ModelSpec
 from cts.llm._usage import USAGE_KEYS, usage_scope
 from cts.llm.cache import ResponseCache
 from cts.llm.sampling import current_sample, sample_scope
@@ -62,7 +62,6 @@ __all__ = [
     "LocalLLMServer",
     "LocalServerError",
     "ModelSpec",
-    "old_id_key",
     "ResponseCache",
     "route_for",
     "sample_scope",

@@ -33,6 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from cts.compat.config import structured_output_mode
+
 CAP_FIELDS: tuple[str, ...] = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 """Spellings of an output cap a role or a model file may use; one is sent, under ``cap_param``."""
 
@@ -101,7 +103,7 @@ class RequestRules:
     def __post_init__(self) -> None:
         if self.cap_param not in CAP_FIELDS:
             raise ValueError(f"request.cap_param must be one of {CAP_FIELDS}, got {self.cap_param!r}")
-        mode = _structured_mode(self.structured_output)
+        mode = structured_output_mode(self.structured_output)
         if mode not in STRUCTURED_OUTPUTS:
             raise ValueError(f"request.structured_output must be one of {STRUCTURED_OUTPUTS}, got {mode!r}")
         object.__setattr__(self, "structured_output", mode)
@@ -264,13 +266,6 @@ def _schema_of(value: Mapping[str, Any]) -> dict[str, Any] | None:
     if isinstance(inner, Mapping) and isinstance(inner.get("schema"), Mapping):
         return dict(inner["schema"])
     return None
-
-
-def _structured_mode(value: Any) -> Any:
-    """``true``/``false`` of older model files as the mode they meant."""
-    if isinstance(value, bool) or value is None:
-        return "json_schema" if value else "none"
-    return value
 
 
 def _same(actual: Any, expected: Any) -> bool:

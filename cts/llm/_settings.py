@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from cts.compat.config import upgrade_llm_settings
 from cts.llm._adaptive import Adaptive
 from cts.llm._spec import plain_data
 from cts.llm._transport import Transport
@@ -85,8 +86,7 @@ class LLMSettings:
         """Parse the ``services.llm`` mapping; unknown keys are an error (typos)."""
         raw = plain_data(settings or {})
         cache = raw.pop("cache", None) or {}
-        old_spend = raw.pop("budget", None) or {}  # the name before ``spend`` (a job dir's stored config)
-        spend = raw.pop("spend", None) or old_spend
+        spend = upgrade_llm_settings(raw).pop("spend", None) or {}
         backoff = raw.pop("backoff", None) or {}
         price = raw.pop("api_base_price", None) or {}
         adaptive = raw.pop("adaptive", None) or {}

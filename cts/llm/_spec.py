@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cts.compat.config import old_model_id_key
 from cts.llm._rules import RequestRules
 from cts.llm.batch._settings import BatchTerms
 
@@ -67,7 +68,7 @@ class ModelSpec:
         if isinstance(value, ModelSpec):
             return value
         fields = {k: v for k, v in plain_data(value).items() if not k.startswith("_")}
-        if problem := old_id_key(fields):
+        if problem := old_model_id_key(fields):
             raise ValueError(problem)
         return cls(**fields)
 
@@ -75,14 +76,3 @@ class ModelSpec:
     def provider(self) -> str:
         """The litellm provider prefix of :attr:`id` (``openai`` when absent)."""
         return self.id.split("/", 1)[0] if "/" in self.id else "openai"
-
-
-def old_id_key(node: Mapping[str, Any]) -> str | None:
-    """What is wrong with a model file that names its litellm id ``model:`` (the key before ``id:``), or None."""
-    if "model" not in node or "id" in node:
-        return None
-    name = node.get("name") or "?"
-    return (
-        f"model {name}: the litellm id is `id:` now (it was `model:`): "
-        f"write `id: {node['model']}` in conf/model/{name}.yaml"
-    )

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from cts._util.interrupt import entry_script
+from cts.compat.job_dirs import stop_reason
 from cts.core.errors import PlanRefused
 from cts.plan.batched import Pipeline, agent_turns, batched_stages
 from cts.plan.forecast import BatchShape, JobSlice
@@ -234,8 +235,8 @@ def _expected(job: JobPlan, per_job: int | None) -> int | None:
 
 def _shortfall(job_dir: Path, have: int, expected: int | None) -> tuple[str, str]:
     """``(missing, cut)``: why the source has no run of a job, or fewer than ``expected``."""
-    stop = _stop_reason(job_dir)
-    spend = stop in ("spend_limit", "budget")  # "budget": jobs of older versions
+    stop = stop_reason(_stop_reason(job_dir))
+    spend = stop == "spend_limit"
     because = (
         "the spend limit (services.llm.spend.max_usd) stopped the calibration slice"
         if spend

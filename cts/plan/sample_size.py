@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from cts.compat.records import upgrade_record
 from cts.plan.forecast import Interval, sum_interval
 from cts.plan.samples import Routes, instance_costs, raw_records, roles_with_requests, routes_of
 from cts.stats.power import PairedDeltas, Variance, detectable_effect, instances_needed, variance_of
@@ -55,7 +56,7 @@ class SampleSize:
 
 
 def _scores(record: Mapping[str, Any]) -> tuple[float, float] | None:
-    arm = record.get("clarified") or record.get("system") or {}
+    arm = upgrade_record(record).get("clarified") or {}
     orig = record.get("orig") or {}
     a, b = arm.get("score"), orig.get("score")
     return None if a is None or b is None or record.get("error") else (float(a), float(b))

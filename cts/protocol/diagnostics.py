@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from cts.compat.records import question_types
 from cts.core.records import Record
 from cts.core.types import UNKNOWN
 from cts.text.qtypes import QTYPES, classify_question, is_region_only
@@ -37,12 +38,11 @@ class Turn:
 def turns(records: Sequence[Record]) -> Iterator[Turn]:
     """Every clarification turn of ``records``.
 
-    A question without stored types (records written before typing existed) is
-    typed with the lexicon typer.
+    Questions of records of older versions are typed as :func:`cts.compat.records.question_types` says.
     """
     for r in records:
-        for i, question in enumerate(r.questions):
-            types = r.question_types[i] if i < len(r.question_types) else classify_question(question)
+        typed = question_types(r.questions, r.question_types, classify_question)
+        for i, types in enumerate(typed):
             answer = r.answers[i] if i < len(r.answers) else None
             yield Turn(i + 1, tuple(types), answer)
 

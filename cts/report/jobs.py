@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cts._util import naming
+from cts.compat.job_dirs import factors_from_run_name
 from cts.core.records import Record, read_records
 from cts.data.clusters import summary_clusters
 from cts.protocol.job_files import RECORDS_FILE
@@ -74,28 +75,11 @@ class Job:
         return modes.pop() if len(modes) == 1 else ("mixed" if modes else "batch")
 
 
-def _legacy_factors(run_name: str) -> dict[str, str]:
-    """Factors of a job dir written before summaries kept overrides: split from its run name.
-
-    The run name joins ``key=value`` with ``,`` after making it path-safe, so it is not
-    Hydra syntax; a segment without ``=`` belongs to the value before it.
-    """
-    out: dict[str, str] = {}
-    last = None
-    for item in run_name.split(","):
-        if "=" in item:
-            last, value = item.split("=", 1)
-            out[last.lstrip("+~")] = value
-        elif last is not None:
-            out[last] += f",{item}"
-    return out
-
-
 def _overridden(summary: Mapping[str, Any]) -> dict[str, str]:
     """The swept factors of a job, from its stored overrides (:func:`cts._util.naming.factors`)."""
     overrides = summary.get("overrides")
     if not isinstance(overrides, list):
-        return _legacy_factors(str(summary.get("run_name") or ""))
+        return factors_from_run_name(str(summary.get("run_name") or ""))  # written before summaries kept overrides
     swept = summary.get("swept")
     return naming.factors([str(o) for o in overrides], None if swept is None else [str(k) for k in swept])
 

@@ -81,7 +81,7 @@ def check_resume(out_dir: Path, fingerprint: str, config: Mapping[str, Any] | No
     """Refuse to resume into a dir whose records came from a different protocol config.
 
     The protocol config is stored beside the fingerprint, so a refusal names the keys that differ.
-    A dir whose stored config differs only by keys renamed since (:mod:`cts.protocol.migrations`)
+    A dir whose stored config differs only by keys renamed since (:mod:`cts.compat.config`)
     resumes, and its ``fingerprint.json`` is rewritten in today's names (the old hash kept as
     ``migrated_from``).
     """
@@ -103,7 +103,7 @@ def check_resume(out_dir: Path, fingerprint: str, config: Mapping[str, Any] | No
 
 def renamed_only(stored: Mapping[str, Any], config: Mapping[str, Any] | None) -> bool:
     """Whether the stored protocol config is ``config`` under the names of an older version."""
-    from cts.protocol.migrations import migrate, same_config
+    from cts.compat.config import migrate, same_config
 
     old = stored.get("config")
     return isinstance(old, Mapping) and config is not None and same_config(migrate(old), config)
@@ -119,7 +119,7 @@ def resume_refusal(out_dir: Path, stored: Mapping[str, Any], fingerprint: str, c
     )
     if not isinstance(stored.get("config"), Mapping) or config is None:
         return head + " (the dir predates stored configs: the differing keys are unknown)"
-    from cts.protocol.migrations import migrate
+    from cts.compat.config import migrate
 
     lines = "\n".join(f"  {line}" for line in config_diff(migrate(stored["config"]), config))
     return f"{head}\nKeys that differ (stored -> now):\n{lines}"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from hydra.utils import get_object
 
-from cts.protocol.migrations import renamed_target
+from cts.compat.renames import renamed_target
 
 if TYPE_CHECKING:
     from cts.llm import LLMRuntime

@@ -12,10 +12,10 @@ writer (``cts.tracking._tracewrite``, in a process of its own) turns into an MLf
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from cts.compat.job_dirs import timed_trace_line
 from cts.tracking._assessments import instance_assessments, label_string
 
 _TEXT_MAX = 4000  # characters of one span value kept in a trace (pages and prompts can be long)
@@ -244,10 +244,8 @@ def _interaction_spans(tree: SpanTree, instance: Any, record: Any, stages: Seque
 
 
 def _root_window(line: Mapping[str, Any] | None, record: Any) -> Window:
-    if line and "start_ns" in line:
-        return int(line["start_ns"]), int(line["end_ns"])
-    end = time.time_ns()  # a trace line without times (written by an older version): end now
-    return end - int(record.elapsed_s * 1e9), end
+    timed = timed_trace_line(line, record.elapsed_s)
+    return int(timed["start_ns"]), int(timed["end_ns"])
 
 
 def trace_id_for(run_id: str, instance_id: str, repeat: int = 0) -> str:

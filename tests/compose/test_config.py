@@ -86,8 +86,8 @@ def test_every_group_in_the_defaults_list_has_its_default_option():
 def test_the_launch_callbacks_are_configured_by_their_name_and_their_old_ones_migrate() -> None:
     from hydra.utils import get_object
 
+    from cts.compat.renames import current_target
     from cts.compose.callbacks import LaunchCallbacks
-    from cts.protocol.migrations import current_target
 
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
         cfg = compose("config", return_hydra_config=True)

@@ -19,12 +19,12 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import get_object
 from omegaconf import DictConfig
 
+from cts.compat.config import component_name, migrate
 from cts.compose import job_config
 from cts.compose.schema import KEYS, LLM, MOUNTS, Config, Services, _table, key, key_at, keys_of, reference
 from cts.compose.schema._table import BEGIN, END, with_reference
 from cts.compose.validate import value_problems
 from cts.core.errors import ResumeRefused
-from cts.protocol.migrations import component_name, migrate
 from cts.tasks.job import check_resume
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from cts.compat.records import OLD_END_REASONS
 from cts.core.records import ArmResult, Record, read_records
-from cts.core.types import OLD_END_REASONS
 
 
 def test_the_search_end_reasons_of_older_records_load_renamed(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ of that version would (its own ``run.py``, its package first on ``PYTHONPATH``).
 then resumes the same job dir with a larger ``limit``: the fingerprint must match, the finished
 records stay as they were, only the new instances run, and every ``_target_`` the old dir names
 resolves once its stored config is migrated (a stored path is part of what a later resume, report
-or notebook reads). Old module paths do not import: ``cts/protocol/migrations.py`` renames them.
+or notebook reads). Old module paths do not import: ``cts/compat/`` renames them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 import yaml
 from hydra.utils import get_object
 
-from cts.protocol.migrations import migrate, migrate_job_config
+from cts.compat.config import migrate, migrate_job_config
 
 REPO = Path(__file__).resolve().parents[2]
 OLD_COMMIT = "6216629"  # main before "Restructure: cts/ holds packages only" (03bcf8f)
@@ -120,7 +120,7 @@ def test_a_pre_restructure_job_dir_resumes_with_todays_code(tmp_path: Path, cach
     later = _lines(job / "traces.jsonl")
     assert later[: len(traces)] == traces
     assert {json.loads(t)["id"] for t in later[len(traces) :]} == new_ids  # only the new instances ran
-    # The same protocol config, in today's names where a key was renamed since (cts/protocol/migrations.py).
+    # The same protocol config, in today's names where a key was renamed since (cts/compat/).
     resumed = json.loads((job / "fingerprint.json").read_text())
     assert [*resumed.get("migrated_from", []), resumed["fingerprint"]][0] == fingerprint
     assert resumed["config"] == migrate(old_config) and (resumed["fingerprint"] == fingerprint) == (

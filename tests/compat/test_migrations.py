@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 from hydra import compose, initialize_config_dir
 
+from cts.compat import config as migrations
+from cts.compat import renames
+from cts.compat.config import migrate
+from cts.compat.migrate import Migration, rename_in_nodes, rename_path
 from cts.compose.job_config import protocol_config
 from cts.core.errors import ResumeRefused
-from cts.protocol import migrations
-from cts.protocol.migrations import Migration, migrate, rename_in_nodes, rename_path
 from cts.tasks.job import check_resume
 
 OLD = {"k": 1, "stats": {"n_resamples": 100}, "clarifier": {"model": {"_target_": "cts.llm.ModelSpec", "model": "x/y"}}}
@@ -161,7 +163,7 @@ def test_a_gold_build_stored_before_its_node_was_renamed_resumes(tmp_path: Path)
     assert not _resumes(tmp_path, old, today)
 
 
-# One table (migrations.RENAMES) drives the stored-config migrations and the command line's error lines.
+# One table (cts/compat/renames.tsv) drives the stored-config migrations and the command line's error lines.
 
 NEW_NAMES = {  # each rename, as a command line says its new name (composes today) and its old one (does not)
     "gold.fields": (
@@ -183,9 +185,9 @@ NEW_NAMES = {  # each rename, as a command line says its new name (composes toda
 
 
 def test_the_migrations_are_the_protocol_renames_of_the_one_table() -> None:
-    protocol = [r for r in migrations.RENAMES if r.protocol]
-    *renames, last = migrations.MIGRATIONS
-    assert [m.what for m in renames] == [r.migration().what for r in protocol]
+    protocol = [r for r in renames.RENAMES if r.protocol]
+    *by_rename, last = migrations.MIGRATIONS
+    assert [m.what for m in by_rename] == [r.migration().what for r in protocol]
     assert last is migrations.NAMED_COMPONENTS  # then every stored _target_ path becomes its component's name
     assert {r.old for r in protocol if not r.target} == {
         "gold.fields",
@@ -208,8 +210,8 @@ def test_the_migrations_are_the_protocol_renames_of_the_one_table() -> None:
     }
 
 
-@pytest.mark.parametrize("rename", [r for r in migrations.RENAMES if r.old in NEW_NAMES], ids=lambda r: r.old)
-def test_each_rename_is_real_today_s_name_composes_and_the_old_one_does_not(rename: migrations.Rename) -> None:
+@pytest.mark.parametrize("rename", [r for r in renames.RENAMES if r.old in NEW_NAMES], ids=lambda r: r.old)
+def test_each_rename_is_real_today_s_name_composes_and_the_old_one_does_not(rename: renames.Rename) -> None:
     from hydra.errors import HydraException
 
     new, old = NEW_NAMES[rename.old]
@@ -217,21 +219,21 @@ def test_each_rename_is_real_today_s_name_composes_and_the_old_one_does_not(rena
         compose("config", overrides=list(new))
         with pytest.raises(HydraException):
             compose("config", overrides=list(old))
-    fixed = migrations.renamed_on_command_line(list(old), [CONF])
+    fixed = renames.renamed_on_command_line(list(old), [CONF])
     assert len(fixed) == 1 and fixed[0].endswith("; use " + " ".join(o for o in new if o not in old)), fixed
 
 
 def test_a_command_line_in_today_s_names_passes_and_a_user_s_own_old_option_is_kept(tmp_path: Path) -> None:
     today = ["-m", "experiment=build_gold", "build_gold.instances=x", "k=1,2", "dataset.gold_path=g", "plan=true"]
-    assert migrations.renamed_on_command_line(["--config-dir", "gold=x", *today], [CONF]) == []
+    assert renames.renamed_on_command_line(["--config-dir", "gold=x", *today], [CONF]) == []
     (tmp_path / "experiment").mkdir()
     (tmp_path / "experiment" / "gold.yaml").write_text("# @package _global_\n")
-    assert migrations.renamed_on_command_line(["experiment=gold"], [CONF, tmp_path]) == []  # the user's own preset
-    swept = migrations.renamed_on_command_line(["-m", "task=evaluate,gold"], [CONF])
+    assert renames.renamed_on_command_line(["experiment=gold"], [CONF, tmp_path]) == []  # the user's own preset
+    swept = renames.renamed_on_command_line(["-m", "task=evaluate,gold"], [CONF])
     assert swept and swept[0].endswith("; use task=evaluate,build_gold")
-    (hydra_key,) = migrations.renamed_on_command_line(["~hydra.callbacks.mlflow_store"], [CONF])
+    (hydra_key,) = renames.renamed_on_command_line(["~hydra.callbacks.mlflow_store"], [CONF])
     assert hydra_key.endswith("; use ~hydra.callbacks.cts")  # a Hydra key, not composable through compose()
-    keys = {r.old for r in migrations.RENAMES if not r.target}  # the paths: OLD_TARGETS below
+    keys = {r.old for r in renames.RENAMES if not r.target}  # the paths: OLD_TARGETS below
     assert keys == {*NEW_NAMES, "hydra.callbacks.mlflow_store"}  # every rename tested
 
 
@@ -284,8 +286,8 @@ def test_an_old_target_does_not_import_and_its_migration_names_today_s_object(ol
 
     with pytest.raises(ImportError):
         get_object(old)
-    assert migrations.current_target(old) == OLD_TARGETS[old]
-    assert get_object(migrations.current_target(old)) is get_object(OLD_TARGETS[old])
+    assert renames.current_target(old) == OLD_TARGETS[old]
+    assert get_object(renames.current_target(old)) is get_object(OLD_TARGETS[old])
 
 
 def test_every_renamed_path_resolves_today_and_its_old_one_does_not() -> None:
@@ -294,13 +296,13 @@ def test_every_renamed_path_resolves_today_and_its_old_one_does_not() -> None:
     from hydra.utils import get_object
 
     modules = 0
-    for rename in (r for r in migrations.RENAMES if r.target):
-        now = get_object(migrations.current_target(rename.old))
+    for rename in (r for r in renames.RENAMES if r.target):
+        now = get_object(renames.current_target(rename.old))
         with pytest.raises(ImportError):
             get_object(rename.old)
         if isinstance(now, ModuleType):  # a module: every path under it moves
             modules += 1
-            assert migrations.current_target(rename.old + ".x.Y") == now.__name__ + ".x.Y"
+            assert renames.current_target(rename.old + ".x.Y") == now.__name__ + ".x.Y"
     assert modules >= 30  # the restructure's moves
 
 
@@ -354,9 +356,9 @@ def test_a_saved_job_config_of_an_older_version_loads_in_today_s_names(tmp_path:
     ],
 )
 def test_an_old_target_on_the_command_line_is_told_today_s_path(command: list[str], new: str) -> None:
-    (line,) = migrations.renamed_on_command_line(command, [CONF])
+    (line,) = renames.renamed_on_command_line(command, [CONF])
     assert line.startswith(f"{command[0]}: ") and line.endswith(f"; use {new}"), line
-    assert migrations.renamed_on_command_line(["judge.note=cts.judge.LexicalJudge", f"t._target_={new}"], [CONF]) == []
+    assert renames.renamed_on_command_line(["judge.note=cts.judge.LexicalJudge", f"t._target_={new}"], [CONF]) == []
 
 
 def test_an_old_target_in_a_config_is_refused_with_today_s_path() -> None:
@@ -368,7 +370,7 @@ def test_an_old_target_in_a_config_is_refused_with_today_s_path() -> None:
     (problem,) = unknown_key_problems(cfg.judge, "judge")
     assert problem.startswith("judge._target_: cannot load cts.judge.LexicalJudge (")
     assert problem.endswith(
-        "; cts.judge.LexicalJudge was renamed to cts.roles.lexical.LexicalJudge (cts/protocol/migrations.py)"
+        "; cts.judge.LexicalJudge was renamed to cts.roles.lexical.LexicalJudge (cts/compat/renames.tsv)"
     )
     with pytest.raises(ValueError, match="was renamed to cts.tasks.build_gold.build_gold_task"):
         task_spec("cts.tasks.gold.gold_task")
