@@ -1,7 +1,6 @@
 """``python -m cts.release``."""
 
-import sys
-
+from cts.core.errors import run_cli
 from cts.release.cli import main
 
-sys.exit(main())
+run_cli(main)
