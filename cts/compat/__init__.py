@@ -14,6 +14,6 @@ enforces it).
 - :mod:`cts.compat.job_dirs`: ``summary.json`` (old stop reasons, factors from the run name) and
   ``traces.jsonl`` (lines without times).
 
-The policy (docs/guide.md, "Compatibility"): before 1.0 a renamed name gets no alias, only its
+The policy (docs/reference.md, "Compatibility"): before 1.0 a renamed name gets no alias, only its
 error line; from 1.0 a deprecated name keeps working until the release its notice names.
 """

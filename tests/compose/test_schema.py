@@ -244,8 +244,8 @@ def test_k_is_bounded_once() -> None:
 
 
 def test_the_guide_s_key_reference_is_the_schemas() -> None:
-    """After a schema change: ``python -m cts.compose.schema`` rewrites the table in docs/guide.md."""
-    guide = (REPO / "docs" / "guide.md").read_text(encoding="utf-8")
+    """After a schema change: ``python -m cts.compose.schema`` rewrites the table in docs/reference.md."""
+    guide = (REPO / "docs" / "reference.md").read_text(encoding="utf-8")
     assert BEGIN in guide and END in guide
     assert with_reference(guide) == guide
     table = reference()

@@ -1,4 +1,4 @@
-"""``python -m cts.compose.schema [GUIDE]``: rewrite the key reference of the guide (default docs/guide.md)."""
+"""``python -m cts.compose.schema [GUIDE]``: rewrite the key reference (default docs/reference.md)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from cts.core.errors import CtsError, run_cli
 
 
 def main() -> int:
-    """Rewrite the guide's key reference from the schemas."""
-    guide = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/guide.md")
+    """Rewrite the key reference of docs/reference.md from the schemas."""
+    guide = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/reference.md")
     text = guide.read_text(encoding="utf-8")
     if BEGIN not in text or END not in text:
         raise CtsError(f"{guide}: no {BEGIN} ... {END} block to write the key reference into")

@@ -110,15 +110,15 @@ def reference() -> str:
 
 
 BEGIN, END = "<!-- keys: python -m cts.compose.schema -->", "<!-- end of keys -->"
-"""The markers around the key reference in ``docs/guide.md``."""
+"""The markers around the key reference in ``docs/reference.md``."""
 
 
 def with_reference(text: str) -> str:
-    """``text`` (the guide) with the part between :data:`BEGIN` and :data:`END` replaced by :func:`reference`."""
+    """``text`` (docs/reference.md) with the part between :data:`BEGIN` and :data:`END` replaced by :func:`reference`."""
     head, begin, rest = text.partition(BEGIN)
     _, end, tail = rest.partition(END)
     if not begin or not end:
-        raise ValueError(f"the guide has no {BEGIN} ... {END} block")
+        raise ValueError(f"the page has no {BEGIN} ... {END} block")
     return f"{head}{BEGIN}\n{reference()}{END}{tail}"
 
 
