@@ -84,8 +84,10 @@ def main() -> None:
         text = path.read_text(encoding="utf-8")
         counts = sentences(text)
         p90 = statistics.quantiles(counts, n=10)[-1] if len(counts) > 1 else 0
-        print(f"{path.name:24} {len(text.splitlines()):5} lines {len(text.split()):6} words "
-              f"median {median_sentence(text):4} p90 {p90:5.1f}")
+        print(
+            f"{path.name:24} {len(text.splitlines()):5} lines {len(text.split()):6} words "
+            f"median {median_sentence(text):4} p90 {p90:5.1f}"
+        )
 
 
 if __name__ == "__main__":
