@@ -15,13 +15,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from cts.core.stages import CLARIFY, added, resampled_roles
 from cts.core.types import QA, Label, Nugget, SearchResult
 from cts.llm.sampling import sample_scope
 
 R = TypeVar("R")  # cts.protocol.pipeline.Roles (which imports this module)
 
-STAGES = ("clarifier", "ua", "rewriter", "search", "judge")
-"""The stages a repeat can re-sample (the question typer follows the clarifier)."""
+STAGES = resampled_roles()
+"""The paper's stages a repeat can re-sample, by role (the question typer follows the clarifier);
+:meth:`Design.of` reads :func:`cts.core.stages.resampled_roles` again, so a stage declared later counts."""
 ARMS = ("oracle", "withheld", "prefix")
 """Attribution arms: the intent searched, the questions with answers withheld, the answers 1..i."""
 
@@ -52,14 +54,14 @@ class Design:
     def __post_init__(self) -> None:
         if not isinstance(self.repeats, int) or self.repeats < 1:
             raise ValueError(f"repeats must be a positive integer, got {self.repeats!r}")
-        _names(self.stages, STAGES, "repeat_stages")
+        _names(self.stages, resampled_roles(), "repeat_stages")
         _names(self.arms, ARMS, "arms")
 
     @classmethod
     def of(cls, repeats: Any = 1, temperature: Any = None, stages: Any = None, arms: Any = None) -> Design:
         """The design of config values (a list, one name or ``a,b`` for stages and arms)."""
         temp = None if temperature is None else float(temperature)
-        return cls(int(repeats), temp, _names(stages, STAGES, "repeat_stages"), _names(arms, ARMS, "arms"))
+        return cls(int(repeats), temp, _names(stages, resampled_roles(), "repeat_stages"), _names(arms, ARMS, "arms"))
 
     def repeat_of(self, stage: str, repeat: int) -> int:
         """The repeat index ``stage``'s cache keys carry at ``repeat`` (0 when the stage is replayed)."""
@@ -97,7 +99,8 @@ class Design:
             rewriter=_Rewriter(r.rewriter, *at("rewriter")),
             search=_Search(r.search, *at("search")),
             judge=_Judge(r.judge, *at("judge")),
-            qtyper=_Typer(r.qtyper, *at("clarifier")),
+            qtyper=_Typer(r.qtyper, *at(CLARIFY.role)),
+            extra={s.role: _Declared(r.extra[s.role], *at(s.role)) for s in added() if s.role in r.extra},
         )
 
 
@@ -152,6 +155,19 @@ class _Judge(_Scoped):
     async def judge(self, answer: str, nuggets: Sequence[Nugget]) -> dict[str, Label]:
         with self._scope():
             return await self.inner.judge(answer, nuggets)
+
+
+class _Declared(_Scoped):
+    """A stage declared beyond the paper's (:func:`cts.core.stages.register`): each of its methods, scoped."""
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+
+        async def scoped(*args: Any) -> Any:
+            with self._scope():
+                return await method(*args)
+
+        return scoped
 
 
 class _Typer(_Scoped):
