@@ -162,11 +162,12 @@ BUILT_IN: tuple[Stage, ...] = (CLARIFY, ANSWER, REWRITE, SEARCH, JUDGE)
 """The paper's protocol, in order."""
 
 QTYPER = Aide("qtyper", CLARIFY.name, component=True)
+EXTRACTOR = Aide("extractor", SEARCH.name, _llm("LLMExtractor", "extractor", 4096))
 AIDES: tuple[Aide, ...] = (
     QTYPER,
     Aide("gate", CLARIFY.name, interaction=True),
     Aide("visit_summary", SEARCH.name),
-    Aide("extractor", SEARCH.name, _llm("LLMExtractor", "extractor", 4096)),
+    EXTRACTOR,
     Aide("preflight", "", batchable=False),
 )
 """Roles that serve a stage: the question typer, a clarification gate, WebDancer's page summariser,
@@ -243,7 +244,8 @@ def clarify_roles() -> tuple[str, ...]:
 
 def model_role_nodes() -> dict[str, Mapping[str, Any]]:
     """Per role group that every model can play: its Hydra node (class, prompt, output cap)."""
-    return {r.role: r.node for r in (*_declared, *AIDES) if r.node}
+    roles: list[Stage | Aide] = [*_declared, *AIDES]
+    return {r.role: r.node for r in roles if r.node}
 
 
 def component_roles() -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from cts._util.interrupt import interruptible_job
 from cts._util.io import atomic_write_text
 from cts.core.errors import ConfigError
 from cts.core.records import Record, read_records
-from cts.core.stages import component_roles
+from cts.core.stages import component_roles, stages
 from cts.data.clusters import ci_summary, dataset_clusters
 from cts.data.jsonl import Dataset, dataset_metrics, select_instances
 from cts.llm import audit_scope, usage_scope
@@ -175,7 +175,7 @@ def orig_parts(ctx: TaskContext) -> dict[str, Any]:
     llm = ctx.value("services.llm", default=None) or {}
     routing = {key: llm.get(key) for key in ("api_base", "served_name", "max_reasks")}
     return {
-        **ctx.values("dataset", "search", "judge"),
+        **ctx.values("dataset", *(s.role for s in stages() if s.on_arm)),  # search, judge
         "llm": routing,
         "corpus_lang": ctx.value("services.corpus_lang", default=None),
     }
