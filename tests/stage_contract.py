@@ -1,9 +1,10 @@
 """The contract every declared stage keeps (:mod:`cts.core.stages`): a new stage's tests come from here.
 
 :func:`contract_problems` lists what is wrong with one stage: its role Protocol's method takes
-exactly the parameters the stage declares it may see, its LLM role class implements that method
-with the same signature, its prompt's placeholders are the declared ones, its span is its own,
-its failures reach the unscored table and the batch-role check when it says so.
+exactly the parameters the stage declares it may see; its LLM role class implements that method
+with the same signature and declares its output schema; its prompt's placeholders are the declared
+ones; its span is its own; its failures reach the unscored table, and its role the batch-role
+check, when it says so.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def contract_problems(stage: Stage, prompts_dir: Path = PROMPTS) -> list[str]:
     target = stage.node.get("_target_")
     if target is not None and parameters(getattr(dotted(str(target)), stage.method)) != stage.sees:
         problems.append(f"{target}.{stage.method} does not take exactly {stage.sees}")
+    if target is not None and not dict(dotted(str(target)).example_schema()):
+        problems.append(f"{target} declares no output schema (example_schema)")
     if stage.prompt is not None:
         found = load_prompt(stage.prompt, prompts_dir).placeholders
         if found != set(stage.placeholders):
