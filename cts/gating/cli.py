@@ -25,6 +25,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from cts._util.naming import factors
+from cts.core.stages import stages
 from cts.protocol.pipeline import STAGE_CALLS
 from cts.report.gate_evaluation import evaluate_gate
 
@@ -69,7 +70,7 @@ def counters(usage: Any, stage_calls_before: Mapping[str, int]) -> dict[str, flo
     ``other_llm_calls`` counts LLM calls of any role but the gate.
     """
     calls = {role: float(u.get("calls", 0.0)) for role, u in dict(usage).items()}
-    stage = {k: float(STAGE_CALLS[k] - stage_calls_before.get(k, 0)) for k in ("search", "judge")}
+    stage = {s.name: float(STAGE_CALLS[s.name] - stage_calls_before.get(s.name, 0)) for s in stages() if s.on_arm}
     return {
         "gate_llm_calls": sum(v for r, v in calls.items() if r in _ANALYSIS_ROLES),
         "search_calls": stage["search"] + calls.get("search", 0.0) + calls.get("visit", 0.0),
