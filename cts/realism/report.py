@@ -88,9 +88,9 @@ def comparison_table(results: Mapping[str, AuditResult]) -> tuple[list[dict[str,
         row.update({c: cell(r.metrics[c]) for c in AUDIT_COLUMNS})
         row["distance"] = distances[label]
         row["failed"] = sum(r.failures.values())
-        row["seconds"] = round(r.seconds, 1)
+        row["ua_seconds"] = round(r.seconds, 1)
         rows.append(row)
-    return rows, ["ua", "pairs", *AUDIT_COLUMNS, "distance", "failed", "seconds"]
+    return rows, ["ua", "pairs", *AUDIT_COLUMNS, "distance", "failed", "ua_seconds"]
 
 
 def confusion_table(result: AuditResult) -> list[dict[str, Any]]:

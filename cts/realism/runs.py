@@ -6,7 +6,7 @@ import argparse
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from cts.compose.app import build_node, build_services
-from cts.compose.services import Services, local_llm_served
+from cts.compose.services import local_llm_served
 from cts.data.human_answers import HumanAnswerDataset
 from cts.realism import report
 from cts.realism.asking import gate_metrics, requests_of, score_requests
@@ -26,6 +26,10 @@ from cts.stats.agreement import Estimate
 __all__ = ["people_pattern", "run_one", "write_report"]
 
 EXPERIMENT = "cts-realism"
+Build = Callable[[Any], Any]
+"""Builds one config node into its component (the composition layer's builder, bound to the run's services)."""
+
+
 _UNSAFE = re.compile(r"[^\w.,=+\-@]+")
 
 
@@ -38,8 +42,12 @@ def run_one(
     run_dir = out / (_UNSAFE.sub("_", label) or "defaults")
     run_dir.mkdir(parents=True, exist_ok=True)
     with local_llm_served(services, build_node(cfg.services.get("local_llm"), services), run_dir) as served:
+
+        def build(node: Any) -> Any:  # the run's components, on the services its local LLM server serves
+            return build_node(node, served)
+
         start = time.perf_counter()
-        result, files, metrics = _RUNNERS[mode](cfg, served, dataset, run_dir, boot, args)
+        result, files, metrics = _RUNNERS[mode](cfg, build, dataset, run_dir, boot, args)
         seconds = time.perf_counter() - start
     metrics = {**metrics, "seconds": seconds}
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
@@ -84,13 +92,13 @@ def _flat(metrics: Mapping[str, Estimate]) -> dict[str, float]:
 
 def _audit(
     cfg: DictConfig,
-    services: Services,
+    build: Build,
     dataset: HumanAnswerDataset,
     run_dir: Path,
     boot: Bootstrap,
     args: argparse.Namespace,
 ) -> tuple[AuditResult, list[Path], dict[str, float]]:
-    ua = build_node(cfg.ua, services)
+    ua = build(cfg.ua)
     pairs = sample_pairs(dataset_pairs(dataset), args.sample, args.sample_seed)
     result = run_audit(ua, pairs, boot, int(cfg.concurrency))
     files = [
@@ -112,7 +120,7 @@ def _audit(
 
 def _ask_or_not(
     cfg: DictConfig,
-    services: Services,
+    build: Build,
     dataset: HumanAnswerDataset,
     run_dir: Path,
     boot: Bootstrap,
@@ -123,14 +131,14 @@ def _ask_or_not(
         from cts.data.jsonl import DatasetError
 
         raise DatasetError([f"{dataset.name}: no clarification_need label (ask-or-not needs ClariQ)"])
-    metrics = gate_metrics(score_requests(build_node(cfg.gate, services), requests), boot)
+    metrics = gate_metrics(score_requests(build(cfg.gate), requests), boot)
     files = [report.write_rows(run_dir / "gate.csv", [{"metric": k, **asdict(v)} for k, v in metrics.items()])]
     return metrics, files, _flat(metrics)
 
 
 def _pattern(
     cfg: DictConfig,
-    services: Services,
+    build: Build,
     dataset: HumanAnswerDataset,
     run_dir: Path,
     boot: Bootstrap,
@@ -144,9 +152,9 @@ def _pattern(
         instances = [instances[i] for i in keep]
     ks = tuple(int(k) for k in str(args.ks).split(","))
     turns = run_turns(
-        build_node(cfg.clarifier, services),
-        build_node(cfg.ua, services),
-        build_node(cfg.qtyper, services),
+        build(cfg.clarifier),
+        build(cfg.ua),
+        build(cfg.qtyper),
         instances,
         ks,
     )

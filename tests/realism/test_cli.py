@@ -118,3 +118,12 @@ def test_bad_input_is_one_error_line(tmp_path: Path, capsys):
     )
     assert main(["qulac", f"dataset.path={tmp_path / 'x.json'}", "ua=rules", "--no-log", "--out", str(tmp_path)]) == 1
     assert "error: dataset.path: no such file" in capsys.readouterr().err
+
+
+def test_python_m_cts_gating_scores_a_gate_against_people(tmp_path: Path, cache_dir: Path, capsys):
+    from cts.gating.cli import main as gating
+
+    data = write_clariq(tmp_path / "train.tsv")
+    args = ["clariq", f"dataset.path={data}", "gate=never", "--out", str(tmp_path / "g"), "--no-log"]
+    assert gating([*args, *_common(tmp_path, cache_dir)]) == 0
+    assert "| gate=never | 4 | 3 | 0.500" in capsys.readouterr().out
