@@ -84,9 +84,12 @@ def build_dataset(name: str, rows: Iterable[Row], source: str) -> HumanAnswerDat
     facets: dict[tuple[str, str], Instance] = {}
     answers: dict[tuple[str, str], HumanAnswer] = {}
     problems: list[str] = []
+    wordings: dict[str, int] = {}  # requests seen per facet
     for row in rows:
-        n_same = sum(1 for f, _ in facets if f == row.facet)
-        inst = facets.setdefault((row.facet, row.request), _instance(row, n_same))
+        if (row.facet, row.request) not in facets:
+            facets[(row.facet, row.request)] = _instance(row, wordings.get(row.facet, 0))
+            wordings[row.facet] = wordings.get(row.facet, 0) + 1
+        inst = facets[(row.facet, row.request)]
         if (inst.fused_query, inst.meta.get("topic"), inst.meta.get("clarification_need")) != _facet_key(row):
             problems.append(f"{row.where}: facet {row.facet}: description, topic or need differs from an earlier row")
         if row.question and row.answer and (inst.id, row.question_id) not in answers:

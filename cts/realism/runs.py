@@ -51,6 +51,7 @@ def run_one(
         seconds = time.perf_counter() - start
     metrics = {**metrics, "seconds": seconds}
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
+    files = [*files, write_report(run_dir, dataset.name, mode, {label: result}, args)]  # this run's own table
     if not args.no_log:
         params = _params(cfg, mode, label, dataset, args)
         uri = str(OmegaConf.select(cfg, "tracking.uri"))
@@ -105,9 +106,8 @@ def _audit(
         report.write_rows(run_dir / "realism.csv", report.audit_rows(result)),
         report.write_rows(run_dir / "confusion.csv", report.confusion_table(result)),
     ]
-    with (run_dir / "pairs.jsonl").open(
-        "w", encoding="utf-8"
-    ) as f:  # the dataset's text: stays local, never an artifact
+    # The pairs hold the dataset's text: they stay in the output dir, never an artifact.
+    with (run_dir / "pairs.jsonl").open("w", encoding="utf-8") as f:
         for p in result.pairs:
             f.write(json.dumps(asdict(p), ensure_ascii=False) + "\n")
     failed = float(sum(result.failures.values()))

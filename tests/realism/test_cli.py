@@ -47,7 +47,7 @@ def test_audit_of_rule_personas_logs_one_run_each(tmp_path: Path, cache_dir: Pat
     from mlflow import MlflowClient
 
     names = {a.path for a in MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").list_artifacts(runs["run_id"].iloc[0])}
-    assert {"realism.csv", "confusion.csv", "metrics.json"} <= names
+    assert {"realism.csv", "confusion.csv", "metrics.json", "report.md"} <= names
     assert "pairs.jsonl" not in names  # the dataset's text stays on the user's disk
 
 
