@@ -70,9 +70,17 @@ def is_informative(answer: str, question: str = "") -> bool:
     return any(t not in asked for t in _rest(text))
 
 
+_POSSESSIVE = re.compile(r"['’]s$")
+
+
+def _stems(text: str) -> set[str]:
+    """Content tokens with a possessive ``'s`` dropped ("Pennsylvania's" holds "pennsylvania")."""
+    return {_POSSESSIVE.sub("", t) for t in content_tokens(text)}
+
+
 def leaked_tokens(answer: str, fused_query: str, question: str) -> frozenset[str]:
     """The answer's content tokens that neither the intent nor the question holds (what it adds)."""
-    return frozenset(content_tokens(answer)) - set(content_tokens(fused_query)) - set(content_tokens(question))
+    return frozenset(_stems(answer) - _stems(fused_query) - _stems(question))
 
 
 def content_f1(a: str, b: str) -> float:

@@ -8,18 +8,40 @@ question. Answers are asked concurrently (``concurrency`` at once); a pair whose
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from cts.core.contracts import UserAnswerer
 from cts.data.human_answers import HumanAnswerDataset
 from cts.realism.metrics import Bootstrap, Pair, audit_metrics
 from cts.stats.agreement import Estimate
 
-__all__ = ["AuditResult", "answer_all", "dataset_pairs", "run_audit", "sample_pairs"]
+__all__ = ["AuditResult", "ReplayedUA", "answer_all", "dataset_pairs", "run_audit", "sample_pairs"]
+
+
+class ReplayedUA:
+    """The answers an earlier audit's UA gave (its ``pairs.jsonl``): rescore them without a call.
+
+    A pair that file does not hold (its call failed then) fails again: counted, left out.
+    """
+
+    def __init__(self, path: Path) -> None:
+        """Args:
+        path: A ``pairs.jsonl`` written by an audit (``--replay``).
+        """
+        self.answers: dict[tuple[str, str], str] = {}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            self.answers[(row["fused_query"], row["question"])] = row["ua"]
+
+    async def answer(self, fused_query: str, question: str) -> str:
+        """The recorded answer (KeyError for a pair the file does not hold)."""
+        return self.answers[(fused_query, question)]
 
 
 def dataset_pairs(dataset: HumanAnswerDataset) -> list[Pair]:

@@ -66,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     what.add_argument("--pattern", action="store_true", help="region/unknown pattern of clarifier=... with ua=...")
     p.add_argument("--sample", type=int, default=None, help="a seeded sample of N pairs (N facets with --pattern)")
     p.add_argument("--sample-seed", type=int, default=0)
+    p.add_argument(
+        "--replay", type=Path, default=None, help="the UA's answers from an earlier audit's pairs.jsonl (no call)"
+    )
     p.add_argument("--ks", default="1,2,3", help="budgets of --pattern")
     p.add_argument("--out", type=Path, default=None, help="output dir (default: outputs/realism/<time>)")
     p.add_argument("--no-log", action="store_true", help="write the tables only; log nothing to MLflow")

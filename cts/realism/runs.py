@@ -18,7 +18,7 @@ from cts.compose.services import local_llm_served
 from cts.data.human_answers import HumanAnswerDataset
 from cts.realism import report
 from cts.realism.asking import gate_metrics, requests_of, score_requests
-from cts.realism.audit import AuditResult, dataset_pairs, run_audit, sample_pairs
+from cts.realism.audit import AuditResult, ReplayedUA, dataset_pairs, run_audit, sample_pairs
 from cts.realism.metrics import Bootstrap
 from cts.realism.pattern import human_turns, pattern_row, run_turns
 from cts.stats.agreement import Estimate
@@ -78,6 +78,7 @@ def _params(
         "label": label,
         "sample": str(args.sample),
         "sample_seed": str(args.sample_seed),
+        "replay": str(args.replay or ""),
         "bootstrap.n_resamples": str(cfg.bootstrap.n_resamples),
         "bootstrap.confidence": str(cfg.bootstrap.confidence),
         "seed": str(cfg.seed),
@@ -99,7 +100,7 @@ def _audit(
     boot: Bootstrap,
     args: argparse.Namespace,
 ) -> tuple[AuditResult, list[Path], dict[str, float]]:
-    ua = build(cfg.ua)
+    ua = ReplayedUA(args.replay) if args.replay else build(cfg.ua)
     pairs = sample_pairs(dataset_pairs(dataset), args.sample, args.sample_seed)
     result = run_audit(ua, pairs, boot, int(cfg.concurrency))
     files = [
@@ -159,6 +160,9 @@ def _pattern(
         ks,
     )
     row = pattern_row(turns)
+    with (run_dir / "turns.jsonl").open("w", encoding="utf-8") as f:  # local only, as the audit's pairs
+        for t in turns:
+            f.write(json.dumps(asdict(t), ensure_ascii=False) + "\n")
     files = [report.write_rows(run_dir / "pattern.csv", [row])]
     return row, files, row
 

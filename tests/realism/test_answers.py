@@ -50,5 +50,6 @@ def test_content_f1_known_values():
 def test_leaked_tokens_are_in_neither_intent_nor_question():
     assert leaked_tokens("costa rica", "glass frogs of Costa Rica", "which country") == frozenset()
     assert leaked_tokens("panama", "glass frogs of Costa Rica", "which country") == {"panama"}
+    assert leaked_tokens("Pennsylvania", "tours of Pennsylvania's mountains", "which state") == frozenset()
     assert leaked_tokens("北京", "长城在北京的旅游路线", "哪个地区") == frozenset()
     assert leaked_tokens("上海", "长城在北京的旅游路线", "哪个地区") == {"上海"}

@@ -67,6 +67,14 @@ def test_llm_ua_over_http_on_qulac(tmp_path: Path, cache_dir: Path, llm_server: 
     assert metrics["ua_answer_rate"] == 1.0 and metrics["over_answer"] == pytest.approx(1 / 4)  # the bare "no"
     assert metrics["content_f1"] == pytest.approx((1.0 + 0.0 + 1.0) / 3)  # yes/yes, photos/yes, 北京/北京
 
+    replay = ["--replay", str(next(out.glob("*/pairs.jsonl"))), "--out", str(tmp_path / "again")]
+    assert main([*args[:-3], "--no-log", *replay, *_common(tmp_path, cache_dir)]) == 0
+    assert len(llm_server.requests) == 4  # rescored without a call
+    assert (
+        json.loads(next((tmp_path / "again").glob("*/metrics.json")).read_text())["over_answer"]
+        == metrics["over_answer"]
+    )
+
 
 def test_ask_or_not_and_pattern_commands(tmp_path: Path, cache_dir: Path, capsys):
     data = write_clariq(tmp_path / "train.tsv")
