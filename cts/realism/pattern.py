@@ -4,7 +4,8 @@ does the all-unknown rate fall with the budget k?
 A clarifier asks k questions about each facet's request q (batch mode, k = 1, 2, 3); a UA answers
 each from the facet description q*; a question typer labels each question. Per k: the UA's unknown
 rate, the share of region-only questions, their unknown rate against the other questions', and the
-share of facets whose k answers are all ``unknown`` (the paper's Tables 4, 5 and 7). The same
+share of facets whose k answers are all ``unknown`` (the paper's Tables 4, 5 and 7); and the two
+unknown rates over the turns of every k (``*_all_k``: a rule clarifier asks one type at k=1). The same
 statistics of people's own answers to the dataset's own questions (a "not informative" answer
 counted as unknown: :func:`cts.realism.answers.is_informative`) and the paper's ranges over its
 seven clarifiers sit beside them. Nothing is tuned to match.
@@ -129,6 +130,8 @@ def pattern_row(turns: Sequence[Turn]) -> dict[str, float]:
         "n_region_only": float(len(region)),
         "region_only_unknown": _rate(region),
         "other_unknown": _rate([t.unknown for t in first if not t.region_only]),
+        "region_only_unknown_all_k": _rate([t.unknown for t in turns if t.region_only]),
+        "other_unknown_all_k": _rate([t.unknown for t in turns if not t.region_only]),
     }
     for k in sorted({t.k for t in turns}):
         by_inst: dict[str, list[bool]] = {}

@@ -129,6 +129,8 @@ PATTERN_COLUMNS: tuple[str, ...] = (
     "n_region_only",
     "region_only_unknown",
     "other_unknown",
+    "region_only_unknown_all_k",
+    "other_unknown_all_k",
     "all_unknown_k1",
     "all_unknown_k2",
     "all_unknown_k3",

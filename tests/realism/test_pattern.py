@@ -45,6 +45,8 @@ def test_pattern_rates_by_construction():
     assert row["n_questions_k1"] == 3 and row["cq_region_rate"] == 1.0 and row["n_region_only"] == 3
     assert row["ua_unknown_rate"] == row["region_only_unknown"] == 1.0
     assert math.isnan(row["other_unknown"])
+    # over every k: 9 region questions (all unknown), 6 time (known), 3 scope (known for 'b' only)
+    assert row["region_only_unknown_all_k"] == 1.0 and row["other_unknown_all_k"] == pytest.approx(2 / 9)
     assert row["all_unknown_k1"] == 1.0 and row["all_unknown_k2"] == 0.0 and row["all_unknown_k3"] == 0.0
 
 
