@@ -19,7 +19,7 @@ from cts.data.human_answers import HumanAnswerDataset
 from cts.realism import report
 from cts.realism.asking import gate_metrics, requests_of, score_requests
 from cts.realism.audit import AuditResult, ReplayedUA, dataset_pairs, run_audit, sample_pairs
-from cts.realism.metrics import Bootstrap
+from cts.realism.metrics import Bootstrap, human_distance
 from cts.realism.pattern import human_turns, pattern_row, run_turns
 from cts.stats.agreement import Estimate
 
@@ -115,7 +115,13 @@ def _audit(
     return (
         result,
         files,
-        {**_flat(result.metrics), "pairs": float(len(result.pairs)), "failed": failed, "ua_seconds": result.seconds},
+        {
+            **_flat(result.metrics),
+            "pairs": float(len(result.pairs)),
+            "distance": human_distance(result.metrics),
+            "failed": failed,
+            "ua_seconds": result.seconds,
+        },
     )
 
 
