@@ -49,6 +49,8 @@ class Turn:
     question: str
     region_only: bool
     unknown: bool
+    failed: bool = False
+    """The UA's call failed: the turn is left out of every rate."""
 
 
 async def _interaction(
@@ -69,8 +71,11 @@ async def _interaction(
     turns = []
     for q in questions:
         types = await typer.classify(q)
-        answer = await ua.answer(inst.fused_query, q)
-        turns.append(Turn(k, inst.id, q, is_region_only(types), answer == UNKNOWN))
+        try:
+            answer: str | None = await ua.answer(inst.fused_query, q)
+        except Exception:  # noqa: BLE001 - a failed UA call: the turn is counted as failed, not as unknown
+            answer = None
+        turns.append(Turn(k, inst.id, q, is_region_only(types), answer == UNKNOWN, failed=answer is None))
     return turns
 
 
@@ -120,11 +125,14 @@ def _rate(flags: Sequence[bool]) -> float:
 
 def pattern_row(turns: Sequence[Turn]) -> dict[str, float]:
     """The statistics of the module docstring: k=1 rates, and ``all_unknown_k<k>`` for every k present."""
+    failed = sum(t.failed for t in turns)
+    turns = [t for t in turns if not t.failed]
     first = [t for t in turns if t.k == 1]
     region = [t.unknown for t in first if t.region_only]
     row = {
         "n_facets": float(len({t.instance_id for t in turns})),
         "n_questions_k1": float(len(first)),
+        "failed_turns": float(failed),
         "ua_unknown_rate": _rate([t.unknown for t in first]),
         "cq_region_rate": _rate([t.region_only for t in first]),
         "n_region_only": float(len(region)),

@@ -33,6 +33,8 @@ class UA:
             return "1990"
         if question == SCOPE and fused_query == "b":
             return "the film"
+        if question == SCOPE and fused_query == "c":
+            raise RuntimeError("the call failed")
         return UNKNOWN
 
 
@@ -45,8 +47,9 @@ def test_pattern_rates_by_construction():
     assert row["n_questions_k1"] == 3 and row["cq_region_rate"] == 1.0 and row["n_region_only"] == 3
     assert row["ua_unknown_rate"] == row["region_only_unknown"] == 1.0
     assert math.isnan(row["other_unknown"])
-    # over every k: 9 region questions (all unknown), 6 time (known), 3 scope (known for 'b' only)
-    assert row["region_only_unknown_all_k"] == 1.0 and row["other_unknown_all_k"] == pytest.approx(2 / 9)
+    # over every k: 9 region questions (all unknown), 6 time (known), 3 scope (known for 'b', failed for 'c')
+    assert row["failed_turns"] == 1
+    assert row["region_only_unknown_all_k"] == 1.0 and row["other_unknown_all_k"] == pytest.approx(1 / 8)
     assert row["all_unknown_k1"] == 1.0 and row["all_unknown_k2"] == 0.0 and row["all_unknown_k3"] == 0.0
 
 
