@@ -25,23 +25,32 @@ __all__ = ["AuditResult", "ReplayedUA", "answer_all", "dataset_pairs", "run_audi
 
 
 class ReplayedUA:
-    """The answers an earlier audit's UA gave (its ``pairs.jsonl``): rescore them without a call.
+    """The answers an earlier audit's UA gave (its ``pairs.jsonl``), reused without a call.
 
-    A pair that file does not hold (its call failed then) fails again: counted, left out.
+    Only a pair the file does not hold (its call failed then) goes to ``fallback``, the UA of this
+    run: an audit resumed, or rescored under a changed rule. With a deterministic UA (temperature 0)
+    whose output cap was raised, a recorded reply that ended before the old cap is what the new cap gives.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, fallback: UserAnswerer) -> None:
         """Args:
         path: A ``pairs.jsonl`` written by an audit (``--replay``).
+        fallback: The UA asked for the pairs the file does not hold.
         """
+        self.fallback = fallback
+        self.replayed = 0
         self.answers: dict[tuple[str, str], str] = {}
         for line in path.read_text(encoding="utf-8").splitlines():
             row = json.loads(line)
             self.answers[(row["fused_query"], row["question"])] = row["ua"]
 
     async def answer(self, fused_query: str, question: str) -> str:
-        """The recorded answer (KeyError for a pair the file does not hold)."""
-        return self.answers[(fused_query, question)]
+        """The recorded answer, else the fallback UA's."""
+        recorded = self.answers.get((fused_query, question))
+        if recorded is None:
+            return await self.fallback.answer(fused_query, question)
+        self.replayed += 1
+        return recorded
 
 
 def dataset_pairs(dataset: HumanAnswerDataset) -> list[Pair]:

@@ -100,7 +100,7 @@ def _audit(
     boot: Bootstrap,
     args: argparse.Namespace,
 ) -> tuple[AuditResult, list[Path], dict[str, float]]:
-    ua = ReplayedUA(args.replay) if args.replay else build(cfg.ua)
+    ua = ReplayedUA(args.replay, build(cfg.ua)) if args.replay else build(cfg.ua)
     pairs = sample_pairs(dataset_pairs(dataset), args.sample, args.sample_seed)
     result = run_audit(ua, pairs, boot, int(cfg.concurrency))
     files = [
@@ -121,6 +121,7 @@ def _audit(
             "distance": human_distance(result.metrics),
             "failed": failed,
             "ua_seconds": result.seconds,
+            "replayed": float(getattr(ua, "replayed", 0)),
         },
     )
 

@@ -70,10 +70,16 @@ def test_llm_ua_over_http_on_qulac(tmp_path: Path, cache_dir: Path, llm_server: 
     replay = ["--replay", str(next(out.glob("*/pairs.jsonl"))), "--out", str(tmp_path / "again")]
     assert main([*args[:-3], "--no-log", *replay, *_common(tmp_path, cache_dir)]) == 0
     assert len(llm_server.requests) == 4  # rescored without a call
-    assert (
-        json.loads(next((tmp_path / "again").glob("*/metrics.json")).read_text())["over_answer"]
-        == metrics["over_answer"]
-    )
+    again = json.loads(next((tmp_path / "again").glob("*/metrics.json")).read_text())
+    assert again["over_answer"] == metrics["over_answer"] and again["replayed"] == 4
+
+    kept = next(out.glob("*/pairs.jsonl")).read_text(encoding="utf-8").splitlines()[:3]  # as if one call had failed
+    (tmp_path / "three.jsonl").write_text("\n".join(kept) + "\n", encoding="utf-8")
+    resume = ["--replay", str(tmp_path / "three.jsonl"), "--out", str(tmp_path / "resumed")]
+    assert main([*args[:-3], "--no-log", *resume, *_common(tmp_path, cache_dir)]) == 0
+    assert len(llm_server.requests) == 5  # only the missing pair was asked
+    resumed = json.loads(next((tmp_path / "resumed").glob("*/metrics.json")).read_text())
+    assert resumed["replayed"] == 3 and resumed["pairs"] == 4 and resumed["content_f1"] == metrics["content_f1"]
 
 
 def test_ask_or_not_and_pattern_commands(tmp_path: Path, cache_dir: Path, capsys):
