@@ -2,6 +2,11 @@
 
     python -m cts.gating outputs/multirun/2025-01-01_12-00-00 gate=rules
     python -m cts.gating outputs/multirun/... gate=llm services.llm.api_base=http://127.0.0.1:8000/v1
+    python -m cts.gating clariq dataset.path=data/clariq/train.tsv gate=rules,never,oracle
+
+The first word is a finished sweep's dir, or a dataset option whose people rated how much each
+request needs clarification (``clariq``): then the gate is scored against them
+(``python -m cts.realism <dataset> --ask-or-not``, :mod:`cts.realism.asking`).
 
 The overrides after the sweep dir are Hydra overrides of the project config
 (``gate=always|never|rules|llm|oracle`` and its options). No search or judge
@@ -131,6 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0].startswith("-") or "=" in args[0]:
         print(__doc__, file=sys.stderr)
         return 2
+    if not Path(args[0]).is_dir() and (CONF_DIR / "dataset" / f"{args[0]}.yaml").is_file():
+        from cts.realism.cli import main as realism
+
+        return realism([args[0], "--ask-or-not", *args[1:]])
     sweep, overrides = Path(args[0]), args[1:]
     cfg = compose_config(overrides)
     name = factors(overrides).get("gate", "always")

@@ -85,6 +85,7 @@ __all__ = [
     "log_records_table",
     "log_to_runs",
     "log_report_run",
+    "log_analysis_run",
     "one_run_per_job_dir",
     "override_tags",
     "prepare_store",
@@ -375,6 +376,22 @@ def log_report_run(
     """Log a sweep-level report as its own run; returns the run id."""
     all_tags = {"cts.kind": "sweep_report", **(tags or {})}
     with open_mlflow_run(uri, experiment, run_name, params={}, tags=all_tags) as run_id:
+        log_metrics(metrics)
+        log_artifacts(artifacts)
+    return run_id
+
+
+def log_analysis_run(
+    uri: str,
+    experiment: str,
+    run_name: str,
+    params: Mapping[str, str],
+    metrics: Mapping[str, float],
+    artifacts: list[Path],
+    tags: Mapping[str, str] | None = None,
+) -> str:
+    """Log one stand-alone analysis (e.g. ``python -m cts.realism``) as its own run; returns the run id."""
+    with open_mlflow_run(uri, experiment, run_name, params=params, tags=dict(tags or {})) as run_id:
         log_metrics(metrics)
         log_artifacts(artifacts)
     return run_id
