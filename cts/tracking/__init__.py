@@ -28,10 +28,13 @@ from cts.tracking._batch import deferred_run_data
 from cts.tracking._datasets import dataset_digest, dataset_rows, log_dataset_input
 from cts.tracking._human import log_to_runs
 from cts.tracking._instance import InstanceTraces, log_instance_trace
+from cts.tracking._outbox import call, register_run
 from cts.tracking._requests import REQUEST_AUDIT_FILE, log_request_audit, request_tag
+from cts.tracking._runend import end_run, refuse_unsent
 from cts.tracking._store import (
     TrackingStoreError,
     broken_store_message,
+    check_store,
     mlflow_module,
     prepare_store,
     store_failed,
@@ -53,6 +56,7 @@ __all__ = [
     "InstanceTraces",
     "TrackingStoreError",
     "broken_store_message",
+    "check_store",
     "dataset_digest",
     "dataset_rows",
     "deferred_run_data",
@@ -163,22 +167,26 @@ def open_mlflow_run(
     previous = _stored_run_id(job_dir, uri)
     resumed = previous is not None and _run_exists(uri, previous, experiment)
     run = mlflow.start_run(run_id=previous) if resumed else mlflow.start_run(run_name=run_name, tags=dict(tags or {}))
+    run_id = run.info.run_id
+    register_run(run_id, job_dir)  # from now on, a store that stops answering leaves the run's writes in job_dir
     status = "FAILED"
     try:
-        _store_run_id(job_dir, uri, run.info.run_id)
+        _store_run_id(job_dir, uri, run_id)
         versions = package_versions()
         all_params = {**dict(params), **{f"version.{k}": v for k, v in versions.items()}}
-        _log_params(run, all_params, previous, resumed)  # tags were set when the run started (same job dir)
-        mlflow.log_dict(versions, "versions.json")
-        yield run.info.run_id
+        # tags were set when the run started (same job dir)
+        call(
+            uri, run_id, {"op": "params", "params": all_params}, lambda: _log_params(run, all_params, previous, resumed)
+        )
+        call(uri, run_id, {"op": "versions", "versions": versions}, lambda: mlflow.log_dict(versions, "versions.json"))
+        yield run_id
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
-        flush_traces(uri)  # the per-instance traces (cts.tracking._writer) reach the store before the run ends
-        mlflow.flush_trace_async_logging()  # LLM-call spans (services.llm.tracing) reach the store
-        mlflow.end_run(status=status)
+        end_run(uri, run_id, status)
+    refuse_unsent(uri, run_id, job_dir)
 
 
 def _stored_run_id(job_dir: Path | None, uri: str) -> str | None:
@@ -268,7 +276,13 @@ def log_metrics(metrics: Mapping[str, float]) -> None:
 
 
 def log_artifacts(paths: list[Path], artifact_path: str | None = None) -> None:
-    """Log files (and directories) as artifacts of the active run."""
+    """Log files (and directories) as artifacts of the active run (kept in the job dir while the store is down)."""
+    mlflow = mlflow_module()
+    op = {"op": "artifacts", "paths": [str(p.resolve()) for p in paths], "artifact_path": artifact_path}
+    call(mlflow.get_tracking_uri(), mlflow.active_run().info.run_id, op, lambda: _log_artifacts(paths, artifact_path))
+
+
+def _log_artifacts(paths: list[Path], artifact_path: str | None = None) -> None:
     mlflow = mlflow_module()
     for p in paths:
         if p.is_dir():

@@ -1,0 +1,144 @@
+"""``python -m cts.tracking.fill <job or sweep dir> ...``: write what a tracking server missed while it was down.
+
+A job whose tracking server stopped answering kept the run's calls and traces in its dir
+(:mod:`cts.tracking._outbox`). Once the server is back, this writes them, in the order the job
+made them, into the run the job dir names (``mlflow_run.json``): params, the dataset input,
+metrics and tags, artifacts, the records table, the traces with their assessments, and the run's
+end (status and time). No LLM is called. A job dir whose outbox was written loses it; one that
+fails keeps it, and the command can be run again (nothing is written twice).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from cts.core.errors import TrackingStoreError, run_cli
+from cts.core.records import read_records
+from cts.tracking._outbox import OUTBOX_FILE, TRACES_OUTBOX_FILE, store_down
+from cts.tracking._store import mlflow_module, prepare_store
+
+log = logging.getLogger(__name__)
+
+RUN_FILE = "mlflow_run.json"  # the job dir's run (cts.tracking.RUN_FILE)
+RECORDS = "records.jsonl"  # the job dir's records (cts.protocol.job_files.RECORDS_FILE)
+
+
+def job_dirs(roots: Sequence[Path]) -> list[Path]:
+    """The job dirs under ``roots`` (each a job or sweep dir) whose outbox holds anything."""
+    found: set[Path] = set()
+    for root in roots:
+        for name in (OUTBOX_FILE, TRACES_OUTBOX_FILE):
+            found.update(p.parent for p in [root / name, *root.rglob(name)] if p.is_file())
+    return sorted(found)
+
+
+def read_lines(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file (a torn last line, from a killed job, is skipped)."""
+    if not path.is_file():
+        return
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            yield json.loads(line)
+        except ValueError:
+            continue
+
+
+def fill_job(job_dir: Path) -> str:
+    """Write ``job_dir``'s outbox into its run; returns one line saying what was written.
+
+    Raises:
+        TrackingStoreError: The store cannot be opened, or stopped answering while this wrote.
+    """
+    ref = json.loads((job_dir / RUN_FILE).read_text(encoding="utf-8"))
+    uri, run_id = str(ref["tracking_uri"]), str(ref["run_id"])
+    prepare_store(uri)
+    traces = write_kept_traces(uri, list(read_lines(job_dir / TRACES_OUTBOX_FILE)))
+    ops = list(read_lines(job_dir / OUTBOX_FILE))
+    replay(uri, run_id, job_dir, ops)
+    if (why := store_down(uri)) is not None:
+        raise TrackingStoreError(f"error: tracking fill: the store {uri} stopped answering ({why}); run it again")
+    for name in (OUTBOX_FILE, TRACES_OUTBOX_FILE):
+        (job_dir / name).unlink(missing_ok=True)
+    return f"{job_dir}: run {run_id}: {len(ops)} calls and {traces} traces written to {uri}"
+
+
+def write_kept_traces(uri: str, docs: list[dict[str, Any]]) -> int:
+    """Write kept trace documents (those the store already holds are skipped); returns how many were kept."""
+    from mlflow.tracing.client import TracingClient
+
+    from cts.tracking._tracewrite import BATCH, write_traces
+
+    client = TracingClient(uri)
+    for start in range(0, len(docs), BATCH):
+        _, failures = write_traces(client, docs[start : start + BATCH])
+        if failures:
+            raise TrackingStoreError(f"error: tracking fill: {len(failures)} traces not written: {failures[0]}")
+    return len(docs)
+
+
+def replay(uri: str, run_id: str, job_dir: Path, ops: Sequence[Mapping[str, Any]]) -> None:
+    """Make each kept call again on the run, active for the block; end it as the job ended it."""
+    mlflow = mlflow_module()
+    mlflow.set_tracking_uri(uri)
+    client = mlflow.MlflowClient(uri)
+    before = client.get_run(run_id).info
+    end = next((op for op in ops if op["op"] == "end"), None)
+    mlflow.start_run(run_id=run_id)
+    try:
+        for op in ops:
+            if op["op"] != "end":
+                replay_one(op, run_id, job_dir)
+    finally:
+        status = str(end["status"]) if end else before.status  # a job killed outright kept no end
+        mlflow.end_run(status=status)
+    client.set_terminated(run_id, status, end_time=int(end["end_time"]) if end else before.end_time)
+
+
+def replay_one(op: Mapping[str, Any], run_id: str, job_dir: Path) -> None:
+    """One kept call, on the active run (the functions the job called, with the arguments it gave)."""
+    from cts import tracking
+    from cts.tracking._batch import write_batch
+    from cts.tracking._datasets import log_dataset_rows
+
+    mlflow, kind = mlflow_module(), op["op"]
+    if kind == "params":
+        have = mlflow.MlflowClient().get_run(run_id).data.params
+        mlflow.log_params({k: v for k, v in op["params"].items() if k not in have})
+    elif kind == "versions":
+        mlflow.log_dict(op["versions"], "versions.json")
+    elif kind == "batch":
+        write_batch(run_id, {k: (float(v), int(t)) for k, (v, t) in op["metrics"].items()}, op["tags"])
+    elif kind == "artifacts":
+        tracking.log_artifacts([Path(p) for p in op["paths"]], op["artifact_path"])
+    elif kind == "records_table":
+        records = list(read_records(job_dir / RECORDS))
+        tracking.log_records_table(records, op["order"], op["trace_ids"], op["file"])
+    elif kind == "dataset":
+        log_dataset_rows(op["name"], op["rows"], op["evaluation_dataset"])
+    else:
+        log.warning("%s: a kept call of an unknown kind (%s) was skipped", job_dir, kind)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m cts.tracking.fill <job or sweep dir> ...`` (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m cts.tracking.fill", description=__doc__.split("\n")[0])
+    parser.add_argument("dirs", nargs="+", type=Path, help="job dirs, or sweep dirs holding them")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    found = job_dirs(args.dirs)
+    if not found:
+        print(f"nothing to fill: no {OUTBOX_FILE} or {TRACES_OUTBOX_FILE} under {', '.join(map(str, args.dirs))}")
+        return 0
+    for job_dir in found:
+        print(fill_job(job_dir), flush=True)
+    print(f"filled {len(found)} job dirs", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)
