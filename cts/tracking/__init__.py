@@ -28,9 +28,9 @@ from cts.tracking._batch import deferred_run_data
 from cts.tracking._datasets import dataset_digest, dataset_rows, log_dataset_input
 from cts.tracking._human import log_to_runs
 from cts.tracking._instance import InstanceTraces, log_instance_trace
-from cts.tracking._outbox import call, register_run
+from cts.tracking._outbox import call, register_run, store_down, unreachable
 from cts.tracking._requests import REQUEST_AUDIT_FILE, log_request_audit, request_tag
-from cts.tracking._runend import end_run, refuse_unsent
+from cts.tracking._runlife import end_run, kept_run, refuse_unsent
 from cts.tracking._store import (
     TrackingStoreError,
     broken_store_message,
@@ -163,10 +163,19 @@ def open_mlflow_run(
     mlflow = mlflow_module()
     prepare_store(uri)
     mlflow.set_tracking_uri(uri)
-    _ensure_experiment(uri, experiment, experiment_kind)
-    previous = _stored_run_id(job_dir, uri)
-    resumed = previous is not None and _run_exists(uri, previous, experiment)
-    run = mlflow.start_run(run_id=previous) if resumed else mlflow.start_run(run_name=run_name, tags=dict(tags or {}))
+    previous, resumed = _stored_run_id(job_dir, uri), False
+    try:
+        if (why := store_down(uri)) is not None:
+            raise ConnectionError(why)
+        _ensure_experiment(uri, experiment, experiment_kind)
+        resumed = previous is not None and _run_exists(uri, previous, experiment)
+        run = (
+            mlflow.start_run(run_id=previous) if resumed else mlflow.start_run(run_name=run_name, tags=dict(tags or {}))
+        )
+    except Exception as e:
+        if not unreachable(uri, e):
+            raise
+        run = kept_run(experiment, run_name, dict(tags or {}), experiment_kind, job_dir)  # the job goes on
     run_id = run.info.run_id
     register_run(run_id, job_dir)  # from now on, a store that stops answering leaves the run's writes in job_dir
     status = "FAILED"

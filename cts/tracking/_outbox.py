@@ -33,6 +33,12 @@ _RECHECK_S = 3.0  # the probe after a failed call: the server answered or not, o
 _DOWN: dict[str, str] = {}  # tracking URI -> why it is down (this process)
 _RUNS: dict[str, Path] = {}  # run id -> its job dir (the runs this process has open)
 _LOCK = threading.Lock()
+_ANNOUNCE = [True]  # the trace writer's process leaves the announcement to the job's, which knows the runs
+
+
+def quiet() -> None:
+    """This process does not announce a store found down (the trace writer's: its job's process does)."""
+    _ANNOUNCE[0] = False
 
 
 def register_run(run_id: str, job_dir: Path | None) -> None:
@@ -66,6 +72,8 @@ def mark_down(uri: str, why: str, traces: int = 0) -> None:
         if uri in _DOWN:
             return
         _DOWN[uri] = why
+        if not _ANNOUNCE[0]:
+            return
         dirs = sorted({str(d) for d in _RUNS.values()})
         runs = ", ".join(sorted(_RUNS)) or "none open"
     where = _common_dir(dirs)

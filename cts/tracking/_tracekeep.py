@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from cts.tracking._assessments import Assessed
 from cts.tracking._outbox import append_lines, store_down, unreachable
 from cts.tracking._sqlbulk import KnownExperiments
 from cts.tracking._tracedoc import built_document
@@ -45,11 +47,19 @@ def keep_traces(docs: Sequence[Mapping[str, Any]]) -> int:
     """Append the documents (spans built) to their outboxes; returns how many were kept."""
     by_file: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for doc in docs:
-        built = built_document(doc)
-        by_file[str(doc.get(OUTBOX_KEY) or "")].append({k: v for k, v in built.items() if k != OUTBOX_KEY})
+        built = {k: v for k, v in built_document(doc).items() if k != OUTBOX_KEY}
+        by_file[str(doc.get(OUTBOX_KEY) or "")].append(
+            {**built, "assessments": [asdict(a) for a in built["assessments"]]}
+        )
     lost = by_file.pop("", [])
     if lost:
         log.warning("the store is down: %d traces of runs without a job dir are lost", len(lost))
     for path, rows in by_file.items():
         append_lines(Path(path), rows)
     return len(docs) - len(lost)
+
+
+def kept_document(line: Mapping[str, Any]) -> dict[str, Any]:
+    """A document as :func:`keep_traces` wrote it, ready for :func:`cts.tracking._tracewrite.write_traces` again."""
+    error = lambda a: tuple(a["error"]) if a.get("error") else None  # noqa: E731 - JSON made the pair a list
+    return {**line, "assessments": [Assessed(**{**a, "error": error(a)}) for a in line["assessments"]]}

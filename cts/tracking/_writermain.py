@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from cts.tracking._frames import read_frame, write_frame
+from cts.tracking._outbox import quiet
 from cts.tracking._sqlbulk import KnownExperiments, load_mlflow_parts, write_in_bulk
 from cts.tracking._tracekeep import write_or_keep
 from cts.tracking._tracewrite import BATCH
@@ -89,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="trace writer: %(message)s")
     uri, *flags = argv if argv is not None else sys.argv[1:]  # python -c "...main()" <uri> [--held]
+    quiet()  # a store found down is announced by the job's process, which knows its runs
     try:
         serve(uri, sys.stdin.buffer, sys.stdout.buffer, held="--held" in flags)
     except BaseException as exc:  # noqa: BLE001 - e.g. a store it cannot open: said once, then out

@@ -20,12 +20,15 @@ from typing import Any
 from cts.core.errors import TrackingStoreError, run_cli
 from cts.core.records import read_records
 from cts.tracking._outbox import OUTBOX_FILE, TRACES_OUTBOX_FILE, store_down
+from cts.tracking._runlife import pop_active_run
 from cts.tracking._store import mlflow_module, prepare_store
+from cts.tracking._tracekeep import kept_document
 
 log = logging.getLogger(__name__)
 
 RUN_FILE = "mlflow_run.json"  # the job dir's run (cts.tracking.RUN_FILE)
 RECORDS = "records.jsonl"  # the job dir's records (cts.protocol.job_files.RECORDS_FILE)
+SUMMARY = "summary.json"  # the job's summary (cts.tasks.job.write_summary)
 
 
 def job_dirs(roots: Sequence[Path]) -> list[Path]:
@@ -57,14 +60,52 @@ def fill_job(job_dir: Path) -> str:
     ref = json.loads((job_dir / RUN_FILE).read_text(encoding="utf-8"))
     uri, run_id = str(ref["tracking_uri"]), str(ref["run_id"])
     prepare_store(uri)
-    traces = write_kept_traces(uri, list(read_lines(job_dir / TRACES_OUTBOX_FILE)))
+    mlflow_module().set_tracking_uri(uri)  # a trace's spans may be read through the server's artifacts
     ops = list(read_lines(job_dir / OUTBOX_FILE))
+    docs = [kept_document(line) for line in read_lines(job_dir / TRACES_OUTBOX_FILE)]
+    if ops and ops[0]["op"] == "start":  # the job ran while the store was down: its run is made now, once
+        run_id = create_run(uri, ops.pop(0), job_dir)
+        write_lines(job_dir / OUTBOX_FILE, ops)
+    experiment_id = mlflow_module().MlflowClient(uri).get_run(run_id).info.experiment_id
+    docs = [{**d, "run_id": run_id, "experiment_id": experiment_id} for d in docs]  # a kept run's had none
+    traces = write_kept_traces(uri, docs)
     replay(uri, run_id, job_dir, ops)
     if (why := store_down(uri)) is not None:
         raise TrackingStoreError(f"error: tracking fill: the store {uri} stopped answering ({why}); run it again")
     for name in (OUTBOX_FILE, TRACES_OUTBOX_FILE):
         (job_dir / name).unlink(missing_ok=True)
     return f"{job_dir}: run {run_id}: {len(ops)} calls and {traces} traces written to {uri}"
+
+
+def create_run(uri: str, start: Mapping[str, Any], job_dir: Path) -> str:
+    """Create the run a job started while its store was down; the job dir names it from now on (its id)."""
+    from cts import tracking
+
+    mlflow = mlflow_module()
+    mlflow.set_tracking_uri(uri)
+    tracking._ensure_experiment(uri, start["experiment"], start.get("kind"))
+    experiment_id = str(mlflow.get_experiment_by_name(start["experiment"]).experiment_id)
+    tags = {**start["tags"], "mlflow.runName": start["run_name"]}
+    run = mlflow.MlflowClient(uri).create_run(experiment_id, int(start["start_time"]), tags, start["run_name"])
+    run_id = run.info.run_id
+    _rewrite(job_dir / RUN_FILE, {"tracking_uri": uri, "run_id": run_id})
+    if (job_dir / SUMMARY).is_file():  # summary.json names the run the report and a resume read
+        _rewrite(job_dir / SUMMARY, {"run_id": run_id})
+    return run_id
+
+
+def write_lines(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Replace a JSON-lines file with ``rows`` (atomically)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    tmp.replace(path)
+
+
+def _rewrite(path: Path, values: Mapping[str, Any]) -> None:
+    data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps({**data, **values}, indent=2, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(path)
 
 
 def write_kept_traces(uri: str, docs: list[dict[str, Any]]) -> int:
@@ -78,7 +119,21 @@ def write_kept_traces(uri: str, docs: list[dict[str, Any]]) -> int:
         _, failures = write_traces(client, docs[start : start + BATCH])
         if failures:
             raise TrackingStoreError(f"error: tracking fill: {len(failures)} traces not written: {failures[0]}")
+    for doc in docs:
+        add_missing_spans(client, doc)
     return len(docs)
+
+
+def add_missing_spans(client: Any, doc: Mapping[str, Any]) -> None:
+    """Write the spans of a trace the store holds without them (the server died between the two writes)."""
+    from cts.tracking._tracewrite import mlflow_trace
+
+    try:
+        held = client.get_trace(doc["trace_id"])
+    except Exception:  # noqa: BLE001 - its data could not be read: written again below
+        held = None
+    if held is None or not held.data.spans:
+        client.log_spans(str(doc["experiment_id"]), mlflow_trace(doc).data.spans)
 
 
 def replay(uri: str, run_id: str, job_dir: Path, ops: Sequence[Mapping[str, Any]]) -> None:
@@ -94,8 +149,8 @@ def replay(uri: str, run_id: str, job_dir: Path, ops: Sequence[Mapping[str, Any]
             if op["op"] != "end":
                 replay_one(op, run_id, job_dir)
     finally:
-        status = str(end["status"]) if end else before.status  # a job killed outright kept no end
-        mlflow.end_run(status=status)
+        pop_active_run(run_id)
+    status = str(end["status"]) if end else before.status  # a job killed outright kept no end
     client.set_terminated(run_id, status, end_time=int(end["end_time"]) if end else before.end_time)
 
 
