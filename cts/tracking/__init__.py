@@ -161,12 +161,12 @@ def open_mlflow_run(
         ``FINISHED``.
     """
     mlflow = mlflow_module()
-    prepare_store(uri)
     mlflow.set_tracking_uri(uri)
     previous, resumed = _stored_run_id(job_dir, uri), False
     try:
         if (why := store_down(uri)) is not None:
             raise ConnectionError(why)
+        prepare_store(uri)
         _ensure_experiment(uri, experiment, experiment_kind)
         resumed = previous is not None and _run_exists(uri, previous, experiment)
         run = (

@@ -140,6 +140,7 @@ def keep(run_id: str, op: Mapping[str, Any]) -> None:
 def append_lines(path: Path, rows: list[Mapping[str, Any]]) -> None:
     """Append JSON lines to ``path`` and flush them (a killed job keeps what was kept)."""
     text = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows)
+    path.parent.mkdir(parents=True, exist_ok=True)  # a run kept from its start: before the job made its dir
     with _LOCK, path.open("a", encoding="utf-8") as f:
         f.write(text)
 
