@@ -28,13 +28,12 @@ from cts.tracking._batch import deferred_run_data
 from cts.tracking._datasets import dataset_digest, dataset_rows, log_dataset_input
 from cts.tracking._human import log_to_runs
 from cts.tracking._instance import InstanceTraces, log_instance_trace
-from cts.tracking._outbox import call, register_run, store_down, unreachable
+from cts.tracking._outbox import call, check_store, register_run, store_down, unreachable
 from cts.tracking._requests import REQUEST_AUDIT_FILE, log_request_audit, request_tag
 from cts.tracking._runlife import end_run, kept_run, refuse_unsent
 from cts.tracking._store import (
     TrackingStoreError,
     broken_store_message,
-    check_store,
     mlflow_module,
     prepare_store,
     store_failed,

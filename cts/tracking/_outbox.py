@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cts.tracking import _checks
 from cts.tracking._checks import server_down
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,13 @@ def register_run(run_id: str, job_dir: Path | None) -> None:
     if job_dir is not None:
         with _LOCK:
             _RUNS[run_id] = job_dir
+
+
+def check_store(uri: str) -> None:
+    """:func:`cts.tracking._checks.check_store` at a launch's start; a server that answers is no longer down here."""
+    _checks.check_store(uri)
+    with _LOCK:
+        _DOWN.pop(uri, None)
 
 
 def forget_run(run_id: str) -> None:

@@ -31,8 +31,7 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 from filelock import FileLock
 
 from cts.core.errors import TrackingStoreError
-from cts.tracking._checks import check_store as check_store
-from cts.tracking._checks import damaged_message, sqlite_damage
+from cts.tracking._checks import check_store, damaged_message, sqlite_damage
 
 
 def mlflow_module() -> Any:
