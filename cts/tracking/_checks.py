@@ -82,7 +82,6 @@ def damaged_message(uri: str, db: Path, problem: str) -> str:
     )
     return (
         f"error: tracking: the MLflow store {db} ({uri}, tracking.uri) {what}; cts writes nothing into a store "
-        f"it cannot read. Keep the file, restore it from a backup or salvage it "
-        f"(sqlite3 {db} .recover | sqlite3 {db.with_name(db.name + '.recovered')}), "
+        f"it cannot read. Keep the file as it is (the job dirs keep every result), restore it from a backup, "
         f"or start a new store: {new}"
     )

@@ -47,7 +47,7 @@ def test_a_store_with_overwritten_pages_is_refused_before_anything_writes_into_i
     message = e.value.message
     assert message.startswith(f"error: tracking: the MLflow store {db} (sqlite:///{db}, tracking.uri) is damaged")
     assert "btreeInitPage" in message and "\n" not in message
-    assert f"sqlite3 {db} .recover" in message and "tracking.uri=sqlite:///" in message
+    assert "restore it from a backup" in message and f"tracking.uri=sqlite:///{tmp_path}/mlflow-new.db" in message
     assert digest(db) == before
 
 
