@@ -109,6 +109,24 @@ def test_a_job_that_starts_while_its_server_is_down_runs_and_fill_creates_its_ru
     assert fill_job(job_dir).endswith("0 calls and 0 traces written to " + uri)  # nothing twice
 
 
+def test_a_job_resumed_before_the_fill_writes_the_earlier_data_first_and_continues_that_run(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    tracking.prepare_store(uri)
+    _outbox.mark_down(uri, "ConnectionRefusedError: gone")
+    job_dir = tmp_path / "job"
+    with pytest.raises(tracking.TrackingStoreError):
+        with tracking.open_mlflow_run(uri, "exp", "job", {"p": "1"}, {"cts.kind": "job"}, job_dir=job_dir):
+            tracking.log_metrics({"first": 1.0})
+    _outbox.reset()  # the store is back; the job is resumed without the fill
+    with tracking.open_mlflow_run(uri, "exp", "job", {"p": "1"}, {"cts.kind": "job"}, job_dir=job_dir) as run_id:
+        tracking.log_metrics({"second": 2.0})
+    assert job_dirs([tmp_path]) == []
+    runs = tracking.mlflow_module().MlflowClient(uri).search_runs([tracking.experiment_id(uri, "exp") or ""])
+    assert [(r.info.run_id, r.info.status, r.data.metrics) for r in runs] == [
+        (run_id, "FINISHED", {"first": 1.0, "second": 2.0})
+    ]
+
+
 def _job_whose_store_went_down(tmp_path: Path) -> tuple[str, str, Path, tracking.TrackingStoreError]:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     job_dir = tmp_path / "job"
