@@ -30,7 +30,7 @@ from cts.tracking._human import log_to_runs
 from cts.tracking._instance import InstanceTraces, log_instance_trace
 from cts.tracking._outbox import call, check_store, register_run, store_down, unreachable
 from cts.tracking._requests import REQUEST_AUDIT_FILE, log_request_audit, request_tag
-from cts.tracking._runlife import end_run, fill_earlier, kept_run, refuse_unsent
+from cts.tracking._runlife import end_run, kept_run, refuse_unsent
 from cts.tracking._store import (
     TrackingStoreError,
     broken_store_message,
@@ -159,6 +159,8 @@ def open_mlflow_run(
         via :mod:`cts._util.interrupt`), ``FAILED`` when the body raises anything else, else
         ``FINISHED``.
     """
+    from cts.tracking.fill import fill_earlier  # here: python -m cts.tracking.fill imports this package first
+
     mlflow = mlflow_module()
     mlflow.set_tracking_uri(uri)
     fill_earlier(uri, job_dir)  # a resume before python -m cts.tracking.fill: the earlier data first

@@ -22,23 +22,6 @@ from cts.tracking._writer import flush_traces
 log = logging.getLogger(__name__)
 
 
-def fill_earlier(uri: str, job_dir: Path | None) -> None:
-    """Write what an earlier invocation of the job kept while its store was down, before this one's run starts.
-
-    So a job resumed before ``python -m cts.tracking.fill`` continues the run the fill makes (a kept run's
-    own id names no run in the store), and the earlier data lands before the new. A fill that fails
-    leaves the outbox for the command, and the job goes on.
-    """
-    if job_dir is None or unsent(job_dir) == (0, 0) or store_down(uri) is not None:
-        return
-    from cts.tracking.fill import fill_job
-
-    try:
-        log.info("%s", fill_job(job_dir))
-    except Exception as e:  # noqa: BLE001 - the job's own work matters more; the outbox is kept
-        log.warning("what %s kept for the store was not written (%s); later: %s %s", job_dir, e, FILL_COMMAND, job_dir)
-
-
 def kept_run(experiment: str, run_name: str, tags: Mapping[str, str], kind: str | None, job_dir: Path | None) -> Any:
     """Start a run in ``job_dir`` alone (its store is down): active in this thread, its start kept first.
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from cts.core.errors import TrackingStoreError, run_cli
 from cts.core.records import read_records
-from cts.tracking._outbox import OUTBOX_FILE, TRACES_OUTBOX_FILE, store_down
+from cts.tracking._outbox import FILL_COMMAND, OUTBOX_FILE, TRACES_OUTBOX_FILE, store_down, unsent
 from cts.tracking._runlife import pop_active_run
 from cts.tracking._store import mlflow_module, prepare_store
 from cts.tracking._tracekeep import kept_document
@@ -106,6 +106,21 @@ def _rewrite(path: Path, values: Mapping[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps({**data, **values}, indent=2, ensure_ascii=False), encoding="utf-8")
     tmp.replace(path)
+
+
+def fill_earlier(uri: str, job_dir: Path | None) -> None:
+    """Write what an earlier invocation of the job kept while its store was down, before this one's run starts.
+
+    So a job resumed before ``python -m cts.tracking.fill`` continues the run the fill makes (a kept run's
+    own id names no run in the store), and the earlier data lands before the new. A fill that fails
+    leaves the outbox for the command, and the job goes on.
+    """
+    if job_dir is None or unsent(job_dir) == (0, 0) or store_down(uri) is not None:
+        return
+    try:
+        log.info("%s", fill_job(job_dir))
+    except Exception as e:  # noqa: BLE001 - the job's own work matters more; the outbox is kept
+        log.warning("what %s kept for the store was not written (%s); later: %s %s", job_dir, e, FILL_COMMAND, job_dir)
 
 
 def write_kept_traces(uri: str, docs: list[dict[str, Any]]) -> int:
