@@ -5,7 +5,9 @@ pure functions over records, artifacts = records, summary, config, prompts; inpu
 dataset, ``_datasets``), one trace per instance with its assessments (``_instance``: the hook,
 ``_tracedoc``: the trace as data, ``_assessments``; written by a process of their own, ``_writer`` and
 ``_tracewrite``), the records as a table (``_tables``), LLM-call spans (``_traces``);
-store set-up in ``_store``. A sweep report is logged as one more run tagged ``cts.kind=sweep_report``.
+store set-up in ``_store``, checked before any work in ``_checks``; what a dead server missed waits
+in the job dir (``_outbox``) for ``python -m cts.tracking.fill``. A sweep report is logged as one
+more run tagged ``cts.kind=sweep_report``.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -99,8 +100,6 @@ def mark_down(uri: str, why: str, traces: int = 0) -> None:
 
 
 def _common_dir(dirs: list[str]) -> str:
-    import os
-
     return os.path.commonpath(dirs) if dirs else "<job or sweep dir>"
 
 
