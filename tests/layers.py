@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "cts.compose.callbacks",
             "cts.agreement",
             "cts.gating",
+            "cts.realism",
             "cts.plan",
             "cts.report.cli",
             "cts.report.__main__",

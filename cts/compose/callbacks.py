@@ -233,6 +233,7 @@ class LaunchCallbacks(Callback):
         launch.composed = ComposedJobs()
         launch.jobs = jobs = tuple(sweep_job_configs(config, launch.composed))
         check_start(config, jobs, launch.preflight)  # values, output places, input files: before any dir or store
+        tracking.check_store(str(config.tracking.uri))  # a dead server, a damaged file: before any LLM call
         stop_on_problems([p for job in jobs for p in preflight_problems_of(job, task_groups(job), launch.preflight)])
         launch.preflight.checked.update(tuple(job.hydra.overrides.task) for job in jobs)  # runs do not repeat it
         warn_unapplied_params(jobs)  # a response_format the model's request rules drop or reshape
@@ -273,6 +274,7 @@ class LaunchCallbacks(Callback):
         if plan_settings(config).then == "stop":  # it would run the job it was asked only to forecast
             raise ConfigError("error: plan: plan=only forecasts a multirun; add -m (python run.py -m ... plan=only)")
         check_start(config, [config], launch.preflight)  # values, output places, input files: before the run dir
+        tracking.check_store(str(config.tracking.uri))  # a dead server, a damaged file: before any LLM call
         preflight(config, groups=task_groups(config))
         warn_unapplied_params([config])
         probe_endpoints([config], launch.preflight)  # before the store: a dead endpoint fails fast, creates nothing

@@ -30,6 +30,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from cts.core.stages import batch_roles
+
 __all__ = [
     "MODEL_SPEC_TARGET",
     "Endpoint",
@@ -41,7 +43,6 @@ __all__ = [
     "resolved",
     "spec_key_problems",
     "batch_problems",
-    "BATCH_ROLES",
     "spec_role",
 ]
 
@@ -88,10 +89,6 @@ def spec_key_problems(cfg: DictConfig) -> list[str]:
     return problems
 
 
-BATCH_ROLES = ("clarifier", "ua", "rewriter", "judge", "extractor", "qtyper", "gate", "search", "visit_summary")
-"""The accounting roles ``services.llm.batch.roles`` may name (``search``, ``visit_summary``: the deep-search agent)."""
-
-
 def spec_role(path: str) -> str:
     """The accounting role whose calls a model spec at ``path`` serves.
 
@@ -118,10 +115,11 @@ def batch_problems(cfg: DictConfig, groups: Sequence[str] | None = None) -> list
         groups: The config keys whose models the job's task calls (None: every model spec).
     """
     roles = list(_value(OmegaConf.select(cfg, "services.llm.batch.roles", default=None)) or [])
+    allowed = batch_roles()  # the declared stages' and aides' (search, visit_summary: the deep-search agent)
     problems = [
-        f"services.llm.batch.roles: unknown role {role!r} (one of {', '.join(BATCH_ROLES)})"
+        f"services.llm.batch.roles: unknown role {role!r} (one of {', '.join(allowed)})"
         for role in roles
-        if role not in BATCH_ROLES
+        if role not in allowed
     ]
     if not roles or _value(OmegaConf.select(cfg, "services.llm.api_base", default=None)):
         return problems

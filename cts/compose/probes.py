@@ -25,7 +25,7 @@ def task_groups(cfg: DictConfig) -> tuple[str, ...]:
     from cts.tasks.registry import task_spec
 
     listed = cfg.task.get("preflight")
-    calls = task_spec(str(cfg.task._target_)).calls if listed is None else tuple(str(g) for g in listed)
+    calls = task_spec(str(cfg.task._target_)).called() if listed is None else tuple(str(g) for g in listed)
     return (*calls, "services")
 
 

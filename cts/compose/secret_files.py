@@ -28,7 +28,8 @@ def remember_secrets(config: DictConfig) -> None:
     Not a walk of the whole config: 40 ms, once per job (this reads the two places a key is given).
     """
     node = OmegaConf.select(config, "hydra.overrides.task", default=None)
-    typed = [str(o) for o in OmegaConf.to_container(node, resolve=False)] if node is not None else []  # type: ignore[union-attr]
+    overrides = OmegaConf.to_container(node, resolve=False) if node is not None else []
+    typed = [str(o) for o in overrides] if isinstance(overrides, list) else []
     if any(is_secret_key(o.split("=", 1)[0]) for o in typed):
         remember(*(value for _, (key, value) in zip(typed, override_items(typed)) if is_secret_key(key)))
     remember(OmegaConf.select(config, "services.llm.api_key", default=None, throw_on_resolution_failure=False))

@@ -2,6 +2,11 @@
 
     python -m cts.gating outputs/multirun/2025-01-01_12-00-00 gate=rules
     python -m cts.gating outputs/multirun/... gate=llm services.llm.api_base=http://127.0.0.1:8000/v1
+    python -m cts.gating clariq dataset.path=data/clariq/train.tsv gate=rules,never,oracle
+
+The first word is a finished sweep's dir, or a dataset option whose people rated how much each
+request needs clarification (``clariq``): then the gate is scored against them
+(``python -m cts.realism <dataset> --ask-or-not``, :mod:`cts.realism.asking`).
 
 The overrides after the sweep dir are Hydra overrides of the project config
 (``gate=always|never|rules|llm|oracle`` and its options). No search or judge
@@ -25,6 +30,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from cts._util.naming import factors
+from cts.core.stages import stages
 from cts.protocol.pipeline import STAGE_CALLS
 from cts.report.gate_evaluation import evaluate_gate
 
@@ -69,7 +75,7 @@ def counters(usage: Any, stage_calls_before: Mapping[str, int]) -> dict[str, flo
     ``other_llm_calls`` counts LLM calls of any role but the gate.
     """
     calls = {role: float(u.get("calls", 0.0)) for role, u in dict(usage).items()}
-    stage = {k: float(STAGE_CALLS[k] - stage_calls_before.get(k, 0)) for k in ("search", "judge")}
+    stage = {s.name: float(STAGE_CALLS[s.name] - stage_calls_before.get(s.name, 0)) for s in stages() if s.on_arm}
     return {
         "gate_llm_calls": sum(v for r, v in calls.items() if r in _ANALYSIS_ROLES),
         "search_calls": stage["search"] + calls.get("search", 0.0) + calls.get("visit", 0.0),
@@ -130,6 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0].startswith("-") or "=" in args[0]:
         print(__doc__, file=sys.stderr)
         return 2
+    if not Path(args[0]).is_dir() and (CONF_DIR / "dataset" / f"{args[0]}.yaml").is_file():
+        from cts.realism.cli import main as realism
+
+        return realism([args[0], "--ask-or-not", *args[1:]])
     sweep, overrides = Path(args[0]), args[1:]
     cfg = compose_config(overrides)
     name = factors(overrides).get("gate", "always")

@@ -21,6 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from cts.core.stages import QTYPER, REWRITE, SEARCH, before_search, stages
 from cts.plan.forecast import JobSlice
 
 __all__ = [
@@ -126,21 +127,20 @@ def pipeline_of(job: DictConfig) -> Pipeline:
 def batched_stages(roles: Sequence[str], pipeline: Pipeline, turns: int) -> int:
     """Batch turnarounds on a run's critical path: its batched stages that wait on each other.
 
-    A run clarifies (clarifier, then the UA's answers at once, or turn by turn when sequential,
-    then the rewriter) while its orig arm searches and is judged; the clarified arm then searches
+    A run clarifies (its stages before the search, :mod:`cts.core.stages`: the clarifier, then the
+    UA's answers at once, or turn by turn when sequential, then the rewriter) while its orig arm searches and is judged; the clarified arm then searches
     and is judged; then the attribution arms that rewrite; the question typer last. A batched
     agent role adds a turnaround per agent turn (``turns``: the most of an arm in the slice).
     Stages that run at once share a turnaround (the orig arm's judge with the UA's answers).
     """
     batched = set(roles)
-
-    def n(*names: str) -> int:
-        return sum(1 for name in names if name in batched)
-
-    clarify = n("clarifier", "ua") * (pipeline.k if pipeline.sequential else 1) + n("rewriter")
-    arm = turns + n("judge")
-    rewrites = n("rewriter") + arm if pipeline.rewrite_arms else 0
-    return max(clarify, arm) + arm + rewrites + n("qtyper")
+    turn_calls = pipeline.k if pipeline.sequential else 1
+    clarify = sum(
+        (turn_calls if s.per_turn else 1) for s in stages() if s.name in before_search() and s.role in batched
+    )
+    arm = turns + sum(1 for s in stages() if s.on_arm and s is not SEARCH and s.role in batched)
+    rewrites = (REWRITE.role in batched) + arm if pipeline.rewrite_arms else 0
+    return max(clarify, arm) + arm + rewrites + (QTYPER.role in batched)
 
 
 def agent_turns(records: Sequence[Mapping[str, Any]], roles: Sequence[str]) -> int:

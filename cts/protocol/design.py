@@ -9,19 +9,20 @@ by stage). ``arms`` adds attribution arms beside orig and clarified (:mod:`cts.p
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-from collections.abc import Sequence
+import inspect
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from cts.core.types import QA, Label, Nugget, SearchResult
+from cts.core.stages import BUILT_IN, CLARIFY, added, resampled_roles
 from cts.llm.sampling import sample_scope
 
 R = TypeVar("R")  # cts.protocol.pipeline.Roles (which imports this module)
 
-STAGES = ("clarifier", "ua", "rewriter", "search", "judge")
-"""The stages a repeat can re-sample (the question typer follows the clarifier)."""
+STAGES = resampled_roles()
+"""The paper's stages a repeat can re-sample, by role (the question typer follows the clarifier);
+:meth:`Design.of` reads :func:`cts.core.stages.resampled_roles` again, so a stage declared later counts."""
 ARMS = ("oracle", "withheld", "prefix")
 """Attribution arms: the intent searched, the questions with answers withheld, the answers 1..i."""
 
@@ -52,14 +53,14 @@ class Design:
     def __post_init__(self) -> None:
         if not isinstance(self.repeats, int) or self.repeats < 1:
             raise ValueError(f"repeats must be a positive integer, got {self.repeats!r}")
-        _names(self.stages, STAGES, "repeat_stages")
+        _names(self.stages, resampled_roles(), "repeat_stages")
         _names(self.arms, ARMS, "arms")
 
     @classmethod
     def of(cls, repeats: Any = 1, temperature: Any = None, stages: Any = None, arms: Any = None) -> Design:
         """The design of config values (a list, one name or ``a,b`` for stages and arms)."""
         temp = None if temperature is None else float(temperature)
-        return cls(int(repeats), temp, _names(stages, STAGES, "repeat_stages"), _names(arms, ARMS, "arms"))
+        return cls(int(repeats), temp, _names(stages, resampled_roles(), "repeat_stages"), _names(arms, ARMS, "arms"))
 
     def repeat_of(self, stage: str, repeat: int) -> int:
         """The repeat index ``stage``'s cache keys carry at ``repeat`` (0 when the stage is replayed)."""
@@ -90,15 +91,10 @@ class Design:
             return self.repeat_of(stage, repeat), self.temperature
 
         r: Any = roles  # the Roles dataclass, whose module imports this one
-        return replace(  # type: ignore[type-var]  # R is a dataclass by contract
-            roles,
-            clarifier=_Clarifier(r.clarifier, *at("clarifier")),
-            ua=_UA(r.ua, *at("ua")),
-            rewriter=_Rewriter(r.rewriter, *at("rewriter")),
-            search=_Search(r.search, *at("search")),
-            judge=_Judge(r.judge, *at("judge")),
-            qtyper=_Typer(r.qtyper, *at("clarifier")),
-        )
+        paper = {s.role: _Scoped(getattr(r, s.role), *at(s.role)) for s in BUILT_IN}
+        extra = {s.role: _Scoped(r.extra[s.role], *at(s.role)) for s in added() if s.role in r.extra}
+        qtyper = _Scoped(r.qtyper, *at(CLARIFY.role))  # the question typer re-samples with the clarifier
+        return replace(roles, **paper, qtyper=qtyper, extra=extra)  # type: ignore[type-var]  # R: a dataclass
 
 
 PLAIN = Design()
@@ -106,55 +102,28 @@ PLAIN = Design()
 
 
 class _Scoped:
-    """A role whose every call runs in one sample scope (what it is called with is passed through untouched)."""
+    """A role whose every async method runs in one sample scope (its arguments pass through untouched).
+
+    Any other attribute is the role's own, and one the role lacks is lacking here too, so
+    ``isinstance`` against a role Protocol (a sequential clarifier, a judge panel) answers as for the role.
+    """
 
     def __init__(self, inner: Any, repeat: int, temperature: float | None) -> None:
         self.inner = inner
         self._sample = (repeat, temperature)
 
-    def _scope(self) -> contextlib.AbstractContextManager[Any]:
-        return sample_scope(*self._sample)
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self.inner, name)
+        if not callable(found):
+            return found
 
+        def scoped(*args: Any, **kwargs: Any) -> Any:
+            with sample_scope(*self._sample):
+                out = found(*args, **kwargs)
+            return self._within(out) if inspect.isawaitable(out) else out
 
-class _Clarifier(_Scoped):
-    @property
-    def mode(self) -> str:
-        return str(getattr(self.inner, "mode", "batch"))  # batch unless the clarifier itself is sequential
+        return scoped
 
-    async def ask(self, blurred_query: str, k: int) -> list[str]:
-        with self._scope():
-            return await self.inner.ask(blurred_query, k)
-
-    async def next_question(self, blurred_query: str, qa: Sequence[QA], k: int) -> str | None:
-        with self._scope():
-            return await self.inner.next_question(blurred_query, qa, k)
-
-
-class _UA(_Scoped):
-    async def answer(self, fused_query: str, question: str) -> str:
-        with self._scope():
-            return await self.inner.answer(fused_query, question)
-
-
-class _Rewriter(_Scoped):
-    async def rewrite(self, blurred_query: str, qa: Sequence[QA]) -> str:
-        with self._scope():
-            return await self.inner.rewrite(blurred_query, qa)
-
-
-class _Search(_Scoped):
-    async def search(self, query: str) -> SearchResult:
-        with self._scope():
-            return await self.inner.search(query)
-
-
-class _Judge(_Scoped):
-    async def judge(self, answer: str, nuggets: Sequence[Nugget]) -> dict[str, Label]:
-        with self._scope():
-            return await self.inner.judge(answer, nuggets)
-
-
-class _Typer(_Scoped):
-    async def classify(self, question: str) -> tuple[str, ...]:
-        with self._scope():
-            return await self.inner.classify(question)
+    async def _within(self, work: Awaitable[Any]) -> Any:
+        with sample_scope(*self._sample):
+            return await work

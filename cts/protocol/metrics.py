@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from cts.core.records import ArmResult, Record
+from cts.core.stages import CLARIFY, before_search
 from cts.core.types import UNKNOWN
 from cts.protocol.panel import panel_metrics
 from cts.protocol.repeats import attribution_metrics, instance_means, repeat_metrics
@@ -137,12 +138,12 @@ def questions_asked_mean(records: Sequence[Record]) -> float:
 
     Instances whose clarifier failed have no interaction and are left out.
     """
-    asked = [len(r.questions) for r in records if not (r.error is not None and r.error.stage == "clarify")]
+    asked = [len(r.questions) for r in records if not (r.error is not None and r.error.stage == CLARIFY.name)]
     return float(np.mean(asked)) if asked else NAN
 
 
 def _failed_before_search(r: Record) -> bool:
-    return r.error is not None and r.error.stage in ("clarify", "answer", "rewrite")
+    return r.error is not None and r.error.stage in before_search()
 
 
 def usage_metrics(records: Sequence[Record]) -> dict[str, float]:

@@ -36,6 +36,7 @@ from cts.core.contracts import (
 )
 from cts.core.records import ArmResult, ErrorInfo, Record, search_call_error
 from cts.core.scoring import restore_score
+from cts.core.stages import ANSWER, CLARIFY, JUDGE, REWRITE, SEARCH, added
 from cts.core.types import QA, Gold, Instance, Label, SearchResult
 from cts.llm import priority_scope
 from cts.protocol.arms import ArmOutcome, oracle_arm, run_rewrite_arms
@@ -62,6 +63,8 @@ class Roles:
     search: SearchBackend
     judge: Judge
     qtyper: QuestionTyper
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """The components of the stages declared beyond the paper's, by role (:func:`cts.core.stages.added`)."""
 
 
 async def run_arm(query: str, gold: Gold, roles: Roles) -> tuple[ArmResult, dict[str, Any]]:
@@ -74,8 +77,8 @@ async def run_arm(query: str, gold: Gold, roles: Roles) -> tuple[ArmResult, dict
     clock = StageClock()
     trace_line: dict[str, Any] = {"query": query, "stages": clock.spans}  # filled as the stages run
     try:
-        with clock.stage("search"):
-            STAGE_CALLS["search"] += 1
+        with clock.stage(SEARCH.name, SEARCH.span):
+            STAGE_CALLS[SEARCH.name] += 1
             result = await roles.search.search(query)
     except StageError as e:
         return ArmResult(query=query, error=e.info), trace_line
@@ -87,8 +90,8 @@ async def run_arm(query: str, gold: Gold, roles: Roles) -> tuple[ArmResult, dict
         cut = ErrorInfo("search", "truncated", "agent turns stopped at the output cap")
         return _arm(query, result, {}, None, cut), trace_line
     try:
-        with clock.stage("judge"):
-            STAGE_CALLS["judge"] += 1
+        with clock.stage(JUDGE.name, JUDGE.span):
+            STAGE_CALLS[JUDGE.name] += 1
             labels, members = await _judge(roles.judge, result.answer, gold)
             score = restore_score(labels, gold.nuggets)
     except StageError as e:  # the answer was found: keep it (and why the search ended) in the record
@@ -134,6 +137,8 @@ class Interaction:
     questions: list[str] = field(default_factory=list)
     qa: list[QA] = field(default_factory=list)
     rewritten: str | None = None
+    searched: str | None = None
+    """The query the clarified arm searches: the rewrite, refined by the declared stages after it."""
     error: ErrorInfo | None = None
     clock: StageClock = field(default_factory=StageClock)
     """When each stage ran: clarify (per turn when sequential), each UA answer, rewrite."""
@@ -153,13 +158,22 @@ async def clarify(instance: Instance, k: int, roles: Roles, clock: StageClock | 
         else:
             await _ask_batch(instance, k, roles, out)
         if not out.questions:
-            out.rewritten = instance.blurred_query
+            out.rewritten = out.searched = instance.blurred_query
             return out
-        with out.clock.stage("rewrite"):
+        with out.clock.stage(REWRITE.name, REWRITE.span):
             out.rewritten = await roles.rewriter.rewrite(instance.blurred_query, out.qa)
+        out.searched = await refine(out.rewritten, roles, out.clock)
     except StageError as e:
         out.error = e.info
     return out
+
+
+async def refine(query: str, roles: Roles, clock: StageClock) -> str:
+    """``query`` through each stage declared between the rewrite and the search, in order (each sees the query only)."""
+    for declared in added():
+        with clock.stage(declared.name, declared.span):
+            query = str(await getattr(roles.extra[declared.role], declared.method)(query))
+    return query
 
 
 def clarify_mode(clarifier: Clarifier) -> str:
@@ -171,12 +185,12 @@ def clarify_mode(clarifier: Clarifier) -> str:
 
 async def _ask_batch(instance: Instance, k: int, roles: Roles, out: Interaction) -> None:
     """The paper: k questions at once, then one independent UA call per question."""
-    with out.clock.stage("clarify"):
+    with out.clock.stage(CLARIFY.name, CLARIFY.span):
         out.questions = list(await roles.clarifier.ask(instance.blurred_query, k))
-    with stage("answer"):
+    with stage(ANSWER.name):
         answers = await asyncio.gather(
             *(
-                out.clock.call(f"ua answer {i}", roles.ua.answer(instance.fused_query, c))
+                out.clock.call(f"{ANSWER.span} {i}", roles.ua.answer(instance.fused_query, c))
                 for i, c in enumerate(out.questions, 1)
             )
         )
@@ -188,12 +202,12 @@ async def _ask_sequentially(instance: Instance, k: int, roles: Roles, out: Inter
     clarifier = roles.clarifier
     assert isinstance(clarifier, SequentialClarifier)
     for turn in range(1, k + 1):
-        with out.clock.stage("clarify", f"clarify turn {turn}"):
+        with out.clock.stage(CLARIFY.name, f"{CLARIFY.span} turn {turn}"):
             question = await clarifier.next_question(instance.blurred_query, tuple(out.qa), k)
         if question is None:
             return
         out.questions.append(question)
-        with out.clock.stage("answer", f"ua answer {turn}"):
+        with out.clock.stage(ANSWER.name, f"{ANSWER.span} {turn}"):
             answer = await roles.ua.answer(instance.fused_query, question)
         out.qa.append(QA(question, answer))
 
@@ -256,10 +270,10 @@ async def run_instance(
     run_key = {"id": instance.id, **({"repeat": repeat} if repeat else {})}  # as the record: repeat 0 leaves it out
     traces = [{**run_key, "arm": "orig", **orig_trace}]
     clarified: ArmResult | None = None
-    if inter.rewritten == instance.blurred_query:
+    if inter.searched == instance.blurred_query:
         clarified = orig  # the same query searched twice would give the same (cached) result
-    elif inter.rewritten is not None:
-        clarified, clarified_trace = await run_arm(inter.rewritten, gold, roles)
+    elif inter.searched is not None:
+        clarified, clarified_trace = await run_arm(inter.searched, gold, roles)
         traces.append({**run_key, "arm": "clarified", **clarified_trace})
     if inter.error is None:
 

@@ -1,9 +1,8 @@
 """Why scores are missing: the unscored rate per role and kind, and the line a mostly unscored job ends with.
 
 Each record holds two scores to measure: the clarified arm's and the orig arm's. An arm is
-unscored because of one role (the stage that failed: clarify -> clarifier, answer -> ua, rewrite
--> rewriter, search, judge) and one kind: ``invalid_output`` (still unparseable after the bounded
-re-asks), ``truncated`` (every reply stopped at the output cap), ``rejected`` (the provider refused
+unscored because of one role (the role of the stage that failed, :mod:`cts.core.stages`) and one
+kind: ``invalid_output`` (still unparseable after the bounded re-asks), ``truncated`` (every reply stopped at the output cap), ``rejected`` (the provider refused
 the request: ``api_error`` records, and the instances a job stopped by :class:`cts.core.types.RequestRejected`
 never ran) or ``infra`` (an infrastructure failure: a 5xx, 429, timeout or expired batch line after
 every retry, a lost connection; such instances are not recorded, and a rerun retries them).
@@ -17,15 +16,19 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 
 from cts.core.records import ErrorInfo, Record
+from cts.core.stages import stage_named, stages
 
-ROLE_OF_STAGE: Mapping[str, str] = {
-    "clarify": "clarifier",
-    "answer": "ua",
-    "rewrite": "rewriter",
-    "search": "search",
-    "judge": "judge",
-}
-UNSCORED_ROLES: tuple[str, ...] = tuple(ROLE_OF_STAGE.values())
+
+def unscored_roles() -> tuple[str, ...]:
+    """The roles of the unscored table, in the pipeline's order (:mod:`cts.core.stages`)."""
+    return tuple(s.role for s in stages() if s.unscored)
+
+
+def _role_of(stage: str) -> str | None:
+    found = stage_named(stage)
+    return found.role if found and found.unscored else None
+
+
 UNSCORED_KINDS: tuple[str, ...] = ("invalid_output", "truncated", "rejected", "infra")
 _KIND = {"invalid_output": "invalid_output", "truncated": "truncated", "api_error": "rejected", "infra": "infra"}
 _SAID = {"infra": "infrastructure failure"}  # how the closing lines name a kind
@@ -64,13 +67,15 @@ def unscored_rates(
                 continue
             unscored += 1
             kind: str = "infra" if error.infra else error.kind  # an older version's record of a transient failure
-            if error.stage in ROLE_OF_STAGE and kind in _KIND:  # other kinds count in the total only
-                counts[ROLE_OF_STAGE[error.stage], _KIND[kind]] += 1
+            role = _role_of(error.stage)
+            if role and kind in _KIND:  # other kinds count in the total only
+                counts[role, _KIND[kind]] += 1
     for role_kind, n in missing.items():
         counts[role_kind] += 2 * n
     n_arms = 2 * (len(records) + sum(missing.values()))
     out = {"unscored_rate": (unscored + 2 * sum(missing.values())) / n_arms if n_arms else float("nan")}
-    roles = [*UNSCORED_ROLES, *sorted({r for r, _ in counts} - set(UNSCORED_ROLES))]  # a rejected role's own name
+    declared = unscored_roles()
+    roles = [*declared, *sorted({r for r, _ in counts} - set(declared))]  # a rejected role's own name
     for role in roles:
         for kind in UNSCORED_KINDS:
             out[f"unscored_rate_{role}_{kind}"] = counts[role, kind] / n_arms if n_arms else float("nan")
@@ -95,7 +100,7 @@ def infra_by_role(failures: Sequence[Mapping[str, object]]) -> dict[str, int]:
     Args:
         failures: The job's ``infra_failures.jsonl`` lines (an instance's line names its ``id`` and ``stage``).
     """
-    found = Counter(ROLE_OF_STAGE.get(str(f.get("stage")), str(f.get("stage"))) for f in failures if f.get("id"))
+    found = Counter(_role_of(str(f.get("stage"))) or str(f.get("stage")) for f in failures if f.get("id"))
     return dict(found)
 
 

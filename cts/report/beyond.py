@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from cts.core.records import Record
+from cts.core.stages import clarify_roles
 from cts.protocol.metrics import interaction_metrics, questions_asked_mean
 from cts.protocol.repeats import instance_means
 from cts.report.gate_evaluation import evaluate_gates
@@ -30,8 +31,6 @@ from cts.stats.bootstrap import paired_bootstrap_ci
 log = logging.getLogger(__name__)
 
 NAN = float("nan")
-CLARIFY_ROLES = ("clarifier", "ua", "rewriter", "gate")
-"""Roles whose spend clarification adds on top of searching q (the cost axis of the frontier)."""
 
 
 def _fmt(v: Any, signed: bool = False) -> str:
@@ -213,9 +212,10 @@ _SPEND_FIELDS = {"usd": ("cost_usd",), "tokens": ("tokens_in", "tokens_out")}
 
 def _clarify_spend(records: Sequence[Record]) -> dict[str, list[float]]:
     """Per record and unit (USD, then tokens): what the clarification roles spent (the same for every gate)."""
+    clarifying = clarify_roles()
     return {
         unit: [
-            sum(float(u.get(f, 0.0)) for role, u in r.usage.items() if role in CLARIFY_ROLES for f in fields)
+            sum(float(u.get(f, 0.0)) for role, u in r.usage.items() if role in clarifying for f in fields)
             for r in records
         ]
         for unit, fields in _SPEND_FIELDS.items()

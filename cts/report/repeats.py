@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from cts.protocol.design import STAGES
+from cts.core.stages import resampled_roles
 from cts.protocol.repeats import (
     PASS_THRESHOLD,
     attribution_metrics,
@@ -229,7 +229,8 @@ def stage_rows(jobs: Sequence[Job]) -> pd.DataFrame:
 
 def _stage_rank(stages: str) -> tuple[int, ...]:
     """Stages in pipeline order (clarifier first), a combination after its first stage."""
-    return tuple(STAGES.index(s) for s in stages.split("+"))
+    order = resampled_roles()
+    return tuple(order.index(s) for s in stages.split("+"))
 
 
 def stage_table(rows: pd.DataFrame) -> Table:

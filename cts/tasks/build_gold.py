@@ -10,6 +10,7 @@ from typing import Any
 from cts._util.loops import run as run_loop
 from cts.core.contracts import Extractor, SearchBackend
 from cts.core.errors import TaskStopped
+from cts.core.stages import EXTRACTOR, SEARCH
 from cts.core.types import Instance
 from cts.tasks.job import RunInfo, log_task_outputs, prompt_versions, tracked_task
 from cts.tasks.registry import TaskContext, task
@@ -34,7 +35,7 @@ def compose_build_gold(ctx: TaskContext) -> float:
     provenance = {
         "backend": ctx.value("search._target_"),
         "extractor": ctx.value("extractor._target_"),
-        "models": ctx.model_ids("search", "extractor"),
+        "models": ctx.model_ids(SEARCH.role, EXTRACTOR.role),
         "config_fingerprint": ctx.fingerprint,
         "cts_version": __import__("cts").__version__,
     }
@@ -51,7 +52,7 @@ def compose_build_gold(ctx: TaskContext) -> float:
     )
 
 
-@task(compose_build_gold, read=read_gold_instances, calls=("search", "extractor"), writes=("build_gold.out_dir",))
+@task(compose_build_gold, read=read_gold_instances, calls=(SEARCH.role, EXTRACTOR.role), writes=("build_gold.out_dir",))
 def build_gold_task(
     *,
     instances: Sequence[Instance],

@@ -15,6 +15,7 @@ from cts._util.interrupt import interruptible_job
 from cts._util.io import atomic_write_text
 from cts.core.errors import ConfigError
 from cts.core.records import Record, read_records
+from cts.core.stages import component_roles, stages
 from cts.data.clusters import ci_summary, dataset_clusters
 from cts.data.jsonl import Dataset, dataset_metrics, select_instances
 from cts.llm import audit_scope, usage_scope
@@ -46,8 +47,9 @@ from cts.tasks.registry import OutputsUnwritable, TaskContext, task
 
 log = logging.getLogger(__name__)
 
-ROLE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Roles))
-"""The roles of a job (the fields of :class:`Roles`); each is the config key of its component (``clarifier=...``)."""
+ROLE_NAMES: tuple[str, ...] = component_roles()
+"""The roles of a job when this module loads (:func:`cts.core.stages.component_roles`); each is the
+config key of its component (``clarifier=...``)."""
 
 
 @dataclass(frozen=True)
@@ -152,15 +154,19 @@ def design_of(ctx: TaskContext) -> Design:
 
 
 def build_roles(ctx: TaskContext) -> Roles:
-    """Build the clarifier, UA, rewriter, search backend, judge and question typer (one config key each)."""
-    return Roles(**{name: ctx.build(name) for name in ROLE_NAMES})
+    """Build the component of every declared stage and of the question typer (one config key each)."""
+    paper = {f.name for f in fields(Roles)}
+    built = {name: ctx.build(name) for name in component_roles()}
+    return Roles(
+        **{k: v for k, v in built.items() if k in paper}, extra={k: v for k, v in built.items() if k not in paper}
+    )
 
 
 def role_models(ctx: TaskContext) -> dict[str, str]:
     """Per role: the model id it calls (``<role>.model.id``), or the baseline's class."""
     return {
         name: str(ctx.value(name, "model", "id", default=None) or ctx.value(name, "_target_").rsplit(".", 1)[-1])
-        for name in ROLE_NAMES
+        for name in component_roles()
     }
 
 
@@ -169,13 +175,13 @@ def orig_parts(ctx: TaskContext) -> dict[str, Any]:
     llm = ctx.value("services.llm", default=None) or {}
     routing = {key: llm.get(key) for key in ("api_base", "served_name", "max_reasks")}
     return {
-        **ctx.values("dataset", "search", "judge"),
+        **ctx.values("dataset", *(s.role for s in stages() if s.on_arm)),  # search, judge
         "llm": routing,
         "corpus_lang": ctx.value("services.corpus_lang", default=None),
     }
 
 
-@task(compose_evaluate, calls=ROLE_NAMES)
+@task(compose_evaluate, calls=component_roles)
 def evaluate_task(
     *,
     dataset: Dataset,

@@ -115,19 +115,28 @@ class TaskSpec:
         compose: ``compose(ctx)``: build the task's arguments, call it, return its result.
         read: ``read(ctx)``: the task's input (``ctx.input()`` returns it).
         calls: The config keys whose models the task calls (the pre-flight checks them),
-            unless ``task.preflight`` lists them.
+            unless ``task.preflight`` lists them; or a function that names them when asked
+            (the declared stages', :func:`cts.core.stages.component_roles`).
         writes: The config keys of dirs the task writes besides its job dir (``build_gold.out_dir``):
             refused before the run when they cannot be written (:func:`cts.compose.checks.output_places`).
     """
 
     compose: Composer
     read: Reader = read_dataset
-    calls: tuple[str, ...] = ()
+    calls: tuple[str, ...] | Callable[[], tuple[str, ...]] = ()
     writes: tuple[str, ...] = ()
+
+    def called(self) -> tuple[str, ...]:
+        """The config keys whose models the task calls."""
+        return tuple(self.calls() if callable(self.calls) else self.calls)
 
 
 def task(
-    compose: Composer, *, read: Reader = read_dataset, calls: tuple[str, ...] = (), writes: tuple[str, ...] = ()
+    compose: Composer,
+    *,
+    read: Reader = read_dataset,
+    calls: tuple[str, ...] | Callable[[], tuple[str, ...]] = (),
+    writes: tuple[str, ...] = (),
 ) -> Callable[[F], F]:
     """Register the decorated function as a task that ``task._target_`` can name.
 
@@ -139,7 +148,7 @@ def task(
     """
 
     def register(fn: F) -> F:
-        setattr(fn, _SPEC, TaskSpec(compose, read, tuple(calls), tuple(writes)))
+        setattr(fn, _SPEC, TaskSpec(compose, read, calls if callable(calls) else tuple(calls), tuple(writes)))
         return fn
 
     return register

@@ -5,7 +5,9 @@ pure functions over records, artifacts = records, summary, config, prompts; inpu
 dataset, ``_datasets``), one trace per instance with its assessments (``_instance``: the hook,
 ``_tracedoc``: the trace as data, ``_assessments``; written by a process of their own, ``_writer`` and
 ``_tracewrite``), the records as a table (``_tables``), LLM-call spans (``_traces``);
-store set-up in ``_store``. A sweep report is logged as one more run tagged ``cts.kind=sweep_report``.
+store set-up in ``_store``, checked before any work in ``_checks``; what a dead server missed waits
+in the job dir (``_outbox``) for ``python -m cts.tracking.fill``. A sweep report is logged as one
+more run tagged ``cts.kind=sweep_report``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ from cts.tracking._human import (
     tag_traces,
 )
 from cts.tracking._instance import InstanceTraces, log_instance_trace
+from cts.tracking._outbox import call, check_store, register_run, store_down, unreachable
 from cts.tracking._requests import REQUEST_AUDIT_FILE, log_request_audit, request_tag
+from cts.tracking._runlife import end_run, kept_run, refuse_unsent
 from cts.tracking._store import (
     TrackingStoreError,
     broken_store_message,
@@ -67,6 +71,7 @@ __all__ = [
     "InstanceTraces",
     "TrackingStoreError",
     "broken_store_message",
+    "check_store",
     "dataset_digest",
     "dataset_rows",
     "deferred_run_data",
@@ -85,6 +90,7 @@ __all__ = [
     "log_records_table",
     "log_to_runs",
     "log_report_run",
+    "log_analysis_run",
     "one_run_per_job_dir",
     "override_tags",
     "prepare_store",
@@ -170,29 +176,45 @@ def open_mlflow_run(
         via :mod:`cts._util.interrupt`), ``FAILED`` when the body raises anything else, else
         ``FINISHED``.
     """
+    from cts.tracking.fill import fill_earlier  # here: python -m cts.tracking.fill imports this package first
+
     mlflow = mlflow_module()
-    prepare_store(uri)
     mlflow.set_tracking_uri(uri)
-    _ensure_experiment(uri, experiment, experiment_kind)
-    previous = _stored_run_id(job_dir, uri)
-    resumed = previous is not None and _run_exists(uri, previous, experiment)
-    run = mlflow.start_run(run_id=previous) if resumed else mlflow.start_run(run_name=run_name, tags=dict(tags or {}))
+    fill_earlier(uri, job_dir)  # a resume before python -m cts.tracking.fill: the earlier data first
+    previous, resumed = _stored_run_id(job_dir, uri), False
+    try:
+        if (why := store_down(uri)) is not None:
+            raise ConnectionError(why)
+        prepare_store(uri)
+        _ensure_experiment(uri, experiment, experiment_kind)
+        resumed = previous is not None and _run_exists(uri, previous, experiment)
+        run = (
+            mlflow.start_run(run_id=previous) if resumed else mlflow.start_run(run_name=run_name, tags=dict(tags or {}))
+        )
+    except Exception as e:
+        if not unreachable(uri, e):
+            raise
+        run = kept_run(experiment, run_name, dict(tags or {}), experiment_kind, job_dir)  # the job goes on
+    run_id = run.info.run_id
+    register_run(run_id, job_dir)  # from now on, a store that stops answering leaves the run's writes in job_dir
     status = "FAILED"
     try:
-        _store_run_id(job_dir, uri, run.info.run_id)
+        _store_run_id(job_dir, uri, run_id)
         versions = package_versions()
         all_params = {**dict(params), **{f"version.{k}": v for k, v in versions.items()}}
-        _log_params(run, all_params, previous, resumed)  # tags were set when the run started (same job dir)
-        mlflow.log_dict(versions, "versions.json")
-        yield run.info.run_id
+        # tags were set when the run started (same job dir)
+        call(
+            uri, run_id, {"op": "params", "params": all_params}, lambda: _log_params(run, all_params, previous, resumed)
+        )
+        call(uri, run_id, {"op": "versions", "versions": versions}, lambda: mlflow.log_dict(versions, "versions.json"))
+        yield run_id
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
-        flush_traces(uri)  # the per-instance traces (cts.tracking._writer) reach the store before the run ends
-        mlflow.flush_trace_async_logging()  # LLM-call spans (services.llm.tracing) reach the store
-        mlflow.end_run(status=status)
+        end_run(uri, run_id, status)
+    refuse_unsent(uri, run_id, job_dir)
 
 
 def _stored_run_id(job_dir: Path | None, uri: str) -> str | None:
@@ -282,7 +304,13 @@ def log_metrics(metrics: Mapping[str, float]) -> None:
 
 
 def log_artifacts(paths: list[Path], artifact_path: str | None = None) -> None:
-    """Log files (and directories) as artifacts of the active run."""
+    """Log files (and directories) as artifacts of the active run (kept in the job dir while the store is down)."""
+    mlflow = mlflow_module()
+    op = {"op": "artifacts", "paths": [str(p.resolve()) for p in paths], "artifact_path": artifact_path}
+    call(mlflow.get_tracking_uri(), mlflow.active_run().info.run_id, op, lambda: _log_artifacts(paths, artifact_path))
+
+
+def _log_artifacts(paths: list[Path], artifact_path: str | None = None) -> None:
     mlflow = mlflow_module()
     for p in paths:
         if p.is_dir():
@@ -375,6 +403,22 @@ def log_report_run(
     """Log a sweep-level report as its own run; returns the run id."""
     all_tags = {"cts.kind": "sweep_report", **(tags or {})}
     with open_mlflow_run(uri, experiment, run_name, params={}, tags=all_tags) as run_id:
+        log_metrics(metrics)
+        log_artifacts(artifacts)
+    return run_id
+
+
+def log_analysis_run(
+    uri: str,
+    experiment: str,
+    run_name: str,
+    params: Mapping[str, str],
+    metrics: Mapping[str, float],
+    artifacts: list[Path],
+    tags: Mapping[str, str] | None = None,
+) -> str:
+    """Log one stand-alone analysis (e.g. ``python -m cts.realism``) as its own run; returns the run id."""
+    with open_mlflow_run(uri, experiment, run_name, params=params, tags=dict(tags or {})) as run_id:
         log_metrics(metrics)
         log_artifacts(artifacts)
     return run_id

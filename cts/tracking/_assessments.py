@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cts.core.types import UNKNOWN
+from cts.tracking._outbox import store_down
 from cts.tracking._store import mlflow_module
 
 SCORE = "restore_score_100"
@@ -144,6 +145,8 @@ def log_assessments(trace_id: str, assessed: Sequence[Assessed]) -> None:
 def trace_ids_of_runs(run_ids: Sequence[str]) -> dict[tuple[str, str], str]:
     """``(run id, instance id) -> trace id`` of the per-instance traces the runs logged (none: empty)."""
     mlflow = mlflow_module()
+    if store_down(mlflow.get_tracking_uri()) is not None:
+        return {}
     client = mlflow.MlflowClient()
     found: dict[tuple[str, str], str] = {}
     for run_id in dict.fromkeys(r for r in run_ids if r):

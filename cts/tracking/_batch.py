@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from cts.tracking._outbox import call
 from cts.tracking._store import mlflow_module
 
 _METRICS_PER_BATCH = 900  # MLflow's log_batch limits (mlflow.utils.validation): 100 tags, 1000 entities
@@ -54,10 +55,10 @@ def deferred_run_data() -> Iterator[None]:
 def log_metrics(metrics: Mapping[str, float]) -> None:
     """Log metrics to the active run, or to the batch of :func:`deferred_run_data`."""
     pending = _open_batch()
-    if pending is None:
-        mlflow_module().log_metrics(dict(metrics))
-        return
     now = int(time.time() * 1000)
+    if pending is None:
+        _write(_Pending(mlflow_module().active_run().info.run_id, {k: (float(v), now) for k, v in metrics.items()}))
+        return
     pending.metrics.update({k: (float(v), now) for k, v in metrics.items()})
 
 
@@ -65,7 +66,7 @@ def set_tags(tags: Mapping[str, str]) -> None:
     """Set tags on the active run, or in the batch of :func:`deferred_run_data`."""
     pending = _open_batch()
     if pending is None:
-        mlflow_module().set_tags(dict(tags))
+        _write(_Pending(mlflow_module().active_run().info.run_id, tags={k: str(v) for k, v in tags.items()}))
         return
     pending.tags.update({k: str(v) for k, v in tags.items()})
 
@@ -83,11 +84,21 @@ def _open_batch() -> _Pending | None:
 
 
 def _write(pending: _Pending) -> None:
+    """Write the batch (kept in the job dir, for ``python -m cts.tracking.fill``, while the store is down)."""
+    if not pending.metrics and not pending.tags:
+        return
+    op = {"op": "batch", "metrics": pending.metrics, "tags": pending.tags}
+    uri = mlflow_module().get_tracking_uri()
+    call(uri, pending.run_id, op, lambda: write_batch(pending.run_id, pending.metrics, pending.tags))
+
+
+def write_batch(run_id: str, metrics_at: Mapping[str, tuple[float, int]], tags_of: Mapping[str, str]) -> None:
+    """Log metrics (``key -> (value, timestamp ms)``) and tags to ``run_id`` in as few ``log_batch`` calls as allowed."""
     from mlflow.entities import Metric, RunTag
 
-    metrics = [Metric(k, v, t, 0) for k, (v, t) in pending.metrics.items()]
-    tags = [RunTag(k, v) for k, v in pending.tags.items()]
+    metrics = [Metric(k, v, t, 0) for k, (v, t) in metrics_at.items()]
+    tags = [RunTag(k, v) for k, v in tags_of.items()]
     client = mlflow_module().MlflowClient()
     while metrics or tags:
-        client.log_batch(pending.run_id, metrics=metrics[:_METRICS_PER_BATCH], tags=tags[:_TAGS_PER_BATCH])
+        client.log_batch(run_id, metrics=metrics[:_METRICS_PER_BATCH], tags=tags[:_TAGS_PER_BATCH])
         metrics, tags = metrics[_METRICS_PER_BATCH:], tags[_TAGS_PER_BATCH:]

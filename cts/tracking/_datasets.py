@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cts.tracking._outbox import call, unreachable
 from cts.tracking._store import mlflow_module
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,16 @@ def log_dataset_input(
     mlflow = mlflow_module()
     rows = dataset_rows(instances, gold)
     digest = dataset_digest(rows)
+    op = {"op": "dataset", "name": name, "rows": rows, "evaluation_dataset": evaluation_dataset}
+    run_id = mlflow.active_run().info.run_id
+    call(mlflow.get_tracking_uri(), run_id, op, lambda: log_dataset_rows(name, rows, evaluation_dataset))
+    return digest
+
+
+def log_dataset_rows(name: str, rows: Sequence[Mapping[str, Any]], evaluation_dataset: bool = True) -> None:
+    """Log :func:`dataset_rows` as an input of the active run (see :func:`log_dataset_input`)."""
+    mlflow = mlflow_module()
+    digest = dataset_digest(rows)
     _log_input(mlflow, _mlflow_dataset(mlflow, name, digest, rows))
     if evaluation_dataset:
         experiment = mlflow.active_run().info.experiment_id
@@ -82,7 +93,6 @@ def log_dataset_input(
             ensure_evaluation_dataset(f"{_UNSAFE.sub('_', name)}-{digest[:8]}", digest, rows, experiment)
         except Exception as e:  # noqa: BLE001 - e.g. a tracking server without evaluation datasets: the job goes on
             log.warning("the evaluation dataset %s-%s was not created: %s", name, digest[:8], e)
-    return digest
 
 
 INPUT_ATTEMPTS = 3
@@ -116,6 +126,8 @@ def _log_input(mlflow: Any, dataset: Any) -> None:
             mlflow.log_input(dataset, context=CONTEXT)
             return
         except Exception as e:  # noqa: BLE001 - the run's input is a view, not a result
+            if unreachable(mlflow_module().get_tracking_uri(), e):
+                raise  # kept in the job dir (cts.tracking._outbox)
             if attempt == INPUT_ATTEMPTS:
                 log.warning("the dataset input %s was not logged: %s", getattr(dataset, "name", "?"), e)
                 return

@@ -13,8 +13,10 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from cts.tracking._outbox import TRACES_OUTBOX_FILE, job_dir_of
 from cts.tracking._store import mlflow_module
 from cts.tracking._tracedoc import pending_document, trace_document, trace_id_for
+from cts.tracking._tracekeep import OUTBOX_KEY
 from cts.tracking._writer import TraceWriter, writer_for
 
 log = logging.getLogger(__name__)
@@ -114,6 +116,8 @@ class InstanceTraces:
     def _submit(self, docs: list[dict[str, Any]]) -> None:
         assert self._run is not None and self._writer is not None
         run_id, experiment_id = self._run
+        job_dir = job_dir_of(run_id)
+        outbox = str(job_dir / TRACES_OUTBOX_FILE) if job_dir is not None else None
         fresh = []
         with self._lock:
             for doc in docs:
@@ -122,7 +126,8 @@ class InstanceTraces:
                     continue
                 self._submitted.add(trace_id)
                 self.trace_ids[doc["instance_id"]] = trace_id
-                fresh.append({**doc, "trace_id": trace_id, "run_id": run_id, "experiment_id": experiment_id})
+                ids = {"trace_id": trace_id, "run_id": run_id, "experiment_id": experiment_id}
+                fresh.append({**doc, **ids, OUTBOX_KEY: outbox})
         if fresh:
             self._writer.submit(fresh)
 

@@ -50,8 +50,11 @@ def _short(key: str, value: Any) -> str:
 def log_request_audit(path: Path, audit: Mapping[str, Mapping[str, Any]]) -> None:
     """Log the job's ``request_audit.json`` (``path``) and one ``cts.request.<role>`` tag per role."""
     from cts.tracking._batch import set_tags
+    from cts.tracking._outbox import call
     from cts.tracking._store import mlflow_module
 
+    mlflow = mlflow_module()
     if path.exists():
-        mlflow_module().log_artifact(str(path))
+        op = {"op": "artifacts", "paths": [str(path.resolve())], "artifact_path": None}
+        call(mlflow.get_tracking_uri(), mlflow.active_run().info.run_id, op, lambda: mlflow.log_artifact(str(path)))
     set_tags({f"cts.request.{role}": request_tag(entry) for role, entry in sorted(audit.items())})

@@ -20,10 +20,18 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "true")
 os.environ.setdefault("MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE", "512")
 os.environ.setdefault("MLFLOW_ASYNC_TRACE_LOGGING_MAX_INTERVAL_MILLIS", "1000")
+# MLflow retries a call to a tracking server 7 times over about 4 minutes (its rate limits): a server
+# that died held every job's call that long, and many calls in a row hung a sweep. cts retries a call
+# 2 times over a few seconds, then keeps what the store missed in the job dirs (cts.tracking._outbox).
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_JITTER", "0.5")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")  # a server that hangs: found down within a minute
 
 from filelock import FileLock
 
 from cts.core.errors import TrackingStoreError
+from cts.tracking._checks import check_store, damaged_message, sqlite_damage
 
 
 def mlflow_module() -> Any:
@@ -77,11 +85,12 @@ def prepare_store(uri: str) -> None:
         import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
     with FileLock(lock, timeout=_STORE_LOCK_TIMEOUT_S) if lock else contextlib.nullcontext():
         try:
+            check_store(uri)  # a dead server in seconds, a damaged file before anything writes into it
             if uri.startswith("sqlite:///"):
                 _create_sqlite_store(Path(uri.removeprefix("sqlite:///")))
             mlflow_module().MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
         except Exception as e:  # noqa: BLE001 - any failure here means the store is unusable
-            failed[uri] = broken_store_message(uri, e)
+            failed[uri] = e.message if isinstance(e, TrackingStoreError) else broken_store_message(uri, e)
             raise TrackingStoreError(failed[uri]) from None
     _PREPARED.add(uri)
 
@@ -130,6 +139,8 @@ def broken_store_message(uri: str, error: BaseException) -> str:
             f"`mlflow db upgrade {uri}`."
         )
     db = Path(uri.removeprefix("sqlite:///"))
+    if db.is_file() and (problem := sqlite_damage(db)) is not None:
+        return damaged_message(uri, db, problem)
     n_runs, leftovers = _sqlite_state(db)
     other = f"or start a new store with tracking.uri=sqlite:///{db.with_name('mlflow-new.db')}"
     if not n_runs:

@@ -10,6 +10,7 @@ from typing import Any
 
 from cts.core.types import UNKNOWN
 from cts.tracking._batch import pending_tag, set_tags
+from cts.tracking._outbox import call
 from cts.tracking._store import mlflow_module
 
 RECORDS_TABLE = "records_table.json"
@@ -64,7 +65,9 @@ def log_records_table(
     rank = {i: n for n, i in enumerate(order)}
     ordered = sorted(records, key=lambda r: (rank.get(r.id, len(rank)), r.repeat))
     rows = [_row(r, run_id, (trace_ids or {}).get(r.id, "")) for r in ordered]
-    _write_table(run_id, pd.DataFrame(rows, columns=list(_row_columns())), artifact_file)
+    op = {"op": "records_table", "order": list(order), "trace_ids": dict(trace_ids or {}), "file": artifact_file}
+    frame = pd.DataFrame(rows, columns=list(_row_columns()))
+    call(mlflow.get_tracking_uri(), run_id, op, lambda: _write_table(run_id, frame, artifact_file))
 
 
 def _write_table(run_id: str, frame: Any, artifact_file: str) -> None:

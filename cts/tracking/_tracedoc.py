@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from cts.compat.job_dirs import timed_trace_line
+from cts.core.stages import ANSWER, CLARIFY, JUDGE, REWRITE, SEARCH, added
 from cts.tracking._assessments import instance_assessments, label_string
 
 _TEXT_MAX = 4000  # characters of one span value kept in a trace (pages and prompts can be long)
@@ -189,14 +190,14 @@ def _arm_span(
 ) -> None:
     """An arm: its search (one child per turn, one grandchild per step) and its judge, at their times."""
     stages = {s["stage"]: s for s in line.get("stages") or []}
-    search = _window(stages.get("search"), default)
-    judge = _window(stages.get("judge"), (search[1], search[1]))
-    when = (search[0], max(search[1], judge[1]) if "judge" in stages else search[1])
+    search = _window(stages.get(SEARCH.span), default)
+    judge = _window(stages.get(JUDGE.span), (search[1], search[1]))
+    when = (search[0], max(search[1], judge[1]) if JUDGE.span in stages else search[1])
     span = tree.open(
         0, f"{arm} arm", "CHAIN", when[0], {"query": result.query}, {"reuses": "orig arm"} if reused else None
     )
     _search_span(tree, span, result, list(line.get("trace") or []), search)
-    if "judge" in stages:
+    if JUDGE.span in stages:
         labels = {nid: {"label": label, **nuggets.get(nid, {})} for nid, label in result.labels.items()}
         tree.span(
             span,
@@ -217,22 +218,25 @@ def _stage_io(name: str, instance: Any, record: Any) -> tuple[str, Any, Any]:
     head, _, n = name.rpartition(" ")
     i = int(n) - 1 if n.isdigit() else 0
     qa = [{"question": q, "answer": a} for q, a in zip(qs, answers)]
-    if name == "clarify":
+    if name == CLARIFY.span:
         return "LLM", {"blurred_query": instance.blurred_query, "k": record.k}, {"questions": qs}
-    if head == "clarify turn":
+    if head == f"{CLARIFY.span} turn":
         return (
             "LLM",
             {"blurred_query": instance.blurred_query, "k": record.k, "earlier": qa[:i]},
             {"question": qs[i] if i < len(qs) else None},
         )
-    if head == "ua answer":  # the only place the hidden intent appears: the closed-book UA sees it by protocol
+    if head == ANSWER.span:  # the only place the hidden intent appears: the closed-book UA sees it by protocol
         return (
             "LLM",
             {"fused_query": instance.fused_query, "question": qs[i] if i < len(qs) else None},
             {"answer": answers[i] if i < len(answers) else None},
         )
-    if name == "rewrite":
+    if name == REWRITE.span:
         return "LLM", {"blurred_query": instance.blurred_query, "qa": qa}, {"rewritten_query": record.rewritten_query}
+    if declared := next((s for s in added() if s.span == name), None):  # a refiner of the clarified query
+        searched = record.clarified.query if record.clarified else None
+        return declared.span_type, {"query": record.rewritten_query}, {declared.output: searched}
     return "PARSER", {"questions": qs}, {"question_types": [list(t) for t in record.question_types]}
 
 

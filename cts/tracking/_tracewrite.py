@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cts.tracking._outbox import store_down, unreachable
 from cts.tracking._sqlbulk import KnownExperiments, write_in_bulk
 from cts.tracking._tracedoc import built_document
 
@@ -289,6 +290,9 @@ def _write_one_by_one(client: Any, docs: Sequence[Mapping[str, Any]], failures: 
         except Exception as e:  # noqa: BLE001 - one bad document must not lose the others
             failures.append(_failure(doc, e))
     traces = _start_one_by_one(client, traces, failures)
+    if traces and store_down(getattr(client, "tracking_uri", "")) is not None:  # the rest would only retry
+        failures.append(f"spans of {len(traces)} traces: the store is down")
+        return len(traces)
     spans: dict[str, list[Any]] = defaultdict(list)
     for doc, trace in traces:
         spans[str(doc["experiment_id"])].extend(trace.data.spans)
@@ -307,13 +311,16 @@ def _start_one_by_one(client: Any, traces: list[tuple[Any, Any]], failures: list
     by an earlier writer: writing it again would merge a second set of assessments into it.
     """
     started = []
-    for doc, trace in traces:
+    for n, (doc, trace) in enumerate(traces):
         try:
             if _exists(client, trace.info.trace_id):
                 continue
             client.start_trace(trace.info)
         except Exception as e:  # noqa: BLE001 - one bad trace must not lose the others
             failures.append(_failure(doc, e))
+            if unreachable(getattr(client, "tracking_uri", ""), e):  # a dead server: each would retry in vain
+                failures.extend(_failure(d, e) for d, _ in traces[n + 1 :])
+                break
             continue
         started.append((doc, trace))
     return started

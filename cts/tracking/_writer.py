@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from cts.tracking._frames import read_frame, write_frame
-from cts.tracking._tracewrite import BATCH, write_traces
+from cts.tracking._outbox import mark_down
+from cts.tracking._tracekeep import write_or_keep
+from cts.tracking._tracewrite import BATCH
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +176,9 @@ class TraceWriter:
         if isinstance(self._fallback, str):
             self._done(None, n_docs, 0, [self._fallback] * n_docs)
         else:
-            written, failures = write_traces(self._fallback, payload)
+            written, failures, down = write_or_keep(self._fallback, self.uri, payload)
+            if down is not None:
+                mark_down(self.uri, down, traces=written)
             self._done(None, n_docs, written, failures)
 
     def _piped(self, message: tuple[str, Any], n_docs: int) -> bool:
@@ -204,6 +208,9 @@ class TraceWriter:
     def _ack_loop(self) -> None:
         assert self._proc.stdout is not None
         while (message := read_frame(self._proc.stdout)) is not None:
+            if message[0] == "down":  # the store stopped answering: the process keeps the traces in the job dirs
+                mark_down(self.uri, message[1], traces=message[2])
+                continue
             _, token, written, failures = message
             with self._lock:
                 self._sent_docs = max(0, self._sent_docs - written - len(failures))

@@ -28,8 +28,10 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from cts.tracking._frames import read_frame, write_frame
+from cts.tracking._outbox import quiet
 from cts.tracking._sqlbulk import KnownExperiments, load_mlflow_parts, write_in_bulk
-from cts.tracking._tracewrite import BATCH, write_traces
+from cts.tracking._tracekeep import write_or_keep
+from cts.tracking._tracewrite import BATCH
 
 log = logging.getLogger("cts.tracking.writer")
 
@@ -58,8 +60,10 @@ def serve(uri: str, inbox: IO[bytes], outbox: IO[bytes], held: bool = False) -> 
         if kind == "docs":
             client = client or _open(uri)
             for start in range(0, len(payload), BATCH):
-                n, failed = write_traces(client, payload[start : start + BATCH], experiments)
+                n, failed, down = write_or_keep(client, uri, payload[start : start + BATCH], experiments)
                 written, failures = written + n, failures + failed
+                if down is not None:  # the job's process says which runs and traces did not reach the store
+                    write_frame(outbox, ("down", down, n))
             continue
         write_frame(outbox, ("ack", payload, written, failures))
         written, failures = 0, []
@@ -86,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="trace writer: %(message)s")
     uri, *flags = argv if argv is not None else sys.argv[1:]  # python -c "...main()" <uri> [--held]
+    quiet()  # a store found down is announced by the job's process, which knows its runs
     try:
         serve(uri, sys.stdin.buffer, sys.stdout.buffer, held="--held" in flags)
     except BaseException as exc:  # noqa: BLE001 - e.g. a store it cannot open: said once, then out

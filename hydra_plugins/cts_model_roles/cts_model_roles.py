@@ -3,7 +3,7 @@
 Hydra calls :class:`ModelRolesSearchPathPlugin` when it builds the config search path.
 It scans the ``model/`` group of every config dir of that path (``file://`` and
 ``pkg://`` entries) and registers, in Hydra's ConfigStore, one option per model in
-each LLM role group (clarifier, ua, rewriter, judge, extractor): the role's
+each LLM role group (every declared stage and aide with a node, :mod:`cts.core.stages`): the role's
 ``_target_`` and prompt, with the model bound by the package override
 ``/model@model: <name>``. An option that exists as a file (``conf/clarifier/rules_scope.yaml``,
 or a hand-written ``conf/judge/<model>.yaml``) wins over the generated one, because
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import importlib.resources
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,28 +34,15 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
+from cts.core.stages import model_role_nodes
+
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
-ROLES: dict[str, dict[str, Any]] = {
-    # mode: batch (k questions at once, the paper) or sequential (one per turn);
-    # stop_early (sequential only): the clarifier may stop when the answers so far suffice.
-    # max_output_tokens: the role's output cap (a reply that stops at it is re-asked, then
-    # unscored as `truncated`), sized to what the role must write; the model's reasoning
-    # allowance is added where reasoning counts against the cap (conf/model/<name>.yaml request:).
-    "clarifier": {
-        "_target_": "cts.roles.llm.LLMClarifier",
-        "prompt": "clarifier",
-        "mode": "batch",
-        "stop_early": False,
-        "max_output_tokens": 512,
-    },
-    "ua": {"_target_": "cts.roles.llm.LLMUserAnswerer", "prompt": "ua", "max_output_tokens": 128},
-    "rewriter": {"_target_": "cts.roles.llm.LLMRewriter", "prompt": "rewriter", "max_output_tokens": 256},
-    "judge": {"_target_": "cts.roles.llm.LLMJudge", "prompt": "judge", "max_output_tokens": 1024},
-    "extractor": {"_target_": "cts.roles.llm.LLMExtractor", "prompt": "extractor", "max_output_tokens": 4096},
-}
-"""Per LLM role group: the class, prompt (``prompts/<prompt>.md``) and output cap every model plays it with."""
+ROLES: dict[str, Mapping[str, Any]] = model_role_nodes()
+"""Per LLM role group: the class, prompt (``prompts/<prompt>.md``) and output cap every model plays it with
+(declared with its stage, :mod:`cts.core.stages`; read again at each registration, so a stage declared
+later gets its group too)."""
 
 
 def model_names(config_dirs: Sequence[Traversable]) -> list[str]:
@@ -75,7 +62,7 @@ SLOTS: dict[str, list[dict[str, Any]]] = {"ua": [{"persona": None}]}
 
 def role_node(group: str, model: str) -> dict[str, Any]:
     """The config node of role ``group`` played by registry entry ``model``."""
-    return {"defaults": [{"/model@model": model}, *SLOTS.get(group, []), "_self_"], **ROLES[group]}
+    return {"defaults": [{"/model@model": model}, *SLOTS.get(group, []), "_self_"], **model_role_nodes()[group]}
 
 
 MEMBER_GROUPS = {"judge/members": "judge"}
@@ -84,7 +71,10 @@ MEMBER_GROUPS = {"judge/members": "judge"}
 
 def member_node(group: str, model: str) -> dict[str, Any]:
     """The option ``model`` of a keyed group: the role node under the key ``model`` (e.g. a judge panel's member)."""
-    return {"defaults": [{f"/model@{model}.model": model}, "_self_"], model: dict(ROLES[MEMBER_GROUPS[group]])}
+    return {
+        "defaults": [{f"/model@{model}.model": model}, "_self_"],
+        model: dict(model_role_nodes()[MEMBER_GROUPS[group]]),
+    }
 
 
 def register(config_dirs: Sequence[Traversable], store: ConfigStore | None = None) -> list[str]:
@@ -92,7 +82,7 @@ def register(config_dirs: Sequence[Traversable], store: ConfigStore | None = Non
     store = store or ConfigStore.instance()
     names = model_names(config_dirs)
     for model in names:
-        for group in ROLES:
+        for group in model_role_nodes():
             if not any((d / group / f"{model}.yaml").is_file() for d in config_dirs):
                 store.store(group=group, name=model, node=role_node(group, model), provider="cts_model_roles")
         for group in MEMBER_GROUPS:

@@ -133,11 +133,15 @@ def test_a_store_left_half_migrated_gets_one_message_with_the_repair(tmp_path: P
     assert not isinstance(e.value, SystemExit)  # library code never ends the process
 
 
-def test_an_unreadable_store_without_runs_says_delete_it(tmp_path: Path) -> None:
+def test_a_file_that_is_not_sqlite_is_said_so_and_kept(tmp_path: Path) -> None:
     db = tmp_path / "garbage.db"
     db.write_bytes(b"not a database" * 100)
-    with pytest.raises(tracking.TrackingStoreError, match=f"holds no readable runs .*: delete {db} and rerun"):
+    with pytest.raises(tracking.TrackingStoreError) as e:
         tracking.prepare_store(f"sqlite:///{db}")
+    assert e.value.message.startswith(f"error: tracking: the MLflow store {db} (sqlite:///{db}, tracking.uri) is not")
+    assert "header (first 100 bytes) is overwritten" in e.value.message and "Keep the file" in e.value.message
+    assert "delete" not in e.value.message and "\n" not in e.value.message
+    assert db.read_bytes() == b"not a database" * 100
 
 
 def test_the_store_lock_sits_beside_a_sqlite_file(tmp_path: Path) -> None:
@@ -148,11 +152,10 @@ def test_the_store_lock_sits_beside_a_sqlite_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_sweep_on_the_cts_launcher_with_a_broken_store_fails_every_job_with_the_message(
+def test_a_sweep_on_the_cts_launcher_with_a_broken_store_is_refused_before_any_job(
     tmp_path: Path, cache_dir: Path
 ) -> None:
-    """The launcher's jobs open the store themselves (no parent preparation): the first fails with
-    the message, the others at once, and the sweep exits 1."""
+    """The launcher's jobs open the store themselves, but the launch checks it first: one line, exit 1, no job."""
     db = tmp_path / "garbage.db"
     db.write_bytes(b"not a database" * 100)
     proc = subprocess.run(
@@ -178,7 +181,8 @@ def test_a_sweep_on_the_cts_launcher_with_a_broken_store_fails_every_job_with_th
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-4000:]
-    assert "2 of 2 jobs failed" in out and "holds no readable runs" in out, out[-4000:]
+    assert out.startswith("error: tracking: the MLflow store") and "is not a SQLite database" in out, out[-4000:]
+    assert len(out.strip().splitlines()) == 1 and not (tmp_path / "sweep").exists()
     assert db.read_bytes() == b"not a database" * 100  # nothing was written into it
 
 
