@@ -71,6 +71,31 @@ def test_each_page_opens_with_its_command(page: Path) -> None:
     assert _opening(text).startswith("```"), f"{page.name}: the first block after the title is not a command"
 
 
+HISTORY = re.compile(
+    r"(?i)\bwe tried\b|\bbefore commit|\bcommits? [0-9a-f]{7}\b|\bthis version\b|\bin the order the work"
+)
+
+
+@pytest.mark.parametrize("page", [*_pages(), REPO / "benchmarks" / "README.md"], ids=lambda p: p.name)
+def test_no_page_tells_the_history(page: Path) -> None:
+    """Today's figures only: the history lives in git."""
+    found = HISTORY.findall(page.read_text(encoding="utf-8"))
+    assert not found, f"{page.name}: {found}"
+
+
+def test_the_benchmarks_open_with_today_s_figures_and_their_commands() -> None:
+    text = (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    sections = re.findall(r"(?m)^## (.+)$", FENCE.sub("", text))
+    assert sections[0] == "Today's figures" and "Memory and fixed cost" in sections, sections
+    table = text.split("## Today's figures", 1)[1].split("\n\n", 2)[1]
+    rows = [r for r in table.splitlines() if r.startswith("|")][2:]
+    assert len(rows) >= 8, table
+    for row in rows:
+        command = row.rstrip(" |").rsplit("|", 1)[1]
+        assert "python" in command or "the same" in command, f"a figure without its command: {row}"
+    assert median_sentence(text) <= MAX_MEDIAN
+
+
 def test_the_measure_splits_prose_only() -> None:
     text = "# T\n\nOne two three. Four five.\n\n```bash\na b c d e f g h\n```\n\n| a | b |\n\n- six seven\n- eight\n"
     assert sentences(text) == [3, 2, 2, 1]
