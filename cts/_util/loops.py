@@ -3,7 +3,8 @@
 A sweep's requests, their caches and the protocol's steps all run on one loop in one
 process; with uvloop (libuv, in Cython) the loop's own share of that work (selecting,
 scheduling callbacks, socket reads) costs less CPU: the paper grid at N=100 took 27.3 s
-of CPU instead of 29.4 s (``benchmarks/README.md``). ``CTS_EVENT_LOOP=asyncio`` keeps
+of CPU instead of 29.4 s (``benchmarks/sweep_bench.py --shape paper --n 100``, run with and
+without ``CTS_EVENT_LOOP=asyncio``). ``CTS_EVENT_LOOP=asyncio`` keeps
 asyncio's loop (e.g. to rule uvloop out when chasing a bug).
 """
 
