@@ -30,6 +30,7 @@ import pandas as pd
 
 from cts.analysis.common import bounded
 from cts.analysis.judge_robustness import FrozenArm
+from cts.compose.schema import Bootstrap
 from cts.core.contracts import Judge
 from cts.core.records import infra_stop
 from cts.core.scoring import restore_score
@@ -149,8 +150,8 @@ def probe_rows(
     gold: Mapping[str, Gold],
     clusters: Mapping[str, str],
     *,
-    n_resamples: int = 10_000,
-    confidence: float = 0.95,
+    n_resamples: int = Bootstrap().n_resamples,
+    confidence: float = Bootstrap().confidence,
     seed: int = 0,
 ) -> pd.DataFrame:
     """Per probe: answers, nuggets, flip rate and score shift with their cluster bootstrap CIs."""

@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cts.compose.schema import LLM
+from cts.compose.schema import Services as ServicesSchema
 from cts.core.types import CacheDir
 
 if TYPE_CHECKING:
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+_CORPUS_LANG = ServicesSchema().corpus_lang
 
 
 class Services:
@@ -63,12 +67,14 @@ class Services:
     @property
     def corpus(self) -> Corpus:
         """The offline Wikipedia corpus (read from the installed package; one copy per process)."""
-        return self.memo("corpus", lambda: shared_corpus(self.settings.get("corpus_lang", "en-us")))
+        return self.memo("corpus", lambda: shared_corpus(self.settings.get("corpus_lang", _CORPUS_LANG)))
 
     @property
     def index(self) -> CorpusIndex:
         """BM25 index over :attr:`corpus`, cached on disk under :attr:`cache_dir` (one copy per process)."""
-        return self.memo("index", lambda: shared_index(self.settings.get("corpus_lang", "en-us"), str(self.cache_dir)))
+        return self.memo(
+            "index", lambda: shared_index(self.settings.get("corpus_lang", _CORPUS_LANG), str(self.cache_dir))
+        )
 
     @property
     def llm(self) -> LLMRuntime:
@@ -157,7 +163,7 @@ def tool_cache(services: Services) -> ToolCache:
     from cts.search.toolcache import TOOL_CACHE_FILE, TOOL_TABLE, ToolCache
 
     cache = (services.settings.get("llm") or {}).get("cache") or {}
-    mode = cache.get("mode", "read_write")
+    mode = cache.get("mode", LLM().cache.mode)
     url = cache.get("url")
     if url:
         return services.memo("tool_cache", lambda: ToolCache(url, mode, TOOL_TABLE))

@@ -7,71 +7,55 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from cts.llm._adaptive import Adaptive
+from cts.compose.schema import LLM, Adaptive, Backoff, Price, key_at
 from cts.llm._spec import plain_data
 from cts.llm._transport import Transport
 from cts.llm.batch._settings import BatchSettings
 from cts.llm.cache import CACHE_MODES, CacheMode
 
-
-@dataclass(frozen=True)
-class Backoff:
-    """Exponential backoff with jitter between retries (seconds)."""
-
-    initial: float = 1.0
-    max: float = 30.0
-    jitter: float = 1.0
-    max_retry_after: float = 60.0
-    """Upper bound on a server's Retry-After that we honour."""
-
-
-@dataclass(frozen=True)
-class Price:
-    """USD per token charged by an endpoint."""
-
-    input_cost_per_token: float = 0.0
-    output_cost_per_token: float = 0.0
+_D = LLM()
+"""The schema's defaults of ``services.llm``: the settings below take theirs from it, not a copy."""
 
 
 @dataclass(frozen=True)
 class LLMSettings:
-    """Runtime settings; see ``conf/llm/default.yaml`` for what each key means."""
+    """Runtime settings of ``services.llm``; each key's default and meaning are its schema's (:class:`cts.compose.schema.LLM`)."""
 
-    cache_mode: CacheMode = "read_write"
-    cache_path: Path | None = None
-    cache_url: str | None = None
+    cache_mode: CacheMode = _D.cache.mode
+    cache_path: Path | None = None  # the schema's null
+    cache_url: str | None = _D.cache.url
     """A store URL (``sqlite:///...``, ``postgresql://...``); overrides ``cache_path``."""
-    api_base: str | None = None
-    api_key: str | None = None
-    served_name: str | None = None
+    api_base: str | None = _D.api_base
+    api_key: str | None = _D.api_key
+    served_name: str | None = _D.served_name
     """Model name sent to ``api_base`` (vLLM's ``--served-model-name``); None = the registry id without its prefix."""
-    concurrency_per_endpoint: int = 16
-    timeout_s: float = 120.0
+    concurrency_per_endpoint: int = _D.concurrency_per_endpoint
+    timeout_s: float = _D.timeout_s
     """Seconds a request may take before it counts as timed out (roles not in ``role_timeout_s``)."""
-    role_timeout_s: tuple[tuple[str, float], ...] = ()
+    role_timeout_s: tuple[tuple[str, float], ...] = field(default_factory=lambda: _role_timeouts(_D.role_timeout_s))
     """Per accounting role (``ChatClient.role``): its own request timeout (see :meth:`timeout_for`)."""
-    max_attempts: int = 6
+    max_attempts: int = _D.max_attempts
     """Attempts per call that may fail on a timeout, connection error or 5xx (429s: ``rate_limit_wait_s``)."""
-    max_timeout_attempts: int = 2
+    max_timeout_attempts: int = _D.max_timeout_attempts
     """Of those, attempts that may time out: a call that timed out this often fails."""
-    rate_limit_wait_s: float = 300.0
+    rate_limit_wait_s: float = _D.rate_limit_wait_s
     """Total seconds one call may wait on 429s before it fails (each wait charged at least ``backoff.initial``)."""
-    backoff: Backoff = field(default_factory=Backoff)
-    adaptive: Adaptive = field(default_factory=Adaptive)
-    max_reasks: int = 2
-    max_usd: float | None = None
-    api_base_price: Price = field(default_factory=Price)
+    backoff: Backoff = _D.backoff
+    adaptive: Adaptive = _D.adaptive
+    max_reasks: int = _D.max_reasks
+    max_usd: float | None = _D.spend.max_usd
+    api_base_price: Price = _D.api_base_price
     """Price of ``api_base`` (the user's own server): 0 unless set; registry prices are not used there."""
-    tracing: bool = False
-    transport: Transport = "openai"
-    breaker_failures: int | None = 20
+    tracing: bool = _D.tracing
+    transport: Transport = _D.transport
+    breaker_failures: int | None = _D.breaker_failures
     """Consecutive connection-level failures of one endpoint that stop the job (0/None: never)."""
-    breaker_timeouts: int | None = 8
+    breaker_timeouts: int | None = _D.breaker_timeouts
     """Consecutive timed-out requests of one endpoint that stop the job (0/None: never)."""
-    preflight_probe: bool = True
+    preflight_probe: bool = _D.preflight_probe
     """Probe every endpoint with an ``api_base`` (GET /models) before any job starts."""
-    preflight_timeout_s: float = 5.0
-    preflight_completion: bool = True
+    preflight_timeout_s: float = _D.preflight_timeout_s
+    preflight_completion: bool = _D.preflight_completion
     """One minimal completion per distinct (model, endpoint, params) before any job starts."""
     batch: BatchSettings = field(default_factory=BatchSettings)
     """Roles whose requests go through the providers' Batch APIs (:mod:`cts.llm.batch`)."""
@@ -139,21 +123,14 @@ def _role_timeouts(raw: Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
     return tuple(sorted(pairs))
 
 
-_LOWER_BOUNDS: dict[str, tuple[float, bool]] = {
-    "timeout_s": (0.0, False),
-    "max_attempts": (1, True),
-    "max_timeout_attempts": (1, True),
-    "rate_limit_wait_s": (0.0, True),
-}
-"""Retry and timeout keys: (least value, whether it is allowed); a 0 timeout would never answer."""
+_RETRY_KEYS = ("timeout_s", "max_attempts", "max_timeout_attempts", "rate_limit_wait_s")
+"""Retry and timeout keys checked here too (a library caller skips the launch's checks): a 0 timeout never answers."""
 
 
 def _check_retry_keys(raw: Mapping[str, Any]) -> None:
-    """Refuse retry and timeout settings that could never send or never stop (a typo's usual result)."""
-    for key, (least, allowed) in _LOWER_BOUNDS.items():
-        value = raw.get(key)
-        if value is None:
-            continue
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or value < least or (value == least and not allowed):
-            raise ValueError(f"services.llm.{key} must be a number {'>=' if allowed else '>'} {least:g}, got {value!r}")
+    """Refuse retry and timeout settings that could never send or never stop, by the schema's bounds."""
+    for name in _RETRY_KEYS:
+        value = raw.get(name)
+        info = key_at(f"services.llm.{name}")
+        if value is not None and info is not None and info.check is not None and not info.check.test(value):
+            raise ValueError(f"services.llm.{name} must be {info.check.expect}, got {value!r}")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cts import tracking
+from cts.compose.schema import Bootstrap
 from cts.core.records import ArmResult, Record
 from cts.protocol.job_files import RECORDS_FILE
 from cts.protocol.metrics import summarize
@@ -234,6 +235,6 @@ def import_release(
     return jobs
 
 
-def report_imported(out_dir: Path, n_resamples: int = 10_000) -> ReportResult:
+def report_imported(out_dir: Path, n_resamples: int = Bootstrap().n_resamples) -> ReportResult:
     """The sweep report of the imported job dirs, into ``<out_dir>/report`` (never raises: see ``errors``)."""
     return build_sweep_report(out_dir, out_dir / "report", n_resamples=n_resamples)

@@ -6,6 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
+from cts.compose.schema import Batch
+
+_D = Batch()
+"""The schema's defaults of ``services.llm.batch``: :class:`BatchSettings` takes its own from them."""
+
 BatchApi = Literal["openai", "anthropic"]
 BATCH_APIS: tuple[BatchApi, ...] = ("openai", "anthropic")
 
@@ -54,13 +59,13 @@ class BatchSettings:
         dir: The ledger's directory; None = the launch's dir (a sweep's dir, a single run's dir).
     """
 
-    roles: tuple[str, ...] = ()
-    max_requests: int = 1000
-    max_wait_s: float = 5.0
-    poll_s: float = 30.0
-    max_submissions: int = 3
-    window: str = "24h"
-    dir: str | None = None
+    roles: tuple[str, ...] = tuple(_D.roles)
+    max_requests: int = _D.max_requests
+    max_wait_s: float = _D.max_wait_s
+    poll_s: float = _D.poll_s
+    max_submissions: int = _D.max_submissions
+    window: str = _D.window
+    dir: str | None = _D.dir
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> BatchSettings:
