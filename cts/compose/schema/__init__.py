@@ -16,7 +16,7 @@ and the role groups hold whatever keys their component takes.
 """
 
 from cts.compose.schema._components import K_MAX, K_MIN
-from cts.compose.schema._keys import UNSET, Check, KeyInfo, default_of, integer, key, keys_of, number, one_of
+from cts.compose.schema._keys import UNSET, Check, KeyInfo, default_of, integer, key, keys_of, node_from, number, one_of
 from cts.compose.schema._run import LLM, Adaptive, Backoff, Batch, Bootstrap, Config, LocalLLM, Plan, Price, Services
 from cts.compose.schema._table import (
     KEYS,
@@ -57,6 +57,7 @@ __all__ = [
     "key",
     "key_at",
     "keys_of",
+    "node_from",
     "number",
     "one_of",
     "operational_top",

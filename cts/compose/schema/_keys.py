@@ -15,11 +15,14 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-__all__ = ["UNSET", "Check", "KeyInfo", "default_of", "integer", "key", "keys_of", "number", "one_of"]
+__all__ = ["UNSET", "Check", "KeyInfo", "default_of", "integer", "key", "keys_of", "node_from", "number", "one_of"]
+
+
+_T = TypeVar("_T")
 
 
 class _Unset:
@@ -203,6 +206,35 @@ def keys_of(schema: type, mount: str = "") -> Iterator[KeyInfo]:
             yield from keys_of(nested, path)
         elif item is not None:
             yield from _items(item, f"{path}.*", meta)
+
+
+def node_from(schema: type[_T], data: Mapping[str, Any] | None, where: str) -> _T:
+    """``data`` (a config node) as a ``schema`` instance: nested schemas built alike, a missing key at its default.
+
+    Args:
+        schema: The node's schema (or a library subclass of it that adds methods).
+        data: The node's plain values (None: every default).
+        where: The node's dotted path, for the messages.
+
+    Raises:
+        ValueError: A key the schema does not declare (a typo), or a node that is not a mapping.
+    """
+    if not isinstance(data, Mapping | None):
+        raise ValueError(f"{where} must be a mapping, got {data!r}")  # noqa: TRY004 - a config error, as the others
+    values = dict(data or {})
+    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(schema)})  # type: ignore[arg-type]
+    if unknown:
+        raise ValueError(f"unknown {where} keys: {unknown}")
+    hints = typing.get_type_hints(schema)
+    for name, value in list(values.items()):
+        inner, null = _without_none(hints[name])
+        if not (dataclasses.is_dataclass(inner) and isinstance(inner, type)):
+            continue
+        if value is None and not null:
+            del values[name]  # an empty node: its defaults
+        elif value is not None:
+            values[name] = node_from(inner, value, f"{where}.{name}")
+    return schema(**values)
 
 
 def _default(f: dataclasses.Field[Any]) -> Any:
