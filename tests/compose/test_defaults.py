@@ -8,7 +8,9 @@ take theirs from the schema (or a caller without a config gets another runtime t
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,28 +20,15 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from cts.compose import schema
-from cts.compose.schema import KEYS, UNSET, KeyInfo, key_at
+from cts.compose.schema import KEYS, UNSET, KeyInfo, key, key_at, keys_of
+from cts.compose.schema._yaml import default_files, owned, with_key, write_missing
 from cts.llm import LLMSettings
 from cts.llm._localserver import LocalLLMServer
 from cts.llm.batch import BatchSettings
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
-GLOBAL = "# @package _global_"
-"""The header of a preset (``experiment=offline``, ``task=score_answers``): it overrides defaults on purpose."""
-
-
-def mount_of(path: Path) -> str:
-    """The package a conf file is composed at: its ``# @package`` line, its binding in config.yaml, or its group."""
-    first = path.read_text(encoding="utf-8").partition("\n")[0]
-    if first.startswith("# @package"):
-        package = first.split()[-1]
-        return package
-    group = path.parent.relative_to(CONF).as_posix()
-    if group == ".":
-        return ""
-    bound = yaml.safe_load((CONF / "config.yaml").read_text(encoding="utf-8"))["defaults"]
-    packages = dict(next(iter(d)).split("@") for d in bound if isinstance(d, dict) and "@" in next(iter(d)))
-    return packages.get(group, group.replace("/", "."))
+FILES = default_files(CONF)
+"""Every conf file that holds defaults, with its mount (presets, which override them on purpose, left out)."""
 
 
 def defaults_set(node: Any, prefix: str) -> Iterator[tuple[str, Any, KeyInfo]]:
@@ -62,15 +51,12 @@ def same(value: Any, default: Any) -> bool:
     return value == default and isinstance(value, bool) == isinstance(default, bool)
 
 
-CONF_FILES = sorted(p for p in CONF.rglob("*.yaml") if not p.read_text(encoding="utf-8").startswith(GLOBAL))
-
-
-@pytest.mark.parametrize("path", CONF_FILES, ids=lambda p: p.relative_to(CONF).as_posix())
+@pytest.mark.parametrize("path", sorted(FILES), ids=lambda p: p.relative_to(CONF).as_posix())
 def test_every_yaml_default_the_schema_knows_is_the_schema_s(path: Path) -> None:
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     wrong = [
         f"{key}: the yaml says {value!r}, the schema {info.default!r}"
-        for key, value, info in defaults_set(data, mount_of(path))
+        for key, value, info in defaults_set(data, FILES[path])
         if not same(value, info.default)
     ]
     assert not wrong, f"{path.relative_to(CONF)}: " + "; ".join(wrong)
@@ -78,14 +64,16 @@ def test_every_yaml_default_the_schema_knows_is_the_schema_s(path: Path) -> None
 
 def test_the_comparison_sees_the_files_that_hold_defaults() -> None:
     seen = {
-        p.relative_to(CONF).as_posix(): len(list(defaults_set(yaml.safe_load(p.read_text()), mount_of(p))))
-        for p in CONF_FILES
+        p.relative_to(CONF).as_posix(): len(list(defaults_set(yaml.safe_load(p.read_text()), m)))
+        for p, m in FILES.items()
     }
     assert seen["llm/default.yaml"] >= 25
     assert seen["config.yaml"] >= 15
     assert seen["tracking/mlflow.yaml"] == 6
     assert seen["local_llm/smollm2_135m.yaml"] == 7
-    assert mount_of(CONF / "llm" / "default.yaml") == "services.llm"
+    assert FILES[CONF / "llm" / "default.yaml"] == "services.llm"
+    assert FILES[CONF / "local_llm" / "gemma3_270m.yaml"] == "services.local_llm"
+    assert not any(p.parent.name == "experiment" for p in FILES)  # presets override defaults on purpose
 
 
 def composed(*overrides: str) -> dict[str, Any]:
@@ -150,3 +138,33 @@ def test_a_yaml_value_other_than_the_schema_s_is_reported(tmp_path: Path) -> Non
     data = {"concurrency_per_endpoint": 16, "backoff": {"max": 30.0}, "tracing": 0}
     wrong = [(k, v) for k, v, info in defaults_set(data, "services.llm") if not same(v, info.default)]
     assert wrong == [("services.llm.concurrency_per_endpoint", 16), ("services.llm.tracing", 0)]
+
+
+def test_every_default_is_in_its_file_so_the_writer_has_nothing_to_write(tmp_path: Path) -> None:
+    shutil.copytree(CONF, tmp_path / "conf")
+    assert write_missing(tmp_path / "conf") == []
+    owners = {(p.relative_to(CONF).as_posix(), k.path) for p, k in owned(FILES)}
+    assert ("llm/default.yaml", "services.llm.batch.max_requests") in owners
+    assert ("config.yaml", "bootstrap.n_resamples") in owners
+    assert ("local_llm/smollm2_135m.yaml", "services.local_llm.n_ctx") in owners
+    assert not any(k.startswith("services.llm") for f, k in owners if f == "config.yaml")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Warmup:
+    """A node a contributor adds, with a key in it."""
+
+    calls: int = key("calls sent to warm an endpoint before the job", 2, protocol=False, ge=0)
+
+
+def test_a_key_added_to_the_schema_is_written_into_its_node_with_its_meaning() -> None:
+    text = "# the runtime\nbatch:\n  roles: []   # accounting roles\n  # the ledger\n  dir: null\n\ntracing: false\n"
+    (calls,) = [k for k in keys_of(Warmup, "services.llm.warmup")]
+    budget = dataclasses.replace(calls, path="services.llm.batch.budget_s", default=300.0, meaning="seconds")
+    into_batch = with_key(text, ["batch", "budget_s"], budget)
+    assert into_batch.split("\n")[4:6] == ["  dir: null", "  budget_s: 300.0  # seconds"]
+    new_node = with_key(text, ["warmup", "calls"], calls)
+    assert new_node.endswith("tracing: false\nwarmup:\n  calls: 2  # calls sent to warm an endpoint before the job\n")
+    assert (
+        yaml.safe_load(new_node)["warmup"] == {"calls": 2} and yaml.safe_load(into_batch)["batch"]["budget_s"] == 300.0
+    )

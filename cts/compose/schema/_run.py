@@ -112,6 +112,12 @@ class Batch:
     )
     window: Literal["24h"] = key("the completion window asked for", "24h", protocol=False)
     dir: str | None = key("the ledger's dir; null = the sweep's dir", None, protocol=False)
+    transient_budget_s: float = key(
+        "seconds a Batch API step rides out connection failures, 429s and 5xx before it fails",
+        300.0,
+        protocol=False,
+        ge=0,
+    )
 
 
 _ROLE_TIMEOUT_S: dict[str, float | None] = {
