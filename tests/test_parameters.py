@@ -16,7 +16,6 @@ MAX_PARAMETERS = 6
 THREADED = {"cts/protocol/pipeline.py:run_instances", "cts/protocol/pipeline.py:run_instance"}
 """The pipeline's parameter threading, replaced by the stage declaration's job object (issue 45, item 1)."""
 NOT_YET = {
-    "cts/search/webdancer.py:WebDancerSearch.__init__",
     "cts/tasks/judge_probes.py:judge_probes_task",
     "cts/tasks/evaluate.py:evaluate_task",
     "cts/roles/llm.py:LLMClarifier.__init__",
@@ -83,3 +82,18 @@ def test_the_count_sees_methods_keyword_only_and_star_parameters() -> None:
         "def f(a, /, b, *c, d): ...\n"
     )
     assert dict(public_functions(tree)) == {"A.__init__": 3, "f": 4}
+
+
+def test_a_component_takes_its_flat_keys_as_one_settings_object_and_a_typo_is_still_refused() -> None:
+    from hydra import compose, initialize_config_dir
+
+    from cts.compose.checks import unknown_key_problems
+    from cts.compose.services import settings_parameter
+    from cts.search.webdancer import AgentSettings, WebDancerSearch
+
+    assert settings_parameter(WebDancerSearch) == ("settings", AgentSettings)
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["search.max_llm_calls=3", "+search.max_llm_callz=3"])
+    problems = unknown_key_problems(cfg)
+    assert [p.split(":")[0] for p in problems] == ["search.max_llm_callz"]
+    assert "max_llm_calls" in problems[0] and "settings," not in problems[0]  # the keys it takes, flat

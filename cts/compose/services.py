@@ -17,10 +17,12 @@ signature asks for, by parameter type:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import logging
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -198,6 +200,8 @@ RESOURCES: dict[str, Callable[[Services], Any]] = {
 }
 """Parameter type name -> the job's resource of that type (never a config key)."""
 CHAT = "Chat"
+SETTINGS = "settings"
+"""The parameter a component takes its knobs in, as one frozen dataclass (:func:`settings_parameter`)."""
 _NAME = re.compile(r"[A-Za-z_][\w.]*")
 
 
@@ -212,6 +216,17 @@ def resource_parameters(target: Callable[..., Any]) -> set[str]:
     """Parameters of ``target`` the builder fills from the job's resources (not config keys)."""
     params = inspect.signature(target).parameters
     return {name for name, p in params.items() if type_name(p.annotation) in RESOURCES}
+
+
+def settings_parameter(target: Callable[..., Any]) -> tuple[str, type] | None:
+    """``target``'s ``settings`` parameter and its dataclass, when it takes its config keys as one frozen object.
+
+    The config keeps the keys flat (``search.max_llm_calls``); the builder binds the ones that are
+    the dataclass's fields into it, and the unknown-key check accepts them.
+    """
+    p = inspect.signature(target).parameters.get(SETTINGS)
+    found = getattr(sys.modules.get(getattr(target, "__module__", "")), type_name(p.annotation), None) if p else None
+    return (SETTINGS, found) if isinstance(found, type) and dataclasses.is_dataclass(found) else None
 
 
 def component_arguments(target: Callable[..., Any], config: Mapping[str, Any], services: Services) -> dict[str, Any]:
@@ -230,6 +245,10 @@ def component_arguments(target: Callable[..., Any], config: Mapping[str, Any], s
             out[name] = chat_client(services, out[name], role=name)  # the component names its role
         elif kind in RESOURCES:
             out[name] = RESOURCES[kind](services)
+    bound = settings_parameter(target)
+    if bound is not None and bound[0] not in out:
+        fields = {f.name for f in dataclasses.fields(bound[1])}
+        out[bound[0]] = bound[1](**{k: out.pop(k) for k in list(out) if k in fields})
     if "max_reasks" in params and out.get("max_reasks") is None:
         out["max_reasks"] = services.llm.settings.max_reasks
     return out
