@@ -33,7 +33,6 @@ NOT_YET = {
     "cts/stats/agreement.py:kappa_ci",
     "cts/stats/compare.py:paired_comparison",
     "cts/stats/cluster.py:cluster_bootstrap_ci",
-    "cts/search/providers.py:SerperProvider.__init__",
     "cts/release/importer.py:write_job",
     "cts/data/jsonl.py:load_jsonl_dataset",
     "cts/tracking/_tracedoc.py:SpanTree.span",
@@ -97,3 +96,13 @@ def test_a_component_takes_its_flat_keys_as_one_settings_object_and_a_typo_is_st
     problems = unknown_key_problems(cfg)
     assert [p.split(":")[0] for p in problems] == ["search.max_llm_callz"]
     assert "max_llm_calls" in problems[0] and "settings," not in problems[0]  # the keys it takes, flat
+
+
+def test_the_builder_binds_the_flat_keys_into_the_settings_object() -> None:
+    from cts.compose.services import component_arguments
+    from cts.search.providers import HttpPolicy, SerperProvider
+
+    keys = {"base_url": "http://127.0.0.1:1/search", "gl": "cn", "timeout_s": 2.0, "max_attempts": 5}
+    args = component_arguments(SerperProvider, keys, None)  # type: ignore[arg-type]  # no resources asked
+    assert args == {"base_url": keys["base_url"], "gl": "cn", "settings": HttpPolicy(timeout_s=2.0, max_attempts=5)}
+    assert SerperProvider(**args).http == HttpPolicy(2.0, 5, 1.0)
