@@ -22,19 +22,16 @@ NOT_YET = {
     "cts/tasks/score_answers.py:score_answers_task",
     "cts/tasks/judge_robustness.py:judge_robustness_task",
     "cts/tasks/build_gold.py:build_gold_task",
-    "cts/data/release.py:load_release_dataset",
     "cts/roles/gates.py:LLMGate.__init__",
     "cts/roles/llm.py:LLMUserAnswerer.__init__",
     "cts/tasks/backbone_stability.py:backbone_stability_task",
     "cts/report/build.py:build_sweep_report",
-    "cts/data/release.py:load_mapped_dataset",
     "cts/analysis/judge_probes.py:probe_all",
     "cts/gold/build.py:build_gold_archive",
     "cts/stats/agreement.py:kappa_ci",
     "cts/stats/compare.py:paired_comparison",
     "cts/stats/cluster.py:cluster_bootstrap_ci",
     "cts/release/importer.py:write_job",
-    "cts/data/jsonl.py:load_jsonl_dataset",
     "cts/tracking/_tracedoc.py:SpanTree.span",
     "cts/tracking/__init__.py:open_mlflow_run",
 }
@@ -106,3 +103,19 @@ def test_the_builder_binds_the_flat_keys_into_the_settings_object() -> None:
     args = component_arguments(SerperProvider, keys, None)  # type: ignore[arg-type]  # no resources asked
     assert args == {"base_url": keys["base_url"], "gl": "cn", "settings": HttpPolicy(timeout_s=2.0, max_attempts=5)}
     assert SerperProvider(**args).http == HttpPolicy(2.0, 5, 1.0)
+
+
+def test_every_dataset_option_s_keys_are_still_accepted_and_bound() -> None:
+    from hydra import compose, initialize_config_dir
+
+    from cts.compose.checks import unknown_key_problems
+    from cts.compose.services import component_arguments
+    from cts.data.release import MappedReading, load_release_dataset
+
+    for option in ("hard518", "csv", "jsonl"):
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            cfg = compose("config", overrides=[f"dataset={option}", "dataset.only_with_gold=true"])
+        assert unknown_key_problems(cfg.dataset, "dataset") == [], option
+    keys = {"release": "r", "name": "hard518", "only_with_gold": True, "gold_fields": {"nuggets": "n"}}
+    args = component_arguments(load_release_dataset, keys, None)  # type: ignore[arg-type]  # no resources asked
+    assert args["settings"] == MappedReading(only_with_gold=True, gold_fields={"nuggets": "n"})
