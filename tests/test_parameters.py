@@ -31,7 +31,6 @@ NOT_YET = {
     "cts/stats/agreement.py:kappa_ci",
     "cts/stats/compare.py:paired_comparison",
     "cts/stats/cluster.py:cluster_bootstrap_ci",
-    "cts/release/importer.py:write_job",
     "cts/tracking/_tracedoc.py:SpanTree.span",
     "cts/tracking/__init__.py:open_mlflow_run",
 }
