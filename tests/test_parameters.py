@@ -26,7 +26,6 @@ NOT_YET = {
     "cts/roles/llm.py:LLMUserAnswerer.__init__",
     "cts/tasks/backbone_stability.py:backbone_stability_task",
     "cts/report/build.py:build_sweep_report",
-    "cts/analysis/judge_probes.py:probe_all",
     "cts/gold/build.py:build_gold_archive",
     "cts/stats/agreement.py:kappa_ci",
     "cts/stats/compare.py:paired_comparison",

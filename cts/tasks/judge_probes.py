@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cts._util.loops import run as run_loop
 from cts.analysis.common import select_budgets, write_metrics, write_tables
-from cts.analysis.judge_probes import PROBES, probe_all, probe_metrics, probe_rows, probe_table
+from cts.analysis.judge_probes import PROBES, Probing, probe_all, probe_metrics, probe_rows, probe_table
 from cts.analysis.judge_robustness import frozen_arms
 from cts.core.contracts import Judge
 from cts.core.types import Gold
@@ -86,10 +86,7 @@ def judge_probes_task(
                 frozen_arms(jobs),
                 gold,
                 judge,
-                probes,
-                seed=seed,
-                pad_ratio=pad_ratio,
-                repeat=repeat,
+                Probing(probes, seed, pad_ratio, repeat),
                 concurrency=concurrency,
             )
         )
