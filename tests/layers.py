@@ -8,7 +8,10 @@ PKG = Path(__file__).resolve().parents[1] / "cts"
 
 # Ordered layers; a module's layer is that of its longest matching prefix.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("contracts", ("cts", "cts.core", "cts.compat")),
+    (
+        "contracts",
+        ("cts", "cts.core", "cts.compat", "cts.compose.schema"),
+    ),  # compat: older formats; schema: the settings' one declaration
     ("leaf", ("cts._util", "cts.text", "cts.stats", "cts.corpus", "cts.tracking")),
     ("components", ("cts.llm", "cts.roles", "cts.search", "cts.gold", "cts.data", "cts.demo", "cts.sweep")),
     ("protocol", ("cts.protocol",)),

@@ -120,8 +120,8 @@ def _parser() -> argparse.ArgumentParser:
         "--labels", type=Path, default=None, help="human labels, JSONL or .csv (default: the MLflow store's)"
     )
     p.add_argument("--export", type=Path, default=None, help="write the store's labels to this JSONL file")
-    p.add_argument("--n-resamples", type=int, default=10_000)
-    p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument("--n-resamples", type=int, default=Bootstrap().n_resamples)
+    p.add_argument("--confidence", type=float, default=Bootstrap().confidence)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kappa-weights", choices=("linear", "quadratic"), default="linear")
     p.add_argument("--tracking-uri", default=None, help="MLflow store of the sweep's runs (default: the runs' own)")

@@ -30,6 +30,7 @@ import pandas as pd
 
 from cts.analysis.common import bounded
 from cts.analysis.judge_robustness import FrozenArm
+from cts.compose.schema import Bootstrap
 from cts.core.contracts import Judge
 from cts.core.records import infra_stop
 from cts.core.scoring import restore_score
@@ -90,15 +91,29 @@ def padding(key: Key, answers: Mapping[Key, str], gold: Gold, ratio: float, seed
     return text.strip()[:need]
 
 
+@dataclass(frozen=True)
+class Probing:
+    """Which probes run and how (the ``probes.*`` keys of ``experiment=judge_probes``).
+
+    Attributes:
+        probes: The probes (:data:`PROBES`).
+        seed: Seed of the shuffles and of the padding's choice.
+        pad_ratio: Padding length as a share of the answer's.
+        repeat: Times the answer is repeated by the ``repeat`` probe.
+    """
+
+    probes: Sequence[str] = PROBES
+    seed: int = 0
+    pad_ratio: float = 1.0
+    repeat: int = 1
+
+
 async def probe_all(
     arms: Sequence[FrozenArm],
     gold: Mapping[str, Gold],
     judge: Judge,
-    probes: Sequence[str] = PROBES,
+    probing: Probing = Probing(),
     *,
-    seed: int = 0,
-    pad_ratio: float = 1.0,
-    repeat: int = 1,
     concurrency: int = 8,
 ) -> dict[str, list[Probed]]:
     """Per probe, every unique (instance, answer)'s baseline and probed labels.
@@ -106,6 +121,7 @@ async def probe_all(
     An answer whose baseline or probed judgement stays invalid is left out of that probe (logged);
     an infrastructure failure stops the analysis.
     """
+    probes, seed, pad_ratio, repeat = probing.probes, probing.seed, probing.pad_ratio, probing.repeat
     unknown = sorted(set(probes) - set(PROBES))
     if unknown:
         raise ValueError(f"unknown probes {unknown}; choose from {', '.join(PROBES)}")
@@ -149,8 +165,8 @@ def probe_rows(
     gold: Mapping[str, Gold],
     clusters: Mapping[str, str],
     *,
-    n_resamples: int = 10_000,
-    confidence: float = 0.95,
+    n_resamples: int = Bootstrap().n_resamples,
+    confidence: float = Bootstrap().confidence,
     seed: int = 0,
 ) -> pd.DataFrame:
     """Per probe: answers, nuggets, flip rate and score shift with their cluster bootstrap CIs."""

@@ -73,7 +73,8 @@ def same_config(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 def upgrade_llm_settings(raw: dict[str, Any]) -> dict[str, Any]:
     """A ``services.llm`` mapping (in place) with the USD cap under ``spend``: a stored config may say ``budget``."""
     old = raw.pop("budget", None) or {}
-    raw["spend"] = raw.get("spend") or old
+    if old and not raw.get("spend"):
+        raw["spend"] = {k: v for k, v in old.items() if k == "max_usd"}
     return raw
 
 

@@ -29,6 +29,7 @@ from cts.compose.checks import (  # noqa: F401 - the pre-flight, also reached th
 )
 from cts.compose.job_config import in_multirun
 from cts.compose.probes import exit_on_probe_problems, probe_completions, probe_endpoints, task_groups  # noqa: F401 - re-exported
+from cts.compose.schema import LLM
 from cts.compose.services import Services, component_arguments, resource_parameters
 from cts.tasks.registry import OutputsUnwritable, task_spec
 
@@ -272,7 +273,10 @@ def llm_spend_limit(services: Services) -> SpendLimit:
 
     llm = services.settings.get("llm") or {}
     cap = (llm.get("spend") or {}).get("max_usd")
-    timeouts = [llm.get("timeout_s") or 120.0, *(llm.get("role_timeout_s") or {}).values()]  # the longest settles
+    timeouts = [
+        llm.get("timeout_s") or LLM().timeout_s,
+        *(llm.get("role_timeout_s") or {}).values(),
+    ]  # the longest settles
     return SpendLimit(
         None if cap is None else float(cap),
         float(max(t for t in timeouts if t is not None)),

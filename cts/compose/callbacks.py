@@ -29,6 +29,7 @@ from cts._util.console import job_closing_lines, sweep_closing_lines
 from cts._util.interrupt import hydra_quote, resume_command
 from cts._util.launch import Launch, unbind
 from cts._util.naming import register_resolver, swept_keys
+from cts.compose.schema import Config, default_of
 from cts.compose.secret_files import hide_written_secrets, remember_secrets, warn_literal_secrets
 from cts.core.errors import ConfigError, LaunchDone, ReportFailed, exit_on_error
 
@@ -293,7 +294,11 @@ class LaunchCallbacks(Callback):
         launch = self._launch
         n_jobs = len(launch.jobs) if launch is not None else 0
         try:
-            report = report_or_exit(config, n_jobs) if config.get("sweep_report", True) else None
+            report = (
+                report_or_exit(config, n_jobs)
+                if config.get("sweep_report", default_of(Config, "sweep_report"))
+                else None
+            )
         finally:  # <sweep>/sweep_actual.json (the report's time in it), beside the forecast when there is one
             after_sweep(launch.plan if launch is not None else None)
         where = sweep_closing_lines(

@@ -9,6 +9,7 @@ stop: a read-only or full place is refused before Hydra opens its log file there
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from cts._util.io import unwritable_reason
 from cts._util.launch import Preflight
 from cts.compat.renames import renamed_target
-from cts.compose.services import resource_parameters
+from cts.compose.services import resource_parameters, settings_parameter
 from cts.core.errors import PreflightFailed
 
 __all__ = [
@@ -134,6 +135,9 @@ def _unknown_keys(node: DictConfig, keys: list[str], path: str) -> list[str]:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return []
     configurable = set(params) - resource_parameters(obj) - {"self"}  # resources are never config keys
+    bound = settings_parameter(obj)
+    if bound is not None:  # its settings object's fields are flat keys
+        configurable = (configurable - {bound[0]}) | {f.name for f in dataclasses.fields(bound[1])}
     known = configurable | _INSTANTIATE_KEYS
     return [
         f"{path}.{k}: {target}{_KEY_PROBLEM}{k!r} (it takes: {', '.join(sorted(configurable))})"

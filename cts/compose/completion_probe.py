@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from cts._util.loops import run as run_loop
 from cts.compose.model_checks import find_model_specs, resolved, serves_locally
 from cts.compose.request_rules import call_params
+from cts.compose.schema import LLM
 from cts.llm import CAP_FIELDS
 
 PROBE_TOKENS = 8
@@ -89,7 +90,7 @@ def completion_probes(cfgs: Sequence[DictConfig]) -> list[Probe]:
     found: dict[str, tuple[Probe, dict[str, None]]] = {}
     for cfg in cfgs:
         raw = resolved(OmegaConf.select(cfg, "services.llm", default=None)) or {}
-        if not raw.get("preflight_completion", True) or serves_locally(cfg):
+        if not raw.get("preflight_completion", LLM().preflight_completion) or serves_locally(cfg):
             continue  # a local server cts starts is not up yet; its readiness wait checks it
         settings = LLMSettings.from_mapping(raw)
         specs = find_model_specs(cfg)

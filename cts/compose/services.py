@@ -17,14 +17,18 @@ signature asks for, by parameter type:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import logging
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cts.compose.schema import LLM
+from cts.compose.schema import Services as ServicesSchema
 from cts.core.types import CacheDir
 
 if TYPE_CHECKING:
@@ -36,6 +40,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+_CORPUS_LANG = ServicesSchema().corpus_lang
 
 
 class Services:
@@ -63,12 +69,14 @@ class Services:
     @property
     def corpus(self) -> Corpus:
         """The offline Wikipedia corpus (read from the installed package; one copy per process)."""
-        return self.memo("corpus", lambda: shared_corpus(self.settings.get("corpus_lang", "en-us")))
+        return self.memo("corpus", lambda: shared_corpus(self.settings.get("corpus_lang", _CORPUS_LANG)))
 
     @property
     def index(self) -> CorpusIndex:
         """BM25 index over :attr:`corpus`, cached on disk under :attr:`cache_dir` (one copy per process)."""
-        return self.memo("index", lambda: shared_index(self.settings.get("corpus_lang", "en-us"), str(self.cache_dir)))
+        return self.memo(
+            "index", lambda: shared_index(self.settings.get("corpus_lang", _CORPUS_LANG), str(self.cache_dir))
+        )
 
     @property
     def llm(self) -> LLMRuntime:
@@ -157,7 +165,7 @@ def tool_cache(services: Services) -> ToolCache:
     from cts.search.toolcache import TOOL_CACHE_FILE, TOOL_TABLE, ToolCache
 
     cache = (services.settings.get("llm") or {}).get("cache") or {}
-    mode = cache.get("mode", "read_write")
+    mode = cache.get("mode", LLM().cache.mode)
     url = cache.get("url")
     if url:
         return services.memo("tool_cache", lambda: ToolCache(url, mode, TOOL_TABLE))
@@ -192,6 +200,8 @@ RESOURCES: dict[str, Callable[[Services], Any]] = {
 }
 """Parameter type name -> the job's resource of that type (never a config key)."""
 CHAT = "Chat"
+SETTINGS = "settings"
+"""The parameter a component takes its knobs in, as one frozen dataclass (:func:`settings_parameter`)."""
 _NAME = re.compile(r"[A-Za-z_][\w.]*")
 
 
@@ -206,6 +216,17 @@ def resource_parameters(target: Callable[..., Any]) -> set[str]:
     """Parameters of ``target`` the builder fills from the job's resources (not config keys)."""
     params = inspect.signature(target).parameters
     return {name for name, p in params.items() if type_name(p.annotation) in RESOURCES}
+
+
+def settings_parameter(target: Callable[..., Any]) -> tuple[str, type] | None:
+    """``target``'s ``settings`` parameter and its dataclass, when it takes its config keys as one frozen object.
+
+    The config keeps the keys flat (``search.max_llm_calls``); the builder binds the ones that are
+    the dataclass's fields into it, and the unknown-key check accepts them.
+    """
+    p = inspect.signature(target).parameters.get(SETTINGS)
+    found = getattr(sys.modules.get(getattr(target, "__module__", "")), type_name(p.annotation), None) if p else None
+    return (SETTINGS, found) if isinstance(found, type) and dataclasses.is_dataclass(found) else None
 
 
 def component_arguments(target: Callable[..., Any], config: Mapping[str, Any], services: Services) -> dict[str, Any]:
@@ -224,6 +245,10 @@ def component_arguments(target: Callable[..., Any], config: Mapping[str, Any], s
             out[name] = chat_client(services, out[name], role=name)  # the component names its role
         elif kind in RESOURCES:
             out[name] = RESOURCES[kind](services)
+    bound = settings_parameter(target)
+    if bound is not None and bound[0] not in out:
+        fields = {f.name for f in dataclasses.fields(bound[1])}
+        out[bound[0]] = bound[1](**{k: out.pop(k) for k in list(out) if k in fields})
     if "max_reasks" in params and out.get("max_reasks") is None:
         out["max_reasks"] = services.llm.settings.max_reasks
     return out

@@ -267,15 +267,24 @@ def _some(ids: Sequence[str], n: int = 20) -> str:
     return ", ".join(ids[:n]) + (" ..." if len(ids) > n else "")
 
 
-def load_jsonl_dataset(
-    path: str,
-    gold_path: str,
-    fields: Mapping[str, str] | None = None,
-    name: str | None = None,
-    max_field_chars: int = MAX_FIELD_CHARS,
-    only_with_gold: bool = False,
-    cluster_field: str | None = None,
-) -> Dataset:
+@dataclass(frozen=True)
+class Reading:
+    """How a dataset file is read and which instances are kept (the ``dataset.*`` keys the file options share).
+
+    Attributes:
+        fields: ``{paper name: the file's name}`` for ``id``, ``blurred_query``, ``fused_query``.
+        max_field_chars: Longest accepted value of a paper field.
+        only_with_gold: Leave out (and log) instances without gold instead of refusing.
+        cluster_field: The meta key of each instance's cluster (:mod:`cts.data.clusters`); None = none.
+    """
+
+    fields: Mapping[str, str] | None = None
+    max_field_chars: int = MAX_FIELD_CHARS
+    only_with_gold: bool = False
+    cluster_field: str | None = None
+
+
+def load_jsonl_dataset(path: str, gold_path: str, name: str | None = None, settings: Reading = Reading()) -> Dataset:
     """Load a JSONL dataset and its archived static gold (the ``dataset/jsonl`` option).
 
     Gold is read-only here: an invalid gold file is refused, never rebuilt.
@@ -283,11 +292,8 @@ def load_jsonl_dataset(
     Args:
         path: The instance JSONL file.
         gold_path: The gold JSONL file (``gold.jsonl`` of a gold archive).
-        fields: ``{paper name: file name}`` mapping for the instance file.
         name: Dataset name (default: the instance file's stem).
-        max_field_chars: Longest accepted value of a paper field.
-        only_with_gold: Leave out (and log) instances without gold instead of refusing.
-        cluster_field: The meta key of each instance's cluster (:mod:`cts.data.clusters`); None = none.
+        settings: How the file is read (the config's flat ``dataset.*`` keys, bound by the builder).
 
     Returns:
         The dataset, with gold restricted to its instances.
@@ -297,9 +303,9 @@ def load_jsonl_dataset(
         cts.gold.GoldError: The gold file does not validate.
     """
 
-    every = read_instances_jsonl(Path(path), fields, max_field_chars)
+    every = read_instances_jsonl(Path(path), settings.fields, settings.max_field_chars)
     gold = open_gold(Path(gold_path))  # validated; parsed again per instance when used (flat memory)
-    instances = _check_gold_coverage(every, gold, gold_path, only_with_gold)
+    instances = _check_gold_coverage(every, gold, gold_path, settings.only_with_gold)
     extra = len(set(gold) - {i.id for i in instances})
     if extra:
         log.info("%s: %d gold entries have no instance in %s (ignored)", gold_path, extra, path)
@@ -307,4 +313,5 @@ def load_jsonl_dataset(
     log.info("dataset %s: %d instances with gold", name, len(instances))
     own = gold.restrict(i.id for i in instances)  # read-only
     left_out = tuple(i.id for i in every if i.id not in gold)
-    return with_clusters(Dataset(name=name, instances=tuple(instances), gold=own, without_gold=left_out), cluster_field)
+    dataset = Dataset(name=name, instances=tuple(instances), gold=own, without_gold=left_out)
+    return with_clusters(dataset, settings.cluster_field)

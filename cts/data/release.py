@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cts.core.types import Gold, Instance
 from cts.data.csvfile import read_instances_csv
-from cts.data.jsonl import MAX_FIELD_CHARS, Dataset, _check_gold_coverage, read_instances_jsonl, with_clusters
+from cts.data.jsonl import Dataset, Reading, _check_gold_coverage, read_instances_jsonl, with_clusters
 from cts.gold.archive import GoldError
 from cts.gold.mapping import GoldScan, scan_mapped_gold
 
@@ -62,32 +62,34 @@ def read_instances(path: str | Path, fields: Mapping[str, str] | None, max_field
     return read_instances_jsonl(path, fields, max_field_chars)
 
 
+@dataclass(frozen=True)
+class MappedReading(Reading):
+    """:class:`~cts.data.jsonl.Reading` and the gold file's mapping (``dataset=csv``, ``dataset=hard518``).
+
+    Attributes:
+        gold_fields: ``{mapping key: the file's key}`` (:data:`cts.gold.mapping.GOLD_NAMES`); unset keys are tried.
+    """
+
+    gold_fields: Mapping[str, str | None] | None = None
+
+
 def load_mapped_dataset(
-    path: str,
-    gold_path: str,
-    fields: Mapping[str, str] | None = None,
-    gold_fields: Mapping[str, str | None] | None = None,
-    name: str | None = None,
-    max_field_chars: int = MAX_FIELD_CHARS,
-    only_with_gold: bool = False,
-    cluster_field: str | None = None,
+    path: str, gold_path: str, name: str | None = None, settings: MappedReading = MappedReading()
 ) -> Dataset:
     """Load instances (CSV or JSONL) and gold read through ``gold_fields`` (the ``dataset/csv`` option).
 
     Args:
         path: The instance file (``.csv``, else JSONL).
         gold_path: The gold JSONL file, in any layout the mapping reads.
-        fields: ``{paper name: column}`` for ``id``, ``blurred_query``, ``fused_query``.
-        gold_fields: ``{mapping key: the file's key}`` (:data:`cts.gold.mapping.GOLD_NAMES`); unset keys are tried.
         name: Dataset name (default: the instance file's stem).
-        max_field_chars: Longest accepted value of a paper field.
-        only_with_gold: Leave out (and log) instances without gold instead of refusing.
-        cluster_field: The meta key of each instance's cluster; None = none.
+        settings: How the files are read (the config's flat ``dataset.*`` keys, bound by the builder).
 
     Raises:
         DatasetError: Bad rows, instances without gold.
         GoldError: Bad gold records, or a gold file that fits no layout (one line).
     """
+    fields, max_field_chars, only_with_gold = settings.fields, settings.max_field_chars, settings.only_with_gold
+    cluster_field, gold_fields = settings.cluster_field, settings.gold_fields
     every = read_instances(path, fields, max_field_chars)
     gold = read_mapped_gold(gold_path, every, gold_fields)
     instances = _check_gold_coverage(every, gold, gold_path, only_with_gold)
@@ -107,12 +109,8 @@ def load_release_dataset(
     release: str,
     queries: str = RELEASE_QUERIES,
     gold: str = RELEASE_GOLD,
-    fields: Mapping[str, str] | None = None,
-    gold_fields: Mapping[str, str | None] | None = None,
     name: str = "hard518",
-    max_field_chars: int = MAX_FIELD_CHARS,
-    only_with_gold: bool = False,
-    cluster_field: str | None = None,
+    settings: MappedReading = MappedReading(),
 ) -> Dataset:
     """The paper's released benchmark, read in place from its unzipped dir (the ``dataset/hard518`` option).
 
@@ -120,12 +118,8 @@ def load_release_dataset(
         release: The unzipped ``release/`` dir.
         queries: The instance file, relative to ``release``.
         gold: The gold file, relative to ``release``.
-        fields: The instance mapping (as ``dataset.fields``).
-        gold_fields: The gold mapping (:mod:`cts.gold.mapping`).
         name: The dataset's name.
-        max_field_chars: Longest accepted value of a paper field.
-        only_with_gold: Leave out (and log) instances without gold instead of refusing.
-        cluster_field: The meta key of each instance's cluster; None = none.
+        settings: How the files are read (the config's flat ``dataset.*`` keys, bound by the builder).
 
     Raises:
         FileNotFoundError: ``release`` is not a dir, or a file is missing (the message names the dir to unzip).
@@ -133,13 +127,4 @@ def load_release_dataset(
     root = Path(release)
     if not root.is_dir():
         raise FileNotFoundError(f"dataset.release={release}: no such dir; unzip the release and name its release/ dir")
-    return load_mapped_dataset(
-        str(root / queries),
-        str(root / gold),
-        fields,
-        gold_fields,
-        name,
-        max_field_chars,
-        only_with_gold,
-        cluster_field,
-    )
+    return load_mapped_dataset(str(root / queries), str(root / gold), name, settings)

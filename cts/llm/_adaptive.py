@@ -49,6 +49,7 @@ import weakref
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
+from cts.compose.schema import Adaptive
 from cts.core.contracts import InFlight
 from cts.llm._retry import classify
 
@@ -70,23 +71,6 @@ def priority_scope() -> Iterator[None]:
         yield
     finally:
         _PRIORITY.reset(token)
-
-
-@dataclass(frozen=True)
-class Adaptive:
-    """``services.llm.adaptive``: how each endpoint's limit moves (ceiling set elsewhere).
-
-    Attributes:
-        enabled: False = a fixed limit at the ceiling (a plain semaphore).
-        floor: The limit never drops below this (the model's ``min_concurrency`` wins).
-        initial: Limit of a fresh endpoint (clipped to [floor, ceiling]).
-        decrease: Factor applied to the calls in flight at a congestion signal.
-    """
-
-    enabled: bool = True
-    floor: int = 1
-    initial: int = 16
-    decrease: float = 0.9
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from cts.compose.schema import LocalLLM
+
 log = logging.getLogger(__name__)
 LOG_FILE = "local_llm.log"
 """The server's stdout and stderr, in the job dir."""
@@ -70,6 +72,10 @@ class LocalServerError(RuntimeError):
     """The local LLM server cannot be used: a package is missing, or it did not start."""
 
 
+_D = LocalLLM()
+"""The schema's defaults of ``services.local_llm``: :class:`LocalLLMServer` takes its own from them."""
+
+
 @dataclass(frozen=True)
 class LocalLLMServer:
     """How to run one local llama.cpp server (see ``conf/local_llm/``).
@@ -99,15 +105,15 @@ class LocalLLMServer:
     package_file: str | None = None
     model_path: str | None = None
     served_name: str = "local"
-    n_ctx: int = 8192
-    n_threads: int | None = None
-    seed: int = 0
+    n_ctx: int = _D.n_ctx
+    n_threads: int | None = _D.n_threads
+    seed: int = _D.seed
     chat_format: str | None = None
-    port: int | None = None
-    startup_timeout_s: float = 120.0
-    stop_timeout_s: float = 10.0
+    port: int | None = _D.port
+    startup_timeout_s: float = _D.startup_timeout_s
+    stop_timeout_s: float = _D.stop_timeout_s
     extra_args: Sequence[str] = field(default_factory=tuple)
-    extra_buffers: bool = False
+    extra_buffers: bool = _D.extra_buffers
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "extra_args", tuple(str(a) for a in self.extra_args))

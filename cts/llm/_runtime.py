@@ -272,16 +272,7 @@ class LLMRuntime:
             call.requests += 1
             bodies: list[dict[str, Any]] = []  # the body as the provider got it (the request audit)
             try:
-                send = self._sender.send(
-                    route.model,
-                    call.messages,
-                    route.api_base,
-                    route.api_key,
-                    timeout,
-                    prices,
-                    call.params,
-                    bodies.append,
-                )
+                send = self._sender.send(route, call.messages, timeout, prices, call.params, bodies.append)
                 response = await self._paid(call, prices, send)
             except Exception as exc:
                 self.breaker.failure(route.endpoint, classify(exc).kind, f"{type(exc).__name__}: {said(exc, timeout)}")

@@ -33,6 +33,7 @@ from types import SimpleNamespace
 from typing import Any, Literal
 
 from cts._util.jsonfast import request_body
+from cts.core.contracts import Route
 from cts.llm._lite import litellm_module
 
 Transport = Literal["litellm", "openai"]
@@ -59,10 +60,8 @@ class Sender:
 
     async def send(
         self,
-        model: str,
+        route: Route,
         messages: list[dict[str, str]],
-        api_base: str | None,
-        api_key: str | None,
         timeout: float,
         prices: tuple[float, float],
         params: dict[str, Any],
@@ -71,9 +70,11 @@ class Sender:
         """One request without retries; returns an OpenAI-style response object.
 
         Args:
+            route: Where the request goes (its model id, ``api_base`` and key).
             on_body: Called with the request body as the provider receives it (the request audit):
                 the JSON posted, or the body litellm built for the provider's API.
         """
+        model, api_base, api_key = route.model, route.api_base, route.api_key
         if self.transport == "openai" and openai_compatible(model, api_base):
             import aiohttp
 

@@ -25,6 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from cts._util.interrupt import entry_script
 from cts.compat.job_dirs import stop_reason
+from cts.compose.schema import Plan
 from cts.core.errors import PlanRefused
 from cts.plan.batched import Pipeline, agent_turns, batched_stages
 from cts.plan.forecast import BatchShape, JobSlice
@@ -66,7 +67,7 @@ class PlanSettings:
 
     enabled: bool = False
     calibration_n: int = 5
-    confidence: float = 0.95
+    confidence: float = Plan().confidence
     source: str | None = None
     calibration: bool = False
     then: str = "run"

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cts.compose.schema import Plan
+
 __all__ = [
     "COUNTS",
     "BatchForecast",
@@ -213,7 +215,7 @@ class JobForecast:
         return not (self.unknown or self.incomplete or self.no_interval or self.unpriced)
 
 
-def sum_interval(values: Sequence[float], remaining: int, confidence: float = 0.95) -> Interval:
+def sum_interval(values: Sequence[float], remaining: int, confidence: float = Plan().confidence) -> Interval:
     """The total of ``remaining`` more draws like ``values`` (see the module docstring).
 
     With one value there is no spread to go by: the interval is the expected value alone
@@ -244,7 +246,7 @@ def latency_of(samples: Sequence[InstanceCost]) -> Interval:
     return Interval(float(lat.min()), float(np.quantile(lat, 0.1)), float(np.median(lat)))
 
 
-def forecast_job(job: JobSlice, confidence: float = 0.95) -> JobForecast:
+def forecast_job(job: JobSlice, confidence: float = Plan().confidence) -> JobForecast:
     """The forecast of one job's calls, tokens and USD (its wall time is the sweep's schedule's)."""
     sums = {c: sum_interval([s.counts.get(c, 0.0) for s in job.samples], job.remaining, confidence) for c in COUNTS}
     lone = len(job.samples) == 1 and job.remaining > 0
@@ -276,7 +278,7 @@ def _job_batch(job: JobSlice, confidence: float) -> BatchForecast | None:
     return BatchForecast(usd, calls, unpriced, job.batch, job.batch.stages * waves, waves)
 
 
-def forecast_sweep(jobs: Sequence[JobSlice], confidence: float = 0.95) -> JobForecast:
+def forecast_sweep(jobs: Sequence[JobSlice], confidence: float = Plan().confidence) -> JobForecast:
     """The sweep's forecast: the known jobs' totals, with the interval of the per-instance sweep totals.
 
     Jobs over the same instances share work (one job computes the orig arm another reuses):

@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from cts.compose.schema import Bootstrap
 from cts.protocol.job_files import RECORDS_FILE
 
 __all__ = ["time_report"]
@@ -40,8 +41,8 @@ def time_report(source: Path, sizes: Mapping[str, int], bootstrap: Mapping[str, 
         started = time.monotonic()
         result = build_sweep_report(
             str(root),
-            n_resamples=int(bootstrap.get("n_resamples", 10000)),
-            confidence=float(bootstrap.get("confidence", 0.95)),
+            n_resamples=int(bootstrap.get("n_resamples", Bootstrap().n_resamples)),
+            confidence=float(bootstrap.get("confidence", Bootstrap().confidence)),
             seed=seed,
         )
         took = time.monotonic() - started

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from cts.compat.records import upgrade_record
+from cts.compose.schema import Plan
 from cts.plan.forecast import Interval, sum_interval
 from cts.plan.samples import Routes, instance_costs, raw_records, roles_with_requests, routes_of
 from cts.stats.power import PairedDeltas, Variance, detectable_effect, instances_needed, variance_of
@@ -88,7 +89,7 @@ def _summary_clusters(job_dir: Path) -> dict[str, str]:
 
 
 def sample_size(
-    job_dir: Path, delta: float, power: float = 0.8, alpha: float = 0.05, confidence: float = 0.95
+    job_dir: Path, delta: float, power: float = 0.8, alpha: float = 0.05, confidence: float = Plan().confidence
 ) -> SampleSize:
     """The planner's answer for one finished job dir (see the module docstring)."""
     records = list(raw_records(job_dir))

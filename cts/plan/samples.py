@@ -10,6 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from cts.compose.schema import Batch
 from cts.llm import LLMSettings, ModelSpec, route_for
 from cts.plan.batched import RoleRate, rates_of, repriced, window_s
 from cts.plan.forecast import InstanceCost
@@ -34,7 +35,7 @@ class Routes:
     concurrency: Mapping[str, int]
     unpriced: Mapping[str, str]
     batch_rates: Mapping[str, RoleRate] = field(default_factory=dict)
-    batch_window: str = "24h"
+    batch_window: str = Batch().window
 
     @property
     def batched(self) -> tuple[str, ...]:

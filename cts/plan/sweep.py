@@ -24,6 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from cts._util.launch import Launch
+from cts.compose.schema import Adaptive, Config, default_of
 from cts.core.errors import PlanRefused
 from cts.plan.actual import PLAN_DIR, SweepPlan, log_plan, record_actual
 from cts.plan.batched import live_steps, pipeline_of
@@ -196,12 +197,12 @@ def _wall(
         return {"wall_note": "not forecast: some jobs are unknown"}
     ceiling = sum({e: c for j in slices for e, c in j.concurrency.items()}.values()) or 1
     adaptive = OmegaConf.select(config, "services.llm.adaptive", default=None) or {}
-    initial = int(adaptive.get("initial") or 0) if adaptive.get("enabled", True) else 0
+    initial = int(adaptive.get("initial") or 0) if adaptive.get("enabled", Adaptive().enabled) else 0
     measured = measure(source, calibration_slices(slices), slices[0].job_concurrency, ceiling, initial)
     if measured.note:
         return {"wall_note": f"not forecast: {measured.note}"}
     report = 0.0
-    if config.get("sweep_report", True):
+    if config.get("sweep_report", default_of(Config, "sweep_report")):
         sizes = {j.name: j.n_total for j in slices}
         bootstrap = {str(k): float(v) for k, v in config.bootstrap.items()}
         timed = time_report(source, sizes, bootstrap, int(config.seed))

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from cts.compose.schema import Bootstrap
 from cts.core.records import ArmResult, Record
 from cts.core.stages import CLARIFY, before_search
 from cts.core.types import UNKNOWN
@@ -163,8 +164,8 @@ def summarize(
     records: Sequence[Record],
     *,
     k: int,
-    n_resamples: int = 10_000,
-    confidence: float = 0.95,
+    n_resamples: int = Bootstrap().n_resamples,
+    confidence: float = Bootstrap().confidence,
     seed: int = 0,
     clusters: Mapping[str, str] | None = None,
 ) -> dict[str, float]:

@@ -59,12 +59,14 @@ def run_one(
 
         tracking.log_analysis_run(
             uri,
-            EXPERIMENT,
-            f"{dataset.name} {label}",
-            params,
-            metrics,
-            [*files, run_dir / "metrics.json"],
-            {"cts.kind": "realism"},
+            tracking.AnalysisRun(
+                EXPERIMENT,
+                f"{dataset.name} {label}",
+                params,
+                metrics,
+                [*files, run_dir / "metrics.json"],
+                {"cts.kind": "realism"},
+            ),
         )
     return dataset.name, result
 

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from cts.compose.schema import Config, default_of
 from cts.release.describe import inspect_release
 from cts.release.export import export_runs
 from cts.release.importer import ImportRefused, default_tracking_uri, import_release, report_imported
@@ -47,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     imp = sub.choices["import"]
     imp.add_argument("--out", type=Path, default=None, help="where the job dirs go (default outputs/release/<name>)")
     imp.add_argument("--tracking-uri", default=None, help="MLflow store (default: run.py's, outputs/mlflow.db)")
-    imp.add_argument("--experiment", default="cts")
+    imp.add_argument("--experiment", default=default_of(Config, "tracking.experiment"))
     exp = sub.add_parser("export")
     exp.add_argument("source", nargs="+", help="a job dir or sweep dir (or several)")
     exp.add_argument("--out", type=Path, required=True, help="where candidates/ and clarify_only/ go")

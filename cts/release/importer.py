@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cts import tracking
+from cts.compose.schema import Bootstrap, Config, default_of
 from cts.core.records import ArmResult, Record
 from cts.protocol.job_files import RECORDS_FILE
 from cts.protocol.metrics import summarize
@@ -167,10 +168,19 @@ def _summary(
     }
 
 
+@dataclass(frozen=True)
+class Store:
+    """The MLflow store the imported runs go to: its URI and experiment (``tracking.uri``, ``tracking.experiment``)."""
+
+    uri: str
+    experiment: str = default_of(Config, "tracking.experiment")
+
+
 def write_job(
-    release: Path, system: str, k: int, records: Sequence[Record], out_dir: Path, uri: str, experiment: str
+    release: Path, system: str, k: int, records: Sequence[Record], out_dir: Path, store: Store
 ) -> ImportedJob:
     """Write one job dir (records, summary) and log it as an MLflow run (tag ``cts.source=release``)."""
+    uri, experiment = store.uri, store.experiment
     job_dir = out_dir / f"clarifier={system},k={k}"
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / RECORDS_FILE).write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
@@ -197,7 +207,7 @@ def import_release(
     out_dir: str | Path | None = None,
     tracking_uri: str | None = None,
     *,
-    experiment: str = "cts",
+    experiment: str = default_of(Config, "tracking.experiment"),
     pattern: str = NAME_PATTERN,
     fields: Mapping[str, str] | None = None,
 ) -> list[ImportedJob]:
@@ -229,11 +239,11 @@ def import_release(
     uri = tracking_uri or default_tracking_uri()
     jobs = []
     for (system, k), kinds in sorted(scans.items()):
-        jobs.append(write_job(root, system, k, job_records(system, k, kinds, orig), out, uri, experiment))
+        jobs.append(write_job(root, system, k, job_records(system, k, kinds, orig), out, Store(uri, experiment)))
         log.info("imported %s at k=%d: %d records", system, k, jobs[-1].n_records)
     return jobs
 
 
-def report_imported(out_dir: Path, n_resamples: int = 10_000) -> ReportResult:
+def report_imported(out_dir: Path, n_resamples: int = Bootstrap().n_resamples) -> ReportResult:
     """The sweep report of the imported job dirs, into ``<out_dir>/report`` (never raises: see ``errors``)."""
     return build_sweep_report(out_dir, out_dir / "report", n_resamples=n_resamples)

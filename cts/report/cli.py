@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from cts.compose.schema import Bootstrap
 from cts.protocol.repeats import PASS_THRESHOLD
 from cts.report.build import build_sweep_report, log_sweep_report
 from cts.stats.compare import P_VALUE_TESTS
@@ -21,8 +22,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("source", nargs="+", help="a sweep dir, job dirs, or an MLflow experiment name")
     parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (for an experiment name)")
     parser.add_argument("--out", type=Path, default=None, help="output dir (default: <sweep>/report)")
-    parser.add_argument("--n-resamples", type=int, default=10_000)
-    parser.add_argument("--confidence", type=float, default=0.95)
+    parser.add_argument("--n-resamples", type=int, default=Bootstrap().n_resamples)
+    parser.add_argument("--confidence", type=float, default=Bootstrap().confidence)
     parser.add_argument(
         "--p-value", choices=P_VALUE_TESTS, default="bootstrap", help="test of Table 3's p-values (Holm-adjusted)"
     )

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cts._util.loops import run_sync
+from cts.compose.schema import Bootstrap
 from cts.core.contracts import Decision, Gate, OutcomeGate
 from cts.core.records import Record
 from cts.protocol.repeats import instance_means
@@ -99,8 +100,8 @@ def gate_result(
     records: Sequence[Record],
     decisions: Mapping[str, Decision],
     *,
-    n_resamples: int = 10_000,
-    confidence: float = 0.95,
+    n_resamples: int = Bootstrap().n_resamples,
+    confidence: float = Bootstrap().confidence,
     seed: int = 0,
 ) -> GateResult:
     """Gated score, deltas (paired CI vs orig), precision/recall vs the oracle, questions asked."""
@@ -135,8 +136,8 @@ def evaluate_gate(
     records: Sequence[Record],
     gate: Gate | OutcomeGate,
     *,
-    n_resamples: int = 10_000,
-    confidence: float = 0.95,
+    n_resamples: int = Bootstrap().n_resamples,
+    confidence: float = Bootstrap().confidence,
     seed: int = 0,
 ) -> tuple[GateResult, dict[str, Decision]]:
     """Decide for every gateable instance (repeats reduced, :func:`gateable`), then score the gated system.
@@ -150,8 +151,8 @@ def evaluate_gates(
     record_sets: Sequence[Sequence[Record]],
     gates: Sequence[Gate | OutcomeGate],
     *,
-    n_resamples: int = 10_000,
-    confidence: float = 0.95,
+    n_resamples: int = Bootstrap().n_resamples,
+    confidence: float = Bootstrap().confidence,
     seed: int = 0,
 ) -> list[tuple[GateResult, dict[str, Decision]]]:
     """:func:`evaluate_gate` of each pair of ``record_sets`` and ``gates`` (aligned), deciding in one event loop.

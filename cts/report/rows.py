@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from cts.compose.schema import Config, default_of
 from cts.protocol.diagnostics import diagnostics
 from cts.protocol.repeats import instance_means
 from cts.protocol.unscored import unscored_rates
@@ -25,11 +26,11 @@ NAN = float("nan")
 
 @dataclass(frozen=True)
 class Bootstrap:
-    """Bootstrap settings of a report."""
+    """Bootstrap settings of a report (defaults: the schema's ``bootstrap`` and ``seed``)."""
 
-    n_resamples: int = 10_000
-    confidence: float = 0.95
-    seed: int = 0
+    n_resamples: int = default_of(Config, "bootstrap.n_resamples")
+    confidence: float = default_of(Config, "bootstrap.confidence")
+    seed: int = default_of(Config, "seed")
 
 
 def _finite(values: Iterable[float | None]) -> list[float]:

@@ -45,6 +45,7 @@ from cts.roles.parse import (
 from cts.roles.personas import Persona
 from cts.roles.reask import (
     DEFAULT_MAX_REASKS,
+    Asking,
     InvalidOutput,
     Truncated,
     ask_until_valid,
@@ -119,10 +120,7 @@ class _LLMRole:
                 self.client,
                 prompt.messages(**values),
                 parse,
-                max_reasks=self.max_reasks,
-                prompt_version=prompt.version,
-                params=self.request_params(schema),
-                max_output_tokens=self.max_output_tokens,
+                Asking(self.max_reasks, prompt.version, self.request_params(schema), self.max_output_tokens),
             )
         except Truncated as exc:
             raise UnscoredError(

@@ -12,7 +12,7 @@ from typing import Any
 
 from cts.llm import Chat
 from cts.roles import schemas
-from cts.roles.reask import DEFAULT_MAX_REASKS, InvalidOutput, ask_until_valid
+from cts.roles.reask import DEFAULT_MAX_REASKS, Asking, InvalidOutput, ask_until_valid
 from cts.text.qtypes import QTYPES, classify_question, normalize_types
 
 log = logging.getLogger(__name__)
@@ -80,11 +80,9 @@ class LLMQuestionTyper:
                 self.client,
                 self.prompt.messages(question=question),
                 _checked_types,
-                max_reasks=self.max_reasks,
-                prompt_version=self.prompt.version,
-                params=self.params,
-                reask=lambda _reason: _REASK,
-                max_output_tokens=self.max_output_tokens,
+                Asking(
+                    self.max_reasks, self.prompt.version, self.params, self.max_output_tokens, lambda _reason: _REASK
+                ),
             )
         except InvalidOutput:
             log.warning("qtyper: invalid output after %d re-ask(s); lexicon fallback", self.max_reasks)

@@ -98,9 +98,8 @@ class SerperProvider:
         api_key_env: Environment variable holding the API key.
         gl: Country code (e.g. ``cn``), or None for Serper's default.
         hl: Interface language (e.g. ``zh-cn``), or None.
-        timeout_s: Per-request timeout.
-        max_attempts: Tries on connection errors, 429 and 5xx.
-        backoff_s: First wait between tries (doubled each time).
+        settings: Timeout and retries of its requests; the config gives them as flat keys
+            (``timeout_s``, ``max_attempts``, ``backoff_s``), bound into it by the builder.
     """
 
     def __init__(
@@ -109,14 +108,12 @@ class SerperProvider:
         api_key_env: str = "SERPER_API_KEY",
         gl: str | None = None,
         hl: str | None = None,
-        timeout_s: float = 30.0,
-        max_attempts: int = 3,
-        backoff_s: float = 1.0,
+        settings: HttpPolicy = HttpPolicy(),
     ) -> None:
         self.base_url = base_url
         self.api_key_env = api_key_env
         self.locale = {key: val for key, val in (("gl", gl), ("hl", hl)) if val}
-        self.http = HttpPolicy(timeout_s, max_attempts, backoff_s)
+        self.http = settings
 
     @property
     def cache_id(self) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from cts._util.prompts import load_prompt
@@ -63,22 +64,16 @@ _LIMITS = {
 }
 
 
-class WebDancerSearch(WebTools):
-    """ReAct deep-search agent in the WebDancer / WebSailor format.
+@dataclass(frozen=True)
+class AgentSettings:
+    """The agent's knobs (``search.*`` keys of ``conf/search/webdancer.yaml``), one frozen object.
 
-    Defaults are those of the released demo code: ``max_llm_calls`` 50 (the
-    WebDancer demo; WebSailor uses 40), a context limit of 31 * 1024 - 500
-    tokens, temperature 0.6, top_p 0.95, stop at ``<tool_response>``, 10
-    results per query, at most 3 queries per search call, pages cut at 150,000
-    characters before the summariser reads them.
+    Defaults are those of the released demo code: ``max_llm_calls`` 50 (the WebDancer demo;
+    WebSailor uses 40), a context limit of 31 * 1024 - 500 tokens, temperature 0.6, top_p 0.95,
+    stop at ``<tool_response>``, 10 results per query, at most 3 queries per search call, pages
+    cut at 150,000 characters before the summariser reads them.
 
-    Args:
-        model: Chat client of the model driving the agent (built from a registry entry by the
-            composition layer).
-        provider: Search provider.
-        fetcher: Page fetcher.
-        tool_cache: The job's shared cache of tool results (its counters are the job's).
-        summary_model: Chat client of the model extracting evidence from visited pages (None = ``model``).
+    Attributes:
         max_llm_calls: Agent turns before the call limit is reached.
         max_context_tokens: Approximate conversation size before the context limit is reached.
         temperature: Agent sampling temperature (None = the model's default).
@@ -100,6 +95,43 @@ class WebDancerSearch(WebTools):
         prompts: Prompt names for ``system``, ``user``, ``final`` and ``summary``.
     """
 
+    max_llm_calls: int = 50
+    max_context_tokens: int = 31 * 1024 - 500
+    temperature: float | None = 0.6
+    top_p: float | None = 0.95
+    max_output_tokens: int | None = None
+    summary_max_output_tokens: int | None = None
+    max_truncated_turns: int = 2
+    stop: Sequence[str] = DEFAULT_STOP
+    results_per_query: int = 10
+    max_queries_per_call: int = 3
+    max_urls_per_call: int | None = None
+    max_page_chars: int = 150_000
+    fallback_page_chars: int = 4000
+    summary_params: Mapping[str, Any] | None = None
+    force_final_answer: bool = True
+    extra_params: Mapping[str, Any] | None = None
+    prompts: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_llm_calls < 1 or self.results_per_query < 1 or self.max_queries_per_call < 1:
+            raise ValueError("max_llm_calls, results_per_query and max_queries_per_call must be positive")
+
+
+class WebDancerSearch(WebTools):
+    """ReAct deep-search agent in the WebDancer / WebSailor format.
+
+    Args:
+        model: Chat client of the model driving the agent (built from a registry entry by the
+            composition layer).
+        provider: Search provider.
+        fetcher: Page fetcher.
+        tool_cache: The job's shared cache of tool results (its counters are the job's).
+        summary_model: Chat client of the model extracting evidence from visited pages (None = ``model``).
+        settings: The agent's knobs; the config gives them as flat ``search.*`` keys, which the
+            builder binds into this object (:func:`cts.compose.services.component_arguments`).
+    """
+
     def __init__(
         self,
         model: Chat,
@@ -107,54 +139,38 @@ class WebDancerSearch(WebTools):
         fetcher: Fetcher,
         tool_cache: ToolCache,
         summary_model: Chat | None = None,
-        max_llm_calls: int = 50,
-        max_context_tokens: int = 31 * 1024 - 500,
-        temperature: float | None = 0.6,
-        top_p: float | None = 0.95,
-        max_output_tokens: int | None = None,
-        summary_max_output_tokens: int | None = None,
-        max_truncated_turns: int = 2,
-        stop: Sequence[str] = DEFAULT_STOP,
-        results_per_query: int = 10,
-        max_queries_per_call: int = 3,
-        max_urls_per_call: int | None = None,
-        max_page_chars: int = 150_000,
-        fallback_page_chars: int = 4000,
-        summary_params: Mapping[str, Any] | None = None,
-        force_final_answer: bool = True,
-        extra_params: Mapping[str, Any] | None = None,
-        prompts: Mapping[str, str] | None = None,
+        settings: AgentSettings = AgentSettings(),
     ) -> None:
-        if max_llm_calls < 1 or results_per_query < 1 or max_queries_per_call < 1:
-            raise ValueError("max_llm_calls, results_per_query and max_queries_per_call must be positive")
+        s = settings
+        self.settings = s
         self.agent = model.with_role("search")
         self.summariser = (summary_model or model).with_role("visit_summary")
         self.tool_cache = tool_cache
         self.provider = provider
         self.fetcher = fetcher
-        self.max_llm_calls = max_llm_calls
-        self.max_context_tokens = max_context_tokens
-        self.results_per_query = results_per_query
-        self.max_queries_per_call = max_queries_per_call
-        self.max_urls_per_call = max_urls_per_call
-        self.max_page_chars = max_page_chars
-        self.fallback_page_chars = fallback_page_chars
-        self.force_final_answer = force_final_answer
-        self.max_output_tokens, self.summary_max_output_tokens = max_output_tokens, summary_max_output_tokens
-        self.max_truncated_turns = max_truncated_turns
-        sampling = {"temperature": temperature, "top_p": top_p}
+        self.max_llm_calls = s.max_llm_calls
+        self.max_context_tokens = s.max_context_tokens
+        self.results_per_query = s.results_per_query
+        self.max_queries_per_call = s.max_queries_per_call
+        self.max_urls_per_call = s.max_urls_per_call
+        self.max_page_chars = s.max_page_chars
+        self.fallback_page_chars = s.fallback_page_chars
+        self.force_final_answer = s.force_final_answer
+        self.max_output_tokens, self.summary_max_output_tokens = s.max_output_tokens, s.summary_max_output_tokens
+        self.max_truncated_turns = s.max_truncated_turns
+        sampling = {"temperature": s.temperature, "top_p": s.top_p}
         self.params = {
             **{k: v for k, v in sampling.items() if v is not None},
-            "stop": list(stop),
-            **dict(extra_params or {}),
+            "stop": list(s.stop),
+            **dict(s.extra_params or {}),
         }
-        self.summary_params = dict(RELEASED_SUMMARY_PARAMS if summary_params is None else summary_params)
-        self.prompts = {role: load_prompt(name) for role, name in {**DEFAULT_PROMPTS, **dict(prompts or {})}.items()}
+        self.summary_params = dict(RELEASED_SUMMARY_PARAMS if s.summary_params is None else s.summary_params)
+        self.prompts = {role: load_prompt(name) for role, name in {**DEFAULT_PROMPTS, **dict(s.prompts or {})}.items()}
         self.tools: dict[str, Callable[[Episode, Mapping[str, Any]], Awaitable[ToolOutput]]] = {
             "search": self._tool_search,
             "visit": self._tool_visit,
         }
-        schemas = tool_schemas(results_per_query, max_queries_per_call)
+        schemas = tool_schemas(s.results_per_query, s.max_queries_per_call)
         self.tools_text = ",\n".join(json.dumps(s, ensure_ascii=False, indent=2) for s in schemas)
         self.prompt_version = "+".join(self.prompts[r].version for r in ("system", "user", "final"))
 

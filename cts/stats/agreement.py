@@ -25,6 +25,7 @@ from typing import Literal
 
 import numpy as np
 
+from cts.compose.schema import Bootstrap
 from cts.stats.bootstrap import MAX_BATCH_VALUES, bootstrap_batch
 from cts.stats.cluster import cluster_codes
 
@@ -147,8 +148,8 @@ def kappa_ci(
     clusters: Sequence[Hashable],
     *,
     weights: Weights = "linear",
-    n_resamples: int = 10_000,
-    confidence: float = 0.95,
+    n_resamples: int = Bootstrap().n_resamples,
+    confidence: float = Bootstrap().confidence,
     seed: int = 0,
 ) -> Estimate:
     """Weighted kappa of two raters' codes with a cluster bootstrap interval.
@@ -186,8 +187,8 @@ def alpha_ci(
     data: np.ndarray,
     clusters: Sequence[Hashable],
     *,
-    n_resamples: int = 10_000,
-    confidence: float = 0.95,
+    n_resamples: int = Bootstrap().n_resamples,
+    confidence: float = Bootstrap().confidence,
     seed: int = 0,
 ) -> Estimate:
     """Ordinal Krippendorff's alpha of a ``raters x units`` matrix with a cluster bootstrap interval.

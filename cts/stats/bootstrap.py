@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cts.compose.schema import Bootstrap
+
 MAX_BATCH_VALUES = 1 << 20
 """Resampled values held at once by the bootstrap (8 MiB of float64 plus 8 MiB of indices)."""
 
@@ -70,7 +72,7 @@ def resample_indices(n: int, n_resamples: int, seed: int, max_values: int = MAX_
 
 
 def bootstrap_means(
-    diffs: np.ndarray, *, n_resamples: int = 10_000, seed: int = 0, max_values: int = MAX_BATCH_VALUES
+    diffs: np.ndarray, *, n_resamples: int = Bootstrap().n_resamples, seed: int = 0, max_values: int = MAX_BATCH_VALUES
 ) -> np.ndarray:
     """Bootstrap distribution of the mean of ``diffs``: ``scipy.stats.bootstrap``'s for ``np.mean``, draw for draw.
 
@@ -98,8 +100,8 @@ def paired_bootstrap_ci(
     scores: Sequence[float],
     baseline: Sequence[float],
     *,
-    n_resamples: int = 10_000,
-    confidence: float = 0.95,
+    n_resamples: int = Bootstrap().n_resamples,
+    confidence: float = Bootstrap().confidence,
     seed: int = 0,
     max_values: int = MAX_BATCH_VALUES,
 ) -> tuple[float, float, float]:
@@ -164,7 +166,11 @@ def linear_quantiles(values: np.ndarray, p: np.ndarray) -> np.ndarray:
 
 
 def mean_ci(
-    values: Sequence[float], *, n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0
+    values: Sequence[float],
+    *,
+    n_resamples: int = Bootstrap().n_resamples,
+    confidence: float = Bootstrap().confidence,
+    seed: int = 0,
 ) -> tuple[float, float, float]:
     """Mean with a percentile bootstrap confidence interval.
 

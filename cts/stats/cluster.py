@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cts.compose.schema import Bootstrap
 from cts.stats.bootstrap import MAX_BATCH_VALUES, resample_indices
 
 NAN = float("nan")
@@ -126,8 +127,8 @@ def cluster_bootstrap_ci(
     baseline: Sequence[float],
     clusters: Sequence[Hashable],
     *,
-    n_resamples: int = 10_000,
-    confidence: float = 0.95,
+    n_resamples: int = Bootstrap().n_resamples,
+    confidence: float = Bootstrap().confidence,
     seed: int = 0,
     max_values: int = MAX_BATCH_VALUES,
 ) -> ClusteredCI:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from cts.compose.schema import Bootstrap
 from cts.stats.bootstrap import bootstrap_means, paired_bootstrap_ci
 from cts.stats.cluster import bootstrap_p_value, cluster_bootstrap_ci
 from cts.stats.multiplicity import sign_flip_p_value
@@ -44,8 +45,8 @@ def paired_comparison(
     baseline: Sequence[float],
     clusters: Sequence[Hashable] | None = None,
     *,
-    n_resamples: int = 10_000,
-    confidence: float = 0.95,
+    n_resamples: int = Bootstrap().n_resamples,
+    confidence: float = Bootstrap().confidence,
     seed: int = 0,
     p_value: PValueTest = "bootstrap",
 ) -> Comparison:

@@ -12,6 +12,7 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
+from cts.compose.schema import Bootstrap
 from cts.stats.bootstrap import MAX_BATCH_VALUES, bootstrap_batch
 from cts.stats.cluster import cluster_codes
 
@@ -46,7 +47,7 @@ def sign_flip_p_value(
     diffs: Sequence[float],
     clusters: Sequence[Hashable] | None = None,
     *,
-    n_resamples: int = 10_000,
+    n_resamples: int = Bootstrap().n_resamples,
     seed: int = 0,
     max_values: int = MAX_BATCH_VALUES,
 ) -> float:

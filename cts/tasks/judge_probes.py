@@ -18,7 +18,7 @@ from typing import Any
 from cts._util.loops import run as run_loop
 from cts.analysis.anchors import ANCHORS, anchor_rows, anchor_scores, anchor_table
 from cts.analysis.common import select_budgets, write_metrics, write_tables
-from cts.analysis.judge_probes import PROBES, probe_all, probe_metrics, probe_rows, probe_table
+from cts.analysis.judge_probes import PROBES, Probing, probe_all, probe_metrics, probe_rows, probe_table
 from cts.analysis.judge_robustness import frozen_arms
 from cts.core.contracts import Judge
 from cts.core.errors import ConfigError
@@ -112,7 +112,7 @@ def judge_probes_task(
             clusters = {i: c for j in jobs for i, c in j.clusters.items()}
             found = run_loop(
                 probe_all(
-                    frozen_arms(jobs), gold, judge, answer_probes, seed=seed, pad_ratio=pad_ratio, repeat=repeat,
+                    frozen_arms(jobs), gold, judge, Probing(answer_probes, seed, pad_ratio, repeat),
                     concurrency=concurrency,
                 )
             )  # fmt: skip

@@ -18,6 +18,7 @@ import logging
 import math
 import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,7 @@ __all__ = [
     "log_records_table",
     "log_to_runs",
     "log_report_run",
+    "AnalysisRun",
     "log_analysis_run",
     "one_run_per_job_dir",
     "override_tags",
@@ -348,17 +350,22 @@ def log_report_run(
     return run_id
 
 
-def log_analysis_run(
-    uri: str,
-    experiment: str,
-    run_name: str,
-    params: Mapping[str, str],
-    metrics: Mapping[str, float],
-    artifacts: list[Path],
-    tags: Mapping[str, str] | None = None,
-) -> str:
-    """Log one stand-alone analysis (e.g. ``python -m cts.realism``) as its own run; returns the run id."""
-    with open_mlflow_run(uri, experiment, run_name, params=params, tags=dict(tags or {})) as run_id:
-        log_metrics(metrics)
-        log_artifacts(artifacts)
+@dataclass(frozen=True)
+class AnalysisRun:
+    """A stand-alone analysis (e.g. ``python -m cts.realism``) as one run: what it logs."""
+
+    experiment: str
+    name: str
+    params: Mapping[str, str]
+    metrics: Mapping[str, float]
+    artifacts: list[Path]
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+def log_analysis_run(uri: str, analysis: AnalysisRun) -> str:
+    """Log ``analysis`` as its own run in the store at ``uri``; returns the run id."""
+    tags = dict(analysis.tags)
+    with open_mlflow_run(uri, analysis.experiment, analysis.name, params=analysis.params, tags=tags) as run_id:
+        log_metrics(analysis.metrics)
+        log_artifacts(analysis.artifacts)
     return run_id

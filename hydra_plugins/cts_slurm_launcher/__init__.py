@@ -16,6 +16,7 @@ from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 from omegaconf import OmegaConf, open_dict, read_write
 
+from cts.compose.schema import Config, default_of
 from hydra_plugins.cts_slurm_launcher.cluster import (
     announce_queued,
     cancel_pending,
@@ -64,7 +65,7 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
         executor, jobs = self._submit(job_overrides, initial_job_idx)
         self._arrays.append(str(jobs[0].job_id).split("_")[0])
         sweep_dir = str(self.config.hydra.sweep.dir)
-        if self._report is not None or self.config.get("sweep_report", True):
+        if self._report is not None or self.config.get("sweep_report", default_of(Config, "sweep_report")):
             cancel_pending(self._report)  # an earlier batch's report: this one covers every array so far
             self._report = submit_report_job(executor, self._arrays, sweep_dir, self.params)
             with read_write(self.config), open_dict(self.config):

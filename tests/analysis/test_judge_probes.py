@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cts.analysis.judge_probes import padding, probe_all, probe_rows, shuffled
+from cts.analysis.judge_probes import Probing, padding, probe_all, probe_rows, shuffled
 from cts.analysis.judge_robustness import FrozenArm
 from cts.compose.services import Services
 from cts.core.types import Gold, Label, Nugget
@@ -65,7 +65,7 @@ class Drifting:
 
 
 def probe(judge: object, probes: Sequence[str]) -> dict[str, dict[str, float]]:
-    found = asyncio.run(probe_all(ARMS, GOLD, judge, probes, seed=3))  # type: ignore[arg-type]
+    found = asyncio.run(probe_all(ARMS, GOLD, judge, Probing(probes, seed=3)))  # type: ignore[arg-type]
     rows = probe_rows(found, GOLD, {}, n_resamples=200)
     return {r["probe"]: r for r in rows.to_dict("records")}
 
@@ -124,9 +124,9 @@ def test_the_repeat_probe_reaches_the_server_past_the_cache(tmp_path: Path) -> N
         services = Services(cache_dir=tmp_path, settings={"llm": llm_settings(server, cache_dir=tmp_path)})
         judge = built(LLMJudge, services, model={"name": "m", "id": "openai/m"}, prompt="judge")
         arms = ARMS[:2]
-        asyncio.run(probe_all(arms, GOLD, judge, ["repeat"]))
+        asyncio.run(probe_all(arms, GOLD, judge, Probing(["repeat"])))
         assert len(server.requests) == 2 * len(arms)  # the baseline and the repeat: two cache keys
-        asyncio.run(probe_all(arms, GOLD, judge, ["repeat"]))
+        asyncio.run(probe_all(arms, GOLD, judge, Probing(["repeat"])))
         assert len(server.requests) == 2 * len(arms)  # a rerun is served from the cache
 
 

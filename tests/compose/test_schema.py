@@ -252,5 +252,6 @@ def test_the_guide_s_key_reference_is_the_schemas() -> None:
     for info in KEYS:
         if info.check is not None or info.node is not None:
             assert f"| `{info.path}` |" in table
-    assert "| `services.llm.timeout_s` | float | a number > 0 | operational |" in table
-    assert "| `k` | int | an integer from 1 to 3 | protocol |" in table
+    assert "| `services.llm.timeout_s` | float | `120.0` | a number > 0 | operational |" in table
+    assert "| `k` | int | `1` | an integer from 1 to 3 | protocol |" in table
+    assert "| `search.top_k` | int |  | an integer >= 1 | protocol |" in table  # an option's value: no default

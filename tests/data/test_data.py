@@ -14,6 +14,7 @@ from cts.core.types import Evidence, Gold, Instance, Nugget
 from cts.data.jsonl import (
     Dataset,
     DatasetError,
+    Reading,
     dataset_metrics,
     load_jsonl_dataset,
     read_instances_jsonl,
@@ -226,13 +227,13 @@ def test_only_with_gold_leaves_out_and_counts_instances_without_gold(
     with pytest.raises(DatasetError, match=r"no gold for 2 of 3 .*why: see .*failures\.jsonl.*only_with_gold=true"):
         load_jsonl_dataset(str(data), str(gold))
     with caplog.at_level("WARNING", logger="cts.data.jsonl"):
-        ds = load_jsonl_dataset(str(data), str(gold), only_with_gold=True)
+        ds = load_jsonl_dataset(str(data), str(gold), settings=Reading(only_with_gold=True))
     assert [i.id for i in ds.instances] == ["b"] and ds.without_gold == ("a", "c")
     assert dataset_metrics(ds) == {"n_without_gold": 2.0}
     assert "2 of 3 instance(s) have no gold and are left out" in caplog.text
     data, gold = _write_set(tmp_path, ["a"], ["b"])
     with pytest.raises(DatasetError, match="none of the 1 instance"):
-        load_jsonl_dataset(str(data), str(gold), only_with_gold=True)
+        load_jsonl_dataset(str(data), str(gold), settings=Reading(only_with_gold=True))
 
 
 def test_a_job_over_no_instances_is_refused() -> None:

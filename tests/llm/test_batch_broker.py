@@ -191,3 +191,26 @@ def test_the_progress_bar_shows_the_batches_beside_the_requests_in_flight() -> N
     assert InFlight(3, 2.0).postfix() == {"in_flight": "3", "oldest": "2s"}  # no batch: as before
     shown = InFlight(3, 2.0, 5, 2, 3, 61.4).postfix()
     assert shown["batches"] == "5 sent/2 running/3 done" and shown["batch_age"] == "61s"
+
+
+@pytest.mark.parametrize(("budget_s", "outcome"), [(0.0, "refused"), (300.0, "done")])
+def test_a_failed_batch_api_step_is_retried_within_services_llm_batch_transient_budget_s(
+    tmp_path: Path, budget_s: float, outcome: str
+) -> None:
+    b = broker(tmp_path, ScriptedWire(), transient_budget_s=budget_s)
+    tries: list[int] = []
+
+    async def step() -> str:
+        tries.append(1)
+        if len(tries) == 1:
+            raise ConnectionError("connection reset by peer")
+        return "done"
+
+    async def run() -> str:
+        try:
+            return await b._transient(step)
+        except ConnectionError:
+            return "refused"
+
+    assert asyncio.run(run()) == outcome
+    assert len(tries) == (1 if outcome == "refused" else 2)

@@ -26,7 +26,7 @@ from cts.roles.llm import (
     LLMRewriter,
     LLMUserAnswerer,
 )
-from cts.roles.reask import InvalidOutput, Truncated, ask_until_valid
+from cts.roles.reask import Asking, InvalidOutput, Truncated, ask_until_valid
 from hydra_plugins.cts_model_roles.cts_model_roles import ROLES
 from tests.llm_server import Reply, ScriptedServer
 
@@ -86,9 +86,7 @@ def ask(client: Cutting, max_reasks: int = 2) -> Any:
             client,
             [{"role": "user", "content": "q"}],
             parse,
-            max_reasks=max_reasks,
-            prompt_version="v",
-            max_output_tokens=16,
+            Asking(max_reasks, "v", max_output_tokens=16),
         )
     )
 

@@ -26,6 +26,7 @@ from hydra import compose, initialize_config_dir
 
 from cts import tracking
 from cts.compose.completion_probe import PROBE_TOKENS
+from cts.core.contracts import Route
 from cts.llm._rules import request_params, rule_violations
 from cts.llm._spec import ModelSpec
 from cts.llm._transport import HTTPStatusError, Sender
@@ -96,10 +97,8 @@ def send(spec: ModelSpec, emulator: Emulator, transport: str, role_cap: int | No
     """One request as a role's call makes it: the spec's params and the role's cap, on its route."""
     params = request_params(spec.request, spec.params, role_cap)
     coro = Sender(transport).send(
-        spec.id,
+        Route(spec.id, emulator.base_url, "emulated-key", "emulator", 1),
         list(MESSAGES),
-        emulator.base_url,
-        "emulated-key",
         10.0,
         (spec.input_cost_per_token, spec.output_cost_per_token),
         params,
@@ -197,7 +196,9 @@ def test_max_tokens_is_refused_by_openai_reasoning_models_and_renamed_by_the_rul
     with OpenAIEmulator() as openai:
         with pytest.raises(HTTPStatusError):
             asyncio.run(
-                Sender("openai").send(spec.id, list(MESSAGES), openai.base_url, "k", 10.0, (0, 0), dict(spec.params))
+                Sender("openai").send(
+                    Route(spec.id, openai.base_url, "k", "openai", 1), list(MESSAGES), 10.0, (0, 0), dict(spec.params)
+                )
             )
         assert openai.refusals[0][1]["error"]["code"] == "unsupported_parameter"
         send(spec, openai, "openai")  # through request_params: the cap goes as max_completion_tokens

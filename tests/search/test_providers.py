@@ -23,7 +23,7 @@ from cts.compose.app import build_node
 from cts.core.contracts import Page, SearchHit, SearchProvider
 from cts.core.types import CallError
 from cts.search.fetchers import HttpFetcher, LocalCorpusFetcher, extract_main_text
-from cts.search.providers import LocalWikiProvider, SearxngProvider, SerperProvider, lead_snippet
+from cts.search.providers import HttpPolicy, LocalWikiProvider, SearxngProvider, SerperProvider, lead_snippet
 from tests.search.fakes import ARTICLE, FakeHTTP
 
 
@@ -139,7 +139,7 @@ def test_serper_retries_5xx_then_succeeds(fake_http, monkeypatch):
     monkeypatch.setenv("SERPER_API_KEY", "k")
     replies = iter([(503, "text/plain", "busy"), (200, "application/json", json.dumps(SERPER_BODY))])
     url = fake_http.route("POST", "/search", lambda seen: next(replies))
-    hits = run(SerperProvider(base_url=url, backoff_s=0).search("q", 10))
+    hits = run(SerperProvider(base_url=url, settings=HttpPolicy(backoff_s=0)).search("q", 10))
     assert len(hits) == 3 and len(fake_http.seen) == 2
 
 
@@ -155,7 +155,7 @@ def test_serper_errors(fake_http, monkeypatch, status, body, kind, requests):
     monkeypatch.setenv("SERPER_API_KEY", "k")
     url = fake_http.route("POST", "/search", (status, "application/json", body))
     with pytest.raises(CallError) as err:
-        run(SerperProvider(base_url=url, max_attempts=3, backoff_s=0).search("q", 3))
+        run(SerperProvider(base_url=url, settings=HttpPolicy(max_attempts=3, backoff_s=0)).search("q", 3))
     assert err.value.kind == kind
     assert len(fake_http.seen) == requests
 
@@ -165,7 +165,7 @@ def test_unreachable_server_is_a_network_error(monkeypatch):
     with FakeHTTP() as server:
         url = server.url + "/search"
     with pytest.raises(CallError) as err:  # the server is gone: connection refused
-        run(SerperProvider(base_url=url, max_attempts=2, backoff_s=0, timeout_s=2).search("q", 3))
+        run(SerperProvider(base_url=url, settings=HttpPolicy(max_attempts=2, backoff_s=0, timeout_s=2)).search("q", 3))
     assert err.value.kind == "network"
 
 

@@ -23,7 +23,7 @@ from cts.core.records import search_call_error
 from cts.core.types import CallError, RequestRejected
 from cts.llm import Completion, ModelSpec
 from cts.search.fetchers import HttpFetcher, LocalCorpusFetcher, RoutingFetcher
-from cts.search.providers import LocalWikiProvider, SearxngProvider, SerperProvider
+from cts.search.providers import HttpPolicy, LocalWikiProvider, SearxngProvider, SerperProvider
 from cts.search.react import (
     DEFAULT_STOP,
     RESULT_SEP,
@@ -101,7 +101,7 @@ def make_services(tmp_path: Path, server: Any, cache: bool = False, memo: dict |
 
 
 def make_agent(services: Services, web: FakeHTTP, **kwargs: Any) -> WebDancerSearch:
-    provider = SerperProvider(base_url=web.url + "/search", backoff_s=0)
+    provider = SerperProvider(base_url=web.url + "/search", settings=HttpPolicy(backoff_s=0))
     return built(WebDancerSearch, services, model=MODEL, provider=provider, fetcher=HttpFetcher(timeout_s=5), **kwargs)
 
 

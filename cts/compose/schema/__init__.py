@@ -1,7 +1,10 @@
 """A typed schema per config node: each key's type, bounds, meaning and part in the protocol, declared once.
 
 The schemas are dataclasses (as Hydra's own plugins declare their configs), one per node of
-``conf/``; the yaml keeps the defaults. Derived from them: the value checks
+``conf/``; a key's default is written in its field only (the yaml under ``conf/`` holds the same
+value, checked by tests/compose/test_defaults.py, and the library's settings read it from
+here: :mod:`cts.llm` uses :class:`Backoff`, :class:`Price` and :class:`Adaptive` as they are).
+Derived from them: the value checks
 (:mod:`cts.compose.validate`), the fingerprint's protocol part (:func:`protocol_part`, used by
 :mod:`cts.compose.job_config`) and the guide's key reference (:func:`reference`).
 
@@ -13,8 +16,8 @@ and the role groups hold whatever keys their component takes.
 """
 
 from cts.compose.schema._components import K_MAX, K_MIN
-from cts.compose.schema._keys import UNSET, Check, KeyInfo, integer, key, keys_of, number, one_of
-from cts.compose.schema._run import LLM, Config, LocalLLM, Services
+from cts.compose.schema._keys import UNSET, Check, KeyInfo, default_of, integer, key, keys_of, node_from, number, one_of
+from cts.compose.schema._run import LLM, Adaptive, Backoff, Batch, Bootstrap, Config, LocalLLM, Plan, Price, Services
 from cts.compose.schema._table import (
     KEYS,
     MOUNTS,
@@ -36,17 +39,25 @@ __all__ = [
     "MOUNTS",
     "ORDERED",
     "UNSET",
+    "Adaptive",
+    "Backoff",
+    "Batch",
+    "Bootstrap",
     "Check",
     "Config",
     "KeyInfo",
     "LocalLLM",
+    "Plan",
+    "Price",
     "Services",
     "compile_pattern",
     "declared",
+    "default_of",
     "integer",
     "key",
     "key_at",
     "keys_of",
+    "node_from",
     "number",
     "one_of",
     "operational_top",

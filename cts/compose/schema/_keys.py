@@ -10,15 +10,19 @@ one table the value checks, the fingerprint and the guide's key reference are de
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-__all__ = ["UNSET", "Check", "KeyInfo", "integer", "key", "keys_of", "number", "one_of"]
+__all__ = ["UNSET", "Check", "KeyInfo", "default_of", "integer", "key", "keys_of", "node_from", "number", "one_of"]
+
+
+_T = TypeVar("_T")
 
 
 class _Unset:
@@ -102,28 +106,57 @@ class _Meta:
 
 def key(
     meaning: str,
+    default: Any = dataclasses.MISSING,
     *,
     protocol: bool = True,
-    ge: float | None = None,
-    gt: float | None = None,
-    le: float | None = None,
-    lt: float | None = None,
     check: Check | None = None,
     omit_at: Any = UNSET,
+    **bounds: float,
 ) -> Any:
-    """One schema field: a config key's meaning, bounds and part in the protocol.
+    """One schema field: a config key's meaning, default, bounds and part in the protocol.
 
     Args:
         meaning: One line: what the key means (the refusal and the guide's reference say it).
+        default: The key's default, written here only: the yaml under ``conf/`` holds the same
+            value (``python -m cts.compose.schema`` writes a missing one; a test compares them)
+            and the library's dataclasses read it from here. A nested schema (a class) stands
+            for its own fields' defaults. Omitted for a key whose value is an option's (a
+            model file, a search, a launcher): the option's yaml is its only declaration.
         protocol: Whether the key changes what a job measures: a protocol key is part of the
             fingerprint (a changed value refuses a resume), an operational one is not.
-        ge: Lower bound (inclusive) of a number; ``gt``, ``le``, ``lt`` likewise.
         check: A test the type and bounds cannot say (replaces them).
         omit_at: A protocol key added after job dirs existed: at this value it is left out of
             the fingerprint, so a dir written before the key resumes.
+        **bounds: ``ge`` (lower bound, inclusive), ``gt``, ``le``, ``lt`` of a number.
     """
-    bounds = {n: b for n, b in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt)) if b is not None}
-    return field(metadata={_META: _Meta(meaning, protocol, bounds, check, omit_at)})
+    unknown = set(bounds) - {"ge", "gt", "le", "lt"}
+    if unknown:
+        raise TypeError(f"key() got unknown bounds {sorted(unknown)}")
+    meta = {_META: _Meta(meaning, protocol, dict(bounds), check, omit_at)}
+    if isinstance(default, type) and dataclasses.is_dataclass(default):
+        return field(default_factory=default, metadata=meta)
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def default_of(schema: type, path: str) -> Any:
+    """The declared default of the dotted ``path`` inside ``schema`` (``"backoff.max"`` of :class:`LLM`).
+
+    Raises:
+        LookupError: The key has no default (its value is an option's).
+    """
+    head, _, rest = path.partition(".")
+    f = {f.name: f for f in dataclasses.fields(schema)}[head]
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        raise LookupError(f"{schema.__name__}.{head} declares no default")
+    if not rest:
+        return value
+    return default_of(type(value), rest)
 
 
 @dataclass(frozen=True)
@@ -139,6 +172,7 @@ class KeyInfo:
         type_name: The field's type as the guide shows it.
         branch: Whether the key holds a node (a nested schema, a mapping or a list).
         node: The nested schema of a node key (its ``ORDER`` pairs are checked too), else None.
+        default: The declared default of a leaf key (else :data:`UNSET`: a node, or an option's value).
     """
 
     path: str
@@ -149,6 +183,7 @@ class KeyInfo:
     type_name: str = ""
     branch: bool = False
     node: type | None = None
+    default: Any = UNSET
 
 
 def keys_of(schema: type, mount: str = "") -> Iterator[KeyInfo]:
@@ -163,11 +198,52 @@ def keys_of(schema: type, mount: str = "") -> Iterator[KeyInfo]:
         item = _item_type(inner)
         check = meta.check or (None if nested or item else _check_of(inner, null, meta.bounds))
         name = _type_name(hint)
-        yield KeyInfo(path, meta.meaning, meta.protocol, check, meta.omit_at, name, bool(nested or item), nested)
+        default = UNSET if nested else _default(f)
+        yield KeyInfo(
+            path, meta.meaning, meta.protocol, check, meta.omit_at, name, bool(nested or item), nested, default
+        )
         if nested is not None:
             yield from keys_of(nested, path)
         elif item is not None:
             yield from _items(item, f"{path}.*", meta)
+
+
+def node_from(schema: type[_T], data: Mapping[str, Any] | None, where: str) -> _T:
+    """``data`` (a config node) as a ``schema`` instance: nested schemas built alike, a missing key at its default.
+
+    Args:
+        schema: The node's schema (or a library subclass of it that adds methods).
+        data: The node's plain values (None: every default).
+        where: The node's dotted path, for the messages.
+
+    Raises:
+        ValueError: A key the schema does not declare (a typo), or a node that is not a mapping.
+    """
+    if not isinstance(data, Mapping | None):
+        raise ValueError(f"{where} must be a mapping, got {data!r}")  # noqa: TRY004 - a config error, as the others
+    values = dict(data or {})
+    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(schema)})  # type: ignore[arg-type]
+    if unknown:
+        raise ValueError(f"unknown {where} keys: {unknown}")
+    hints = typing.get_type_hints(schema)
+    for name, value in list(values.items()):
+        inner, null = _without_none(hints[name])
+        if not (dataclasses.is_dataclass(inner) and isinstance(inner, type)):
+            continue
+        if value is None and not null:
+            del values[name]  # an empty node: its defaults
+        elif value is not None:
+            values[name] = node_from(inner, value, f"{where}.{name}")
+    return schema(**values)
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    """The field's declared default (a fresh copy of a list or mapping), else :data:`UNSET`."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return UNSET
 
 
 def _items(item: Any, path: str, meta: _Meta) -> Iterator[KeyInfo]:

@@ -97,7 +97,7 @@ def _kept(node: Any, prefix: str) -> Any:
 
 def reference() -> str:
     """The guide's key reference: one Markdown row per declared key (``python -m cts.compose.schema`` writes it)."""
-    rows = ["| key | type | bounds | fingerprint | meaning |", "|---|---|---|---|---|"]
+    rows = ["| key | type | default | bounds | fingerprint | meaning |", "|---|---|---|---|---|---|"]
     for k in KEYS:
         if k.path.endswith("*") and k.check is None and not k.branch:
             continue  # the items of a list of names: their node's row says it
@@ -105,7 +105,8 @@ def reference() -> str:
         part = "protocol" if k.protocol else "operational"
         if k.omit_at is not UNSET:
             part += f" (left out at `{_shown(k.omit_at)}`)"
-        rows.append(f"| `{k.path}` | {k.type_name.replace('|', '&#124;')} | {bounds} | {part} | {k.meaning} |")
+        default = "" if k.default is UNSET else f"`{_shown(k.default)}`"
+        rows.append(f"| `{k.path}` | {_cell(k.type_name)} | {_cell(default)} | {bounds} | {part} | {k.meaning} |")
     return "\n".join(rows) + "\n"
 
 
@@ -123,4 +124,13 @@ def with_reference(text: str) -> str:
 
 
 def _shown(value: Any) -> str:
+    """``value`` as the yaml writes it (``null``, ``true``, ``[]``, ``{ua: 60.0}``)."""
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {_shown(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_shown(v) for v in value) + "]"
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "&#124;")

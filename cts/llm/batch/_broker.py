@@ -38,8 +38,7 @@ Store = Callable[[str, Route, Any], Awaitable[None]]
 """Stores a reply nobody in this process waits for: (cache key, route, response)."""
 _LIVE: weakref.WeakSet[BatchBroker] = weakref.WeakSet()
 _TRANSIENT_WAIT_S = 0.5  # first pause after a failed Batch API step, doubling ...
-_TRANSIENT_MAX_WAIT_S = 30.0  # ... up to this
-_TRANSIENT_BUDGET_S = 300.0  # then the step fails (an infrastructure failure: the resume polls again)
+_TRANSIENT_MAX_WAIT_S = 30.0  # ... up to this; then, past services.llm.batch.transient_budget_s, the step fails
 
 
 @dataclass
@@ -294,7 +293,7 @@ class BatchBroker:
                 w.future.set_exception(error)
 
     async def _transient(self, step: Callable[[], Awaitable[Any]]) -> Any:
-        """Run a Batch API step, riding out connection failures, 429s and 5xx for up to ``_TRANSIENT_BUDGET_S``.
+        """Run a Batch API step, riding out connection failures, 429s and 5xx for up to ``transient_budget_s``.
 
         A batch may run for hours: a provider's blip of a few minutes must not fail the requests it holds.
         """
@@ -303,7 +302,7 @@ class BatchBroker:
             try:
                 return await step()
             except Exception as exc:
-                if not _transient(exc) or waited >= _TRANSIENT_BUDGET_S:
+                if not _transient(exc) or waited >= self.settings.transient_budget_s:
                     raise
                 pause = min(_TRANSIENT_WAIT_S * 2**attempt, _TRANSIENT_MAX_WAIT_S)
                 log.info("Batch API step failed (%s), again in %.1f s", exc, pause)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Literal
+
+from cts.compose.schema import Batch, node_from
 
 BatchApi = Literal["openai", "anthropic"]
 BATCH_APIS: tuple[BatchApi, ...] = ("openai", "anthropic")
@@ -38,39 +40,20 @@ class BatchTerms:
         return cls(**raw)
 
 
-@dataclass(frozen=True)
-class BatchSettings:
+@dataclass(frozen=True, kw_only=True)
+class BatchSettings(Batch):
     """``services.llm.batch``: which roles go through Batch APIs, and how batches are made and watched.
 
-    Attributes:
-        roles: Accounting roles (``ChatClient.role``) whose requests are batched; empty = none.
-        max_requests: A batch is sent once it holds this many requests ...
-        max_wait_s: ... or once its oldest request has waited this long.
-        poll_s: Seconds between status polls of a running batch.
-        max_submissions: Submissions of one request: an expired, cancelled or errored line is
-            sent again in a later batch until this many; then the call fails on infrastructure (kind
-            ``batch``: nothing cached or recorded, a rerun sends it again).
-        window: The completion window asked for (``24h``, the one both providers offer).
-        dir: The ledger's directory; None = the launch's dir (a sweep's dir, a single run's dir).
+    The schema's keys (:class:`cts.compose.schema._run.Batch`: roles, max_requests, max_wait_s,
+    poll_s, max_submissions, window, dir), with what the broker asks of them.
     """
-
-    roles: tuple[str, ...] = ()
-    max_requests: int = 1000
-    max_wait_s: float = 5.0
-    poll_s: float = 30.0
-    max_submissions: int = 3
-    window: str = "24h"
-    dir: str | None = None
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> BatchSettings:
         """Parse the ``services.llm.batch`` mapping; unknown keys are an error (typos)."""
         data = dict(raw or {})
-        unknown = set(data) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown services.llm.batch keys: {sorted(unknown)}")
-        data["roles"] = tuple(str(r) for r in (data.get("roles") or ()))
-        return cls(**data)
+        data["roles"] = [str(r) for r in (data.get("roles") or ())]
+        return node_from(cls, data, "services.llm.batch")
 
     def takes(self, role: str) -> bool:
         """Whether ``role``'s requests go through a Batch API."""
