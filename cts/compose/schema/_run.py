@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from cts.compose.schema._components import K_MAX, K_MIN, Clarifier, Dataset, Extractor, Gate, Judge, Robustness, Search
 from cts.compose.schema._keys import key, one_of
+from cts.core.stages import role_timeouts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,18 +131,7 @@ class Batch:
     )
 
 
-_ROLE_TIMEOUT_S: dict[str, float | None] = {
-    "clarifier": None,
-    "ua": 60.0,  # one short answer
-    "rewriter": 60.0,  # one query
-    "search": 300.0,  # one WebDancer turn: a long context, long reasoning on a 32B model
-    "visit_summary": 180.0,  # WebDancer's summary of a whole web page
-    "judge": None,
-    "extractor": None,
-    "qtyper": None,
-    "gate": None,
-    "preflight": 30.0,  # the completion pre-flight: a few output tokens
-}
+_ROLE_TIMEOUT_S = role_timeouts()  # each role's default, declared with its stage (cts.core.stages)
 
 
 @dataclass(frozen=True, kw_only=True)
