@@ -29,6 +29,7 @@ from cts._util.console import job_closing_lines, sweep_closing_lines
 from cts._util.interrupt import hydra_quote, resume_command
 from cts._util.launch import Launch, unbind
 from cts._util.naming import register_resolver, swept_keys
+from cts.compose.scored import check_job, check_sweep
 from cts.core.errors import ConfigError, LaunchDone, ReportFailed, exit_on_error
 
 if TYPE_CHECKING:
@@ -288,6 +289,7 @@ class LaunchCallbacks(Callback):
             str(config.tracking.uri),
         )
         print("\n".join(where), flush=True)
+        _check_scored_sweep(config)
 
     def on_run_end(self, config: DictConfig, job_return: JobReturn | None = None, **kwargs: Any) -> None:
         """A single run that finished: say where its results are and how to look at them. The launch ends."""
@@ -296,6 +298,22 @@ class LaunchCallbacks(Callback):
             return
         job_dir = Path(str(job_return.hydra_cfg.hydra.runtime.output_dir))
         print("\n".join(job_closing_lines(str(job_dir), *_tracked_run(job_dir, config))), flush=True)
+        with exit_on_error():  # the closing lines first: a job that measured too little still says where it is
+            check_job(job_dir, _min_scored(config))
+
+
+def _min_scored(config: DictConfig) -> float | None:
+    """``min_scored`` of ``config`` (0 when it predates the key: a run that measured nothing fails)."""
+    value = OmegaConf.select(config, "min_scored", default=0)
+    return None if value is None else float(value)
+
+
+def _check_scored_sweep(config: DictConfig) -> None:
+    """Exit 3 when a job of the sweep measured too little (:mod:`cts.compose.scored`), after the closing lines."""
+    from cts.report.jobs import job_dirs
+
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    check_sweep(job_dirs(sweep_dir) if sweep_dir.is_dir() else [], _min_scored(config))
 
 
 def _tracked_run(job_dir: Path, config: DictConfig) -> tuple[str | None, str, str]:

@@ -174,6 +174,12 @@ class Config:
     repeat_stages: list[str] | None = key("stages a repeat re-samples; null = all", omit_at=None)
     arms: list[str] = key("attribution arms beside orig and clarified", omit_at=[])
     sweep_report: bool = key("build the paper-style report at the end of a multirun", protocol=False)
+    min_scored: float | None = key(
+        "share of a job's scores it must measure, else exit 3; none measured always fails; null = no check",
+        protocol=False,
+        ge=0,
+        le=1,
+    )
     debug: bool = key("bad input ends with its traceback", protocol=False)
     services: Services = key("the shared services")
     bootstrap: Bootstrap = key("the bootstrap settings")
