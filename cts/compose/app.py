@@ -7,11 +7,13 @@ corpus ...: :func:`cts.compose.services.component_arguments`), never the job's s
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -30,6 +32,7 @@ from cts.compose.checks import (  # noqa: F401 - the pre-flight, also reached th
 from cts.compose.job_config import in_multirun
 from cts.compose.probes import exit_on_probe_problems, probe_completions, probe_endpoints, task_groups  # noqa: F401 - re-exported
 from cts.compose.services import Services, component_arguments, resource_parameters
+from cts.core.errors import JobDirLocked
 from cts.tasks.registry import OutputsUnwritable, task_spec
 
 if TYPE_CHECKING:
@@ -75,10 +78,33 @@ def run(cfg: DictConfig) -> float | None:
             probe_endpoints([cfg], memo)
             probe_completions([cfg], memo)
         services = build_services(cfg)  # then the job's local LLM server, if any (services.local_llm)
-        with local_llm_served(
-            services, build_node(cfg.services.get("local_llm"), services), Path(cfg.paths.output_dir)
-        ) as services:
+        with (
+            local_llm_served(
+                services, build_node(cfg.services.get("local_llm"), services), Path(cfg.paths.output_dir)
+            ) as services,
+            left_to_the_holder(),
+        ):
             return run_configured_task(cfg, services)
+    return None  # the job's dir is another process's (left_to_the_holder)
+
+
+@contextlib.contextmanager
+def left_to_the_holder() -> Iterator[None]:
+    """In a multirun, a job whose dir another process holds is that one's: one line, and the job ends without failing.
+
+    Two sweeps started into one dir run each job once; the process that finishes last writes the
+    report (:mod:`cts.sweep._shared`). A single run in a held dir stays an error (``JobDirLocked``).
+    """
+    from tqdm import tqdm
+
+    try:
+        yield
+    except JobDirLocked as e:
+        if not in_multirun():
+            raise
+        tqdm.write(
+            f"{e.message.partition(';')[0]}: this sweep leaves the job to it", file=sys.stderr
+        )  # above the progress bar
 
 
 def checked_by_launch() -> bool:

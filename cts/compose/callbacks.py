@@ -274,22 +274,29 @@ class LaunchCallbacks(Callback):
     def _after_sweep(self, config: DictConfig) -> None:
         from cts._util.startup import end_startup_gc
         from cts.plan import after_sweep
+        from cts.sweep._shared import held_elsewhere, left_to_others, sweep_end
 
         end_startup_gc()  # a launcher whose jobs ran elsewhere (joblib, Slurm) left it off here
         launch = self._launch
         n_jobs = len(launch.jobs) if launch is not None else 0
-        try:
-            report = report_or_exit(config, n_jobs) if config.get("sweep_report", True) else None
-        finally:  # <sweep>/sweep_actual.json (the report's time in it), beside the forecast when there is one
-            after_sweep(launch.plan if launch is not None else None)
-        where = sweep_closing_lines(
-            str(config.hydra.sweep.dir),
-            str(report / "report.md") if report else None,
-            str(config.tracking.experiment),
-            str(config.tracking.uri),
-        )
-        print("\n".join(where), flush=True)
-        _check_scored_sweep(config)
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        with sweep_end(sweep_dir):  # two sweeps started into one dir: the one that finishes last ends it
+            held = held_elsewhere(sweep_dir)
+            try:
+                report = None if held or not config.get("sweep_report", True) else _report(config, n_jobs)
+            finally:  # <sweep>/sweep_actual.json (the report's time in it), beside the forecast when there is one
+                after_sweep(launch.plan if launch is not None else None)
+            where = sweep_closing_lines(
+                str(sweep_dir),
+                str(report / "report.md") if report else None,
+                str(config.tracking.experiment),
+                str(config.tracking.uri),
+            )
+            print("\n".join(where), flush=True)
+            if held:
+                print(left_to_others(sweep_dir, held), file=sys.stderr, flush=True)
+                return
+            _check_scored_sweep(config)
 
     def on_run_end(self, config: DictConfig, job_return: JobReturn | None = None, **kwargs: Any) -> None:
         """A single run that finished: say where its results are and how to look at them. The launch ends."""
@@ -300,6 +307,17 @@ class LaunchCallbacks(Callback):
         print("\n".join(job_closing_lines(str(job_dir), *_tracked_run(job_dir, config))), flush=True)
         with exit_on_error():  # the closing lines first: a job that measured too little still says where it is
             check_job(job_dir, _min_scored(config))
+
+
+def _report(config: DictConfig, n_jobs: int) -> Path:
+    """The sweep's report dir: built now, unless a process of the same sweep dir that ended first wrote it."""
+    from cts.sweep._shared import written_report
+
+    written = written_report(Path(str(config.hydra.sweep.dir)))
+    if written is not None:
+        print(f"cts: the sweep report was written by another process of this sweep dir: {written}", flush=True)
+        return written.parent
+    return report_or_exit(config, n_jobs)
 
 
 def _min_scored(config: DictConfig) -> float | None:
