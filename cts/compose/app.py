@@ -138,8 +138,9 @@ def check_start(config: DictConfig, jobs: Sequence[DictConfig], memo: Preflight 
     from cts.compose.errors import InputError, input_errors, missing_values, refuse
     from cts.compose.model_checks import batch_problems, spec_key_problems
     from cts.compose.probes import task_groups
-    from cts.compose.validate import value_problems
+    from cts.compose.validate import appended_key_problems, value_problems
 
+    refuse(list(dict.fromkeys(p for job in jobs for p in appended_key_problems(job))))  # +concurency=1
     refuse([p for job in jobs for p in spec_key_problems(job)])  # before any spec is built from a model file
     refuse([p for job in jobs for p in value_problems(job)])
     refuse(sorted({p for job in jobs for p in batch_problems(job, task_groups(job))}))

@@ -212,6 +212,7 @@ class LaunchCallbacks(Callback):
             stop_on_problems,
             task_groups,
         )
+        from cts.compose.errors import one_line_composition_errors
         from cts.compose.request_rules import warn_unapplied_params
         from cts.plan import before_launch
         from cts.sweep._compose import ComposedJobs
@@ -224,7 +225,8 @@ class LaunchCallbacks(Callback):
         if opens_here and (uri := traced_store(config)):  # imports during the checks
             tracking.start_trace_writer(uri, open_store=False)
         launch.composed = ComposedJobs()
-        launch.jobs = jobs = tuple(sweep_job_configs(config, launch.composed))
+        with one_line_composition_errors():  # a typo'd swept key or option: one line, and no sweep dir
+            launch.jobs = jobs = tuple(sweep_job_configs(config, launch.composed))
         check_start(config, jobs, launch.preflight)  # values, output places, input files: before any dir or store
         stop_on_problems([p for job in jobs for p in preflight_problems_of(job, task_groups(job), launch.preflight)])
         launch.preflight.checked.update(tuple(job.hydra.overrides.task) for job in jobs)  # runs do not repeat it

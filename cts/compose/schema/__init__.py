@@ -14,7 +14,7 @@ and the role groups hold whatever keys their component takes.
 
 from cts.compose.schema._components import K_MAX, K_MIN
 from cts.compose.schema._keys import UNSET, Check, KeyInfo, integer, key, keys_of, number, one_of
-from cts.compose.schema._run import LLM, Config, LocalLLM, Services
+from cts.compose.schema._run import CLOSED, LLM, Config, LocalLLM, Services
 from cts.compose.schema._table import (
     KEYS,
     MOUNTS,
@@ -29,6 +29,7 @@ from cts.compose.schema._table import (
 )
 
 __all__ = [
+    "CLOSED",
     "K_MAX",
     "K_MIN",
     "KEYS",

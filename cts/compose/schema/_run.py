@@ -198,3 +198,23 @@ class Config:
     qtyper: Any = key("the question typer")
     gate: Gate = key("the ask-or-not gate, applied after the fact over finished records", protocol=False)
     robustness: Robustness = key("the robustness analyses' settings")
+
+
+CLOSED: tuple[type, ...] = (
+    Config,
+    Bootstrap,
+    Plan,
+    Tracking,
+    Services,
+    LLM,
+    Adaptive,
+    Backoff,
+    Cache,
+    Spend,
+    Price,
+    Batch,
+)
+"""Schemas that declare every key of their node: a ``+key`` appended there that they lack is a typo.
+
+The others (a model's ``params``, a preset's ``robustness``, the components) take keys no schema lists.
+"""
