@@ -118,7 +118,7 @@ def one_line_composition_errors() -> Iterator[None]:
 def composition_problem(error: Exception) -> str:
     """One line for Hydra's composition error: ``concurency: no such key``, ``clarifier=x: no such option ...``."""
     text = str(error)
-    if found := re.search(r"Could not override '([^']+)'", text):
+    if (found := re.search(r"Could not override '([^']+)'", text)) and re.search(r"Key '[^']+' (is )?not in", text):
         return f"{found.group(1)}: no such key (the keys are in the guide's key reference)"
     if found := re.search(r"Could not find '([^']+)/([^'/]+)'", text):
         group, option = found.groups()

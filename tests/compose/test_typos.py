@@ -134,3 +134,12 @@ def test_the_command_line_refuses_with_one_line_and_creates_nothing(
     (printed,) = proc.stderr.strip().splitlines()
     assert printed.startswith(f"error: {line}"), proc.stderr
     assert not (tmp_path / "sweep").exists() and not (tmp_path / "out").exists()
+
+
+def test_hydra_s_other_composition_errors_keep_their_first_line() -> None:
+    from hydra.errors import ConfigCompositionException
+
+    from cts.compose.errors import composition_problem
+
+    error = ConfigCompositionException("Could not override 'judge/members'. No match in the defaults list.\nTo append")
+    assert composition_problem(error) == "Could not override 'judge/members'. No match in the defaults list."
