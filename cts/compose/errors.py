@@ -117,9 +117,12 @@ def one_line_composition_errors() -> Iterator[None]:
 
 def composition_problem(error: Exception) -> str:
     """One line for Hydra's composition error: ``concurency: no such key``, ``clarifier=x: no such option ...``."""
-    text = str(error)
+    text = f"{error}\n{error.__cause__ or ''}"  # Hydra's cause (OmegaConf's) says what is missing
     if (found := re.search(r"Could not override '([^']+)'", text)) and re.search(r"Key '[^']+' (is )?not in", text):
-        return f"{found.group(1)}: no such key (the keys are in the guide's key reference)"
+        from cts.compose.validate import declared_names, no_such_key
+
+        key = found.group(1)
+        return no_such_key(key, declared_names(key.rpartition(".")[0]))
     if found := re.search(r"Could not find '([^']+)/([^'/]+)'", text):
         group, option = found.groups()
         options = re.findall(r"(?m)^\t(\S+)$", text)

@@ -34,6 +34,7 @@ __all__ = [
     "appended_key_problems",
     "command_line_problems",
     "compile_pattern",
+    "declared_names",
     "no_such_key",
     "register_resolvers",
     "value_problems",
@@ -191,6 +192,13 @@ def no_such_key(key: str, known: Iterable[str]) -> str:
     found = difflib.get_close_matches(rest, sorted(set(known)), n=1, cutoff=0.7)
     hint = f"did you mean {head}{dot}{found[0]}?" if found else "the keys are in the guide's key reference"
     return f"{key}: no such key ({hint})"
+
+
+def declared_names(parent: str) -> list[str]:
+    """The keys a schema declares in the node at dotted path ``parent`` ("" is the root; [] when none does)."""
+    info = key_at(parent) if parent else None
+    schema = Config if not parent else (info.node if info is not None else None)
+    return [f.name for f in dataclasses.fields(schema)] if schema is not None else []
 
 
 def command_line_problems(

@@ -123,7 +123,10 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         (("+concurency=1",), CONCURENCY),
         (("-m", "+concurency=1", "k=1,2"), CONCURENCY),
         (("-m", "clarifier=rules_scope,rules_regio", "k=1,2"), REGIO),
-        (("-m", "services.llm.cache.mod=off,read_only"), "services.llm.cache.mod: no such key"),
+        (
+            ("-m", "services.llm.cache.mod=off,read_only"),
+            "services.llm.cache.mod: no such key (did you mean services.llm.cache.mode?)",
+        ),
     ],
 )
 def test_the_command_line_refuses_with_one_line_and_creates_nothing(
