@@ -102,9 +102,8 @@ def left_to_the_holder() -> Iterator[None]:
     except JobDirLocked as e:
         if not in_multirun():
             raise
-        tqdm.write(
-            f"{e.message.partition(';')[0]}: this sweep leaves the job to it", file=sys.stderr
-        )  # above the progress bar
+        line = f"{e.message.partition(';')[0]}: this sweep leaves the job to it"
+        tqdm.write(line, file=sys.stderr)  # above the sweep's progress bar
 
 
 def checked_by_launch() -> bool:
