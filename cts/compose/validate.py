@@ -209,8 +209,9 @@ def command_line_problems(
     Checked before Hydra composes anything, so ``concurency=1``, ``+concurency=1`` or
     ``clarifier=rules_regio`` ends with one ``error:`` line and creates no dir. Known first keys: the
     root schema's (:class:`cts.compose.schema.Config`), the config groups of ``config_dirs``, and the
-    keys their ``_global_`` presets add (``build_gold``). Deeper keys are checked on the composed
-    config (:func:`appended_key_problems`, the pre-flight).
+    keys their ``_global_`` presets add (``build_gold``); deeper keys where the schemas on their path
+    declare every key (:data:`CLOSED`). The others are checked on the composed config
+    (:func:`appended_key_problems`, the pre-flight).
 
     Args:
         args: The command line's arguments.
@@ -228,7 +229,22 @@ def command_line_problems(
             problems += _option_problems(arg, group, config_dirs, model_groups)
         elif key.split(".", 1)[0].split("/", 1)[0] not in known:
             problems.append(no_such_key(key, known))
+        elif (found := _closed_path_problem(key)) is not None:
+            problems.append(found)
     return problems
+
+
+def _closed_path_problem(key: str) -> str | None:
+    """The line of a dotted key that goes through closed schemas (:data:`CLOSED`) to a key they lack, else None."""
+    parts = key.split(".")
+    for i in range(1, len(parts)):
+        info = key_at(".".join(parts[:i]))
+        if info is None or info.node not in CLOSED:
+            return None  # a component, an open node or a mapping: the pre-flight or Hydra checks it
+        names = [f.name for f in dataclasses.fields(info.node)]
+        if parts[i] not in names:
+            return no_such_key(".".join(parts[: i + 1]), names)
+    return None
 
 
 def _option_problems(

@@ -41,6 +41,17 @@ def test_a_mistyped_first_key_gets_one_line_plain_appended_or_swept(arg: str) ->
 
 
 @pytest.mark.parametrize(
+    "arg", ["services.llm.cache.mod=off", "+services.llm.cache.mod=off", "services.llm.cach.mode=off"]
+)
+def test_a_mistyped_deeper_key_where_every_schema_on_its_path_is_closed_gets_one_line(arg: str) -> None:
+    (line,) = _problems(arg)
+    assert line in (
+        "services.llm.cache.mod: no such key (did you mean services.llm.cache.mode?)",
+        "services.llm.cach: no such key (did you mean services.llm.cache?)",
+    )
+
+
+@pytest.mark.parametrize(
     "arg", ["clarifier=rules_regio", "clarifier=rules_scope,rules_regio", "+clarifier=rules_regio"]
 )
 def test_a_mistyped_option_gets_one_line_naming_the_options(arg: str) -> None:
@@ -56,6 +67,8 @@ def test_a_mistyped_option_gets_one_line_naming_the_options(arg: str) -> None:
         ("experiment=build_gold", "build_gold.instances=data.jsonl", "+build_gold.out_dir=gold/"),
         ("services.llm.api_base=http://127.0.0.1:9/v1", "llm@services.llm=default", "~seed", "plan=only"),
         ("--config-dir", "mine", "hydra.sweep.dir=x", "+hydra.job.env_set.A=1", "+judge.treshold=0.5", "dataset=null"),
+        ("services.llm.cache.mode=off", "plan.calibration_n=10", "services.llm.role_timeout_s.judge=30", "k=1"),
+        ("services.llm.batch.roles=[ua]", "bootstrap.n_resamples=100", "services.local_llm.n_ctx=512"),
         ("search.provider=serper", "clarifier=choice(gpt,claude)", "k=range(1,4)", "tracking.uri=sqlite:///m.db"),
     ],
 )
@@ -121,6 +134,10 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     ("args", "line"),
     [
         (("+concurency=1",), CONCURENCY),
+        (
+            ("services.llm.cache.mod=off",),
+            "services.llm.cache.mod: no such key (did you mean services.llm.cache.mode?)",
+        ),
         (("-m", "+concurency=1", "k=1,2"), CONCURENCY),
         (("-m", "clarifier=rules_scope,rules_regio", "k=1,2"), REGIO),
         (
