@@ -6,7 +6,8 @@ single run (and after a multirun, over every job dir of its sweep) each job's me
 scores (clarified and orig arms, ``1 - unscored_rate`` in its ``summary.json``) is compared with
 ``min_scored``: a job that measured none, or less than ``min_scored``, ends the command with one line
 and :data:`EXIT_SCORED_TOO_LITTLE`; a sweep's status is its worst job's. ``min_scored=null`` turns the
-check off. A task that scores nothing by design (the gold build) has no ``unscored`` entry and is not checked.
+check off. A task that scores nothing by design (the gold build) has no ``unscored`` entry, and a job with no
+record (the spend limit stopped it first) no arm: neither is checked.
 """
 
 from __future__ import annotations
@@ -44,9 +45,10 @@ def job_scored(job_dir: Path) -> JobScored | None:
     if not isinstance(unscored, dict) or "unscored_rate" not in unscored:
         return None
     rate = unscored["unscored_rate"]
-    share = 0.0 if rate is None or not math.isfinite(rate) else 1.0 - float(rate)  # NaN: no arm at all
+    if rate is None or not math.isfinite(rate):
+        return None  # no arm at all: a job the spend limit stopped before any instance says so itself
     n = int(2 * float((summary.get("metrics") or {}).get("n_instances") or 0))
-    return JobScored(str(summary.get("run_name") or job_dir.name), max(share, 0.0), n)
+    return JobScored(str(summary.get("run_name") or job_dir.name), max(1.0 - float(rate), 0.0), n)
 
 
 def too_little(scored: JobScored, min_scored: float | None) -> bool:

@@ -45,9 +45,9 @@ def test_the_threshold_is_a_share_of_the_scores_and_nothing_measured_always_fail
     assert scored is not None and too_little(scored, min_scored) is fails
 
 
-def test_a_job_with_no_arm_at_all_measured_nothing(tmp_path: Path) -> None:
-    scored = job_scored(_job(tmp_path, "j", float("nan"), n=0))
-    assert scored is not None and scored.share == 0.0 and too_little(scored, 0.0)
+def test_a_job_with_no_record_is_left_to_its_own_stop_line(tmp_path: Path) -> None:
+    assert job_scored(_job(tmp_path, "j", float("nan"), n=0)) is None  # e.g. the spend limit stopped it first
+    check_job(tmp_path / "j", 0.0)
 
 
 def test_a_task_that_scores_nothing_by_design_is_not_checked(tmp_path: Path) -> None:
