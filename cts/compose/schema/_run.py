@@ -209,6 +209,13 @@ class Config:
     repeat_stages: list[str] | None = key("stages a repeat re-samples; null = all", None, omit_at=None)
     arms: list[str] = key("attribution arms beside orig and clarified", [], omit_at=[])
     sweep_report: bool = key("build the paper-style report at the end of a multirun", True, protocol=False)
+    min_scored: float | None = key(
+        "share of a job's scores it must measure, else exit 3; none measured always fails; null = no check",
+        0.0,
+        protocol=False,
+        ge=0,
+        le=1,
+    )
     debug: bool = key("bad input ends with its traceback", False, protocol=False)
     services: Services = key("the shared services", Services)
     bootstrap: Bootstrap = key("the bootstrap settings", Bootstrap)
@@ -228,3 +235,23 @@ class Config:
     qtyper: Any = key("the question typer")
     gate: Gate = key("the ask-or-not gate, applied after the fact over finished records", protocol=False)
     robustness: Robustness = key("the robustness analyses' settings")
+
+
+CLOSED: tuple[type, ...] = (
+    Config,
+    Bootstrap,
+    Plan,
+    Tracking,
+    Services,
+    LLM,
+    Adaptive,
+    Backoff,
+    Cache,
+    Spend,
+    Price,
+    Batch,
+)
+"""Schemas that declare every key of their node: a ``+key`` appended there that they lack is a typo.
+
+The others (a model's ``params``, a preset's ``robustness``, the components) take keys no schema lists.
+"""
