@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from cts._util.switches import spell_out_switches
 from cts.compat.renames import renamed_on_command_line
-from cts.compose.validate import register_resolvers
+from cts.compose.validate import command_line_problems, register_resolvers
 from cts.core.errors import ConfigError, exit_on_error
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
@@ -48,6 +48,10 @@ def _command_line() -> None:
     """Refuse a retired name; spell out ``plan=true`` (so ``plan.calibration_n=10`` beside it has a node)."""
     if renamed := renamed_on_command_line(sys.argv[1:], _config_dirs()):  # a name retired since the first release
         raise ConfigError("\n".join(f"error: {line}" for line in renamed))
+    from hydra_plugins.cts_model_roles.cts_model_roles import MEMBER_GROUPS, ROLES
+
+    if unknown := command_line_problems(sys.argv[1:], _config_dirs(), (*ROLES, *MEMBER_GROUPS)):  # before any dir
+        raise ConfigError("\n".join(f"error: {line}" for line in unknown))
     try:
         sys.argv[1:] = spell_out_switches(sys.argv[1:])
     except ValueError as e:

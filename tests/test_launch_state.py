@@ -29,6 +29,7 @@ from tests.layers import PKG, module_name
 LAUNCH_MODULE = "cts._util.launch"
 
 PROCESS_WIDE: dict[str, str] = {
+    "cts.core.stages:_declared": "the declared stages: code registers a stage once per process, as it imports a class",
     "cts._util.secrets:_KNOWN": "keys this process read: masked in all it writes, whichever launch read them",
     "cts._util.interrupt:_received": "the SIGTERM handler's record: a signal reaches the process, not a launch",
     "cts._util.prompts:_PROCESS_USED": "prompts used outside any job's scope (scripts); a job's are in its context",

@@ -7,11 +7,13 @@ corpus ...: :func:`cts.compose.services.component_arguments`), never the job's s
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -31,6 +33,7 @@ from cts.compose.job_config import in_multirun
 from cts.compose.probes import exit_on_probe_problems, probe_completions, probe_endpoints, task_groups  # noqa: F401 - re-exported
 from cts.compose.schema import LLM
 from cts.compose.services import Services, component_arguments, resource_parameters
+from cts.core.errors import JobDirLocked
 from cts.tasks.registry import OutputsUnwritable, task_spec
 
 if TYPE_CHECKING:
@@ -76,10 +79,32 @@ def run(cfg: DictConfig) -> float | None:
             probe_endpoints([cfg], memo)
             probe_completions([cfg], memo)
         services = build_services(cfg)  # then the job's local LLM server, if any (services.local_llm)
-        with local_llm_served(
-            services, build_node(cfg.services.get("local_llm"), services), Path(cfg.paths.output_dir)
-        ) as services:
+        with (
+            local_llm_served(
+                services, build_node(cfg.services.get("local_llm"), services), Path(cfg.paths.output_dir)
+            ) as services,
+            left_to_the_holder(),
+        ):
             return run_configured_task(cfg, services)
+    return None  # the job's dir is another process's (left_to_the_holder)
+
+
+@contextlib.contextmanager
+def left_to_the_holder() -> Iterator[None]:
+    """In a multirun, a job whose dir another process holds is that one's: one line, and the job ends without failing.
+
+    Two sweeps started into one dir run each job once; the process that finishes last writes the
+    report (:mod:`cts.sweep._shared`). A single run in a held dir stays an error (``JobDirLocked``).
+    """
+    from tqdm import tqdm
+
+    try:
+        yield
+    except JobDirLocked as e:
+        if not in_multirun():
+            raise
+        line = f"{e.message.partition(';')[0]}: this sweep leaves the job to it"
+        tqdm.write(line, file=sys.stderr)  # above the sweep's progress bar
 
 
 def checked_by_launch() -> bool:
@@ -113,8 +138,9 @@ def check_start(config: DictConfig, jobs: Sequence[DictConfig], memo: Preflight 
     from cts.compose.errors import InputError, input_errors, missing_values, refuse
     from cts.compose.model_checks import batch_problems, spec_key_problems
     from cts.compose.probes import task_groups
-    from cts.compose.validate import value_problems
+    from cts.compose.validate import appended_key_problems, value_problems
 
+    refuse(list(dict.fromkeys(p for job in jobs for p in appended_key_problems(job))))  # +concurency=1
     refuse([p for job in jobs for p in spec_key_problems(job)])  # before any spec is built from a model file
     refuse([p for job in jobs for p in value_problems(job)])
     refuse(sorted({p for job in jobs for p in batch_problems(job, task_groups(job))}))

@@ -30,6 +30,7 @@ from cts._util.interrupt import hydra_quote, resume_command
 from cts._util.launch import Launch, unbind
 from cts._util.naming import register_resolver, swept_keys
 from cts.compose.schema import Config, default_of
+from cts.compose.scored import check_job, check_sweep
 from cts.compose.secret_files import hide_written_secrets, remember_secrets, warn_literal_secrets
 from cts.core.errors import ConfigError, LaunchDone, ReportFailed, exit_on_error
 
@@ -218,6 +219,7 @@ class LaunchCallbacks(Callback):
             stop_on_problems,
             task_groups,
         )
+        from cts.compose.errors import one_line_composition_errors
         from cts.compose.request_rules import warn_unapplied_params
         from cts.plan import before_launch
         from cts.sweep._compose import ComposedJobs
@@ -232,7 +234,8 @@ class LaunchCallbacks(Callback):
         if opens_here and (uri := traced_store(config)):  # imports during the checks
             tracking.start_trace_writer(uri, open_store=False)
         launch.composed = ComposedJobs()
-        launch.jobs = jobs = tuple(sweep_job_configs(config, launch.composed))
+        with one_line_composition_errors():  # a typo'd swept key or option: one line, and no sweep dir
+            launch.jobs = jobs = tuple(sweep_job_configs(config, launch.composed))
         check_start(config, jobs, launch.preflight)  # values, output places, input files: before any dir or store
         tracking.check_store(str(config.tracking.uri))  # a dead server, a damaged file: before any LLM call
         stop_on_problems([p for job in jobs for p in preflight_problems_of(job, task_groups(job), launch.preflight)])
@@ -289,25 +292,33 @@ class LaunchCallbacks(Callback):
     def _after_sweep(self, config: DictConfig) -> None:
         from cts._util.startup import end_startup_gc
         from cts.plan import after_sweep
+        from cts.sweep._shared import held_elsewhere, left_to_others, sweep_end
 
         end_startup_gc()  # a launcher whose jobs ran elsewhere (joblib, Slurm) left it off here
         launch = self._launch
         n_jobs = len(launch.jobs) if launch is not None else 0
-        try:
-            report = (
-                report_or_exit(config, n_jobs)
-                if config.get("sweep_report", default_of(Config, "sweep_report"))
-                else None
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        with sweep_end(sweep_dir):  # two sweeps started into one dir: the one that finishes last ends it
+            held = held_elsewhere(sweep_dir)
+            try:
+                report = (
+                    None
+                    if held or not config.get("sweep_report", default_of(Config, "sweep_report"))
+                    else _report(config, n_jobs)
+                )
+            finally:  # <sweep>/sweep_actual.json (the report's time in it), beside the forecast when there is one
+                after_sweep(launch.plan if launch is not None else None)
+            where = sweep_closing_lines(
+                str(sweep_dir),
+                str(report / "report.md") if report else None,
+                str(config.tracking.experiment),
+                str(config.tracking.uri),
             )
-        finally:  # <sweep>/sweep_actual.json (the report's time in it), beside the forecast when there is one
-            after_sweep(launch.plan if launch is not None else None)
-        where = sweep_closing_lines(
-            str(config.hydra.sweep.dir),
-            str(report / "report.md") if report else None,
-            str(config.tracking.experiment),
-            str(config.tracking.uri),
-        )
-        print("\n".join(where), flush=True)
+            print("\n".join(where), flush=True)
+            if held:
+                print(left_to_others(sweep_dir, held), file=sys.stderr, flush=True)
+                return
+            _check_scored_sweep(config)
 
     def on_run_end(self, config: DictConfig, job_return: JobReturn | None = None, **kwargs: Any) -> None:
         """A single run that finished: say where its results are and how to look at them. The launch ends."""
@@ -316,6 +327,33 @@ class LaunchCallbacks(Callback):
             return
         job_dir = Path(str(job_return.hydra_cfg.hydra.runtime.output_dir))
         print("\n".join(job_closing_lines(str(job_dir), *_tracked_run(job_dir, config))), flush=True)
+        with exit_on_error():  # the closing lines first: a job that measured too little still says where it is
+            check_job(job_dir, _min_scored(config))
+
+
+def _report(config: DictConfig, n_jobs: int) -> Path:
+    """The sweep's report dir: built now, unless a process of the same sweep dir that ended first wrote it."""
+    from cts.sweep._shared import written_report
+
+    written = written_report(Path(str(config.hydra.sweep.dir)))
+    if written is not None:
+        print(f"cts: the sweep report was written by another process of this sweep dir: {written}", flush=True)
+        return written.parent
+    return report_or_exit(config, n_jobs)
+
+
+def _min_scored(config: DictConfig) -> float | None:
+    """``min_scored`` of ``config`` (0 when it predates the key: a run that measured nothing fails)."""
+    value = OmegaConf.select(config, "min_scored", default=0)
+    return None if value is None else float(value)
+
+
+def _check_scored_sweep(config: DictConfig) -> None:
+    """Exit 3 when a job of the sweep measured too little (:mod:`cts.compose.scored`), after the closing lines."""
+    from cts.report.jobs import job_dirs
+
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    check_sweep(job_dirs(sweep_dir) if sweep_dir.is_dir() else [], _min_scored(config))
 
 
 def _tracked_run(job_dir: Path, config: DictConfig) -> tuple[str | None, str, str]:

@@ -11,9 +11,11 @@ permission: :func:`cts._util.io.output_fault`) is not a bug either: one line nam
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import logging
 import os
+import re
 import sys
 import traceback
 from collections.abc import Collection, Iterable, Iterator, Sequence
@@ -35,6 +37,7 @@ __all__ = [
     "input_errors",
     "missing_values",
     "problems_of",
+    "one_line_composition_errors",
     "quiet_unwritable_logs",
     "refuse",
     "stop_unwritable",
@@ -95,6 +98,38 @@ def _output_problem(error: OSError) -> str:
 def error_lines(problems: list[str]) -> str:
     """The ``error: ...`` lines of these problems (each one line, duplicates dropped)."""
     return "\n".join(f"error: {' '.join(p.splitlines())}" for p in dict.fromkeys(problems))
+
+
+@contextlib.contextmanager
+def one_line_composition_errors() -> Iterator[None]:
+    """Refuse (exit 1) with one ``error:`` line when Hydra cannot compose a job (a typo'd key or option).
+
+    A sweep composes every job before it starts (:func:`cts.compose.callbacks.sweep_job_configs`): a
+    typo in a swept value would otherwise end in Hydra's message of 9-40 lines after the sweep dir exists.
+    """
+    from hydra.errors import ConfigCompositionException, MissingConfigException
+
+    try:
+        yield
+    except (ConfigCompositionException, MissingConfigException) as e:
+        raise ConfigError(error_lines([composition_problem(e)])) from None
+
+
+def composition_problem(error: Exception) -> str:
+    """One line for Hydra's composition error: ``concurency: no such key``, ``clarifier=x: no such option ...``."""
+    text = f"{error}\n{error.__cause__ or ''}"  # Hydra's cause (OmegaConf's) says what is missing
+    if (found := re.search(r"Could not override '([^']+)'", text)) and re.search(r"Key '[^']+' (is )?not in", text):
+        from cts.compose.validate import declared_names, no_such_key
+
+        key = found.group(1)
+        return no_such_key(key, declared_names(key.rpartition(".")[0]))
+    if found := re.search(r"Could not find '([^']+)/([^'/]+)'", text):
+        group, option = found.groups()
+        options = re.findall(r"(?m)^\t(\S+)$", text)
+        close = difflib.get_close_matches(option, options, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}? " if close else ""
+        return f"{group.replace('/', '.')}={option}: no such option ({hint}options: {', '.join(options)})"
+    return " ".join(text.split("\n", 1)[0].split())
 
 
 def refuse(problems: list[str]) -> None:

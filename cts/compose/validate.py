@@ -12,18 +12,33 @@ same second never share it.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from importlib.resources.abc import Traversable
 from typing import Any, TypeGuard
 
+import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from cts.compose.schema import KEYS, ORDERED, KeyInfo, compile_pattern, declared, ordered
+from cts.compose.schema import CLOSED, KEYS, ORDERED, Config, KeyInfo, compile_pattern, declared, key_at, ordered
 from cts.compose.schema._keys import is_number
 
-__all__ = ["ORDERED", "RULES", "Rule", "compile_pattern", "register_resolvers", "value_problems"]
+__all__ = [
+    "ORDERED",
+    "RULES",
+    "Rule",
+    "appended_key_problems",
+    "command_line_problems",
+    "compile_pattern",
+    "declared_names",
+    "no_such_key",
+    "register_resolvers",
+    "value_problems",
+]
 
 PID_RESOLVER = "cts_pid"
 
@@ -169,3 +184,162 @@ def _shown(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     return repr(value) if isinstance(value, str) else str(value)
+
+
+def no_such_key(key: str, known: Iterable[str]) -> str:
+    """The line of a key nothing declares: ``concurency: no such key (did you mean concurrency?)``."""
+    head, dot, rest = key.rpartition(".")
+    found = difflib.get_close_matches(rest, sorted(set(known)), n=1, cutoff=0.7)
+    hint = f"did you mean {head}{dot}{found[0]}?" if found else "the keys are in the guide's key reference"
+    return f"{key}: no such key ({hint})"
+
+
+def declared_names(parent: str) -> list[str]:
+    """The keys a schema declares in the node at dotted path ``parent`` ("" is the root; [] when none does)."""
+    info = key_at(parent) if parent else None
+    schema = Config if not parent else (info.node if info is not None else None)
+    return [f.name for f in dataclasses.fields(schema)] if schema is not None else []
+
+
+def command_line_problems(
+    args: Sequence[str], config_dirs: Sequence[Traversable], model_groups: Collection[str] = ()
+) -> list[str]:
+    """One line per override of ``args`` whose first key nothing defines, or whose group has no such option.
+
+    Checked before Hydra composes anything, so ``concurency=1``, ``+concurency=1`` or
+    ``clarifier=rules_regio`` ends with one ``error:`` line and creates no dir. Known first keys: the
+    root schema's (:class:`cts.compose.schema.Config`), the config groups of ``config_dirs``, and the
+    keys their ``_global_`` presets add (``build_gold``); deeper keys where the schemas on their path
+    declare every key (:data:`CLOSED`). The others are checked on the composed config
+    (:func:`appended_key_problems`, the pre-flight).
+
+    Args:
+        args: The command line's arguments.
+        config_dirs: The config dirs (``conf/`` and the command line's own).
+        model_groups: The groups every ``model/<name>.yaml`` is also an option of (the LLM roles).
+    """
+    keys = [(arg, k) for arg in args if (k := _override_key(arg)) is not None]
+    if not keys:
+        return []
+    known = _first_keys(config_dirs)
+    problems = []
+    for arg, key in keys:
+        group = key.replace(".", "/")
+        if any((d / group).is_dir() for d in config_dirs):
+            problems += _option_problems(arg, group, config_dirs, model_groups)
+        elif key.split(".", 1)[0].split("/", 1)[0] not in known:
+            problems.append(no_such_key(key, known))
+        elif (found := _closed_path_problem(key)) is not None:
+            problems.append(found)
+    return problems
+
+
+def _closed_path_problem(key: str) -> str | None:
+    """The line of a dotted key that goes through closed schemas (:data:`CLOSED`) to a key they lack, else None."""
+    parts = key.split(".")
+    for i in range(1, len(parts)):
+        info = key_at(".".join(parts[:i]))
+        if info is None or info.node not in CLOSED:
+            return None  # a component, an open node or a mapping: the pre-flight or Hydra checks it
+        names = [f.name for f in dataclasses.fields(info.node)]
+        if parts[i] not in names:
+            return no_such_key(".".join(parts[: i + 1]), names)
+    return None
+
+
+def _option_problems(
+    arg: str, group: str, config_dirs: Sequence[Traversable], model_groups: Collection[str]
+) -> list[str]:
+    """``group=option`` lines for each option of ``arg`` (its swept values too) that the group has no file for."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep
+    from hydra.errors import HydraException
+
+    try:
+        override = OverridesParser.create().parse_override(arg.lstrip("+"))
+    except HydraException:
+        return []  # Hydra says what is malformed
+    value = override.value()
+    if isinstance(value, ChoiceSweep):
+        wanted = [str(v) for v in value.list if isinstance(v, str)]
+    else:
+        wanted = [value] if isinstance(value, str) and not override.is_sweep_override() else []
+    options = {
+        f.name[: -len(".yaml")]
+        for d in config_dirs
+        for sub in (d / group, *((d / "model",) if group in model_groups else ()))
+        if sub.is_dir()
+        for f in sub.iterdir()
+        if f.name.endswith(".yaml")
+    }
+    name = group.replace("/", ".")
+    return [_no_such_option(name, o, options) for o in wanted if o not in options and o != "null"]
+
+
+def _no_such_option(group: str, option: str, options: Collection[str]) -> str:
+    close = difflib.get_close_matches(option, sorted(options), n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return f"{group}={option}: no such option ({hint}options: {', '.join(sorted(options))})"
+
+
+def _override_key(arg: str) -> str | None:
+    """The key of a ``key=value``, ``+key=value`` or ``++key=value`` override (None: a flag, a delete, a package)."""
+    if arg.startswith(("-", "~")) or "=" not in arg:
+        return None
+    key = arg.split("=", 1)[0].lstrip("+")
+    return None if not key or "@" in key or key.startswith("hydra") else key
+
+
+def _first_keys(config_dirs: Sequence[Traversable]) -> set[str]:
+    """The root schema's keys, the config groups and the keys of every ``_global_`` preset of ``config_dirs``."""
+    known = {f.name for f in dataclasses.fields(Config)}
+    for d in config_dirs:
+        for child in d.iterdir():
+            if child.is_dir():
+                known.add(child.name)
+                known.update(_global_keys(child))
+    return known
+
+
+def _global_keys(group: Traversable) -> Iterator[str]:
+    """The top keys of the ``# @package _global_`` files of a group dir (and of its sub-groups)."""
+    for child in group.iterdir():
+        if child.is_dir():
+            yield from _global_keys(child)
+        elif child.name.endswith(".yaml"):
+            text = child.read_text(encoding="utf-8")
+            if "@package _global_" in text.split("\n", 1)[0]:
+                node = yaml.safe_load(text)
+                yield from (str(k) for k in (node if isinstance(node, dict) else {}) if k != "defaults")
+
+
+def appended_key_problems(cfg: DictConfig) -> list[str]:
+    """One line per ``+key=value`` of the job's command line that lands where a schema declares no such key.
+
+    ``+concurency=1`` would be stored silently (and change the fingerprint for nothing). A key added
+    to a component (a node with ``_target_``) is checked against its signature by the pre-flight;
+    a key under a node no schema describes (``paths``, a preset's own) is left alone.
+    """
+    overrides = OmegaConf.select(cfg, "hydra.overrides.task", default=None) or []
+    groups = {str(g).split("@", 1)[0] for g in OmegaConf.select(cfg, "hydra.runtime.choices", default=None) or {}}
+    problems = []
+    for arg in (str(o) for o in overrides if str(o).startswith("+")):
+        key = _override_key(arg)
+        if key is None or key.replace(".", "/") in groups:
+            continue
+        parent_path, _, name = key.rpartition(".")
+        schema = _schema_of(cfg, parent_path)
+        if schema is not None and name not in (fields := {f.name for f in dataclasses.fields(schema)}):
+            problems.append(no_such_key(key, fields))
+    return problems
+
+
+def _schema_of(cfg: DictConfig, path: str) -> type | None:
+    """The schema of the node at ``path`` when it declares every key there (None: a component, an open node, none)."""
+    node = OmegaConf.select(cfg, path, default=None) if path else cfg
+    if not isinstance(node, DictConfig) or "_target_" in node:
+        return None
+    if not path:
+        return Config
+    info = key_at(path)
+    return info.node if info is not None and info.node in CLOSED else None

@@ -25,6 +25,7 @@ __all__ = [
     "PreflightFailed",
     "ReportFailed",
     "ResumeRefused",
+    "ScoredTooLittle",
     "TaskStopped",
     "TrackingStoreError",
     "exit_on_error",
@@ -75,6 +76,12 @@ class PlanRefused(CtsError):
 
 class TaskStopped(CtsError):
     """A single run ended incomplete (infrastructure failure, breaker, spend limit, partial gold)."""
+
+
+class ScoredTooLittle(CtsError):
+    """A run ran to its end but measured too few scores (``min_scored``, :mod:`cts.compose.scored`): exit 3."""
+
+    exit_code = 3
 
 
 class ReportFailed(CtsError):

@@ -45,6 +45,7 @@ class Stage:
             spend is on the cost axis of the report's frontier.
         per_turn: Runs once per turn in sequential mode (the planner's round trips).
         on_arm: Runs on every searched arm (the planner counts it once per arm).
+        timeout_s: Its calls' default request timeout (``services.llm.role_timeout_s``; None: ``timeout_s``).
     """
 
     name: str
@@ -63,6 +64,7 @@ class Stage:
     interaction: bool = False
     per_turn: bool = False
     on_arm: bool = False
+    timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "node", MappingProxyType(dict(self.node)))
@@ -80,6 +82,7 @@ class Aide:
         batchable: Whether ``services.llm.batch.roles`` may name it.
         interaction: Its spend is clarification spend (the report's cost axis).
         component: Whether the job builds it as a component of its own (``qtyper=...``).
+        timeout_s: Its calls' default request timeout (``services.llm.role_timeout_s``; None: ``timeout_s``).
     """
 
     role: str
@@ -88,6 +91,7 @@ class Aide:
     batchable: bool = True
     interaction: bool = False
     component: bool = False
+    timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "node", MappingProxyType(dict(self.node)))
@@ -129,6 +133,7 @@ ANSWER = Stage(
     span="ua answer",
     interaction=True,
     per_turn=True,
+    timeout_s=60.0,  # one short answer
 )
 REWRITE = Stage(
     "rewrite",
@@ -141,9 +146,18 @@ REWRITE = Stage(
     ("blurred_query", "qa_pairs"),
     _llm("LLMRewriter", "rewriter", 256),
     interaction=True,
+    timeout_s=60.0,  # one query
 )
 SEARCH = Stage(
-    "search", "search", _CONTRACTS + "SearchBackend", "search", ("query",), "answer", span_type="RETRIEVER", on_arm=True
+    "search",
+    "search",
+    _CONTRACTS + "SearchBackend",
+    "search",
+    ("query",),
+    "answer",
+    span_type="RETRIEVER",
+    on_arm=True,
+    timeout_s=300.0,  # one WebDancer turn: a long context, long reasoning on a 32B model
 )
 JUDGE = Stage(
     "judge",
@@ -166,9 +180,9 @@ EXTRACTOR = Aide("extractor", SEARCH.name, _llm("LLMExtractor", "extractor", 409
 AIDES: tuple[Aide, ...] = (
     QTYPER,
     Aide("gate", CLARIFY.name, interaction=True),
-    Aide("visit_summary", SEARCH.name),
+    Aide("visit_summary", SEARCH.name, timeout_s=180.0),  # WebDancer's summary of a whole web page
     EXTRACTOR,
-    Aide("preflight", "", batchable=False),
+    Aide("preflight", "", batchable=False, timeout_s=30.0),  # the completion pre-flight: a few output tokens
 )
 """Roles that serve a stage: the question typer, a clarification gate, WebDancer's page summariser,
 the gold extractor (a task of its own; its calls are the search's kind) and the completion pre-flight."""
@@ -219,6 +233,11 @@ def role_of(stage: str) -> str | None:
 def accounting_roles() -> tuple[str, ...]:
     """Every role whose calls are accounted: the stages' roles, then the aides'."""
     return (*(s.role for s in _declared), *(a.role for a in AIDES))
+
+
+def role_timeouts() -> dict[str, float | None]:
+    """Every accounted role's default request timeout (``services.llm.role_timeout_s``; None: ``timeout_s``)."""
+    return {**{s.role: s.timeout_s for s in BUILT_IN}, **{a.role: a.timeout_s for a in AIDES}}
 
 
 def batch_roles() -> tuple[str, ...]:

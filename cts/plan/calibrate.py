@@ -42,7 +42,15 @@ __all__ = [
 ]
 
 ACTUAL_FILE = "sweep_actual.json"
-_REPLACED = ("limit", "plan", "hydra.sweep.dir", "sweep_report", "tracking.experiment", "services.llm.batch.roles")
+_REPLACED = (
+    "limit",
+    "plan",
+    "hydra.sweep.dir",
+    "sweep_report",
+    "tracking.experiment",
+    "services.llm.batch.roles",
+    "min_scored",
+)
 LIVE = "++services.llm.batch.roles=[]"
 """The slice's override: every role live (a batch may take its whole window; the forecast reprices them).
 ``++``: also when the sweep's own ``services.llm`` config has no ``batch`` node."""
@@ -125,6 +133,7 @@ def calibration_command(argv: Sequence[str], n: int, into: Path, experiment: str
         LIVE,
         "plan.calibration=true",
         "sweep_report=false",
+        "min_scored=null",  # the slice forecasts cost and time; the sweep itself answers for its scores
         f"hydra.sweep.dir={into}",
         f"tracking.experiment={experiment}.plan",
     ]

@@ -159,6 +159,7 @@ def test_the_calibration_is_the_same_command_on_a_few_instances_in_its_own_dir(t
         "-m",
         "clarifier=a,b",
         "limit=50",
+        "min_scored=0.9",
         "plan.enabled=true",
         "plan.then=stop",
         "plan.calibration_n=3",
@@ -176,6 +177,7 @@ def test_the_calibration_is_the_same_command_on_a_few_instances_in_its_own_dir(t
         "++services.llm.batch.roles=[]",  # the slice runs live: a batch may take its whole window
         "plan.calibration=true",
         "sweep_report=false",
+        "min_scored=null",  # the slice forecasts; the sweep answers for its scores
         f"hydra.sweep.dir={tmp_path}/s.plan/calibration",
         "tracking.experiment=e.plan",
     ]

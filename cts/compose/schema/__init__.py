@@ -17,7 +17,19 @@ and the role groups hold whatever keys their component takes.
 
 from cts.compose.schema._components import K_MAX, K_MIN
 from cts.compose.schema._keys import UNSET, Check, KeyInfo, default_of, integer, key, keys_of, node_from, number, one_of
-from cts.compose.schema._run import LLM, Adaptive, Backoff, Batch, Bootstrap, Config, LocalLLM, Plan, Price, Services
+from cts.compose.schema._run import (
+    CLOSED,
+    LLM,
+    Adaptive,
+    Backoff,
+    Batch,
+    Bootstrap,
+    Config,
+    LocalLLM,
+    Plan,
+    Price,
+    Services,
+)
 from cts.compose.schema._table import (
     KEYS,
     MOUNTS,
@@ -32,6 +44,7 @@ from cts.compose.schema._table import (
 )
 
 __all__ = [
+    "CLOSED",
     "K_MAX",
     "K_MIN",
     "KEYS",

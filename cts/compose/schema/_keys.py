@@ -222,7 +222,7 @@ def node_from(schema: type[_T], data: Mapping[str, Any] | None, where: str) -> _
     if not isinstance(data, Mapping | None):
         raise ValueError(f"{where} must be a mapping, got {data!r}")  # noqa: TRY004 - a config error, as the others
     values = dict(data or {})
-    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(schema)})  # type: ignore[arg-type]
+    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(schema)})  # type: ignore[arg-type]  # schema is a dataclass type, typed as type
     if unknown:
         raise ValueError(f"unknown {where} keys: {unknown}")
     hints = typing.get_type_hints(schema)

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from cts.compose.schema._components import K_MAX, K_MIN, Clarifier, Dataset, Extractor, Gate, Judge, Robustness, Search
 from cts.compose.schema._keys import key, one_of
+from cts.core.stages import role_timeouts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,18 +131,7 @@ class Batch:
     )
 
 
-_ROLE_TIMEOUT_S: dict[str, float | None] = {
-    "clarifier": None,
-    "ua": 60.0,  # one short answer
-    "rewriter": 60.0,  # one query
-    "search": 300.0,  # one WebDancer turn: a long context, long reasoning on a 32B model
-    "visit_summary": 180.0,  # WebDancer's summary of a whole web page
-    "judge": None,
-    "extractor": None,
-    "qtyper": None,
-    "gate": None,
-    "preflight": 30.0,  # the completion pre-flight: a few output tokens
-}
+_ROLE_TIMEOUT_S = role_timeouts()  # each role's default, declared with its stage (cts.core.stages)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -219,6 +209,13 @@ class Config:
     repeat_stages: list[str] | None = key("stages a repeat re-samples; null = all", None, omit_at=None)
     arms: list[str] = key("attribution arms beside orig and clarified", [], omit_at=[])
     sweep_report: bool = key("build the paper-style report at the end of a multirun", True, protocol=False)
+    min_scored: float | None = key(
+        "share of a job's scores it must measure, else exit 3; none measured always fails; null = no check",
+        0.0,
+        protocol=False,
+        ge=0,
+        le=1,
+    )
     debug: bool = key("bad input ends with its traceback", False, protocol=False)
     services: Services = key("the shared services", Services)
     bootstrap: Bootstrap = key("the bootstrap settings", Bootstrap)
@@ -238,3 +235,23 @@ class Config:
     qtyper: Any = key("the question typer")
     gate: Gate = key("the ask-or-not gate, applied after the fact over finished records", protocol=False)
     robustness: Robustness = key("the robustness analyses' settings")
+
+
+CLOSED: tuple[type, ...] = (
+    Config,
+    Bootstrap,
+    Plan,
+    Tracking,
+    Services,
+    LLM,
+    Adaptive,
+    Backoff,
+    Cache,
+    Spend,
+    Price,
+    Batch,
+)
+"""Schemas that declare every key of their node: a ``+key`` appended there that they lack is a typo.
+
+The others (a model's ``params``, a preset's ``robustness``, the components) take keys no schema lists.
+"""

@@ -1,0 +1,165 @@
+"""A typo'd key or option, plain or appended (``+key``), single run or multirun: one ``error:`` line, nothing created.
+
+Before: ``+concurency=1`` ran and was stored in the fingerprint (changing it for nothing); in a multirun
+a typo in a swept key or option printed Hydra's message over 9-40 lines and a sweep dir was created.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from cts.compose.schema import CLOSED, key_at
+from cts.compose.schema._run import Config
+from cts.compose.validate import appended_key_problems, command_line_problems
+from hydra_plugins.cts_model_roles.cts_model_roles import MEMBER_GROUPS, ROLES
+
+REPO = Path(__file__).resolve().parents[2]
+CONF = REPO / "conf"
+CONCURENCY = "concurency: no such key (did you mean concurrency?)"
+REGIO = "clarifier=rules_regio: no such option (did you mean rules_region? options: "
+
+
+def _problems(*args: str) -> list[str]:
+    return command_line_problems(list(args), [CONF], (*ROLES, *MEMBER_GROUPS))
+
+
+def _composed(*overrides: str) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=True)
+
+
+@pytest.mark.parametrize("arg", ["concurency=1", "+concurency=1", "++concurency=1", "concurency=1,2"])
+def test_a_mistyped_first_key_gets_one_line_plain_appended_or_swept(arg: str) -> None:
+    assert _problems("-m", "experiment=offline", arg, "k=1,2") == [CONCURENCY]
+
+
+@pytest.mark.parametrize(
+    "arg", ["services.llm.cache.mod=off", "+services.llm.cache.mod=off", "services.llm.cach.mode=off"]
+)
+def test_a_mistyped_deeper_key_where_every_schema_on_its_path_is_closed_gets_one_line(arg: str) -> None:
+    (line,) = _problems(arg)
+    assert line in (
+        "services.llm.cache.mod: no such key (did you mean services.llm.cache.mode?)",
+        "services.llm.cach: no such key (did you mean services.llm.cache?)",
+    )
+
+
+@pytest.mark.parametrize(
+    "arg", ["clarifier=rules_regio", "clarifier=rules_scope,rules_regio", "+clarifier=rules_regio"]
+)
+def test_a_mistyped_option_gets_one_line_naming_the_options(arg: str) -> None:
+    (line,) = _problems(arg)
+    assert line.startswith(REGIO) and "rules_scope" in line and "\n" not in line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("-m", "experiment=offline", "clarifier=rules_scope,rules_region,none", "k=1,2,3"),
+        ("clarifier=gpt,claude", "judge=panel", "judge/members=[ernie,gpt]", "ua/persona=terse"),
+        ("experiment=build_gold", "build_gold.instances=data.jsonl", "+build_gold.out_dir=gold/"),
+        ("services.llm.api_base=http://127.0.0.1:9/v1", "llm@services.llm=default", "~seed", "plan=only"),
+        ("--config-dir", "mine", "hydra.sweep.dir=x", "+hydra.job.env_set.A=1", "+judge.treshold=0.5", "dataset=null"),
+        ("services.llm.cache.mode=off", "plan.calibration_n=10", "services.llm.role_timeout_s.judge=30", "k=1"),
+        ("services.llm.batch.roles=[ua]", "bootstrap.n_resamples=100", "services.local_llm.n_ctx=512"),
+        ("search.provider=serper", "clarifier=choice(gpt,claude)", "k=range(1,4)", "tracking.uri=sqlite:///m.db"),
+    ],
+)
+def test_what_the_config_defines_passes(args: tuple[str, ...]) -> None:
+    assert _problems(*args) == []
+
+
+def test_an_appended_key_a_closed_schema_lacks_is_refused_where_it_lands() -> None:
+    cfg = _composed("experiment=offline", "+concurency=1", "+services.llm.cache.mod=off", "+tracking.urii=x")
+    assert appended_key_problems(cfg) == [
+        CONCURENCY,
+        "services.llm.cache.mod: no such key (did you mean services.llm.cache.mode?)",
+        "tracking.urii: no such key (did you mean tracking.uri?)",
+    ]
+
+
+@pytest.mark.parametrize(
+    "arg",
+    [
+        "+search.summary_params.reasoning_effort=none",  # a model's params take any provider parameter
+        "+judge.treshold=0.5",  # a component: the pre-flight checks it against the signature
+        "+paths.mine=x",  # a node no schema describes
+    ],
+)
+def test_an_appended_key_where_no_closed_schema_says_so_is_left_to_the_pre_flight(arg: str) -> None:
+    assert appended_key_problems(_composed(arg)) == []
+
+
+def _nodes(node: DictConfig, path: str, schema: type) -> list[str]:
+    """Keys under ``node`` that its closed ``schema`` does not declare (recursively)."""
+    if "_target_" in node or schema not in CLOSED:
+        return []
+    names = {f.name for f in dataclasses.fields(schema)}
+    found = [f"{path}{k}" for k in node if k not in names and not (schema is Config and k in PRESET_NODES)]
+    for k in node:
+        child, info = node._get_node(k), key_at(f"{path}{k}")
+        if isinstance(child, DictConfig) and info is not None and info.node is not None:
+            found += _nodes(child, f"{path}{k}.", info.node)
+    return found
+
+
+PRESET_NODES = {"build_gold", "probes"}  # nodes an experiment preset adds at the top (declared by no schema)
+PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("preset", [None, *PRESETS])
+def test_a_closed_schema_declares_every_key_its_node_has(preset: str | None) -> None:
+    cfg = _composed(*([f"experiment={preset}"] if preset else []))
+    assert _nodes(cfg, "", Config) == []
+
+
+def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(REPO / "run.py"), *args, f"paths.output_root={tmp_path / 'out'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (("+concurency=1",), CONCURENCY),
+        (
+            ("services.llm.cache.mod=off",),
+            "services.llm.cache.mod: no such key (did you mean services.llm.cache.mode?)",
+        ),
+        (("-m", "+concurency=1", "k=1,2"), CONCURENCY),
+        (("-m", "clarifier=rules_scope,rules_regio", "k=1,2"), REGIO),
+        (
+            ("-m", "services.llm.cache.mod=off,read_only"),
+            "services.llm.cache.mod: no such key (did you mean services.llm.cache.mode?)",
+        ),
+    ],
+)
+def test_the_command_line_refuses_with_one_line_and_creates_nothing(
+    tmp_path: Path, args: tuple[str, ...], line: str
+) -> None:
+    proc = _run(tmp_path, *args, "experiment=offline", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode == 1, proc.stderr
+    (printed,) = proc.stderr.strip().splitlines()
+    assert printed.startswith(f"error: {line}"), proc.stderr
+    assert not (tmp_path / "sweep").exists() and not (tmp_path / "out").exists()
+
+
+def test_hydra_s_other_composition_errors_keep_their_first_line() -> None:
+    from hydra.errors import ConfigCompositionException
+
+    from cts.compose.errors import composition_problem
+
+    error = ConfigCompositionException("Could not override 'judge/members'. No match in the defaults list.\nTo append")
+    assert composition_problem(error) == "Could not override 'judge/members'. No match in the defaults list."
