@@ -52,7 +52,7 @@ PROCESS_WIDE: dict[str, str] = {
     "cts.corpus.wiki:load_corpus": "a read-only parsed corpus per language (installed package data)",
     "cts.compose.services:shared_corpus": "the read-only corpus per language, one copy per process",
     "cts.compose.services:shared_index": "the read-only BM25 index per language and cache dir, one copy per process",
-    "cts.tracking._datasets:_BUILT": "MLflow dataset objects per name and content digest: a pure function of the rows",
+    "cts.tracking._datasets:_BUILT": "MLflow dataset entities per name and content digest: a pure function of the rows",
     "cts.search.providers:lead_snippet": "a pure function of its arguments (an article's lead sentences)",
     "cts.llm._lite:litellm_module": "litellm imported once, with its network fetches off",
     "cts.roles.rules:_place_regex": "compiled regular expressions",

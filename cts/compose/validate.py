@@ -26,6 +26,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cts.compose.schema import CLOSED, KEYS, ORDERED, Config, KeyInfo, compile_pattern, declared, key_at, ordered
 from cts.compose.schema._keys import is_number
+from cts.core.stages import stages
 
 __all__ = [
     "ORDERED",
@@ -291,8 +292,8 @@ def _override_key(arg: str) -> str | None:
 
 
 def _first_keys(config_dirs: Sequence[Traversable]) -> set[str]:
-    """The root schema's keys, the config groups and the keys of every ``_global_`` preset of ``config_dirs``."""
-    known = {f.name for f in dataclasses.fields(Config)}
+    """The root schema's keys, the declared stages' roles, the config groups and the ``_global_`` presets' keys."""
+    known = {f.name for f in dataclasses.fields(Config)} | {s.role for s in stages()}
     for d in config_dirs:
         for child in d.iterdir():
             if child.is_dir():

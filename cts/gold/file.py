@@ -38,6 +38,10 @@ class GoldFile(Mapping[str, Gold]):
         assert gold is not None and not problems  # validated by open_gold
         return gold
 
+    def __contains__(self, instance_id: object) -> bool:
+        # Mapping's own __contains__ would parse the instance's gold line (``in`` is asked per instance at load).
+        return instance_id in self._spans
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._spans)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from cts.data.jsonl import Dataset, dataset_metrics, select_instances
 from cts.llm import audit_scope, usage_scope
 from cts.protocol.design import PLAIN, Design
 from cts.protocol.fidelity import ua_fidelity
-from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE, trace_lines
+from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE, DirRecords, trace_lines
 from cts.protocol.metrics import metric_view, summarize
 from cts.protocol.outcome import finish, read_outcome
 from cts.protocol.pipeline import Roles, run_instances
@@ -269,7 +269,7 @@ def evaluate_task(
         )
         records, stop = started.result() if started else run_within_spend_limit(job, ctx.job_dir, spend_limit)
         ended = read_outcome(ctx.job_dir, stop, n_runs, len(records))
-        on_disk = list(read_records(ctx.job_dir / RECORDS_FILE))  # the job's end reads the dir's records once
+        on_disk = DirRecords(ctx.job_dir)  # streamed on each pass, never held
         planned = spend_metrics(ctx.job_dir, records, n_runs, on_disk)  # over this run's instances (and repeats)
         records = job_dir_records(on_disk, records, [i.id for i in dataset.instances], keep=metric_view)
         clusters = dataset_clusters(dataset)
@@ -331,7 +331,7 @@ def count_done(job_dir: Path, instances: Sequence[Any], repeats: int = 1) -> int
 
 
 def job_dir_records(
-    on_disk: Sequence[Record],
+    on_disk: Iterable[Record],
     records: Sequence[Record],
     dataset_ids: Sequence[str],
     keep: Callable[[Record], Record] = lambda r: r,
@@ -377,7 +377,7 @@ def backfill_traces(tracer: tracking.InstanceTraces, job_dir: Path, dataset: Any
 
 
 def log_job_records_table(
-    records: Sequence[Record], order: Sequence[str], run_id: str, tracer: tracking.InstanceTraces | None
+    records: Iterable[Record], order: Sequence[str], run_id: str, tracer: tracking.InstanceTraces | None
 ) -> None:
     """Log every record of the job dir (``records``) as the run's table, in dataset order, with each instance's trace id.
 

@@ -116,11 +116,14 @@ def unreachable(uri: str, error: BaseException) -> bool:
     return True
 
 
-def call(uri: str, run_id: str, op: Mapping[str, Any], fn: Callable[[], T]) -> T | None:
+def call(
+    uri: str, run_id: str, op: Mapping[str, Any] | Callable[[], Mapping[str, Any]], fn: Callable[[], T]
+) -> T | None:
     """``fn()``, a call of ``run_id`` to the store at ``uri``; kept as ``op`` in the job dir when the store is down.
 
     Args:
-        op: The call as JSON (``{"op": name, ...}``), what :mod:`cts.tracking.fill` replays.
+        op: The call as JSON (``{"op": name, ...}``), what :mod:`cts.tracking.fill` replays; or a
+            function that builds it, called only when the call is kept (a large call's data is not held).
 
     Returns:
         What ``fn`` returned, or None when the call was kept.
@@ -131,7 +134,7 @@ def call(uri: str, run_id: str, op: Mapping[str, Any], fn: Callable[[], T]) -> T
         except Exception as e:
             if not unreachable(uri, e):
                 raise
-    keep(run_id, op)
+    keep(run_id, op() if callable(op) else op)
     return None
 
 

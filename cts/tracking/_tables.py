@@ -62,10 +62,13 @@ def log_records_table(
 
     mlflow = mlflow_module()
     run_id = mlflow.active_run().info.run_id
-    rank = {i: n for n, i in enumerate(order)}
-    ordered = sorted(records, key=lambda r: (rank.get(r.id, len(rank)), r.repeat))
-    rows = [_row(r, run_id, (trace_ids or {}).get(r.id, "")) for r in ordered]
-    op = {"op": "records_table", "order": list(order), "trace_ids": dict(trace_ids or {}), "file": artifact_file}
+    rank, ids = {i: n for n, i in enumerate(order)}, trace_ids or {}
+    # Rows, not records, are sorted: a record's answers and trace summary are dropped as it is read.
+    rows = sorted(
+        (_row(r, run_id, ids.get(r.id, "")) for r in records),
+        key=lambda row: (rank.get(row["instance_id"], len(rank)), row["repeat"]),
+    )
+    op = {"op": "records_table", "order": list(order), "trace_ids": dict(ids), "file": artifact_file}
     frame = pd.DataFrame(rows, columns=list(_row_columns()))
     call(mlflow.get_tracking_uri(), run_id, op, lambda: _write_table(run_id, frame, artifact_file))
 

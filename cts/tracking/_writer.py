@@ -41,6 +41,14 @@ log = logging.getLogger(__name__)
 
 _FLUSH_BASE_S = 60.0
 _FLUSH_PER_DOC_S = 0.1  # a flush waits this long per document still on its way, beyond the base
+MAX_BACKLOG = 1024
+"""Documents submitted and not yet written above which :meth:`TraceWriter.submit` waits for the writer.
+
+A document holds its instance's record and trace lines (a few KB): a job that commits instances
+faster than the writer writes them (the offline job, a loaded machine) would otherwise hold
+every one of them until its end (about 120 MB at 20,000 instances)."""
+BACKLOG_WAIT_S = 120.0
+"""How long a submit waits for room before the writer counts as stuck (later submits then never wait)."""
 
 
 class TraceWriter:
@@ -62,6 +70,8 @@ class TraceWriter:
         self._acks: dict[int, threading.Event] = {}
         self._results: dict[int, tuple[int, list[str]]] = {}
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)  # notified as written documents leave the backlog
+        self._bounded = True  # False once a submit waited BACKLOG_WAIT_S in vain
         self._outstanding = 0
         self._sent_docs = 0  # piped to the process and not acknowledged yet
         self._sent_tokens: set[int] = set()  # flush or stop tokens piped to the process, not acknowledged yet
@@ -88,12 +98,27 @@ class TraceWriter:
         self._queue.put(("open", None))
 
     def submit(self, docs: Sequence[Mapping[str, Any]]) -> None:
-        """Queue documents for the store (returns at once; the process opens the store for them)."""
+        """Queue documents for the store (the process opens the store for them).
+
+        Returns at once, unless :data:`MAX_BACKLOG` documents are still on their way: then it
+        waits for the writer, so that a job never holds more than that many.
+        """
         with self._lock:
+            self._wait_for_room()
             self._outstanding += len(docs)
             self._opened = True
         for doc in docs:
             self._queue.put(("doc", doc))
+
+    def _wait_for_room(self) -> None:
+        """With the lock held: wait until the backlog is below :data:`MAX_BACKLOG` (see :meth:`submit`)."""
+        deadline = time.monotonic() + BACKLOG_WAIT_S
+        while self._bounded and self._outstanding >= MAX_BACKLOG:
+            if not self._room.wait(max(0.0, min(1.0, deadline - time.monotonic()))) and time.monotonic() >= deadline:
+                self._bounded = False
+                log.warning(
+                    "the trace writer made no room for %.0f s; traces now queue without a bound", BACKLOG_WAIT_S
+                )
 
     def flush(self, timeout_s: float | None = None) -> tuple[int, list[str]]:
         """Wait until every document submitted so far is written.
@@ -228,6 +253,7 @@ class TraceWriter:
             self._ended.set()
             lost, self._sent_docs = self._sent_docs, 0
             self._outstanding = max(0, self._outstanding - lost)
+            self._room.notify_all()
             why = [f"{lost} on their way when the trace writer process ended"] if lost else []
             events = [self._acks.pop(t) for t in self._sent_tokens if t in self._acks]
             for token in self._sent_tokens:
@@ -239,6 +265,7 @@ class TraceWriter:
     def _done(self, token: int | None, n_docs: int, written: int, failures: list[str]) -> None:
         with self._lock:
             self._outstanding = max(0, self._outstanding - n_docs)
+            self._room.notify_all()
             if token is None:
                 carry = self._results.setdefault(-1, (0, []))
                 self._results[-1] = (carry[0] + written, carry[1] + failures)

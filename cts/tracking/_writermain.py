@@ -8,8 +8,10 @@ length-prefixed pickled messages (:func:`~cts.tracking._frames.read_frame`,
 - ``("docs", [doc, ...])``: trace documents to write, with ``trace_id``, ``run_id`` and
   ``experiment_id`` set: pending ones (:func:`cts.tracking._tracedoc.pending_document`, whose
   spans this process builds) or built ones (:func:`cts.tracking._tracedoc.trace_document`),
-  written by :func:`cts.tracking._tracewrite.write_traces`;
-- ``("flush", token)``: answered with ``("ack", token, written, failures)`` once every document
+  written by :func:`cts.tracking._tracewrite.write_traces`, each batch of them acknowledged with
+  ``("ack", None, written, failures)`` (so the parent never holds more than it has to, see
+  :data:`cts.tracking._writer.MAX_BACKLOG`);
+- ``("flush", token)``: answered with ``("ack", token, 0, [])`` once every document
   sent before it is in the store;
 - ``("stop", token)``: the same, then the process exits (as it does when stdin closes: its parent died).
 
@@ -48,7 +50,7 @@ def serve(uri: str, inbox: IO[bytes], outbox: IO[bytes], held: bool = False) -> 
     load_mlflow_parts()
     gc.freeze()  # and never rescanned: a full collection over MLflow's objects costs more than a batch
     client = None if held else _open(uri)
-    written, failures, experiments = 0, list[str](), KnownExperiments()
+    experiments = KnownExperiments()
     while True:
         message = read_frame(inbox)
         if message is None:
@@ -57,16 +59,15 @@ def serve(uri: str, inbox: IO[bytes], outbox: IO[bytes], held: bool = False) -> 
         if kind == "open":
             client = client or _open(uri)
             continue
-        if kind == "docs":
+        if kind == "docs":  # acknowledged at once: the parent holds only what is not written yet
             client = client or _open(uri)
             for start in range(0, len(payload), BATCH):
                 n, failed, down = write_or_keep(client, uri, payload[start : start + BATCH], experiments)
-                written, failures = written + n, failures + failed
                 if down is not None:  # the job's process says which runs and traces did not reach the store
                     write_frame(outbox, ("down", down, n))
+                write_frame(outbox, ("ack", None, n, failed))
             continue
-        write_frame(outbox, ("ack", payload, written, failures))
-        written, failures = 0, []
+        write_frame(outbox, ("ack", payload, 0, []))  # the documents before it were acknowledged as written
         if kind == "stop":
             return
 

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import math
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 
 from cts._util.aio import bounded
-from cts.core.records import read_records
+from cts.core.records import ArmResult, Record, read_records
+from cts.protocol.job_files import RECORDS_FILE, DirRecords
 from cts.protocol.metrics import metric_view, summarize
 from cts.protocol.pipeline import run_instances
+from cts.protocol.spend import SpendLimit, spend_metrics, within_spend_limit
 from tests.conftest import REPO
 
 
@@ -88,3 +92,40 @@ def test_metrics_of_the_kept_view_equal_those_of_the_full_records(services, tmp_
     assert _same(summarize(kept, k=2, n_resamples=500), summarize(full, k=2, n_resamples=500))
     assert all(r.clarified is None or r.clarified.answer == "" for r in kept)  # the text stays on disk only
     assert any(r.clarified is not None and r.clarified.answer for r in full)
+
+
+def _peak_bytes(work: Callable[[], object]) -> int:
+    tracemalloc.start()
+    try:
+        work()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_jobs_spend_booking_and_end_hold_no_full_record(tmp_path: Path) -> None:
+    """The spend limit's booking and the job's end read ``records.jsonl`` one record at a time: their peak is a
+    small part of what a list of the dir's records takes (about 7 KB an instance, 134 MB at 20,000)."""
+    answer = "水星是离太阳最近的行星。" * 150  # the arms' answers: most of a record's bytes
+    with (tmp_path / RECORDS_FILE).open("w", encoding="utf-8") as f:
+        for i in range(800):
+            arm = ArmResult(query=f"介绍一下水星 {i}", answer=answer, labels={"n1": "full"}, score=50.0)
+            usage = {"judge": {"calls": 1.0, "cost_usd": 0.001}}
+            f.write(
+                Record(id=f"i{i}", k=1, questions=("哪个?",), clarified=arm, orig=arm, usage=usage).to_json() + "\n"
+            )
+    held = _peak_bytes(lambda: list(read_records(tmp_path / RECORDS_FILE)))
+
+    def end() -> None:
+        limit = SpendLimit(max_usd=1.0, timeout_s=5.0, count_prior_spend=lambda usd, where: None)
+
+        async def nothing() -> tuple[list[Record], str]:
+            return [], "done"
+
+        with within_spend_limit(nothing, tmp_path, limit) as job:
+            job.result()
+        metrics = spend_metrics(tmp_path, [], 800, DirRecords(tmp_path))
+        assert metrics["cost_total_usd"] == pytest.approx(0.8)
+
+    end()  # once first: what it imports is not what it holds
+    assert _peak_bytes(end) < held / 10

@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import mlflow
 import pytest
@@ -128,18 +129,30 @@ def test_a_lost_race_to_insert_the_dataset_is_retried_and_a_dead_server_only_war
     monkeypatch.setattr(_datasets.time, "sleep", lambda s: None)
 
     class Flaky:
+        """The MLflow module as ``_log_input`` uses it: the active run, a client's ``log_inputs``."""
+
+        entities = mlflow.entities
+
         def __init__(self, failures: int) -> None:
             self.failures, self.calls = failures, 0
 
-        def log_input(self, dataset, context):  # noqa: ANN001, ANN201 - mlflow's signature
+        def active_run(self):  # noqa: ANN201 - mlflow's signature
+            return SimpleNamespace(info=SimpleNamespace(run_id="r1"))
+
+        def MlflowClient(self):  # noqa: ANN201, N802 - mlflow's name
+            return self
+
+        def log_inputs(self, run_id, datasets):  # noqa: ANN001, ANN201 - mlflow's signature
             self.calls += 1
+            assert run_id == "r1" and datasets[0].tags[0].value == "evaluation"
             if self.calls <= self.failures:
                 raise RuntimeError('duplicate key value violates unique constraint "dataset_pk"')
 
+    entity = mlflow.entities.Dataset(name="d", digest="0" * 16, source_type="code", source="{}")
     once = Flaky(1)
-    _datasets._log_input(once, object())
+    _datasets._log_input(once, entity)
     assert once.calls == 2
     dead = Flaky(99)
     with caplog.at_level("WARNING", logger="cts.tracking._datasets"):
-        _datasets._log_input(dead, object())
+        _datasets._log_input(dead, entity)
     assert dead.calls == _datasets.INPUT_ATTEMPTS and "was not logged" in caplog.text
