@@ -71,6 +71,21 @@ class ComposedJobs:
             self._memo[key] = (master, config)
         return copy.deepcopy(config)
 
+    def take(self, loader: Any, master: DictConfig, overrides: Sequence[str]) -> DictConfig:
+        """:meth:`compose` for the job's last reader (the launcher): the memo's own config, then forgotten.
+
+        Hydra's ``run_job`` copies the config it is given, so the launcher's copy is saved. A config
+        that later siblings are made from stays in the memo and is copied, as :meth:`compose` does.
+        """
+        key = (id(master), tuple(overrides))
+        with self._lock:
+            hit = self._memo.get(key)
+            source = hit is not None and any(hit[1] is s[1] for s in self._siblings.values())
+            if hit is not None and hit[0] is master and not source:
+                del self._memo[key]
+                return hit[1]
+        return self.compose(loader, master, overrides)
+
     def _from_sibling(
         self, master: DictConfig, overrides: Sequence[str], shape: tuple[str, ...] | None
     ) -> DictConfig | None:
@@ -149,6 +164,10 @@ class MemoConfigLoader:
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
         """See :meth:`ComposedJobs.compose`."""
         return self.composed.compose(self.inner, master_config, sweep_overrides)
+
+    def take_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        """See :meth:`ComposedJobs.take`."""
+        return self.composed.take(self.inner, master_config, sweep_overrides)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

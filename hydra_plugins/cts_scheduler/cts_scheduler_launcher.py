@@ -138,7 +138,9 @@ class CtsLauncher(Launcher):
 
     def _job_config(self, idx: int, overrides: Sequence[str]) -> DictConfig:
         assert self.config is not None and self.hydra_context is not None
-        config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))  # a copy
+        loader = self.hydra_context.config_loader
+        take = getattr(loader, "take_sweep_config", loader.load_sweep_config)  # ours to change: run_job copies it
+        config = take(self.config, list(overrides))
         with open_dict(config):
             config.hydra.job.id = idx
             config.hydra.job.num = idx

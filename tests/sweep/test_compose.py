@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from cts.compose.callbacks import sweep_jobs
+from cts.sweep import _compose
 from tests.compositions import compose_counted
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -59,3 +62,26 @@ def test_adds_deletes_and_collections_are_composed_by_hydra(monkeypatch: pytest.
     ours, hydras, composed = _compositions(sweep, monkeypatch)
     assert composed == 4
     assert [_plain(c) for c in ours] == [_plain(c) for c in hydras]
+
+
+def test_the_launcher_takes_a_jobs_config_without_a_copy_unless_siblings_are_made_from_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sweep = ["experiment=offline", "k=1,2"]
+    copies: list[Any] = []
+    real = copy.deepcopy
+    monkeypatch.setattr(_compose, "copy", SimpleNamespace(deepcopy=lambda c: copies.append(c) or real(c)))
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        master = loader.load_configuration("config", sweep, run_mode=RunMode.MULTIRUN)
+        first, second = sweep_jobs(OverridesParser.create().parse_overrides(sweep))
+        composed = _compose.ComposedJobs()
+        shown = [composed.compose(loader, master, job) for job in (first, second)]  # the pre-flight's copies
+        copies.clear()
+        taken = composed.take(loader, master, second)
+        assert copies == []  # Hydra's run_job copies it: the launcher's copy is saved
+        source = composed.take(loader, master, first)
+        assert len(copies) == 1  # the second job was made from it: it stays in the memo
+        again = composed.take(loader, master, second)  # forgotten once taken: made again, the same config
+    assert _plain(taken) == _plain(shown[1]) == _plain(again) and taken is not again
+    assert _plain(source) == _plain(shown[0])
