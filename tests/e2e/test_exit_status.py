@@ -24,6 +24,7 @@ def _run(tmp_path: Path, cache_dir: Path, base_url: str, *args: str) -> subproce
         "services.llm.max_reasks=0",
         f"paths.output_root={tmp_path / 'out'}",
         "hydra.launcher.progress=false",
+        "judge_anchors.check=false",  # a scripted judge: the anchor check (docs/judges.md) would refuse it before the run
     ]
     return subprocess.run(
         [sys.executable, str(REPO / "run.py"), *args, *common],

@@ -85,6 +85,7 @@ def sweep_args(tmp_path: Path, conf: Path, cache_dir: Path, *overrides: str) -> 
         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
         f"paths.cache_dir={cache_dir}",
         f"services.llm.cache.path={tmp_path}/llm.sqlite",
+        "judge_anchors.check=false",  # a scripted judge: the anchor check (docs/judges.md) would refuse it before the run
     ]
 
 

@@ -126,6 +126,7 @@ def test_a_model_that_never_stops_ends_every_call_at_its_roles_cap(tmp_path: Pat
                 "ua=ernie",
                 "rewriter=ernie",
                 "judge=ernie",
+                "judge_anchors.check=false",  # a scripted judge: the anchor check (docs/judges.md) would refuse it before the run
                 "limit=3",
                 "search.max_llm_calls=4",
                 f"services.llm.api_base={server.base_url}",

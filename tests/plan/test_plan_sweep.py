@@ -62,6 +62,7 @@ def sweep_args(
         f"services.llm.cache.path={tmp_path}/llm.sqlite",
         "services.llm.concurrency_per_endpoint=32",
         "services.llm.preflight_completion=false",
+        "judge_anchors.check=false",  # a scripted judge: the anchor check (docs/judges.md) would refuse it before the run
         "tracking.instance_traces=false",
         "hydra.launcher.progress=false",
     ]

@@ -325,6 +325,7 @@ def test_run_py_repeats_3_rerun_sends_nothing_and_repeats_4_sends_one_repeat_s_r
         f"paths.cache_dir={tmp_path}/cache",
         f"services.llm.cache.path={tmp_path}/llm_cache.sqlite",
         f"hydra.run.dir={tmp_path}/job",
+        "judge_anchors.check=false",  # a scripted judge: the anchor check (docs/judges.md) would refuse it before the run
     )
     run_py(*common, "repeats=3", cwd=tmp_path)
     first = [r.body for r in llm_server.requests]

@@ -95,6 +95,7 @@ def test_panel_over_three_emulated_judges(tmp_path: Path, cache_dir: Path) -> No
             f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
             f"paths.cache_dir={cache_dir}",
             "services.llm.cache.mode=off",
+            "judge_anchors.check=false",  # a scripted judge: the anchor check (docs/judges.md) would refuse it before the run
             cwd=tmp_path,
         )
         assert {str(b["model"]).rsplit("/", 1)[-1] for b in server.bodies()} == {"ja", "jb", "jc"}
