@@ -63,7 +63,7 @@ def run(cfg: DictConfig) -> float | None:
     quiet_unwritable_logs()
     with input_errors(cfg), prompt_scope():
         if not checked_by_launch():
-            check_job(cfg)
+            check_job_config(cfg)
         services = build_services(cfg)  # then the job's local LLM server, if any (services.local_llm)
         with (
             local_llm_served(
@@ -75,7 +75,7 @@ def run(cfg: DictConfig) -> float | None:
     return None  # the job's dir is another process's (left_to_the_holder)
 
 
-def check_job(cfg: DictConfig) -> None:
+def check_job_config(cfg: DictConfig) -> None:
     """The checks of a job no launch checked: its values and pre-flight; a single run's endpoints too.
 
     A sweep's job in a worker process (joblib, Slurm) leaves the probes to the launching process.
