@@ -2,7 +2,7 @@
 
     python benchmarks/compose_bench.py [--rounds 5]
 
-Times ``cts.compose.callbacks.sweep_job_configs`` for ``clarifier=gpt,ernie,claude,gemini,deepseek,
+Times ``cts.compose.launch.jobs.sweep_job_configs`` for ``clarifier=gpt,ernie,claude,gemini,deepseek,
 kimi,qwen k=1,2,3`` (7 full Hydra compositions, 14 jobs made from a sibling), each round with a new
 launch memo; "hydra" passes Hydra's loader through unchanged, so every composition reads the
 defaults tree's files again. The arms alternate; best wall and CPU seconds of each.
@@ -21,7 +21,7 @@ from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.types import RunMode
 
-from cts.compose.callbacks import sweep_job_configs
+from cts.compose.launch.jobs import sweep_job_configs
 from cts.sweep._compose import ComposedJobs
 from cts.sweep._config_files import ConfigFiles
 

@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "entry",
         (
             "cts.compose.callbacks",
+            "cts.compose.launch",
             "cts.agreement",
             "cts.gating",
             "cts.realism",

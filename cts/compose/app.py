@@ -45,39 +45,25 @@ log = logging.getLogger(__name__)
 
 
 def run(cfg: DictConfig) -> float | None:
-    """Entry point called by ``run.py``: pre-flight, then run the configured task.
+    """Entry point called by ``run.py``: the ``run`` step of a launch, for one job.
 
     Bad input (a broken dataset, an unset mandatory key ...) exits 1 with one line
-    per problem (see :mod:`cts.compose.errors`); prompts are recorded per job. The endpoints
-    are probed here for a single run; a multirun probes every job's endpoints once in
-    the launching process (``cts.compose.callbacks``), before any job starts. What the launch's
-    pre-flight already checked or read (:class:`cts._util.launch.Launch`) is not done again.
+    per problem (see :mod:`cts.compose.errors`); prompts are recorded per job. What the launch's
+    steps already checked, probed or read before its jobs started (:mod:`cts.compose.launch.steps`,
+    :class:`cts._util.launch.Launch`) is not done again: a job no launch checked checks itself.
     """
     from cts._util.prompts import prompt_scope
     from cts._util.startup import end_startup_gc
-    from cts.compose.errors import (
-        InputError,
-        input_errors,
-        missing_values,
-        quiet_unwritable_logs,
-    )
+    from cts.compose.errors import input_errors, quiet_unwritable_logs
     from cts.compose.services import local_llm_served
-    from cts.compose.validate import value_problems
     from cts.sweep import current_session
 
     if current_session() is None:  # a sweep's session does it once all its jobs are set up
         end_startup_gc()
     quiet_unwritable_logs()
     with input_errors(cfg), prompt_scope():
-        if not checked_by_launch():  # a sweep's launch checked this job's config before it started
-            if problems := missing_values(cfg) or value_problems(cfg):
-                raise InputError(problems)
-            preflight(cfg, groups=task_groups(cfg))
-        if not in_multirun():
-            launch = current_launch()
-            memo = launch.preflight if launch is not None else None
-            probe_endpoints([cfg], memo)
-            probe_completions([cfg], memo)
+        if not checked_by_launch():
+            check_job_config(cfg)
         services = build_services(cfg)  # then the job's local LLM server, if any (services.local_llm)
         with (
             local_llm_served(
@@ -87,6 +73,24 @@ def run(cfg: DictConfig) -> float | None:
         ):
             return run_configured_task(cfg, services)
     return None  # the job's dir is another process's (left_to_the_holder)
+
+
+def check_job_config(cfg: DictConfig) -> None:
+    """The checks of a job no launch checked: its values and pre-flight; a single run's endpoints too.
+
+    A sweep's job in a worker process (joblib, Slurm) leaves the probes to the launching process.
+    """
+    from cts.compose.errors import InputError, missing_values
+    from cts.compose.validate import value_problems
+
+    if problems := missing_values(cfg) or value_problems(cfg):
+        raise InputError(problems)
+    preflight(cfg, groups=task_groups(cfg))
+    if not in_multirun():
+        launch = current_launch()
+        memo = launch.preflight if launch is not None else None
+        probe_endpoints([cfg], memo)
+        probe_completions([cfg], memo)
 
 
 @contextlib.contextmanager
@@ -110,22 +114,22 @@ def left_to_the_holder() -> Iterator[None]:
 def checked_by_launch() -> bool:
     """Whether this context's launch checked the running job's values and pre-flight before its jobs started.
 
-    A sweep's callbacks check every job's composed config (``LaunchCallbacks._before_sweep``) and note
-    its overrides; the job's own config (Hydra's, by its overrides in ``HydraConfig``) is that
-    composition (the same master config and overrides, the launch's compose memo), so its run does
-    not check it again.
+    The launch's ``check`` step (:func:`cts.compose.launch.steps.check`) checks every job's composed
+    config and notes its overrides; the job's own config (Hydra's, by its overrides in ``HydraConfig``)
+    is that composition (the same master config and overrides; a sweep's through the launch's compose
+    memo), so its run does not check it again.
     """
     from cts.compose.job_config import task_overrides
 
     launch = current_launch()
-    return launch is not None and launch.multirun and tuple(task_overrides()) in launch.preflight.checked
+    return launch is not None and tuple(task_overrides()) in launch.preflight.checked
 
 
 def check_start(config: DictConfig, jobs: Sequence[DictConfig], memo: Preflight | None = None) -> None:
     """Refuse a run whose values, output places or input files are bad, before any store or dir exists.
 
-    The Hydra callback calls it before the pre-flight (:mod:`cts.compose.callbacks`), with the run's
-    (or sweep's) ``config`` and every job's composed config. Exits 1 with one ``error:`` line each:
+    The launch's ``check`` step (:func:`cts.compose.launch.steps.check`) calls it before the pre-flight,
+    with the run's (or sweep's) ``config`` and every job's composed config. Exits 1 with one ``error:`` line each:
     :func:`cts.compose.model_checks.spec_key_problems`, :func:`cts.compose.validate.value_problems`,
     :func:`cts.compose.validate.output_problems`, :func:`preload_inputs`.
 

@@ -104,7 +104,7 @@ def error_lines(problems: list[str]) -> str:
 def one_line_composition_errors() -> Iterator[None]:
     """Refuse (exit 1) with one ``error:`` line when Hydra cannot compose a job (a typo'd key or option).
 
-    A sweep composes every job before it starts (:func:`cts.compose.callbacks.sweep_job_configs`): a
+    A sweep composes every job before it starts (:func:`cts.compose.launch.jobs.sweep_job_configs`): a
     typo in a swept value would otherwise end in Hydra's message of 9-40 lines after the sweep dir exists.
     """
     from hydra.errors import ConfigCompositionException, MissingConfigException

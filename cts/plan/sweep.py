@@ -1,6 +1,6 @@
 """The planner's two moments in a multirun: before the launch (forecast, spend limit) and after it (actuals).
 
-:mod:`cts.compose.callbacks` calls :func:`before_launch` once the pre-flight has passed and
+:mod:`cts.compose.launch.steps` calls :func:`before_launch` once the pre-flight has passed and
 :func:`after_sweep` when every job and the sweep report have ended. Every sweep writes what it
 actually did to ``<sweep>/sweep_actual.json``; with ``plan=true`` the calibration slice's cost is
 said before it runs (:mod:`cts.plan.prior`), the forecast is written to ``<sweep>/plan/``

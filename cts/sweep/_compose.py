@@ -1,7 +1,7 @@
 """Compose each job's config of a sweep once per process, and most of them from a sibling's.
 
 Hydra composes every job of a multirun three times in the launching process: the
-pre-flight (``cts.compose.callbacks``), the sweeper's ``validate_batch_is_legal`` and the
+pre-flight (``cts.compose.launch``), the sweeper's ``validate_batch_is_legal`` and the
 launcher. The first result is kept and later callers get a copy.
 
 Composition itself is the slow part of starting a sweep (about 0.4 s of CPU a job here:

@@ -64,7 +64,7 @@ class CtsLauncher(Launcher):
     """Launch every job of a batch concurrently in this process (see the module docstring)."""
 
     opens_store_in_jobs = True
-    """Jobs open the MLflow store here, in turn (``cts.compose.callbacks.jobs_open_store_here``)."""
+    """Jobs open the MLflow store here, in turn (``cts.compose.launch.jobs.jobs_open_store_here``)."""
 
     def __init__(self, progress: bool = True, job_concurrency: int | None = 64) -> None:
         self.progress = progress

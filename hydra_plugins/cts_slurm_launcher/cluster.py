@@ -13,7 +13,7 @@ module provides:
   each failure with its Slurm id and log files, then reports it to Hydra.
 - **the report is a dependent step**: after the array, one small job queued with
   ``--dependency=afterany:<array>`` builds the sweep report and logs it to MLflow
-  (:func:`report_job`, the multirun callback's :func:`cts.compose.callbacks.report_sweep`),
+  (:func:`report_job`, the multirun callback's :func:`cts.compose.launch.report.report_sweep`),
   so it appears even if the submitting shell dies. With ``hydra.launcher.wait=false``
   the submitter returns once everything is queued (:func:`announce_queued`).
 - **clusters without accounting**: where ``sacct`` is unavailable (no slurmdbd),
@@ -83,7 +83,7 @@ def report_job(sweep_dir: str) -> str:
     """
     from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-    from cts.compose.callbacks import report_sweep
+    from cts.compose.launch.report import report_sweep
 
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     config = OmegaConf.load(Path(sweep_dir) / "multirun.yaml")

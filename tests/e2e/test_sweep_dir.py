@@ -17,7 +17,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from cts import tracking
-from cts.compose.callbacks import pin_sweep_dir, report_or_exit
+from cts.compose.launch.jobs import pin_sweep_dir
+from cts.compose.launch.report import report_or_exit
 from cts.core.errors import ReportFailed
 from cts.report import ReportResult
 from tests.runs import clone_env, fresh_clone, job_runs, sweep_dirs
@@ -108,7 +109,7 @@ def test_a_pinned_dir_holding_a_comma_is_quoted_for_hydra(tmp_path, monkeypatch)
 
 
 def test_a_report_without_every_job_of_the_sweep_is_an_error(tmp_path, monkeypatch):
-    import cts.compose.callbacks
+    import cts.compose.launch.report
 
     config = _sweep_config(str(tmp_path), [])
     with pytest.raises(ReportFailed, match=f"^error: sweep report: no finished job found in {tmp_path}$"):
@@ -116,7 +117,7 @@ def test_a_report_without_every_job_of_the_sweep_is_an_error(tmp_path, monkeypat
     (tmp_path / "job0").mkdir()
     (tmp_path / "job0" / "summary.json").write_text("{}")
     monkeypatch.setattr(
-        cts.compose.callbacks, "build_report", lambda c: ReportResult(str(tmp_path), tmp_path / "report")
+        cts.compose.launch.report, "build_report", lambda c: ReportResult(str(tmp_path), tmp_path / "report")
     )
     with pytest.raises(
         ReportFailed, match=f"^error: sweep report: only 1 of the sweep's 2 jobs finished in {tmp_path}$"
@@ -124,7 +125,7 @@ def test_a_report_without_every_job_of_the_sweep_is_an_error(tmp_path, monkeypat
         report_or_exit(config, 2)
     assert report_or_exit(config, 1) == tmp_path / "report"
     monkeypatch.setattr(
-        cts.compose.callbacks, "build_report", lambda c: ReportResult(str(tmp_path), None, errors=("E: x",))
+        cts.compose.launch.report, "build_report", lambda c: ReportResult(str(tmp_path), None, errors=("E: x",))
     )
     with pytest.raises(ReportFailed, match="^error: sweep report: E: x$"):
         report_or_exit(config, 1)
@@ -133,7 +134,7 @@ def test_a_report_without_every_job_of_the_sweep_is_an_error(tmp_path, monkeypat
 def test_the_sweep_end_says_once_where_the_report_is(tmp_path, caplog):
     import logging
 
-    from cts.compose.callbacks import build_report
+    from cts.compose.launch.report import build_report
     from tests.report.fakes import make_records, write_job
 
     sweep = tmp_path / "sweep"

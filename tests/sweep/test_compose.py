@@ -14,7 +14,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from cts.compose.callbacks import sweep_jobs
+from cts.compose.launch.jobs import sweep_jobs
 from cts.sweep import _compose
 from tests.compositions import compose_counted
 

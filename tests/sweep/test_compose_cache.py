@@ -16,7 +16,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import OmegaConf, open_dict, read_write
 
-from cts.compose.callbacks import sweep_jobs
+from cts.compose.launch.jobs import sweep_jobs
 from cts.sweep._compose import ComposedJobs
 from cts.sweep._config_files import ConfigFiles
 from tests.compositions import compose_counted

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from cts import tracking
 from cts._util.startup import YOUNG_THRESHOLD, end_startup_gc
-from cts.compose.callbacks import jobs_open_store_here
+from cts.compose.launch.jobs import jobs_open_store_here
 from cts.core.errors import ConfigError
 from cts.llm import LLMRuntime, ModelSpec
 from cts.protocol.spend import SPEND_FILE, SpendLimit, within_spend_limit
