@@ -27,9 +27,6 @@ NOT_YET = {
     "cts/tasks/backbone_stability.py:backbone_stability_task",
     "cts/report/build.py:build_sweep_report",
     "cts/gold/build.py:build_gold_archive",
-    "cts/stats/agreement.py:kappa_ci",
-    "cts/stats/compare.py:paired_comparison",
-    "cts/stats/cluster.py:cluster_bootstrap_ci",
     "cts/tracking/_tracedoc.py:SpanTree.span",
     "cts/tracking/__init__.py:open_mlflow_run",
 }

@@ -23,7 +23,6 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -37,6 +36,7 @@ from cts.core.scoring import restore_score
 from cts.core.types import Gold, Label, Nugget
 from cts.llm import sample_scope
 from cts.report.tables import Table
+from cts.stats.bootstrap import Resampling
 from cts.stats.cluster import cluster_bootstrap_ci
 from cts.text.tokens import content_tokens, is_cjk
 
@@ -170,7 +170,7 @@ def probe_rows(
     seed: int = 0,
 ) -> pd.DataFrame:
     """Per probe: answers, nuggets, flip rate and score shift with their cluster bootstrap CIs."""
-    boot: dict[str, Any] = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
+    boot = Resampling(n_resamples, confidence, seed)
     rows = []
     for probe, items in found.items():
         flips, flip_clusters, shifts, shift_clusters = [], [], [], []
@@ -184,8 +184,8 @@ def probe_rows(
             if b is not None and p is not None:
                 shifts.append((p, b))
                 shift_clusters.append(cluster)
-        flip = cluster_bootstrap_ci(flips, [0.0] * len(flips), flip_clusters, **boot)
-        shift = cluster_bootstrap_ci([s[0] for s in shifts], [s[1] for s in shifts], shift_clusters, **boot)
+        flip = cluster_bootstrap_ci(flips, [0.0] * len(flips), flip_clusters, boot)
+        shift = cluster_bootstrap_ci([s[0] for s in shifts], [s[1] for s in shifts], shift_clusters, boot)
         rows.append(
             {
                 "probe": probe,

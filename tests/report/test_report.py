@@ -264,6 +264,7 @@ def clustered_job(root: Path, clarifier: str, scores: Sequence[float], topics: d
 
 
 def test_a_clustered_job_resamples_its_clusters_in_table_3(tmp_path: Path) -> None:
+    from cts.stats.bootstrap import Resampling
     from cts.stats.cluster import cluster_bootstrap_ci
 
     topics = {"a": "t1", "b": "t1", "c": "t2", "d": "t2"}
@@ -274,7 +275,7 @@ def test_a_clustered_job_resamples_its_clusters_in_table_3(tmp_path: Path) -> No
     assert result.ok, result.errors
     ci = result.tables["delta_ci"]
     scope, region = row(ci, 1, "rules_scope"), row(ci, 1, "rules_region")
-    want = cluster_bootstrap_ci([20, 25, 35, 40], ORIG_SCORES, ["t1", "t1", "t2", "t2"], n_resamples=1000)
+    want = cluster_bootstrap_ci([20, 25, 35, 40], ORIG_SCORES, ["t1", "t1", "t2", "t2"], Resampling(n_resamples=1000))
     assert (scope["delta_ci_low"], scope["delta_ci_high"], scope["p_value"]) == (want.low, want.high, want.p_value)
     assert (scope["n_clusters"], scope["cluster_field"]) == (2, "topic")
     assert scope["design_effect"] == pytest.approx(want.design_effect)
