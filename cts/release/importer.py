@@ -194,7 +194,9 @@ def write_job(
         "cts.sweep_dir": str(out_dir),
     }
     params = {"release": str(release), "clarifier": system, "k": str(k)}
-    with tracking.open_mlflow_run(uri, experiment, f"release:{system}-k{k}", params, tags, job_dir=job_dir) as run_id:
+    with tracking.open_mlflow_run(
+        tracking.Experiment(uri, experiment), f"release:{system}-k{k}", params, tags, job_dir=job_dir
+    ) as run_id:
         summary = _summary(system, k, job_dir, metrics, run_id, uri, experiment, release)
         (job_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
         tracking.log_metrics(metrics)

@@ -251,13 +251,11 @@ def evaluate_task(
         ),
         early as started,
         tracking.open_mlflow_run(
-            run.tracking.uri,
-            run.tracking.experiment,
+            tracking.Experiment(run.tracking.uri, run.tracking.experiment, run.tracking.experiment_kind),
             ctx.run_name,
             tracking.flatten(dict(run.config)),
             dict(run.tags),
             job_dir=ctx.job_dir,
-            experiment_kind=run.tracking.experiment_kind,
         ) as run_id,
     ):
         write_config(run)  # now, while the instances run: not among the job's last steps

@@ -140,8 +140,7 @@ def tracked_task(run: RunInfo, task: str) -> Iterator[str]:
     tags = {**run.tags, "cts.kind": task}
     try:
         with tracking.open_mlflow_run(
-            run.tracking.uri,
-            run.tracking.experiment,
+            tracking.Experiment(run.tracking.uri, run.tracking.experiment),
             f"{task}:{run.context.run_name}",
             tracking.flatten(dict(run.config)),
             tags,

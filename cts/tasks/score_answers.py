@@ -194,13 +194,11 @@ def score_answers_task(
     tracer = instance_tracer(run)
     system = {"cts.system": inputs.system} if inputs.system else {}
     with tracking.open_mlflow_run(
-        run.tracking.uri,
-        run.tracking.experiment,
+        tracking.Experiment(run.tracking.uri, run.tracking.experiment, run.tracking.experiment_kind),
         f"score:{inputs.answers.path.stem}",
         tracking.flatten(dict(run.config)),
         {**run.tags, "cts.source": "score_answers", **system},
         job_dir=ctx.job_dir,
-        experiment_kind=run.tracking.experiment_kind,
     ) as run_id:
         write_config(run)
         if tracer is not None:

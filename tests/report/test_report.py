@@ -172,7 +172,7 @@ def test_report_from_mlflow_experiment_matches_dir_and_is_logged(
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracking.prepare_store(uri)
     for job in job_dirs(sweep):
-        with tracking.open_mlflow_run(uri, "exp", job.name, {}, {"cts.kind": "job"}):
+        with tracking.open_mlflow_run(tracking.Experiment(uri, "exp"), job.name, {}, {"cts.kind": "job"}):
             tracking.log_artifacts([job / "records.jsonl", job / "summary.json"])
     (tmp_path / "exp").mkdir()  # a directory named like the experiment does not shadow it
     from_runs = build_sweep_report("exp", tmp_path / "from_runs", uri, n_resamples=500)

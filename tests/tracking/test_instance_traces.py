@@ -38,7 +38,7 @@ def test_one_trace_per_instance_with_spans_labels_and_assessments(services, tmp_
         qtyper=Typer(),
     )
     tracer = tracking.InstanceTraces({"cts.system": "rules", "cts.sweep_dir": ""})
-    with tracking.open_mlflow_run(uri, "traces", "job", {}) as run_id:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "traces"), "job", {}) as run_id:
         tracer.attach(run_id)
         records, _ = asyncio.run(
             run_instances(
@@ -122,7 +122,7 @@ def test_an_unscored_arm_is_feedback_with_its_error(services, tmp_path):
         qtyper=Typer(),
     )
     tracer = tracking.InstanceTraces()
-    with tracking.open_mlflow_run(uri, "traces", "job", {}) as run_id:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "traces"), "job", {}) as run_id:
         tracer.attach(run_id)
         records, _ = asyncio.run(
             run_instances(
@@ -147,7 +147,7 @@ def test_instances_that_finish_before_the_run_exists_are_traced_into_it(tmp_path
     early = threading.Thread(target=lambda: [tracer(i, golds[i.id], r, []) for i, r in zip(insts[:3], results)])
     early.start()
     early.join()
-    with tracking.open_mlflow_run(uri, "traces", "job", {}) as run_id:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "traces"), "job", {}) as run_id:
         tracer.attach(run_id)  # the three that waited are logged now
         late = threading.Thread(target=tracer, args=(insts[3], golds["i3"], results[3], []))
         late.start()
@@ -233,7 +233,7 @@ def test_stage_spans_take_their_stage_times_and_add_up_to_the_instance_wall_time
     roles = Roles(clarifier=slow, ua=slow, rewriter=slow, search=slow, judge=slow, qtyper=Typer())
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracer = tracking.InstanceTraces()
-    with tracking.open_mlflow_run(uri, "traces", "job", {}) as run_id:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "traces"), "job", {}) as run_id:
         tracer.attach(run_id)
         records, _ = asyncio.run(
             run_instances(
@@ -287,7 +287,7 @@ def test_attaching_to_a_run_that_is_not_the_active_one_reads_its_experiment_from
     client = mlflow.MlflowClient(uri)
     experiment = client.create_experiment("elsewhere", artifact_location=(tmp_path / "a").as_uri())
     run_id = client.create_run(experiment).info.run_id
-    with tracking.open_mlflow_run(uri, "traces", "job", {}) as active:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "traces"), "job", {}) as active:
         tracer = tracking.InstanceTraces()
         tracer.attach(active)
         assert tracer._run[0] == active and tracer._run[1] != experiment  # the active run's, no query

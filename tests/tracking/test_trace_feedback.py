@@ -54,7 +54,7 @@ def _traced_job(tmp_path: Path) -> tuple[str, Job]:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     roles = Roles1()
     tracer = tracking.InstanceTraces()
-    with tracking.open_mlflow_run(uri, "cts", "job", {}) as run_id:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "cts"), "job", {}) as run_id:
         tracer.attach(run_id)
         records, _ = asyncio.run(
             run_instances(
@@ -120,7 +120,7 @@ def test_each_backbone_of_the_stability_analysis_is_feedback_on_the_trace(tmp_pa
 
 def test_runs_without_traces_get_nothing(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    with tracking.open_mlflow_run(uri, "cts", "job", {}) as run_id:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "cts"), "job", {}) as run_id:
         pass
     assessed = tracking.Assessed("restore_score_100.x", 1.0)
     assert feedback_on_traces([(run_id, "a", assessed), ("no-such-run", "a", assessed)]) == 0
