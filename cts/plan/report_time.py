@@ -32,19 +32,20 @@ def time_report(source: Path, sizes: Mapping[str, int], bootstrap: Mapping[str, 
     Returns:
         The seconds, or None when the slice has no finished job to replicate or the report fails.
     """
-    from cts.report.build import build_sweep_report
+    from cts.report.build import ReportSettings, build_sweep_report
+    from cts.stats.bootstrap import Resampling
 
     with tempfile.TemporaryDirectory(prefix="cts-plan-report-") as tmp:
         root = Path(tmp) / "sweep"
         if not _replicate(source, root, sizes):
             return None
         started = time.monotonic()
-        result = build_sweep_report(
-            str(root),
-            n_resamples=int(bootstrap.get("n_resamples", Bootstrap().n_resamples)),
-            confidence=float(bootstrap.get("confidence", Bootstrap().confidence)),
-            seed=seed,
+        resampling = Resampling(
+            int(bootstrap.get("n_resamples", Bootstrap().n_resamples)),
+            float(bootstrap.get("confidence", Bootstrap().confidence)),
+            seed,
         )
+        result = build_sweep_report(str(root), settings=ReportSettings(resampling))
         took = time.monotonic() - started
         shutil.rmtree(root, ignore_errors=True)
     if not result.ok:
