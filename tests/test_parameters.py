@@ -13,8 +13,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_PARAMETERS = 6
-THREADED = {"cts/protocol/pipeline.py:run_instances", "cts/protocol/pipeline.py:run_instance"}
-"""The pipeline's parameter threading, replaced by the stage declaration's job object (issue 45, item 1)."""
+THREADED: set[str] = set()
+"""The pipeline's parameter threading: gone (its settings are :mod:`cts.protocol.settings`); stays empty."""
 NOT_YET = {
     "cts/tasks/judge_probes.py:judge_probes_task",
     "cts/tasks/evaluate.py:evaluate_task",

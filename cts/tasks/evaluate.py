@@ -25,6 +25,7 @@ from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE, DirRecords, trace_
 from cts.protocol.metrics import metric_view, summarize
 from cts.protocol.outcome import finish, read_outcome
 from cts.protocol.pipeline import Roles, run_instances
+from cts.protocol.settings import InstanceSettings, JobSettings
 from cts.protocol.spend import (
     SpendLimit,
     run_within_spend_limit,
@@ -229,16 +230,16 @@ def evaluate_task(
                 instances,
                 dataset.gold,
                 roles,
-                k=k,
-                out_dir=ctx.job_dir,
-                concurrency=concurrency,
-                usage_scope=usage_scope,
-                models=models,
-                keep=metric_view,
-                on_instance=tracer,
-                progress=sweep_progress() or True,
-                orig_share=orig_share_for(orig_parts),
-                design=protocol.design,
+                InstanceSettings(k, protocol.design, orig_share_for(orig_parts)),
+                JobSettings(
+                    ctx.job_dir,
+                    concurrency,
+                    usage_scope,
+                    models,
+                    progress=sweep_progress() or True,
+                    keep=metric_view,
+                    on_instance=tracer,
+                ),
             )
 
     # In a sweep the instances start before the job's MLflow run is set up (their traces wait for it),

@@ -13,6 +13,7 @@ import pytest
 from cts import tracking
 from cts.core.types import QA, Instance, SearchResult
 from cts.protocol.pipeline import Roles, run_instances
+from cts.protocol.settings import InstanceSettings, JobSettings
 from cts.roles.lexical import LexicalJudge
 from cts.roles.rules import RuleClarifier, RuleRewriter, RuleUserAnswerer
 from tests.helpers import TableSearch, Typer, built, gold_for, mercury
@@ -45,11 +46,8 @@ def test_one_trace_per_instance_with_spans_labels_and_assessments(services, tmp_
                 [inst],
                 {"m1": gold},
                 roles,
-                k=2,
-                out_dir=tmp_path / "job",
-                progress=False,
-                models={"judge": "LexicalJudge"},
-                on_instance=tracer,
+                InstanceSettings(2),
+                JobSettings(tmp_path / "job", progress=False, models={"judge": "LexicalJudge"}, on_instance=tracer),
             )
         )
         tracking.log_records_table(records, ["m1"], tracer.trace_ids)
@@ -126,7 +124,11 @@ def test_an_unscored_arm_is_feedback_with_its_error(services, tmp_path):
         tracer.attach(run_id)
         records, _ = asyncio.run(
             run_instances(
-                [inst], {"m1": gold}, roles, k=1, out_dir=tmp_path / "job", progress=False, on_instance=tracer
+                [inst],
+                {"m1": gold},
+                roles,
+                InstanceSettings(1),
+                JobSettings(tmp_path / "job", progress=False, on_instance=tracer),
             )
         )
     assert records[0].score is None
@@ -240,11 +242,8 @@ def test_stage_spans_take_their_stage_times_and_add_up_to_the_instance_wall_time
                 [inst],
                 {"m1": gold},
                 roles,
-                k=2,
-                out_dir=tmp_path / "job",
-                progress=False,
-                on_instance=tracer,
-                concurrency=1,
+                InstanceSettings(2),
+                JobSettings(tmp_path / "job", progress=False, on_instance=tracer, concurrency=1),
             )
         )
     (trace,) = _traces(uri, "traces", run_id)

@@ -14,6 +14,7 @@ from cts.analysis import judge_robustness as jr
 from cts.analysis.common import feedback_on_traces
 from cts.core.types import QA, UNKNOWN, Instance, SearchResult
 from cts.protocol.pipeline import Roles, run_instances
+from cts.protocol.settings import InstanceSettings, JobSettings
 from cts.report.jobs import Job
 from cts.roles.lexical import LexicalJudge
 from tests.helpers import Typer, gold_for
@@ -61,10 +62,8 @@ def _traced_job(tmp_path: Path) -> tuple[str, Job]:
                 INSTANCES,
                 GOLD,
                 Roles(roles, roles, roles, roles, LexicalJudge(), Typer()),
-                k=1,
-                out_dir=tmp_path / "job",
-                progress=False,
-                on_instance=tracer,
+                InstanceSettings(1),
+                JobSettings(tmp_path / "job", progress=False, on_instance=tracer),
             )
         )
     mlflow.flush_trace_async_logging()
