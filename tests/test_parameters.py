@@ -16,11 +16,8 @@ MAX_PARAMETERS = 6
 THREADED: set[str] = set()
 """The pipeline's parameter threading: gone (its settings are :mod:`cts.protocol.settings`); stays empty."""
 NOT_YET = {
-    "cts/tasks/judge_probes.py:judge_probes_task",
     "cts/tasks/evaluate.py:evaluate_task",
     "cts/tasks/score_answers.py:score_answers_task",
-    "cts/tasks/judge_robustness.py:judge_robustness_task",
-    "cts/tasks/backbone_stability.py:backbone_stability_task",
 }
 """Still over the limit: the config's ``_target_`` classes and tasks, which Hydra calls with one keyword per
 key, and functions of modules other work was changing. Each leaves this list when it takes its settings
