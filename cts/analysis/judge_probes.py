@@ -23,20 +23,19 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from cts.analysis.common import bounded
 from cts.analysis.judge_robustness import FrozenArm
-from cts.compose.schema import Bootstrap
 from cts.core.contracts import Judge
 from cts.core.records import infra_stop
 from cts.core.scoring import restore_score
 from cts.core.types import Gold, Label, Nugget
 from cts.llm import sample_scope
 from cts.report.tables import Table
+from cts.stats.bootstrap import DEFAULT_RESAMPLING, Resampling
 from cts.stats.cluster import cluster_bootstrap_ci
 from cts.text.tokens import content_tokens, is_cjk
 
@@ -164,13 +163,9 @@ def probe_rows(
     found: Mapping[str, Sequence[Probed]],
     gold: Mapping[str, Gold],
     clusters: Mapping[str, str],
-    *,
-    n_resamples: int = Bootstrap().n_resamples,
-    confidence: float = Bootstrap().confidence,
-    seed: int = 0,
+    boot: Resampling = DEFAULT_RESAMPLING,
 ) -> pd.DataFrame:
     """Per probe: answers, nuggets, flip rate and score shift with their cluster bootstrap CIs."""
-    boot: dict[str, Any] = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
     rows = []
     for probe, items in found.items():
         flips, flip_clusters, shifts, shift_clusters = [], [], [], []
@@ -184,8 +179,8 @@ def probe_rows(
             if b is not None and p is not None:
                 shifts.append((p, b))
                 shift_clusters.append(cluster)
-        flip = cluster_bootstrap_ci(flips, [0.0] * len(flips), flip_clusters, **boot)
-        shift = cluster_bootstrap_ci([s[0] for s in shifts], [s[1] for s in shifts], shift_clusters, **boot)
+        flip = cluster_bootstrap_ci(flips, [0.0] * len(flips), flip_clusters, boot)
+        shift = cluster_bootstrap_ci([s[0] for s in shifts], [s[1] for s in shifts], shift_clusters, boot)
         rows.append(
             {
                 "probe": probe,

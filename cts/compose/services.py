@@ -9,7 +9,8 @@ signature asks for, by parameter type:
 - ``Chat``: a chat client for the model spec the config gives under that key
   (``clarifier.model`` -> the clarifier's client), from :func:`chat_client`;
 - ``Corpus``, ``CorpusIndex``, ``PlaceLexicon``, ``ToolCache``, ``CacheDir``: the job's one;
-- ``max_reasks`` left unset in the config: ``services.llm.max_reasks``.
+- ``max_reasks`` left unset in the config: ``services.llm.max_reasks`` (a parameter, or a field of
+  the component's settings object).
 
 :func:`local_llm_served` runs the job inside its local LLM server (``services.local_llm``).
 """
@@ -246,9 +247,9 @@ def component_arguments(target: Callable[..., Any], config: Mapping[str, Any], s
         elif kind in RESOURCES:
             out[name] = RESOURCES[kind](services)
     bound = settings_parameter(target)
-    if bound is not None and bound[0] not in out:
-        fields = {f.name for f in dataclasses.fields(bound[1])}
-        out[bound[0]] = bound[1](**{k: out.pop(k) for k in list(out) if k in fields})
-    if "max_reasks" in params and out.get("max_reasks") is None:
+    fields = {f.name for f in dataclasses.fields(bound[1])} if bound is not None and bound[0] not in out else set()
+    if ("max_reasks" in params or "max_reasks" in fields) and out.get("max_reasks") is None:
         out["max_reasks"] = services.llm.settings.max_reasks
+    if fields and bound is not None:
+        out[bound[0]] = bound[1](**{k: out.pop(k) for k in list(out) if k in fields})
     return out

@@ -55,7 +55,7 @@ def _gold_provenance(corpus: Corpus, n: int, seed: int) -> dict[str, Any]:
 def _build_demo(corpus: Corpus, index: CorpusIndex, n: int, seed: int, path: Path) -> None:
     """Build instances and their static gold, then install them at ``path`` atomically."""
     from cts.data.jsonl import write_instances_jsonl
-    from cts.gold import build_gold_archive
+    from cts.gold import GoldArchive, build_gold_archive
     from cts.roles.nuggets import RuleExtractor
     from cts.search.extractive import ExtractiveSearch
 
@@ -69,7 +69,7 @@ def _build_demo(corpus: Corpus, index: CorpusIndex, n: int, seed: int, path: Pat
     provenance = _gold_provenance(corpus, n, seed)
     with atomic_dir(path, replace=False) as tmp:
         # The same archive code path as `experiment=build_gold`: gold.jsonl + every trace in gold_runs.jsonl.
-        report = run_sync(build_gold_archive(instances, search, extractor, tmp, provenance=provenance))
+        report = run_sync(build_gold_archive(instances, search, extractor, GoldArchive(tmp, provenance)))
         for instance_id, reason in report.failures:
             log.warning("demo gold %s dropped: %s", instance_id, reason)
         failed = {instance_id for instance_id, _ in report.failures}

@@ -29,11 +29,12 @@ from cts.gold.archive import (
     validate_gold,
     write_gold,
 )
-from cts.gold.build import build_gold, build_gold_archive
+from cts.gold.build import GoldArchive, build_gold, build_gold_archive
 from cts.gold.file import GoldFile, open_gold
 
 __all__ = [
     "GOLD_FILE",
+    "GoldArchive",
     "GoldError",
     "GoldFile",
     "FAILURES_FILE",

@@ -218,15 +218,31 @@ def _write_archive(out: Path, runs: list[_GoldRun], provenance: Mapping[str, Any
     return GoldReport(out, len(runs), len(golds), tuple(failures), sha[GOLD_FILE])
 
 
+@dataclass(frozen=True)
+class GoldArchive:
+    """Where a gold archive goes, what it records of its build, and what it may replace or lack.
+
+    Attributes:
+        out_dir: Archive directory (created).
+        provenance: JSON-serialisable build description, stored in every gold and the manifest.
+        overwrite: Replace an existing archive (otherwise refuse before searching).
+        allow_partial: Accept an archive that lacks some instances' gold (the ``build_gold`` task
+            stops otherwise; :func:`build_gold_archive` writes it either way).
+    """
+
+    out_dir: Path
+    provenance: Mapping[str, Any]
+    overwrite: bool = False
+    allow_partial: bool = False
+
+
 async def build_gold_archive(
     instances: Sequence[Instance],
     search: SearchBackend,
     extractor: Extractor,
-    out_dir: str | Path,
+    archive: GoldArchive,
     *,
-    provenance: Mapping[str, Any],
     concurrency: int = 4,
-    overwrite: bool = False,
 ) -> GoldReport:
     """Build gold and archive it with the full search runs (see the module docstring).
 
@@ -234,10 +250,8 @@ async def build_gold_archive(
         instances: Instances with unique ids.
         search: The gold backend, run once per distinct ``fused_query``.
         extractor: The nugget extractor.
-        out_dir: Archive directory (created).
-        provenance: JSON-serialisable build description, stored in every gold and the manifest.
+        archive: Where it goes, its provenance, whether it may replace one.
         concurrency: Distinct queries in flight at once.
-        overwrite: Replace an existing archive (otherwise refuse before searching).
 
     Returns:
         Counts, failures and the sha256 of ``gold.jsonl``.
@@ -245,9 +259,9 @@ async def build_gold_archive(
     Raises:
         FileExistsError: If ``out_dir`` already holds an archive and not ``overwrite``.
     """
-    out = Path(out_dir)
-    _refuse_existing(out, overwrite)
-    runs = await _run_all(instances, search, extractor, provenance, concurrency)
-    report = _write_archive(out, runs, provenance)
+    out = Path(archive.out_dir)
+    _refuse_existing(out, archive.overwrite)
+    runs = await _run_all(instances, search, extractor, archive.provenance, concurrency)
+    report = _write_archive(out, runs, archive.provenance)
     log.info("gold archive %s: %d/%d instances with gold", out, report.n_gold, report.n_instances)
     return report

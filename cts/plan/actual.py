@@ -113,8 +113,7 @@ def log_plan(
     tags = {"cts.kind": "plan", "cts.sweep_dir": str(plan.sweep_dir)}
     try:
         with tracking.open_mlflow_run(
-            plan.tracking["uri"],
-            plan.tracking["experiment"],
+            tracking.Experiment(plan.tracking["uri"], plan.tracking["experiment"]),
             f"plan:{plan.sweep_dir.name}",
             params=params,
             tags=tags,

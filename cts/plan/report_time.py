@@ -37,15 +37,17 @@ def time_report(source: Path, sizes: Mapping[str, int], bootstrap: Mapping[str, 
     Returns:
         The seconds, or None when the slice has no finished job to replicate or the report fails.
     """
-    from cts.report.build import ReportResult, build_sweep_report
+    from cts.report.build import ReportResult, ReportSettings, build_sweep_report
+    from cts.stats.bootstrap import Resampling
+
+    resampling = Resampling(
+        int(bootstrap.get("n_resamples", Bootstrap().n_resamples)),
+        float(bootstrap.get("confidence", Bootstrap().confidence)),
+        seed,
+    )
 
     def build(root: Path) -> ReportResult:
-        return build_sweep_report(
-            str(root),
-            n_resamples=int(bootstrap.get("n_resamples", Bootstrap().n_resamples)),
-            confidence=float(bootstrap.get("confidence", Bootstrap().confidence)),
-            seed=seed,
-        )
+        return build_sweep_report(str(root), settings=ReportSettings(resampling))
 
     with tempfile.TemporaryDirectory(prefix="cts-plan-report-") as tmp:
         root, warm = Path(tmp) / "sweep", Path(tmp) / "warm"

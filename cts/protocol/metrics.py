@@ -14,7 +14,7 @@ from cts.core.stages import CLARIFY, before_search
 from cts.core.types import UNKNOWN
 from cts.protocol.panel import panel_metrics
 from cts.protocol.repeats import attribution_metrics, instance_means, repeat_metrics
-from cts.stats.bootstrap import paired_bootstrap_ci
+from cts.stats.bootstrap import Resampling, paired_bootstrap_ci
 from cts.stats.cluster import cluster_bootstrap_ci
 
 NAN = float("nan")
@@ -97,7 +97,7 @@ def cluster_metrics(
     labels = [clusters.get(r.id, ("instance", r.id)) for r in pairs]
     scores = [float(r.score) for r in pairs if r.score is not None]
     orig = [float(r.orig_score) for r in pairs if r.orig_score is not None]
-    c = cluster_bootstrap_ci(scores, orig, labels, **bootstrap)
+    c = cluster_bootstrap_ci(scores, orig, labels, Resampling(**bootstrap))
     return {
         "delta_ci_low": c.low,
         "delta_ci_high": c.high,

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -27,7 +25,6 @@ from cts.core.contracts import (
     Clarifier,
     Judge,
     JudgePanel,
-    Progress,
     QuestionTyper,
     Rewriter,
     SearchBackend,
@@ -40,10 +37,10 @@ from cts.core.stages import ANSWER, CLARIFY, JUDGE, REWRITE, SEARCH, added
 from cts.core.types import QA, Gold, Instance, Label, SearchResult
 from cts.llm import priority_scope
 from cts.protocol.arms import ArmOutcome, oracle_arm, run_rewrite_arms
-from cts.protocol.design import PLAIN, Design
 from cts.protocol.job_files import JobSink, read_results
+from cts.protocol.settings import InstanceSettings, JobSettings
 from cts.protocol.stages import StageClock, StageError, stage
-from cts.protocol.streaming import InstanceHook, advancing, call_hook, drain, record_key, show_calls
+from cts.protocol.streaming import advancing, call_hook, drain, record_key, show_calls
 from cts.text.qtypes import classify_question
 
 log = logging.getLogger(__name__)
@@ -223,32 +220,21 @@ async def type_questions(questions: Sequence[str], roles: Roles) -> tuple[tuple[
     return tuple(tuple(t) for t in found)
 
 
-OrigShare = Callable[[str, Callable[[], Awaitable[ArmOutcome]]], Awaitable[ArmOutcome]]
-"""``share(key, work)``: an arm computed once for every job that shares it (the orig arm: key = instance id)."""
-
-
 async def run_instance(
-    instance: Instance,
-    gold: Gold,
-    k: int,
-    roles: Roles,
-    orig_share: OrigShare | None = None,
-    repeat: int = 0,
-    design: Design = PLAIN,
+    instance: Instance, gold: Gold, roles: Roles, settings: InstanceSettings, repeat: int = 0
 ) -> tuple[Record, list[dict[str, Any]]]:
     """Run both arms (clarified and orig), and the design's attribution arms, for one instance.
 
     Args:
-        orig_share: Computes the orig arm (and the attribution arms) once for all jobs of a
-            sweep that share it (None = here).
+        settings: The budget k, the job's design (repeats and arms) and where the orig arm is shared.
         repeat: Which run of the instance this is (its stages sample at :meth:`Design.repeat_of`).
-        design: The job's repeats and arms (default: one run, no extra arm).
 
     Returns:
         The record and the trace lines: one per arm searched, then ``arm: instance`` with
         when the instance and its clarify, UA answer, rewrite and qtype stages ran.
     """
     clock = StageClock()
+    k, design, orig_share = settings.k, settings.design, settings.orig_share
     roles = design.roles_at(roles, repeat)
 
     def searched(arm: str, query: str) -> Awaitable[ArmOutcome]:
@@ -304,29 +290,12 @@ async def run_instance(
     return record, traces
 
 
-UsageScope = Callable[[], contextlib.AbstractContextManager[Mapping[str, Mapping[str, float]]]]
-
-
-@contextlib.contextmanager
-def _no_usage() -> Iterator[Mapping[str, Mapping[str, float]]]:
-    yield {}
-
-
 async def run_instances(
     instances: Sequence[Instance],
     gold: Mapping[str, Gold],
     roles: Roles,
-    *,
-    k: int,
-    out_dir: Path,
-    concurrency: int = 8,
-    usage_scope: UsageScope = _no_usage,
-    models: Mapping[str, str] | None = None,
-    progress: bool | Progress = True,
-    keep: Callable[[Record], Record] = lambda r: r,
-    on_instance: InstanceHook | None = None,
-    orig_share: OrigShare | None = None,
-    design: Design = PLAIN,
+    settings: InstanceSettings,
+    job: JobSettings,
 ) -> tuple[list[Record], str]:
     """Run every unfinished instance, streaming records to ``out_dir/records.jsonl``.
 
@@ -340,25 +309,24 @@ async def run_instances(
     ``keep`` retains of each record.
 
     Args:
-        keep: What of each committed record the returned list holds (e.g. only what
-            the metrics read; the file always has everything).
-        on_instance: ``on_instance(instance, gold, record, traces)`` runs after each
-            instance is committed (e.g. to log its MLflow trace); its failure is
-            logged, never fatal.
-        progress: Show this job's bar, or report to a shared :class:`Progress` (a sweep's bar).
-        orig_share: Share the orig arm with other jobs (see :class:`OrigShare`).
-        design: Repeats and attribution arms (:class:`cts.protocol.design.Design`).
+        instances: The job's instances.
+        gold: Their gold, by instance id (read when an instance needs it).
+        roles: The job's components.
+        settings: How each instance runs: k, the design (repeats and attribution arms), the orig arm's sharing.
+        job: Where records go (``out_dir``), ``concurrency``, usage accounting, what is kept and shown.
 
     Returns:
         The committed records of the job (old and new, as ``keep`` made them) and the
         stop reason: ``done``, ``infra`` (some instances failed on infrastructure),
         ``circuit_open`` (an endpoint kept failing, the job stopped) or ``spend_limit``.
     """
+    out_dir, keep, progress, concurrency = job.out_dir, job.keep, job.progress, job.concurrency
     out_dir.mkdir(parents=True, exist_ok=True)
     finished = {record_key(r): keep(r) for r in read_results(out_dir)}
-    runs = [(i, n) for n in range(design.repeats) for i in instances]
+    runs = [(i, n) for n in range(settings.design.repeats) for i in instances]
     todo = [(i, n) for i, n in runs if (i.id, n) not in finished]
     by_id = {i.id: i for i, _ in todo}
+    on_instance, models = job.on_instance, dict(job.models or {})
     hook = (
         None if on_instance is None else (lambda r, t: call_hook(on_instance, by_id[r.id], gold[r.id], r, t))
     )  # gold may be read lazily
@@ -367,13 +335,13 @@ async def run_instances(
     async def one(run: tuple[Instance, int]) -> tuple[Record, list[dict[str, Any]]]:
         inst, repeat = run
         async with sem:
-            with usage_scope() as usage, priority_scope():
-                record, traces = await run_instance(inst, gold[inst.id], k, roles, orig_share, repeat, design)
-            return replace(record, usage={r: dict(u) for r, u in usage.items()}, models=dict(models or {})), traces
+            with job.usage_scope() as usage, priority_scope():
+                record, traces = await run_instance(inst, gold[inst.id], roles, settings, repeat)
+            return replace(record, usage={r: dict(u) for r, u in usage.items()}, models=models), traces
 
     shared = None if isinstance(progress, bool) else progress
     done = sum(1 for i, n in runs if (i.id, n) in finished)
-    bar = tqdm(total=len(runs), initial=done, desc=f"k={k}", disable=progress is not True, unit="q")
+    bar = tqdm(total=len(runs), initial=done, desc=f"k={settings.k}", disable=progress is not True, unit="q")
     if shared is not None:
         shared.add(len(runs), len(runs) - len(todo))
         hook = advancing(shared, hook)

@@ -22,6 +22,7 @@ import numpy as np
 
 from cts.realism.answers import content_f1, is_informative, leaked_tokens
 from cts.stats.agreement import Estimate, cluster_draws, confusion_counts, kappa_from_counts, percentile_interval
+from cts.stats.bootstrap import Resampling
 from cts.stats.cluster import cluster_bootstrap_ci, cluster_codes
 from cts.text.tokens import content_tokens
 
@@ -40,13 +41,8 @@ __all__ = [
 NAN = float("nan")
 
 
-@dataclass(frozen=True)
-class Bootstrap:
-    """Settings of every interval."""
-
-    n_resamples: int = 10_000
-    confidence: float = 0.95
-    seed: int = 0
+Bootstrap = Resampling
+"""Settings of every interval."""
 
 
 @dataclass(frozen=True)
@@ -93,9 +89,7 @@ def mean_estimate(values: Sequence[float], clusters: Sequence[Hashable], boot: B
     """The mean of ``values`` with its cluster bootstrap interval (NaN over no value)."""
     if not len(values):
         return Estimate(NAN, NAN, NAN, 0, 0)
-    ci = cluster_bootstrap_ci(
-        values, [0.0] * len(values), clusters, n_resamples=boot.n_resamples, confidence=boot.confidence, seed=boot.seed
-    )
+    ci = cluster_bootstrap_ci(values, [0.0] * len(values), clusters, boot)
     return Estimate(ci.mean, ci.low, ci.high, len(values), ci.n_clusters)
 
 

@@ -26,7 +26,8 @@ from cts.core.records import ArmResult, Record
 from cts.protocol.job_files import RECORDS_FILE
 from cts.protocol.metrics import summarize
 from cts.release.outputs import NAME_PATTERN, Kind, Output, OutputLayoutError, OutputScan, scan_outputs, system_and_k
-from cts.report.build import ReportResult, build_sweep_report
+from cts.report.build import ReportResult, ReportSettings, build_sweep_report
+from cts.stats.bootstrap import Resampling
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +195,9 @@ def write_job(
         "cts.sweep_dir": str(out_dir),
     }
     params = {"release": str(release), "clarifier": system, "k": str(k)}
-    with tracking.open_mlflow_run(uri, experiment, f"release:{system}-k{k}", params, tags, job_dir=job_dir) as run_id:
+    with tracking.open_mlflow_run(
+        tracking.Experiment(uri, experiment), f"release:{system}-k{k}", params, tags, job_dir=job_dir
+    ) as run_id:
         summary = _summary(system, k, job_dir, metrics, run_id, uri, experiment, release)
         (job_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
         tracking.log_metrics(metrics)
@@ -246,4 +249,4 @@ def import_release(
 
 def report_imported(out_dir: Path, n_resamples: int = Bootstrap().n_resamples) -> ReportResult:
     """The sweep report of the imported job dirs, into ``<out_dir>/report`` (never raises: see ``errors``)."""
-    return build_sweep_report(out_dir, out_dir / "report", n_resamples=n_resamples)
+    return build_sweep_report(out_dir, out_dir / "report", settings=ReportSettings(Resampling(n_resamples)))

@@ -27,8 +27,8 @@ Command line::
     python -m cts.report cts --tracking-uri sqlite:///outputs/mlflow.db --out outputs/reports/cts
 """
 
-from cts.report.build import ReportResult, build_sweep_report, log_sweep_report
+from cts.report.build import ReportResult, ReportSettings, build_sweep_report, log_sweep_report
 from cts.report.jobs import Job, load_jobs
 from cts.report.tables import Table
 
-__all__ = ["Job", "ReportResult", "Table", "build_sweep_report", "load_jobs", "log_sweep_report"]
+__all__ = ["Job", "ReportResult", "ReportSettings", "Table", "build_sweep_report", "load_jobs", "log_sweep_report"]

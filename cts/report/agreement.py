@@ -202,9 +202,9 @@ def _matrix(raters: Sequence[ArmLabels], clusters: Mapping[str, str]) -> tuple[n
 
 def _pair_row(a: ArmLabels, b: ArmLabels, inp: Agreement, bootstrap: Bootstrap, weights: Weights) -> dict[str, float]:
     xs, ys, cs = _pairs(a, b, inp.clusters)
-    kappa = kappa_ci(xs, ys, cs, weights=weights, **vars(bootstrap))
+    kappa = kappa_ci(xs, ys, cs, bootstrap, weights=weights)
     data = np.array([xs, ys], dtype=float).reshape(2, -1)
-    alpha = alpha_ci(data, cs, **vars(bootstrap))
+    alpha = alpha_ci(data, cs, bootstrap)
     return {
         "n_labels": float(len(xs)),
         "n_clusters": float(kappa.n_clusters),
@@ -223,7 +223,7 @@ def shift_row(judge: ArmLabels, human: ArmLabels, inp: Agreement, bootstrap: Boo
     pairs = [(inp.score(k, judge[k]), inp.score(k, human[k]), k[0]) for k in sorted(set(judge) & set(human))]
     kept = [(j, h, i) for j, h, i in pairs if j is not None and h is not None]
     ci = cluster_bootstrap_ci(
-        [p[0] for p in kept], [p[1] for p in kept], [inp.clusters.get(p[2], p[2]) for p in kept], **vars(bootstrap)
+        [p[0] for p in kept], [p[1] for p in kept], [inp.clusters.get(p[2], p[2]) for p in kept], bootstrap
     )
     return {
         "n_arms": float(len(kept)),
@@ -239,7 +239,7 @@ def ceiling_rows(inp: Agreement, bootstrap: Bootstrap, weights: Weights = "linea
     """Alpha among all annotators, then each pair of annotators' kappa and alpha."""
     names = list(inp.humans)
     data, clusters = _matrix([inp.humans[a] for a in names], inp.clusters)
-    every = alpha_ci(data, clusters, **vars(bootstrap))
+    every = alpha_ci(data, clusters, bootstrap)
     rows: list[dict[str, Any]] = [
         {
             "annotators": "all (" + ", ".join(names) + ")",

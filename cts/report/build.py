@@ -49,6 +49,24 @@ class ReportResult:
         return not self.errors
 
 
+@dataclass(frozen=True)
+class ReportSettings:
+    """How a sweep report computes its numbers.
+
+    Attributes:
+        bootstrap: Resamples, confidence level and seed of every interval.
+        p_value: The test of Table 3's p-values: ``bootstrap`` (the CI's resamples) or ``permutation`` (sign-flip).
+        pass_threshold: The restore_score_100 at or above which a repeat passes (the repeats table's pass^k).
+    """
+
+    bootstrap: Bootstrap = Bootstrap()
+    p_value: PValueTest = "bootstrap"
+    pass_threshold: float = PASS_THRESHOLD
+
+
+DEFAULT_REPORT = ReportSettings()
+
+
 def _metric_key(*parts: Any) -> str:
     return re.sub(r"[^\w\-. /]", "_", ".".join(str(p) for p in parts))
 
@@ -83,26 +101,17 @@ def sweep_metrics(scores: pd.DataFrame, diag: pd.DataFrame) -> dict[str, float]:
 
 
 def write_report(
-    jobs: Sequence[Job],
-    out_dir: Path,
-    bootstrap: Bootstrap,
-    source: str = "",
-    p_value: PValueTest = "bootstrap",
-    pass_threshold: float = PASS_THRESHOLD,
+    jobs: Sequence[Job], out_dir: Path, settings: ReportSettings = DEFAULT_REPORT, source: str = ""
 ) -> ReportResult:
-    """Build every table and plot of ``jobs`` into ``out_dir`` (raises on failure).
-
-    ``p_value``: Table 3's test; ``pass_threshold``: the score a repeat passes at (pass^k).
-    """
+    """Build every table and plot of ``jobs`` into ``out_dir`` (raises on failure)."""
     with shared_draws():  # one seed for every CI: each draw and distribution computed once
-        return _write_report(jobs, out_dir, bootstrap, source, p_value, pass_threshold)
+        return _write_report(jobs, out_dir, settings, source)
 
 
-def _write_report(
-    jobs: Sequence[Job], out_dir: Path, bootstrap: Bootstrap, source: str, p_value: PValueTest, pass_threshold: float
-) -> ReportResult:
+def _write_report(jobs: Sequence[Job], out_dir: Path, settings: ReportSettings, source: str) -> ReportResult:
     out_dir.mkdir(parents=True, exist_ok=True)
-    scores, diag = score_rows(jobs, bootstrap, p_value), diagnostic_rows(jobs)
+    bootstrap = settings.bootstrap
+    scores, diag = score_rows(jobs, bootstrap, settings.p_value), diagnostic_rows(jobs)
     scores = with_ppi(scores, imported_ppi(source, jobs, bootstrap.confidence))  # once people labelled a sample
     tables = build_tables(scores, diag, bootstrap.confidence)
     files = [p for t in tables for p in write_table(t, out_dir)]
@@ -112,7 +121,7 @@ def _write_report(
     # batch vs sequential, gating, frontier
     more_tables, more_plots, more_metrics = extra_report(jobs, bootstrap, out_dir)
     more_tables += design_report(
-        jobs, bootstrap, pass_threshold
+        jobs, bootstrap, settings.pass_threshold
     )  # repeats, attribution arms, variance by stage (when jobs have them)
     more_tables += persona_report(jobs, bootstrap)  # simulated users of other kinds (ua/persona), when played
     more_tables += imported_report(source, jobs, bootstrap)  # judges vs people, once labels are imported
@@ -155,12 +164,7 @@ def build_sweep_report(
     source: str | Path | Sequence[str | Path],
     out_dir: Path | None = None,
     tracking_uri: str | None = None,
-    *,
-    n_resamples: int = Bootstrap().n_resamples,
-    confidence: float = Bootstrap().confidence,
-    seed: int = 0,
-    p_value: PValueTest = "bootstrap",
-    pass_threshold: float = PASS_THRESHOLD,
+    settings: ReportSettings = DEFAULT_REPORT,
 ) -> ReportResult:
     """Build the paper's tables and plots for a sweep. Never raises (safe in Hydra callbacks).
 
@@ -168,11 +172,7 @@ def build_sweep_report(
         source: A Hydra sweep dir, a list of job dirs, or an MLflow experiment name.
         out_dir: Where to write (default :func:`default_out_dir`).
         tracking_uri: MLflow tracking URI (needed for an experiment name).
-        n_resamples: Bootstrap resamples for every CI.
-        confidence: CI level.
-        seed: Bootstrap seed.
-        p_value: The test of Table 3's p-values: ``bootstrap`` (the CI's resamples) or ``permutation`` (sign-flip).
-        pass_threshold: The restore_score_100 at or above which a repeat passes (the repeats table's pass^k).
+        settings: The intervals' resampling, Table 3's test and the repeats' pass threshold.
 
     Returns:
         The result; ``result.errors`` is non-empty (and logged) when something failed.
@@ -183,7 +183,7 @@ def build_sweep_report(
         if not jobs:
             raise ValueError(f"no finished job found in {name}")
         out = Path(out_dir) if out_dir is not None else default_out_dir(source)
-        result = write_report(jobs, out, Bootstrap(n_resamples, confidence, seed), name, p_value, pass_threshold)
+        result = write_report(jobs, out, settings, name)
         log.info("sweep report (%d jobs) written to %s", len(jobs), out)
         return result
     except CtsError:  # e.g. a broken tracking store: its own message and exit status

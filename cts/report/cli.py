@@ -10,7 +10,8 @@ from pathlib import Path
 
 from cts.compose.schema import Bootstrap
 from cts.protocol.repeats import PASS_THRESHOLD
-from cts.report.build import build_sweep_report, log_sweep_report
+from cts.report.build import ReportSettings, build_sweep_report, log_sweep_report
+from cts.stats.bootstrap import Resampling
 from cts.stats.compare import P_VALUE_TESTS
 
 log = logging.getLogger(__name__)
@@ -47,10 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         source,
         args.out,
         uri,
-        n_resamples=args.n_resamples,
-        confidence=args.confidence,
-        p_value=args.p_value,
-        pass_threshold=args.pass_threshold,
+        ReportSettings(Resampling(args.n_resamples, args.confidence), args.p_value, args.pass_threshold),
     )
     if not result.ok or result.out_dir is None:
         print("\n".join(result.errors), file=sys.stderr)

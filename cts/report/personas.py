@@ -41,7 +41,7 @@ def _ci(job: Job, a: dict[str, float], b: dict[str, float], bootstrap: Bootstrap
     ids = sorted(set(a) & set(b))
     x, y = [a[i] for i in ids], [b[i] for i in ids]
     if job.cluster_field and job.clusters:
-        ci = cluster_bootstrap_ci(x, y, [job.clusters.get(i, i) for i in ids], **vars(bootstrap))
+        ci = cluster_bootstrap_ci(x, y, [job.clusters.get(i, i) for i in ids], bootstrap)
         return ci.mean, ci.low, ci.high, len(ids)
     return (*paired_bootstrap_ci(x, y, **vars(bootstrap)), len(ids))
 

@@ -5,17 +5,15 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from cts.compose.schema import Config, default_of
 from cts.protocol.diagnostics import diagnostics
 from cts.protocol.repeats import instance_means
 from cts.protocol.unscored import unscored_rates
 from cts.report.jobs import NO_MODE, ORIG, Job
-from cts.stats.bootstrap import mean_ci
+from cts.stats.bootstrap import Resampling, mean_ci
 from cts.stats.compare import Comparison, PValueTest, paired_comparison
 from cts.stats.multiplicity import holm
 
@@ -24,13 +22,8 @@ log = logging.getLogger(__name__)
 NAN = float("nan")
 
 
-@dataclass(frozen=True)
-class Bootstrap:
-    """Bootstrap settings of a report (defaults: the schema's ``bootstrap`` and ``seed``)."""
-
-    n_resamples: int = default_of(Config, "bootstrap.n_resamples")
-    confidence: float = default_of(Config, "bootstrap.confidence")
-    seed: int = default_of(Config, "seed")
+Bootstrap = Resampling
+"""Bootstrap settings of a report (defaults: the schema's ``bootstrap`` and ``seed``)."""
 
 
 def _finite(values: Iterable[float | None]) -> list[float]:
@@ -86,7 +79,7 @@ def comparison(job: Job, bootstrap: Bootstrap, p_value: PValueTest = "bootstrap"
         pairs = sorted(pairs, key=lambda r: r.id)
         labels = [job.clusters.get(r.id, ("instance", r.id)) for r in pairs]
     scores, origs = [r.score for r in pairs], [r.orig_score for r in pairs]
-    return paired_comparison(scores, origs, labels, **vars(bootstrap), p_value=p_value)  # type: ignore[arg-type]  # pairs: both scores set
+    return paired_comparison(scores, origs, labels, bootstrap, p_value=p_value)  # type: ignore[arg-type]  # pairs: both scores set
 
 
 def _comparison_columns(job: Job | None, c: Comparison | None) -> dict[str, object]:

@@ -18,9 +18,9 @@ from cts.core.records import Record
 from cts.corpus.wiki import Corpus
 from cts.llm import Chat
 from cts.roles import schemas
-from cts.roles.llm import _LLMRole
+from cts.roles.llm import DEFAULT_ROLE, RoleSettings, _LLMRole
 from cts.roles.parse import load_json
-from cts.roles.reask import DEFAULT_MAX_REASKS, InvalidOutput
+from cts.roles.reask import InvalidOutput
 from cts.roles.rules import head_term
 from cts.text.tokens import STOPWORDS_ZH, content_tokens, is_cjk, normalize
 
@@ -199,24 +199,10 @@ class LLMGate(_LLMRole):
         model: Chat,
         prompt: str,
         min_confidence: float = 0.0,
-        role: str | None = None,
-        max_reasks: int = DEFAULT_MAX_REASKS,
-        prompts_dir: str | None = None,
-        params: Mapping[str, Any] | None = None,
-        max_output_tokens: int | None = None,
-        structured: bool | None = None,
+        settings: RoleSettings = DEFAULT_ROLE,
     ) -> None:
         # Explicit parameters: the pre-flight names a misspelt key by the signature.
-        super().__init__(
-            model,
-            prompt,
-            role=role,
-            max_reasks=max_reasks,
-            prompts_dir=prompts_dir,
-            params=params,
-            max_output_tokens=max_output_tokens,
-            structured=structured,
-        )
+        super().__init__(model, prompt, settings)
         self.min_confidence = min_confidence
 
     async def decide(self, blurred_query: str) -> Decision:

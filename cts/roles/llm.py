@@ -25,6 +25,7 @@ are normalised to it; an answer that merely contains such a word is kept.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from cts._util.prompts import Prompt, load_prompt
@@ -54,6 +55,33 @@ from cts.roles.reask import (
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class RoleSettings:
+    """How an LLM role calls its model: the role's own keys in its config node, kept flat there
+    (``clarifier.max_output_tokens``) and bound into this object by the composition layer.
+
+    Attributes:
+        role: Accounting name (None = the class's role).
+        max_reasks: Re-asks after invalid output (the composition layer passes
+            ``services.llm.max_reasks`` when the config leaves it unset).
+        prompts_dir: Directory of prompt files (None = the repository's ``prompts/``).
+        params: Decoding params overriding the model's for this role.
+        max_output_tokens: The role's output cap (None = the class's ``default_cap``); a
+            reply that stops at it is re-asked, then the item is unscored as ``truncated``.
+        structured: Send the reply's JSON schema (None = the class's ``default_structured``).
+    """
+
+    role: str | None = None
+    max_reasks: int = DEFAULT_MAX_REASKS
+    prompts_dir: str | None = None
+    params: Mapping[str, Any] | None = None
+    max_output_tokens: int | None = None
+    structured: bool | None = None
+
+
+DEFAULT_ROLE = RoleSettings()
+
+
 class _LLMRole:
     """Shared plumbing: prompt, client, bounded re-asks."""
 
@@ -69,37 +97,22 @@ class _LLMRole:
         stops the launch, not the job)."""
         return None
 
-    def __init__(
-        self,
-        model: Chat,
-        prompt: str,
-        role: str | None = None,
-        max_reasks: int = DEFAULT_MAX_REASKS,
-        prompts_dir: str | None = None,
-        params: Mapping[str, Any] | None = None,
-        max_output_tokens: int | None = None,
-        structured: bool | None = None,
-    ) -> None:
+    def __init__(self, model: Chat, prompt: str, settings: RoleSettings = DEFAULT_ROLE) -> None:
         """Bind a prompt and a model.
 
         Args:
             model: Chat client of the model (the composition layer builds it from ``conf/model/``).
-            prompt: Prompt file stem under ``prompts_dir``.
-            role: Accounting name (defaults to the class's role).
-            max_reasks: Re-asks after invalid output (the composition layer passes
-                ``services.llm.max_reasks`` when the config leaves it unset).
-            prompts_dir: Directory of prompt files (None = the repository's ``prompts/``).
-            params: Decoding params overriding the model's for this role.
-            max_output_tokens: The role's output cap (None = the class's ``default_cap``); a
-                reply that stops at it is re-asked, then the item is unscored as ``truncated``.
+            prompt: Prompt file stem under ``settings.prompts_dir``.
+            settings: Accounting name, re-asks, prompts dir, params, output cap, structured output.
         """
-        self.role = role or self.default_role
-        self.prompt = load_prompt(prompt, prompts_dir)
+        s = settings
+        self.role = s.role or self.default_role
+        self.prompt = load_prompt(prompt, s.prompts_dir)
         self.client = model.with_role(self.role)
-        self.max_reasks = max_reasks
-        self.params = dict(params or {})
-        self.max_output_tokens = self.default_cap if max_output_tokens is None else int(max_output_tokens)
-        self.structured = self.default_structured if structured is None else bool(structured)
+        self.max_reasks = s.max_reasks
+        self.params = dict(s.params or {})
+        self.max_output_tokens = self.default_cap if s.max_output_tokens is None else int(s.max_output_tokens)
+        self.structured = self.default_structured if s.structured is None else bool(s.structured)
 
     def request_params(self, schema: Mapping[str, Any] | None) -> dict[str, Any]:
         """The role's params, with ``response_format`` asking for ``schema`` (unless off or set in ``params``)."""
@@ -153,29 +166,15 @@ class LLMClarifier(_LLMRole):
         mode: ClarifyMode = "batch",
         stop_early: bool = False,
         sequential_prompt: str = "clarifier_sequential",
-        role: str | None = None,
-        max_reasks: int = DEFAULT_MAX_REASKS,
-        prompts_dir: str | None = None,
-        params: Mapping[str, Any] | None = None,
-        max_output_tokens: int | None = None,
-        structured: bool | None = None,
+        settings: RoleSettings = DEFAULT_ROLE,
     ) -> None:
         # Explicit parameters (no **kwargs): the pre-flight names a misspelt key by the signature.
-        super().__init__(
-            model,
-            prompt,
-            role=role,
-            max_reasks=max_reasks,
-            prompts_dir=prompts_dir,
-            params=params,
-            max_output_tokens=max_output_tokens,
-            structured=structured,
-        )
+        super().__init__(model, prompt, settings)
         if mode not in ("batch", "sequential"):
             raise ValueError(f"mode must be batch or sequential, got {mode!r}")
         self.mode: ClarifyMode = mode
         self.stop_early = stop_early
-        self.turn_prompt = load_prompt(sequential_prompt, prompts_dir) if mode == "sequential" else None
+        self.turn_prompt = load_prompt(sequential_prompt, settings.prompts_dir) if mode == "sequential" else None
 
     async def next_question(self, blurred_query: str, qa: Sequence[QA], k: int) -> str | None:
         """One question for the next turn (or None: stop), from ``q`` and the earlier pairs only."""
@@ -217,16 +216,11 @@ class LLMUserAnswerer(_LLMRole):
         model: Chat,
         prompt: str,
         persona: Persona | None = None,
-        role: str | None = None,
-        max_reasks: int = DEFAULT_MAX_REASKS,
-        prompts_dir: str | None = None,
-        params: Mapping[str, Any] | None = None,
-        max_output_tokens: int | None = None,
-        structured: bool | None = None,
+        settings: RoleSettings = DEFAULT_ROLE,
     ) -> None:
         # A persona (ua/persona) brings its own prompt; its `unknown` coin is drawn before any call.
         chosen = persona.prompt if persona is not None else prompt
-        super().__init__(model, chosen, role, max_reasks, prompts_dir, params, max_output_tokens, structured)
+        super().__init__(model, chosen, settings)
         self.persona = persona
 
     @classmethod

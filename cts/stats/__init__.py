@@ -2,6 +2,7 @@
 
 from cts.stats.bootstrap import (
     MAX_BATCH_VALUES,
+    Resampling,
     bootstrap_batch,
     cohen_kappa,
     kendall_tau,
@@ -9,4 +10,12 @@ from cts.stats.bootstrap import (
     paired_bootstrap_ci,
 )
 
-__all__ = ["MAX_BATCH_VALUES", "bootstrap_batch", "cohen_kappa", "kendall_tau", "mean_ci", "paired_bootstrap_ci"]
+__all__ = [
+    "MAX_BATCH_VALUES",
+    "Resampling",
+    "bootstrap_batch",
+    "cohen_kappa",
+    "kendall_tau",
+    "mean_ci",
+    "paired_bootstrap_ci",
+]

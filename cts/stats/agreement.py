@@ -25,8 +25,7 @@ from typing import Literal
 
 import numpy as np
 
-from cts.compose.schema import Bootstrap
-from cts.stats.bootstrap import MAX_BATCH_VALUES, bootstrap_batch
+from cts.stats.bootstrap import DEFAULT_RESAMPLING, MAX_BATCH_VALUES, Resampling, bootstrap_batch
 from cts.stats.cluster import cluster_codes
 
 NAN = float("nan")
@@ -146,11 +145,9 @@ def kappa_ci(
     a: Sequence[int],
     b: Sequence[int],
     clusters: Sequence[Hashable],
+    resampling: Resampling = DEFAULT_RESAMPLING,
     *,
     weights: Weights = "linear",
-    n_resamples: int = Bootstrap().n_resamples,
-    confidence: float = Bootstrap().confidence,
-    seed: int = 0,
 ) -> Estimate:
     """Weighted kappa of two raters' codes with a cluster bootstrap interval.
 
@@ -158,10 +155,8 @@ def kappa_ci(
         a: Rater A's codes (0 none, 1 partial, 2 full).
         b: Rater B's codes of the same items.
         clusters: Cluster of each item (its instance, or the dataset's cluster of that instance).
+        resampling: Resamples, confidence level and seed of the bootstrap.
         weights: ``linear`` or ``quadratic`` disagreement weights.
-        n_resamples: Bootstrap resamples.
-        confidence: Two-sided level.
-        seed: Seed of the resampling generator.
     """
     if len(clusters) != len(a):
         raise ValueError(f"need a cluster per item, got {len(clusters)} for {len(a)}")
@@ -177,28 +172,23 @@ def kappa_ci(
     dist = np.concatenate(
         [
             kappa_from_counts(per_cluster[drawn].sum(axis=1).reshape(-1, c, c), weights)
-            for drawn in cluster_draws(n_clusters, n_resamples, seed, MAX_BATCH_VALUES // (c * c))
+            for drawn in cluster_draws(n_clusters, resampling.n_resamples, resampling.seed, MAX_BATCH_VALUES // (c * c))
         ]
     )
-    return Estimate(value, *percentile_interval(dist, confidence), len(a), n_clusters)
+    return Estimate(value, *percentile_interval(dist, resampling.confidence), len(a), n_clusters)
 
 
 def alpha_ci(
     data: np.ndarray,
     clusters: Sequence[Hashable],
-    *,
-    n_resamples: int = Bootstrap().n_resamples,
-    confidence: float = Bootstrap().confidence,
-    seed: int = 0,
+    resampling: Resampling = DEFAULT_RESAMPLING,
 ) -> Estimate:
     """Ordinal Krippendorff's alpha of a ``raters x units`` matrix with a cluster bootstrap interval.
 
     Args:
         data: Codes 0..2, NaN where a rater did not label a unit.
         clusters: Cluster of each unit (column).
-        n_resamples: Bootstrap resamples.
-        confidence: Two-sided level.
-        seed: Seed of the resampling generator.
+        resampling: Resamples, confidence level and seed of the bootstrap.
     """
     matrix = np.asarray(data, dtype=float)
     if len(clusters) != matrix.shape[1]:
@@ -211,8 +201,9 @@ def alpha_ci(
     values = np.array(
         [
             krippendorff_alpha(matrix[:, np.concatenate([members[i] for i in drawn])])
-            for batch in cluster_draws(n_clusters, n_resamples, seed)
+            for batch in cluster_draws(n_clusters, resampling.n_resamples, resampling.seed)
             for drawn in batch
         ]
     )
-    return Estimate(krippendorff_alpha(matrix), *percentile_interval(values, confidence), matrix.shape[1], n_clusters)
+    interval = percentile_interval(values, resampling.confidence)
+    return Estimate(krippendorff_alpha(matrix), *interval, matrix.shape[1], n_clusters)

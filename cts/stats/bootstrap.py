@@ -15,6 +15,25 @@ MAX_BATCH_VALUES = 1 << 20
 """Resampled values held at once by the bootstrap (8 MiB of float64 plus 8 MiB of indices)."""
 
 
+@dataclass(frozen=True)
+class Resampling:
+    """How a bootstrap interval resamples: the job's ``bootstrap`` settings and its ``seed``.
+
+    Attributes:
+        n_resamples: Bootstrap resamples.
+        confidence: Two-sided confidence level of the interval.
+        seed: Seed of the resampling generator (the same seed draws the same resamples).
+    """
+
+    n_resamples: int = Bootstrap().n_resamples
+    confidence: float = Bootstrap().confidence
+    seed: int = 0
+
+
+DEFAULT_RESAMPLING = Resampling()
+"""The schema's ``bootstrap`` defaults and seed 0."""
+
+
 def bootstrap_batch(n: int, n_resamples: int, max_values: int = MAX_BATCH_VALUES) -> int:
     """Resamples per batch so that ``batch * n`` stays within ``max_values`` (at least 1)."""
     return max(1, min(n_resamples, max_values // max(n, 1)))

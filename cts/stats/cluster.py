@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cts.compose.schema import Bootstrap
-from cts.stats.bootstrap import MAX_BATCH_VALUES, resample_indices
+from cts.stats.bootstrap import DEFAULT_RESAMPLING, MAX_BATCH_VALUES, Resampling, resample_indices
 
 NAN = float("nan")
 
@@ -126,10 +125,8 @@ def cluster_bootstrap_ci(
     scores: Sequence[float],
     baseline: Sequence[float],
     clusters: Sequence[Hashable],
+    resampling: Resampling = DEFAULT_RESAMPLING,
     *,
-    n_resamples: int = Bootstrap().n_resamples,
-    confidence: float = Bootstrap().confidence,
-    seed: int = 0,
     max_values: int = MAX_BATCH_VALUES,
 ) -> ClusteredCI:
     """Mean paired difference with a percentile interval from the independent cluster bootstrap.
@@ -138,9 +135,7 @@ def cluster_bootstrap_ci(
         scores: Per-instance scores (e.g. the clarified arm's), aligned with ``baseline``.
         baseline: Per-instance scores of the baseline (e.g. orig).
         clusters: Cluster label per instance (a topic, a source id), aligned with ``scores``.
-        n_resamples: Bootstrap resamples.
-        confidence: Two-sided confidence level.
-        seed: Seed of the resampling generator.
+        resampling: Resamples, confidence level and seed of the bootstrap.
         max_values: Upper bound on drawn clusters held at once (memory, not results).
 
     Returns:
@@ -158,10 +153,13 @@ def cluster_bootstrap_ci(
     n_clusters, mean = int(codes.max()) + 1, float(diffs.mean())
     deff = design_effect(diffs, codes)
     if diffs.size == 1 or np.all(diffs == diffs[0]):
-        return ClusteredCI(mean, mean, mean, n_clusters, deff, 1.0 if mean == 0 else 2.0 / (n_resamples + 1))
+        p_value = 1.0 if mean == 0 else 2.0 / (resampling.n_resamples + 1)
+        return ClusteredCI(mean, mean, mean, n_clusters, deff, p_value)
     if n_clusters == 1:
         return ClusteredCI(mean, NAN, NAN, 1, deff, NAN)
-    dist = cluster_mean_distribution(diffs, codes, n_resamples=n_resamples, seed=seed, max_values=max_values)
-    alpha = (1.0 - confidence) / 2.0
+    dist = cluster_mean_distribution(
+        diffs, codes, n_resamples=resampling.n_resamples, seed=resampling.seed, max_values=max_values
+    )
+    alpha = (1.0 - resampling.confidence) / 2.0
     low, high = np.quantile(dist, [alpha, 1.0 - alpha])
     return ClusteredCI(mean, float(low), float(high), n_clusters, deff, bootstrap_p_value(dist))

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
-from cts.compose.schema import Bootstrap
-from cts.stats.bootstrap import bootstrap_means, paired_bootstrap_ci
+from cts.stats.bootstrap import DEFAULT_RESAMPLING, Resampling, bootstrap_means, paired_bootstrap_ci
 from cts.stats.cluster import bootstrap_p_value, cluster_bootstrap_ci
 from cts.stats.multiplicity import sign_flip_p_value
 
@@ -44,10 +43,8 @@ def paired_comparison(
     scores: Sequence[float],
     baseline: Sequence[float],
     clusters: Sequence[Hashable] | None = None,
+    resampling: Resampling = DEFAULT_RESAMPLING,
     *,
-    n_resamples: int = Bootstrap().n_resamples,
-    confidence: float = Bootstrap().confidence,
-    seed: int = 0,
     p_value: PValueTest = "bootstrap",
 ) -> Comparison:
     """Compare aligned per-instance scores with a baseline's.
@@ -61,8 +58,8 @@ def paired_comparison(
     """
     if p_value not in P_VALUE_TESTS:
         raise ValueError(f"p_value must be one of {', '.join(P_VALUE_TESTS)}, got {p_value!r}")
-    bootstrap: dict[str, Any] = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
-    mean, low, high = paired_bootstrap_ci(scores, baseline, **bootstrap)
+    n_resamples, seed = resampling.n_resamples, resampling.seed
+    mean, low, high = paired_bootstrap_ci(scores, baseline, **vars(resampling))
     diffs = np.asarray(scores, dtype=float) - np.asarray(baseline, dtype=float)
     permuted = (
         sign_flip_p_value(diffs, clusters, n_resamples=n_resamples, seed=seed) if p_value == "permutation" else None
@@ -72,7 +69,7 @@ def paired_comparison(
         # which the p-value counts on both sides), computed once inside shared_draws
         boot = NAN if diffs.size == 0 else bootstrap_p_value(bootstrap_means(diffs, n_resamples=n_resamples, seed=seed))
         return Comparison(mean, low, high, boot if permuted is None else permuted)
-    c = cluster_bootstrap_ci(scores, baseline, clusters, **bootstrap)
+    c = cluster_bootstrap_ci(scores, baseline, clusters, resampling)
     return Comparison(
         c.mean, c.low, c.high, c.p_value if permuted is None else permuted, c.n_clusters, c.design_effect, low, high
     )

@@ -26,7 +26,7 @@ from cts.analysis.common import (
 from cts.core.types import Instance
 from cts.report.jobs import load_jobs
 from cts.report.tables import markdown
-from cts.tasks.job import RunInfo, log_task_outputs, tracked_task
+from cts.tasks.job import Analysis, RunInfo, log_task_outputs, tracked_task
 from cts.tasks.judge_robustness import robustness_arguments
 from cts.tasks.registry import TaskContext, task
 
@@ -45,28 +45,24 @@ def compose_backbone_stability(ctx: TaskContext) -> None:
 @task(compose_backbone_stability, calls=("robustness",))
 def backbone_stability_task(
     *,
-    source: str | Sequence[str],
     instances: Sequence[Instance],
     backbones: Mapping[str, Backbone],
     places: Sequence[str],
     run: RunInfo,
-    out_dir: Path,
-    budgets: Sequence[int] | None = None,
-    concurrency: int = 8,
+    analysis: Analysis,
 ) -> None:
     """Task ``backbone_stability``: replay the frozen questions of finished runs with ``backbones``.
 
     Args:
-        source: A sweep dir, job dirs, or an MLflow experiment name (``robustness.source``).
         instances: The source runs' dataset.
         backbones: Name -> built UA and rewriter (``robustness.backbones``).
         places: The place lexicon that finds unsupported concretisations.
         run: How the task's run is tracked (its tracking URI also finds an experiment source).
-        out_dir: Where the tables and replays go.
-        budgets: The k values of the source jobs to keep (None = all).
-        concurrency: Replays in flight at once.
+        analysis: The source runs (``robustness.source``, ``budgets``), the dir of the tables and replays,
+            replays in flight.
     """
-    jobs = select_budgets(load_jobs(source, run.tracking.uri), budgets)
+    jobs = select_budgets(load_jobs(analysis.source, run.tracking.uri), analysis.budgets)
+    concurrency, out_dir = analysis.concurrency, analysis.out_dir
     items = frozen_items(jobs, instances)
     if not items:
         raise ValueError("the source runs have no clarification questions to replay")

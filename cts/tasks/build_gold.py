@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cts._util.loops import run as run_loop
 from cts.core.contracts import Extractor, SearchBackend
@@ -14,6 +15,9 @@ from cts.core.stages import EXTRACTOR, SEARCH
 from cts.core.types import Instance
 from cts.tasks.job import RunInfo, log_task_outputs, prompt_versions, tracked_task
 from cts.tasks.registry import TaskContext, task
+
+if TYPE_CHECKING:
+    from cts.gold import GoldArchive
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +34,8 @@ def read_gold_instances(ctx: TaskContext) -> list[Instance]:
 
 def compose_build_gold(ctx: TaskContext) -> float:
     """Read the instances, build search and extractor, archive their gold (the composer of :func:`build_gold_task`)."""
+    from cts.gold import GoldArchive
+
     limit = ctx.value("limit")
     instances = ctx.input()
     provenance = {
@@ -43,12 +49,14 @@ def compose_build_gold(ctx: TaskContext) -> float:
         instances=instances[:limit] if limit else instances,
         search=ctx.build("search"),
         extractor=ctx.build("extractor"),
-        out_dir=Path(ctx.value("build_gold.out_dir")),
-        provenance=provenance,
+        archive=GoldArchive(
+            Path(ctx.value("build_gold.out_dir")),
+            provenance,
+            overwrite=bool(ctx.value("build_gold.overwrite")),
+            allow_partial=bool(ctx.value("build_gold.allow_partial", default=False)),
+        ),
         run=ctx.run,
         concurrency=ctx.value("concurrency"),
-        overwrite=bool(ctx.value("build_gold.overwrite")),
-        allow_partial=bool(ctx.value("build_gold.allow_partial", default=False)),
     )
 
 
@@ -58,12 +66,9 @@ def build_gold_task(
     instances: Sequence[Instance],
     search: SearchBackend,
     extractor: Extractor,
-    out_dir: Path,
-    provenance: Mapping[str, Any],
+    archive: GoldArchive,
     run: RunInfo,
     concurrency: int = 8,
-    overwrite: bool = False,
-    allow_partial: bool = False,
 ) -> float:
     """Build the static gold once per ``fused_query`` and archive it read-only (paper 4.2).
 
@@ -75,37 +80,26 @@ def build_gold_task(
         instances: The instances (their ``fused_query``).
         search: The search backend.
         extractor: The nugget extractor.
-        out_dir: The archive directory (``build_gold.out_dir``).
-        provenance: Backend, extractor, models and config fingerprint (the prompts used are added).
+        archive: The archive (``build_gold.out_dir``, ``overwrite``, ``allow_partial``) and its provenance:
+            backend, extractor, models and config fingerprint (the prompts used are added).
         run: How the task's run is tracked.
         concurrency: Instances in flight at once.
-        overwrite: Rebuild an existing archive.
-        allow_partial: Accept an archive that lacks some instances' gold.
 
     Returns:
         The number of instances with archived gold.
     """
     from cts.gold import build_gold_archive
 
+    archived = replace(archive, provenance={**archive.provenance, "prompts": prompt_versions()})
     with tracked_task(run, "build_gold"):  # an infrastructure failure stops the build: nothing archived, exit 1
-        report = run_loop(
-            build_gold_archive(
-                instances,
-                search,
-                extractor,
-                out_dir,
-                provenance={**provenance, "prompts": prompt_versions()},
-                concurrency=concurrency,
-                overwrite=overwrite,
-            )
-        )
+        report = run_loop(build_gold_archive(instances, search, extractor, archived, concurrency=concurrency))
         counts = {"n_instances": report.n_instances, "n_gold": report.n_gold, "n_failures": len(report.failures)}
-        archive = sorted(p for p in Path(report.out_dir).iterdir() if p.is_file())
-        log_task_outputs({k: float(v) for k, v in counts.items()}, archive)
+        files = sorted(p for p in Path(report.out_dir).iterdir() if p.is_file())
+        log_task_outputs({k: float(v) for k, v in counts.items()}, files)
     print(f"gold archive {report.out_dir}: {counts}, sha256 {report.gold_sha256[:12]}", flush=True)
     for instance_id, reason in report.failures:
         print(f"  no gold for {instance_id}: {reason}", flush=True)
-    stop_on_partial_gold(report, allow_partial)
+    stop_on_partial_gold(report, archive.allow_partial)
     return float(report.n_gold)
 
 

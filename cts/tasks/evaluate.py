@@ -25,8 +25,8 @@ from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE, DirRecords, trace_
 from cts.protocol.metrics import metric_view, summarize
 from cts.protocol.outcome import finish, read_outcome
 from cts.protocol.pipeline import Roles, run_instances
+from cts.protocol.settings import InstanceSettings, JobSettings
 from cts.protocol.spend import (
-    SpendLimit,
     run_within_spend_limit,
     spend_metrics,
     stop_note,
@@ -35,6 +35,7 @@ from cts.protocol.spend import (
 from cts.protocol.unscored import infra_by_role, rejected_by_role, unscored_line, unscored_rates
 from cts.sweep import orig_share_for, sweep_progress
 from cts.tasks.job import (
+    Execution,
     RunInfo,
     check_resume,
     print_metrics,
@@ -62,6 +63,8 @@ class EvalProtocol:
     """The bootstrap settings of the intervals (``n_resamples``, ``confidence``)."""
     design: Design = PLAIN
     """Repeats and attribution arms (``repeats``, ``repeat_temperature``, ``repeat_stages``, ``arms``)."""
+    ua_audit: bool = False
+    """Add the fidelity audit of the UA's answers (:mod:`cts.protocol.fidelity`; a ``ua/persona`` job)."""
 
 
 @dataclass(frozen=True)
@@ -117,19 +120,21 @@ def compose_evaluate(ctx: TaskContext) -> float | None:
     if ctx.value("services.llm.tracing", default=None):
         tracking.trace_llm_calls(ctx.llm)
     try:
+        ua_audit = ctx.value("ua", "persona", default=None) is not None
         return evaluate_task(
             dataset=dataset,
             roles=roles,
-            protocol=EvalProtocol(ctx.value("k"), ctx.value("seed"), ctx.value("bootstrap"), design),
+            protocol=EvalProtocol(ctx.value("k"), ctx.value("seed"), ctx.value("bootstrap"), design, ua_audit),
             run=ctx.run,
             resume=resume,
-            spend_limit=ctx.spend_limit,
-            models=role_models(ctx),
-            orig_parts=orig_parts(ctx),
-            limit=ctx.value("limit"),
-            concurrency=ctx.value("concurrency"),
-            resource_counters=ctx.resource_counters,
-            ua_audit=ctx.value("ua", "persona", default=None) is not None,
+            execution=Execution(
+                ctx.spend_limit,
+                ctx.value("concurrency"),
+                ctx.value("limit"),
+                role_models(ctx),
+                orig_parts(ctx),
+                ctx.resource_counters,
+            ),
         )
     except OSError as e:
         fault = output_fault(e)
@@ -189,35 +194,24 @@ def evaluate_task(
     protocol: EvalProtocol,
     run: RunInfo,
     resume: Resume,
-    spend_limit: SpendLimit,
-    models: Mapping[str, str],
-    orig_parts: Mapping[str, Any],
-    limit: int | None = None,
-    concurrency: int = 8,
-    resource_counters: Callable[[], Mapping[str, float]] = dict,
-    ua_audit: bool = False,
+    execution: Execution,
 ) -> float | None:
     """Run the protocol (clarified + orig arms) over the dataset and track the job.
 
     Args:
         dataset: The instances and their static gold.
         roles: The built clarifier, UA, rewriter, search backend, judge and question typer.
-        protocol: The budget ``k`` and the summary settings.
+        protocol: The budget ``k``, the design, and the summary settings.
         run: Where the job sits and how it is tracked.
         resume: The job dir's fingerprint and the resume command (see :func:`check_job`).
-        spend_limit: The LLM spend limit of the job dir.
-        models: Per role, the model id it calls (recorded with every instance).
-        orig_parts: What the orig arm depends on (shared across a sweep's jobs with the same).
-        limit: Evaluate only the first ``limit`` instances (None = all).
-        concurrency: Instances in flight at once.
-        resource_counters: Counters of the job's resources (tool-cache hits ...), read at the end.
-        ua_audit: Add the fidelity audit of the UA's answers (:mod:`cts.protocol.fidelity`; a ``ua/persona`` job).
+        execution: The spend limit, instances in flight and evaluated (``limit``), each role's model,
+            what the orig arm depends on (a sweep's jobs share it), the resources' counters.
 
     Returns:
         The job's mean restore_score_100 (Hydra's sweep metric).
     """
-    ctx, k = run.context, protocol.k
-    instances = select_instances(dataset, limit)
+    ctx, k, spend_limit = run.context, protocol.k, execution.spend_limit
+    instances = select_instances(dataset, execution.limit)
     n_runs = len(instances) * protocol.design.repeats  # one record per (instance, repeat)
     tracer = instance_tracer(run)
     audits: list[Mapping[str, Any]] = []  # the request audit of the job's calls (cts.llm.audit_scope)
@@ -229,16 +223,16 @@ def evaluate_task(
                 instances,
                 dataset.gold,
                 roles,
-                k=k,
-                out_dir=ctx.job_dir,
-                concurrency=concurrency,
-                usage_scope=usage_scope,
-                models=models,
-                keep=metric_view,
-                on_instance=tracer,
-                progress=sweep_progress() or True,
-                orig_share=orig_share_for(orig_parts),
-                design=protocol.design,
+                InstanceSettings(k, protocol.design, orig_share_for(execution.orig_parts)),
+                JobSettings(
+                    ctx.job_dir,
+                    execution.concurrency,
+                    usage_scope,
+                    execution.models,
+                    progress=sweep_progress() or True,
+                    keep=metric_view,
+                    on_instance=tracer,
+                ),
             )
 
     # In a sweep the instances start before the job's MLflow run is set up (their traces wait for it),
@@ -251,13 +245,11 @@ def evaluate_task(
         ),
         early as started,
         tracking.open_mlflow_run(
-            run.tracking.uri,
-            run.tracking.experiment,
+            tracking.Experiment(run.tracking.uri, run.tracking.experiment, run.tracking.experiment_kind),
             ctx.run_name,
             tracking.flatten(dict(run.config)),
             dict(run.tags),
             job_dir=ctx.job_dir,
-            experiment_kind=run.tracking.experiment_kind,
         ) as run_id,
     ):
         write_config(run)  # now, while the instances run: not among the job's last steps
@@ -275,11 +267,11 @@ def evaluate_task(
         clusters = dataset_clusters(dataset)
         metrics = {
             **summarize(records, k=k, seed=protocol.seed, clusters=clusters, **protocol.bootstrap),
-            **resource_counters(),
+            **execution.resource_counters(),
             **dataset_metrics(dataset),
             "n_infra_failures": float(ended.n_infra),
             **planned,
-            **(ua_fidelity(records, {i.id: i.fused_query for i in dataset.instances}) if ua_audit else {}),
+            **(ua_fidelity(records, {i.id: i.fused_query for i in dataset.instances}) if protocol.ua_audit else {}),
         }
         ci = ci_summary(getattr(dataset, "cluster_field", None), clusters, [r.id for r in records])
         missing = ended.n_total - ended.n_done

@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,10 @@ from cts.core.errors import ResumeRefused
 from cts.core.records import infra_stop
 from cts.protocol.job_files import RECORDS_FILE
 from cts.protocol.outcome import stop_reason, stop_task
+from cts.protocol.spend import SpendLimit
+
+UNLIMITED = SpendLimit(None, 120.0, lambda usd, where: None)
+"""No spend limit (a caller outside a composed job)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,44 @@ class JobContext:
     def multirun(self) -> bool:
         """Whether the job runs inside a Hydra multirun (it has a sweep dir)."""
         return bool(self.sweep_dir)
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How a job runs beside what it measures: its bounds, and what it records and shares of its components.
+
+    Attributes:
+        spend_limit: The job's LLM spend limit (``services.llm.spend``; default none).
+        concurrency: Instances in flight at once.
+        limit: Run only the first ``limit`` instances (None = all).
+        models: Per role, the model id it calls (recorded with every instance).
+        orig_parts: What the orig arm depends on (a sweep's jobs with the same share it).
+        resource_counters: Counters of the job's resources (tool-cache hits ...), read at the end.
+    """
+
+    spend_limit: SpendLimit = UNLIMITED
+    concurrency: int = 8
+    limit: int | None = None
+    models: Mapping[str, str] = field(default_factory=dict)
+    orig_parts: Mapping[str, Any] = field(default_factory=dict)
+    resource_counters: Callable[[], Mapping[str, float]] = dict
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What a post-hoc analysis reads and where it writes (``robustness.source``, ``probes.source`` ...).
+
+    Attributes:
+        source: A sweep dir, job dirs, or an MLflow experiment name (found with the run's tracking URI).
+        out_dir: Where its tables go (the job dir).
+        budgets: The k values of the source jobs to keep (None = all).
+        concurrency: Model calls in flight at once.
+    """
+
+    source: str | Sequence[str]
+    out_dir: Path
+    budgets: Sequence[int] | None = None
+    concurrency: int = 8
 
 
 @dataclass(frozen=True)
@@ -140,8 +182,7 @@ def tracked_task(run: RunInfo, task: str) -> Iterator[str]:
     tags = {**run.tags, "cts.kind": task}
     try:
         with tracking.open_mlflow_run(
-            run.tracking.uri,
-            run.tracking.experiment,
+            tracking.Experiment(run.tracking.uri, run.tracking.experiment),
             f"{task}:{run.context.run_name}",
             tracking.flatten(dict(run.config)),
             tags,

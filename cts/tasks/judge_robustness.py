@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,20 +23,19 @@ from cts.core.contracts import Judge
 from cts.core.types import Gold
 from cts.report.jobs import load_jobs
 from cts.report.tables import markdown
-from cts.tasks.job import RunInfo, log_task_outputs, tracked_task
+from cts.tasks.job import Analysis, RunInfo, log_task_outputs, tracked_task
 from cts.tasks.registry import TaskContext, task
 
 
 def robustness_arguments(ctx: TaskContext) -> dict[str, Any]:
-    """The arguments both robustness analyses share (``robustness.source``, ``budgets`` ...)."""
-    budgets = ctx.value("robustness.budgets", default=None)
-    return {
-        "source": ctx.value("robustness.source"),
-        "budgets": budgets,
-        "run": ctx.run,
-        "out_dir": Path(ctx.value("paths.output_dir")),
-        "concurrency": ctx.value("concurrency", default=8),
-    }
+    """The arguments both robustness analyses share: the run, and the :class:`Analysis` (``robustness.source`` ...)."""
+    analysis = Analysis(
+        ctx.value("robustness.source"),
+        Path(ctx.value("paths.output_dir")),
+        ctx.value("robustness.budgets", default=None),
+        ctx.value("concurrency", default=8),
+    )
+    return {"run": ctx.run, "analysis": analysis}
 
 
 def compose_judge_robustness(ctx: TaskContext) -> None:
@@ -53,30 +52,25 @@ def compose_judge_robustness(ctx: TaskContext) -> None:
 @task(compose_judge_robustness, calls=("robustness",))
 def judge_robustness_task(
     *,
-    source: str | Sequence[str],
     gold: Mapping[str, Gold],
     judges: Mapping[str, Judge],
     run: RunInfo,
-    out_dir: Path,
-    budgets: Sequence[int] | None = None,
+    analysis: Analysis,
     reference: str | None = None,
     include_recorded: bool = True,
-    concurrency: int = 8,
 ) -> None:
     """Task ``judge_robustness``: re-judge the frozen answers of finished runs with ``judges``.
 
     Args:
-        source: A sweep dir, job dirs, or an MLflow experiment name (``robustness.source``).
         gold: The static gold of the source runs' dataset.
         judges: Name -> built judge (``robustness.judges``).
         run: How the task's run is tracked (its tracking URI also finds an experiment source).
-        out_dir: Where the tables go.
-        budgets: The k values of the source jobs to keep (None = all).
+        analysis: The source runs (``robustness.source``, ``budgets``), the tables' dir, judge calls in flight.
         reference: The judge the others are compared with (None = the first).
         include_recorded: Also compare with the labels stored in the records.
-        concurrency: Judge calls in flight at once.
     """
-    jobs = select_budgets(load_jobs(source, run.tracking.uri), budgets)
+    jobs = select_budgets(load_jobs(analysis.source, run.tracking.uri), analysis.budgets)
+    concurrency, out_dir = analysis.concurrency, analysis.out_dir
     reference = reference or next(iter(judges))
     with tracked_task(run, "judge_robustness"):  # an infrastructure failure stops the analysis: exit 1
         scores, labels = run_loop(

@@ -32,15 +32,12 @@ from cts.llm import usage_scope
 from cts.protocol.job_files import RECORDS_FILE, JobSink
 from cts.protocol.metrics import summarize
 from cts.protocol.pipeline import Roles, run_arm
-from cts.protocol.spend import SpendLimit, run_within_spend_limit
+from cts.protocol.spend import run_within_spend_limit
 from cts.protocol.streaming import call_hook, drain, record_key
 from cts.release.outputs import Output, OutputLayoutError, OutputScan, scan_outputs, system_and_k, unknown_ids
-from cts.tasks.evaluate import instance_tracer, log_job_outputs
-from cts.tasks.job import RunInfo, print_metrics, write_config
+from cts.tasks.evaluate import EvalProtocol, instance_tracer, log_job_outputs
+from cts.tasks.job import Execution, RunInfo, print_metrics, write_config
 from cts.tasks.registry import TaskContext, read_dataset, task
-
-UNLIMITED = SpendLimit(None, 120.0, lambda usd, where: None)
-"""No spend limit (a caller outside a composed job)."""
 
 
 @dataclass(frozen=True)
@@ -97,16 +94,15 @@ def compose_score_answers(ctx: TaskContext) -> float | None:
     """Build the judge and score the answers (the composer of :func:`score_answers_task`)."""
     judge_name = ctx.value("judge", "model", "id", default=None) or ctx.value("judge", "_target_").rsplit(".", 1)[-1]
     inputs = ctx.input()
+    k = inputs.k if inputs.k is not None else int(ctx.value("k"))
     return score_answers_task(
         inputs=inputs,
         judge=ctx.build("judge"),
-        judge_name=str(judge_name),
         run=ctx.run,
-        k=inputs.k if inputs.k is not None else int(ctx.value("k")),
-        seed=int(ctx.value("seed", default=0)),
-        bootstrap=ctx.value("bootstrap"),
-        concurrency=int(ctx.value("concurrency", default=8)),
-        spend_limit=ctx.spend_limit,
+        protocol=EvalProtocol(k, int(ctx.value("seed", default=0)), ctx.value("bootstrap")),
+        execution=Execution(
+            ctx.spend_limit, int(ctx.value("concurrency", default=8)), models={"judge": str(judge_name)}
+        ),
     )
 
 
@@ -166,41 +162,34 @@ def score_answers_task(
     *,
     inputs: Answers,
     judge: Judge,
-    judge_name: str,
     run: RunInfo,
-    k: int,
-    seed: int = 0,
-    bootstrap: Mapping[str, Any] | None = None,
-    concurrency: int = 8,
-    spend_limit: SpendLimit = UNLIMITED,
+    protocol: EvalProtocol,
+    execution: Execution,
 ) -> float | None:
     """Judge every answer (and orig answer) against the gold; write and track the job.
 
     Args:
         inputs: The dataset and the answer files (:func:`read_answers`).
         judge: The judge (``judge=...``: lexical, a registry model, a panel).
-        judge_name: Its model id or class, recorded with every instance.
         run: Where the job sits and how it is tracked.
-        k: The budget recorded (the answers' file name's, else ``k``).
-        seed: Seed of the bootstrap.
-        bootstrap: ``n_resamples`` and ``confidence`` of the delta's interval.
-        concurrency: Instances judged at once.
-        spend_limit: The job's LLM spend limit (``services.llm.spend``; default none).
+        protocol: The budget recorded (the answers' file name's, else ``k``), the seed and the
+            ``bootstrap`` of the delta's interval.
+        execution: The spend limit, instances judged at once, and the judge's model id
+            or class (``models["judge"]``, recorded with every instance).
 
     Returns:
         The mean restore_score_100 of the answers.
     """
-    ctx = run.context
+    ctx, k, concurrency = run.context, protocol.k, execution.concurrency
+    judge_name = execution.models.get("judge", type(judge).__name__)
     tracer = instance_tracer(run)
     system = {"cts.system": inputs.system} if inputs.system else {}
     with tracking.open_mlflow_run(
-        run.tracking.uri,
-        run.tracking.experiment,
+        tracking.Experiment(run.tracking.uri, run.tracking.experiment, run.tracking.experiment_kind),
         f"score:{inputs.answers.path.stem}",
         tracking.flatten(dict(run.config)),
         {**run.tags, "cts.source": "score_answers", **system},
         job_dir=ctx.job_dir,
-        experiment_kind=run.tracking.experiment_kind,
     ) as run_id:
         write_config(run)
         if tracer is not None:
@@ -208,10 +197,10 @@ def score_answers_task(
         records, stop = run_within_spend_limit(
             lambda: _judge_all(inputs, judge, k, ctx.job_dir, judge_name, concurrency, tracer),
             ctx.job_dir,
-            spend_limit,
+            execution.spend_limit,
         )
         metrics = {
-            **summarize(records, k=k, seed=seed, **dict(bootstrap or {})),
+            **summarize(records, k=k, seed=protocol.seed, **dict(protocol.bootstrap)),
             **dataset_metrics(inputs.dataset),
             "n_answers": float(len(inputs.answers.rows)),
         }

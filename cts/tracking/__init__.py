@@ -100,6 +100,7 @@ __all__ = [
     "log_to_runs",
     "log_report_run",
     "AnalysisRun",
+    "Experiment",
     "log_analysis_run",
     "one_run_per_job_dir",
     "override_tags",
@@ -157,17 +158,31 @@ RUN_FILE = "mlflow_run.json"
 """Written into a job dir: the id of the job's MLflow run, so a resume continues it."""
 
 
+@dataclass(frozen=True)
+class Experiment:
+    """Where a run goes: the tracking store and the experiment in it.
+
+    Attributes:
+        uri: The MLflow tracking URI.
+        name: The experiment's name (created when missing).
+        kind: ``mlflow.experimentKind`` of a new experiment, which picks the views MLflow's UI opens it
+            with (``genai_development``, ``custom_model_development``); None leaves it unset.
+    """
+
+    uri: str
+    name: str
+    kind: str | None = None
+
+
 @contextlib.contextmanager
 def open_mlflow_run(
-    uri: str,
-    experiment: str,
+    where: Experiment,
     run_name: str,
     params: Mapping[str, str],
     tags: Mapping[str, str] | None = None,
     job_dir: Path | None = None,
-    experiment_kind: str | None = None,
 ) -> Iterator[str]:
-    """Start (or, for a resumed job dir, continue) the MLflow run of one job, and always end it.
+    """Start (or, for a resumed job dir, continue) the MLflow run of one job in ``where``, and always end it.
 
     Besides ``params``, the run logs the resolved versions of the key packages
     (params ``version.<package>`` and the artifact ``versions.json``).
@@ -178,9 +193,6 @@ def open_mlflow_run(
     a changed one is kept as the tag ``cts.resume.<param>``. When the stored run is
     gone (another store or experiment, deleted), a new run starts tagged ``cts.previous_run_id``.
 
-    ``experiment_kind`` sets the experiment's ``mlflow.experimentKind`` tag, which picks the
-    views MLflow's UI opens it with (``genai_development``, ``custom_model_development``).
-
     Yields:
         The run id. The run ends ``KILLED`` on KeyboardInterrupt (SIGINT, or SIGTERM
         via :mod:`cts._util.interrupt`), ``FAILED`` when the body raises anything else, else
@@ -188,6 +200,7 @@ def open_mlflow_run(
     """
     from cts.tracking.fill import fill_earlier  # here: python -m cts.tracking.fill imports this package first
 
+    uri, experiment, experiment_kind = where.uri, where.name, where.kind
     mlflow = mlflow_module()
     mlflow.set_tracking_uri(uri)
     fill_earlier(uri, job_dir)  # a resume before python -m cts.tracking.fill: the earlier data first
@@ -344,7 +357,7 @@ def log_report_run(
 ) -> str:
     """Log a sweep-level report as its own run; returns the run id."""
     all_tags = {"cts.kind": "sweep_report", **(tags or {})}
-    with open_mlflow_run(uri, experiment, run_name, params={}, tags=all_tags) as run_id:
+    with open_mlflow_run(Experiment(uri, experiment), run_name, params={}, tags=all_tags) as run_id:
         log_metrics(metrics)
         log_artifacts(artifacts)
     return run_id
@@ -365,7 +378,8 @@ class AnalysisRun:
 def log_analysis_run(uri: str, analysis: AnalysisRun) -> str:
     """Log ``analysis`` as its own run in the store at ``uri``; returns the run id."""
     tags = dict(analysis.tags)
-    with open_mlflow_run(uri, analysis.experiment, analysis.name, params=analysis.params, tags=tags) as run_id:
+    where = Experiment(uri, analysis.experiment)
+    with open_mlflow_run(where, analysis.name, params=analysis.params, tags=tags) as run_id:
         log_metrics(analysis.metrics)
         log_artifacts(analysis.artifacts)
     return run_id

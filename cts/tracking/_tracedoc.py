@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from cts.compat.job_dirs import timed_trace_line
@@ -34,6 +35,27 @@ def clip(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): clip(v) for k, v in value.items()}
     return value
+
+
+@dataclass(frozen=True)
+class Span:
+    """A span whose start and end are known when it is added (:meth:`SpanTree.span`).
+
+    Attributes:
+        name: The span's name (``judge``, ``tool: visit`` ...).
+        type: Its MLflow span type (``LLM``, ``TOOL``, ``EVALUATOR`` ...).
+        when: Its ``(start_ns, end_ns)``.
+        inputs: What it took.
+        outputs: What it gave.
+        attributes: More to show beside them.
+    """
+
+    name: str
+    type: str
+    when: Window
+    inputs: Any = None
+    outputs: Any = None
+    attributes: Mapping[str, Any] | None = None
 
 
 class SpanTree:
@@ -76,19 +98,10 @@ class SpanTree:
         """End a span at ``end_ns`` with its outputs and status (``OK`` or ``ERROR``)."""
         self.spans[index].update(end_ns=int(end_ns), outputs=outputs, status=status)
 
-    def span(
-        self,
-        parent: int | None,
-        name: str,
-        span_type: str,
-        when: Window,
-        inputs: Any,
-        outputs: Any,
-        attributes: Mapping[str, Any] | None = None,
-    ) -> int:
-        """A span with known start and end."""
-        index = self.open(parent, name, span_type, when[0], inputs, attributes)
-        self.end(index, when[1], clip(outputs))
+    def span(self, parent: int | None, span: Span) -> int:
+        """Add ``span`` (start and end known) under ``parent``; returns its index."""
+        index = self.open(parent, span.name, span.type, span.when[0], span.inputs, span.attributes)
+        self.end(index, span.when[1], clip(span.outputs))
         return index
 
 
@@ -132,8 +145,8 @@ def _turn_window(items: Sequence[Mapping[str, Any]], search: Window) -> Window:
     return max(min(starts), search[0]), min(max(int(e["t_ns"]) for e in items if "t_ns" in e), search[1])
 
 
-def _steps(items: Sequence[Mapping[str, Any]], turn: Window) -> Iterator[tuple[str, str, Window, Any, Any]]:
-    """``(name, span type, window, inputs, outputs)`` per step: a tool call with its result, an LLM turn ..."""
+def _steps(items: Sequence[Mapping[str, Any]], turn: Window) -> Iterator[Span]:
+    """A span per step: a tool call with its result, an LLM turn ..."""
     pending: dict[str, Mapping[str, Any]] = {}
     for item in items:
         kind, name = str(item.get("type") or ""), str(item.get("name") or item.get("tool") or "")
@@ -143,11 +156,11 @@ def _steps(items: Sequence[Mapping[str, Any]], turn: Window) -> Iterator[tuple[s
             continue
         if kind == "tool_result" and name in pending:
             call = pending.pop(name)
-            yield f"tool: {name}", "TOOL", (int(call.get("t_ns") or turn[0]), at), _inputs(call), _inputs(item)
+            yield Span(f"tool: {name}", "TOOL", (int(call.get("t_ns") or turn[0]), at), _inputs(call), _inputs(item))
         elif kind == "llm":
-            yield "agent llm", "LLM", (_start_of(item) or turn[0], at), None, _inputs(item)
+            yield Span("agent llm", "LLM", (_start_of(item) or turn[0], at), None, _inputs(item))
         elif not kind:  # a backend's single step (extractive search, a test's table)
-            yield (
+            yield Span(
                 f"tool: {name or 'search'}",
                 "TOOL",
                 turn,
@@ -155,9 +168,9 @@ def _steps(items: Sequence[Mapping[str, Any]], turn: Window) -> Iterator[tuple[s
                 item.get("result", item.get("hits")),
             )
         else:
-            yield f"step: {kind}", "UNKNOWN", (at, at), None, _inputs(item)
+            yield Span(f"step: {kind}", "UNKNOWN", (at, at), None, _inputs(item))
     for name, call in pending.items():  # a call whose result never came (the run stopped)
-        yield f"tool: {name}", "TOOL", (int(call.get("t_ns") or turn[0]), turn[1]), _inputs(call), None
+        yield Span(f"tool: {name}", "TOOL", (int(call.get("t_ns") or turn[0]), turn[1]), _inputs(call), None)
 
 
 def _inputs(item: Mapping[str, Any], drop: Sequence[str] = ()) -> dict[str, Any]:
@@ -169,8 +182,8 @@ def _search_span(tree: SpanTree, arm: int, result: Any, entries: Sequence[Mappin
     for turn, items in search_turns(entries):
         window = _turn_window(items, when)
         turn_span = tree.open(search, f"search turn {turn}", "AGENT", window[0], {"turn": turn})
-        for name, span_type, step, inputs, outputs in _steps(items, window):
-            tree.span(turn_span, name, span_type, step, inputs, outputs)
+        for step in _steps(items, window):
+            tree.span(turn_span, step)
         tree.end(turn_span, window[1])
     outputs = {"answer": clip(result.answer), "answer_rule": result.answer_rule, "end_reason": result.end_reason}
     tree.end(search, when[1], outputs)
@@ -201,12 +214,14 @@ def _arm_span(
         labels = {nid: {"label": label, **nuggets.get(nid, {})} for nid, label in result.labels.items()}
         tree.span(
             span,
-            "judge",
-            "EVALUATOR",
-            judge,
-            {"answer": result.answer, "nuggets": list(nuggets.values())},
-            {"labels": labels, "restore_score_100": result.score},
-            {f"label.{nid}": label for nid, label in result.labels.items()},
+            Span(
+                "judge",
+                "EVALUATOR",
+                judge,
+                {"answer": result.answer, "nuggets": list(nuggets.values())},
+                {"labels": labels, "restore_score_100": result.score},
+                {f"label.{nid}": label for nid, label in result.labels.items()},
+            ),
         )
     outputs = {"restore_score_100": result.score, "error": result.error and result.error.message}
     tree.end(span, when[1], outputs, "ERROR" if result.error else "OK")
@@ -244,7 +259,7 @@ def _interaction_spans(tree: SpanTree, instance: Any, record: Any, stages: Seque
     """Clarify (one span per turn in sequential mode), each UA answer, the rewrite, question typing."""
     for stage in sorted(stages, key=lambda s: (s["start_ns"], s["end_ns"])):
         span_type, inputs, outputs = _stage_io(str(stage["stage"]), instance, record)
-        tree.span(0, str(stage["stage"]), span_type, _window(stage, (0, 0)), inputs, outputs)
+        tree.span(0, Span(str(stage["stage"]), span_type, _window(stage, (0, 0)), inputs, outputs))
 
 
 def _root_window(line: Mapping[str, Any] | None, record: Any) -> Window:

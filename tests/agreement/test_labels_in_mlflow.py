@@ -116,9 +116,12 @@ def test_labels_recorded_on_the_traces_are_read_back_exported_and_logged(
     runs = tracking.search_runs(queued["uri"], "cts")
     logged = [r for r in runs.to_dict("records") if r.get("metrics.score_ppi") == r.get("metrics.score_ppi")]
     assert len(logged) == 2 and all(r["metrics.n_labelled"] == 3 for r in logged)
-    from cts.report.build import build_sweep_report
+    from cts.report.build import ReportSettings, build_sweep_report
+    from cts.stats import Resampling
 
-    report = build_sweep_report(queued["sweep"], n_resamples=200)  # Table 3 gains the PPI columns
+    report = build_sweep_report(
+        queued["sweep"], settings=ReportSettings(Resampling(200))
+    )  # Table 3 gains the PPI columns
     assert report.ok and list(report.tables["delta_ci"]["n_labelled"]) == [3.0, 3.0]
     assert "Δ PPI [95% CI]" in (queued["sweep"] / "report" / "report.md").read_text()
     tables = {t: (queued["sweep"] / "agreement" / f"{t}.csv").read_text() for t in ("human_agreement", "human_ppi")}

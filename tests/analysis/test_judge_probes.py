@@ -23,6 +23,7 @@ from cts.core.types import Gold, Label, Nugget
 from cts.llm import current_sample
 from cts.roles.lexical import LexicalJudge
 from cts.roles.llm import LLMJudge
+from cts.stats.bootstrap import Resampling
 from cts.text.tokens import content_tokens, is_cjk
 from tests.helpers import built
 from tests.llm_server import ScriptedServer, llm_settings
@@ -66,7 +67,7 @@ class Drifting:
 
 def probe(judge: object, probes: Sequence[str]) -> dict[str, dict[str, float]]:
     found = asyncio.run(probe_all(ARMS, GOLD, judge, Probing(probes, seed=3)))  # type: ignore[arg-type]
-    rows = probe_rows(found, GOLD, {}, n_resamples=200)
+    rows = probe_rows(found, GOLD, {}, Resampling(n_resamples=200))
     return {r["probe"]: r for r in rows.to_dict("records")}
 
 

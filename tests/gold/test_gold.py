@@ -15,6 +15,7 @@ import pytest
 from cts.core.contracts import Extractor, SearchBackend
 from cts.core.types import Evidence, Gold, GoldDraft, Instance, Nugget, SearchResult, SpendLimitReached
 from cts.gold import (
+    GoldArchive,
     GoldError,
     build_gold,
     build_gold_archive,
@@ -225,7 +226,7 @@ def test_build_gold_stops_on_the_spend_limit_and_rejects_duplicate_ids() -> None
 def test_archive_is_complete_read_only_and_not_overwritten(tmp_path: Path) -> None:
     out = tmp_path / "gold_v1"
     report = asyncio.run(
-        build_gold_archive(_instances(), FakeSearch(), FakeExtractor(), out, provenance={"backend": "fake"})
+        build_gold_archive(_instances(), FakeSearch(), FakeExtractor(), GoldArchive(out, {"backend": "fake"}))
     )
     assert (report.n_instances, report.n_gold) == (4, 2)
     assert [i for i, _ in report.failures] == ["i2", "i3"]
@@ -242,9 +243,9 @@ def test_archive_is_complete_read_only_and_not_overwritten(tmp_path: Path) -> No
     for f in ("gold.jsonl", "gold_runs.jsonl", "failures.jsonl", "manifest.json"):
         assert stat.S_IMODE((out / f).stat().st_mode) == 0o444
     with pytest.raises(FileExistsError, match="gold archive exists"):
-        asyncio.run(build_gold_archive(_instances(), FakeSearch(), FakeExtractor(), out, provenance={}))
+        asyncio.run(build_gold_archive(_instances(), FakeSearch(), FakeExtractor(), GoldArchive(out, {})))
     again = asyncio.run(
-        build_gold_archive(_instances()[:1], FakeSearch(), FakeExtractor(), out, provenance={}, overwrite=True)
+        build_gold_archive(_instances()[:1], FakeSearch(), FakeExtractor(), GoldArchive(out, {}, overwrite=True))
     )
     assert again.n_gold == 1 and list(load_gold(out / "gold.jsonl")) == ["i1"]
 
@@ -253,13 +254,13 @@ def test_archive_refuses_before_searching(tmp_path: Path) -> None:
     (tmp_path / "gold.jsonl").write_text("", encoding="utf-8")
     search = FakeSearch()
     with pytest.raises(FileExistsError):
-        asyncio.run(build_gold_archive(_instances(), search, FakeExtractor(), tmp_path, provenance={}))
+        asyncio.run(build_gold_archive(_instances(), search, FakeExtractor(), GoldArchive(tmp_path, {})))
     assert search.calls == []
 
 
 def test_load_gold_refuses_archived_gold_edited_afterwards(tmp_path: Path) -> None:
     out = tmp_path / "arch"
-    asyncio.run(build_gold_archive(_instances()[:1], FakeSearch(), FakeExtractor(), out, provenance={}))
+    asyncio.run(build_gold_archive(_instances()[:1], FakeSearch(), FakeExtractor(), GoldArchive(out, {})))
     path = out / "gold.jsonl"
     path.chmod(0o644)
     path.write_text(path.read_text(encoding="utf-8").replace("About", "Around"), encoding="utf-8")

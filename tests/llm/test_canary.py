@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from cts.core.types import Instance
 from cts.protocol.pipeline import Roles, run_instances
+from cts.protocol.settings import InstanceSettings, JobSettings
 from cts.roles.lexical import LexicalJudge
 from cts.roles.rules import RuleClarifier, RuleRewriter, RuleUserAnswerer
 from tests.helpers import Spy, TableSearch, Typer, built, gold_for
@@ -30,7 +31,11 @@ def test_fused_query_never_reaches_clarifier_or_rewriter(services, tmp_path):
     roles = Roles(clarifier=clarifier, ua=ua, rewriter=rewriter, search=search, judge=LexicalJudge(), qtyper=Typer())
     asyncio.run(
         run_instances(
-            insts, {i.id: gold_for(i.id, ("x", 1)) for i in insts}, roles, k=3, out_dir=tmp_path, progress=False
+            insts,
+            {i.id: gold_for(i.id, ("x", 1)) for i in insts},
+            roles,
+            InstanceSettings(3),
+            JobSettings(tmp_path, progress=False),
         )
     )
     assert any(CANARY in s for s in ua.seen), "the canary must be live: the UA does see q*"

@@ -21,6 +21,7 @@ from cts.llm._breaker import CircuitBreaker
 from cts.protocol import streaming
 from cts.protocol.job_files import INFRA_FILE
 from cts.protocol.pipeline import Roles, run_instances
+from cts.protocol.settings import InstanceSettings, JobSettings
 from cts.roles.lexical import LexicalJudge
 from cts.roles.llm import LLMClarifier
 from cts.roles.rules import RuleRewriter, RuleUserAnswerer
@@ -132,7 +133,13 @@ def llm_job(
     gold = {i.id: gold_for(i.id, ("Mercury is a planet", 1)) for i in insts}
     start = time.monotonic()
     records, stop = asyncio.run(
-        run_instances(insts, gold, roles, k=1, out_dir=tmp_path / "job", concurrency=concurrency, progress=progress)
+        run_instances(
+            insts,
+            gold,
+            roles,
+            InstanceSettings(1),
+            JobSettings(tmp_path / "job", concurrency=concurrency, progress=progress),
+        )
     )
     return records, stop, time.monotonic() - start
 

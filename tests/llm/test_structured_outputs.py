@@ -29,7 +29,7 @@ from cts.llm._audit import CONTENT_KEYS
 from cts.llm._rules import applied_params
 from cts.roles import schemas
 from cts.roles.gates import LLMGate
-from cts.roles.llm import LLMClarifier, LLMExtractor, LLMJudge, LLMRewriter, LLMUserAnswerer
+from cts.roles.llm import LLMClarifier, LLMExtractor, LLMJudge, LLMRewriter, LLMUserAnswerer, RoleSettings
 from cts.roles.qtyper import LLMQuestionTyper
 from tests.llm_fakes import protocol_reply
 from tests.provider_emulators import (
@@ -243,10 +243,10 @@ def test_structured_false_or_a_configured_response_format_replaces_the_roles_sch
         def with_role(self, role: str) -> Any:
             return self
 
-    off = LLMUserAnswerer(Chat(), "ua", structured=False)  # type: ignore[arg-type]
+    off = LLMUserAnswerer(Chat(), "ua", settings=RoleSettings(structured=False))  # type: ignore[arg-type]
     assert "response_format" not in off.request_params(schemas.answer())
     mine = {"type": "json_object"}
-    own = LLMUserAnswerer(Chat(), "ua", params={"response_format": mine})  # type: ignore[arg-type]
+    own = LLMUserAnswerer(Chat(), "ua", settings=RoleSettings(params={"response_format": mine}))  # type: ignore[arg-type]
     assert own.request_params(schemas.answer())["response_format"] == mine
 
 
@@ -344,9 +344,9 @@ def test_the_schema_is_part_of_the_cache_key(llm_server, tmp_path: Path) -> None
 
     def ask(k: int, structured: bool = True) -> list[str]:
         return asyncio.run(
-            LLMClarifier(runtime.client(spec, "clarifier"), "clarifier", structured=structured).ask(
-                "Tell me about Mercury", k
-            )
+            LLMClarifier(
+                runtime.client(spec, "clarifier"), "clarifier", settings=RoleSettings(structured=structured)
+            ).ask("Tell me about Mercury", k)
         )
 
     ask(1), ask(1)  # the same request: one sent, one from the cache

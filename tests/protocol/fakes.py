@@ -10,6 +10,7 @@ from cts.compose.services import Services
 from cts.core.records import Record
 from cts.core.types import Instance
 from cts.protocol.pipeline import Roles, run_instances
+from cts.protocol.settings import InstanceSettings, JobSettings
 from cts.roles.lexical import LexicalJudge
 from cts.roles.llm import LLMClarifier
 from cts.roles.rules import RuleRewriter, RuleUserAnswerer
@@ -42,5 +43,11 @@ def llm_roles(server: ScriptedServer, tmp_path: Path, core: Services, **llm: Any
 def job(tmp_path: Path, insts: list[Instance], roles: Roles, concurrency: int = 4) -> tuple[list[Record], str]:
     gold = {i.id: gold_for(i.id, ("Mercury is a planet", 1)) for i in insts}
     return asyncio.run(
-        run_instances(insts, gold, roles, k=1, out_dir=tmp_path / "job", concurrency=concurrency, progress=False)
+        run_instances(
+            insts,
+            gold,
+            roles,
+            InstanceSettings(1),
+            JobSettings(tmp_path / "job", concurrency=concurrency, progress=False),
+        )
     )

@@ -7,6 +7,7 @@ import pytest
 
 from cts.core.records import ArmResult, Record
 from cts.protocol.metrics import score_metrics, summarize
+from cts.stats.bootstrap import Resampling
 from cts.stats.cluster import cluster_bootstrap_ci
 
 STATS = {"n_resamples": 2000, "confidence": 0.95, "seed": 0}
@@ -24,7 +25,7 @@ def test_job_metrics_resample_clusters_and_keep_the_naive_interval() -> None:
     clusters = {f"i{n}": f"t{n // 3}" for n in range(12)}
     naive = score_metrics(sorted(recs, key=lambda r: r.id), **STATS)  # the job resamples instances in id order
     got = summarize(recs, k=1, clusters=clusters, **STATS)
-    want = cluster_bootstrap_ci([r.score for r in recs], [10] * 12, [clusters[r.id] for r in recs], **STATS)
+    want = cluster_bootstrap_ci([r.score for r in recs], [10] * 12, [clusters[r.id] for r in recs], Resampling(**STATS))
     assert (got["delta_ci_low"], got["delta_ci_high"]) == (want.low, want.high)
     assert (got["delta_ci_naive_low"], got["delta_ci_naive_high"]) == (naive["delta_ci_low"], naive["delta_ci_high"])
     assert got["n_clusters"] == 4 and got["design_effect"] == pytest.approx(want.design_effect)

@@ -16,6 +16,7 @@ from cts.core.records import ArmResult, Record, read_records
 from cts.protocol.job_files import RECORDS_FILE, DirRecords
 from cts.protocol.metrics import metric_view, summarize
 from cts.protocol.pipeline import run_instances
+from cts.protocol.settings import InstanceSettings, JobSettings
 from cts.protocol.spend import SpendLimit, spend_metrics, within_spend_limit
 from tests.conftest import REPO
 
@@ -80,10 +81,8 @@ def test_metrics_of_the_kept_view_equal_those_of_the_full_records(services, tmp_
             instances,
             data.gold,
             build_roles(ConfiguredTask(cfg, services)),
-            k=2,
-            out_dir=tmp_path,
-            progress=False,
-            keep=metric_view,
+            InstanceSettings(2),
+            JobSettings(tmp_path, progress=False, keep=metric_view),
         )
     )
     on_disk = {r.id: r for r in read_records(tmp_path / "records.jsonl")}

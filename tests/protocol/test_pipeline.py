@@ -4,6 +4,7 @@ import json
 from cts.core.records import read_records
 from cts.core.types import Instance, SpendLimitReached, UnscoredError
 from cts.protocol.pipeline import Roles, run_instances
+from cts.protocol.settings import InstanceSettings, JobSettings
 from cts.roles.lexical import LexicalJudge
 from cts.roles.rules import NoClarifier, RuleClarifier, RuleRewriter, RuleUserAnswerer
 from tests.helpers import TableSearch, Typer, built, gold_for, mercury
@@ -21,7 +22,9 @@ def roles(services, search, clarifier=None, judge=None):
 
 
 def job(tmp_path, instances, gold, rs, k=1, **kw):
-    return asyncio.run(run_instances(instances, gold, rs, k=k, out_dir=tmp_path, progress=False, **kw))
+    return asyncio.run(
+        run_instances(instances, gold, rs, InstanceSettings(k), JobSettings(tmp_path, progress=False, **kw))
+    )
 
 
 def test_one_instance_end_to_end(services, tmp_path):

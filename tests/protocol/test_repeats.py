@@ -20,6 +20,7 @@ from cts.llm import LLMRuntime, ModelSpec, ResponseCache, current_sample, sample
 from cts.protocol.design import Design
 from cts.protocol.metrics import summarize
 from cts.protocol.pipeline import Roles, run_instances
+from cts.protocol.settings import InstanceSettings, JobSettings, OrigShare
 from cts.roles.lexical import LexicalJudge
 from cts.roles.llm import LLMClarifier, LLMRewriter, LLMUserAnswerer
 from cts.search.toolcache import ToolCache, search_args, visit_args
@@ -174,11 +175,12 @@ def llm_roles(server: ScriptedServer, tmp_path: Path) -> Roles:
 
 
 def repeated(
-    server: ScriptedServer, tmp_path: Path, design: Design, k: int = 2, **kw: Any
+    server: ScriptedServer, tmp_path: Path, design: Design, k: int = 2, orig_share: OrigShare | None = None
 ) -> tuple[list[Record], Roles]:
     roles = llm_roles(server, tmp_path)
+    settings = InstanceSettings(k, design, orig_share)
     records, stop = asyncio.run(
-        run_instances(instances(), gold(), roles, k=k, out_dir=tmp_path / "job", progress=False, design=design, **kw)
+        run_instances(instances(), gold(), roles, settings, JobSettings(tmp_path / "job", progress=False))
     )
     assert stop == "done"
     return records, roles

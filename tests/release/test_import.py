@@ -11,7 +11,8 @@ from cts import tracking
 from cts.release.cli import main
 from cts.release.describe import inspect_release
 from cts.release.importer import ImportRefused, import_release
-from cts.report.build import build_sweep_report
+from cts.report.build import ReportSettings, build_sweep_report
+from cts.stats import Resampling
 from tests.release.fixture import CLARIFY, KNOWN, gold_record, jsonl, write_release
 
 
@@ -62,7 +63,7 @@ def test_import_computes_tables_4_5_7_without_a_model(release: Path, tmp_path: P
         assert [len(r["questions"]) for r in records] == [job.k] * 4 and records[0]["orig"]["answer"]
     runs = tracking.search_runs(uri)
     assert set(runs["tags.cts.source"]) == {"release"} and set(runs["status"]) == {"FINISHED"} and len(runs) == 2
-    report = build_sweep_report(tmp_path / "imported", n_resamples=200)
+    report = build_sweep_report(tmp_path / "imported", settings=ReportSettings(Resampling(200)))
     assert report.ok, report.errors
     for table, column, metric in (
         ("ua_diagnostics", "ua_unknown_rate", "ua_unknown_rate"),

@@ -13,10 +13,11 @@ import pytest
 
 from cts.core.records import ArmResult, Record
 from cts.core.types import UNKNOWN
-from cts.report.build import ReportResult, build_sweep_report, log_sweep_report
+from cts.report.build import ReportResult, ReportSettings, build_sweep_report, log_sweep_report
 from cts.report.cli import main
 from cts.report.jobs import job_dirs, load_jobs
 from cts.report.rows import Bootstrap, score_rows
+from cts.stats import Resampling
 from tests.report.fakes import IDS, ORIG_SCORES, make_records, write_job
 
 U, K = UNKNOWN, "known"
@@ -43,7 +44,7 @@ def make_sweep(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> ReportResult:
     sweep = make_sweep(tmp_path_factory.mktemp("sweep"))
-    result = build_sweep_report(sweep, n_resamples=2000)
+    result = build_sweep_report(sweep, settings=ReportSettings(Resampling(2000)))
     assert result.ok, result.errors
     return result
 
@@ -172,11 +173,11 @@ def test_report_from_mlflow_experiment_matches_dir_and_is_logged(
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracking.prepare_store(uri)
     for job in job_dirs(sweep):
-        with tracking.open_mlflow_run(uri, "exp", job.name, {}, {"cts.kind": "job"}):
+        with tracking.open_mlflow_run(tracking.Experiment(uri, "exp"), job.name, {}, {"cts.kind": "job"}):
             tracking.log_artifacts([job / "records.jsonl", job / "summary.json"])
     (tmp_path / "exp").mkdir()  # a directory named like the experiment does not shadow it
-    from_runs = build_sweep_report("exp", tmp_path / "from_runs", uri, n_resamples=500)
-    from_dir = build_sweep_report(sweep, tmp_path / "from_dir", n_resamples=500)
+    from_runs = build_sweep_report("exp", tmp_path / "from_runs", uri, settings=ReportSettings(Resampling(500)))
+    from_dir = build_sweep_report(sweep, tmp_path / "from_dir", settings=ReportSettings(Resampling(500)))
     assert from_runs.ok, from_runs.errors
     pd.testing.assert_frame_equal(from_runs.tables["scores"], from_dir.tables["scores"])
     run_id = log_sweep_report(from_runs, uri, "exp")
@@ -270,11 +271,11 @@ def test_a_clustered_job_resamples_its_clusters_in_table_3(tmp_path: Path) -> No
     clustered_job(tmp_path, "none", ORIG_SCORES, topics)
     clustered_job(tmp_path, "rules_scope", (20, 25, 35, 40), topics)
     clustered_job(tmp_path, "rules_region", (15, 20, 30, 45), None)
-    result = build_sweep_report(tmp_path, n_resamples=1000)
+    result = build_sweep_report(tmp_path, settings=ReportSettings(Resampling(1000)))
     assert result.ok, result.errors
     ci = result.tables["delta_ci"]
     scope, region = row(ci, 1, "rules_scope"), row(ci, 1, "rules_region")
-    want = cluster_bootstrap_ci([20, 25, 35, 40], ORIG_SCORES, ["t1", "t1", "t2", "t2"], n_resamples=1000)
+    want = cluster_bootstrap_ci([20, 25, 35, 40], ORIG_SCORES, ["t1", "t1", "t2", "t2"], Resampling(n_resamples=1000))
     assert (scope["delta_ci_low"], scope["delta_ci_high"], scope["p_value"]) == (want.low, want.high, want.p_value)
     assert (scope["n_clusters"], scope["cluster_field"]) == (2, "topic")
     assert scope["design_effect"] == pytest.approx(want.design_effect)
@@ -309,7 +310,7 @@ def test_the_unscored_table_names_the_role_and_kind_that_lost_each_score(tmp_pat
     )
     write_job(tmp_path, "rules_scope", 1, records)
     write_job(tmp_path, "none", 1, make_records(1, ORIG_SCORES))
-    result = build_sweep_report(tmp_path, n_resamples=200)
+    result = build_sweep_report(tmp_path, settings=ReportSettings(Resampling(200)))
     assert result.ok, result.errors
     table = row(result.tables["unscored"], 1, "rules_scope")
     # 8 scores (4 instances x 2 arms): a's clarified arm (its UA's reply was cut), b's (its judge's invalid)

@@ -9,8 +9,10 @@ import pytest
 
 from cts import report
 from cts.protocol.pipeline import STAGE_CALLS
+from cts.report import ReportSettings
 from cts.report.beyond import frontier_rows, pareto
 from cts.report.jobs import job_from_summary, label_jobs
+from cts.stats import Resampling
 from tests.report.fakes import ORIG_SCORES, make_records, write_job
 
 K, U = "known", "unknown"
@@ -36,7 +38,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> report.ReportResult:
     write_job(root / "a", "rules_scope", 2, batch, **{"clarifier.mode": "batch"})
     write_job(root / "b", "rules_scope", 2, seq, **{"clarifier.mode": "sequential"})
     before = dict(STAGE_CALLS)
-    result = report.build_sweep_report(root, n_resamples=500)
+    result = report.build_sweep_report(root, settings=ReportSettings(Resampling(500)))
     assert result.ok, result.errors
     assert dict(STAGE_CALLS) == before  # the report's gating made no search or judge call
     return result

@@ -14,10 +14,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cts.report import build_sweep_report, load_jobs
+from cts.report import ReportSettings, build_sweep_report, load_jobs
 from cts.report.build import ReportResult
 from cts.report.gate_evaluation import evaluate_gate
 from cts.roles.gates import OracleGate
+from cts.stats import Resampling
 from tests.runs import OFFLINE_RESAMPLES
 
 N_INSTANCES = 12
@@ -25,7 +26,7 @@ CI = ["delta_ci_low", "delta_ci_high"]
 
 
 def report(source: Path, out: Path) -> ReportResult:
-    result = build_sweep_report(source, out, n_resamples=OFFLINE_RESAMPLES, seed=0)
+    result = build_sweep_report(source, out, settings=ReportSettings(Resampling(OFFLINE_RESAMPLES, seed=0)))
     assert result.ok, result.errors
     return result
 

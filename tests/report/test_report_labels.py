@@ -126,7 +126,8 @@ def test_gate_cli_labels_rows_by_option(sweep: Path) -> None:
 @pytest.mark.xdist_group("report_labels")  # one worker builds the module's sweep
 def test_overrides_are_stored_in_the_summary_and_the_run(sweep: Path) -> None:
     from cts import tracking
-    from cts.report import build_sweep_report
+    from cts.report import ReportSettings, build_sweep_report
+    from cts.stats import Resampling
 
     job = sweep / "clarifier.mode=sequential,clarifier=rules_region,k=2"
     summary = json.loads((job / "summary.json").read_text(encoding="utf-8"))
@@ -137,7 +138,9 @@ def test_overrides_are_stored_in_the_summary_and_the_run(sweep: Path) -> None:
     assert json.loads(run["tags.cts.overrides"]) == summary["overrides"]
     assert (run["tags.cts.factor.clarifier"], run["tags.cts.factor.clarifier.mode"]) == ("rules_region", "sequential")
     # The same labels from the MLflow experiment (artifacts) as from the dir: no job collapses into another.
-    from_runs = build_sweep_report(summary["experiment"], sweep.parent / "from_runs", uri, n_resamples=200)
+    from_runs = build_sweep_report(
+        summary["experiment"], sweep.parent / "from_runs", uri, settings=ReportSettings(Resampling(200))
+    )
     assert from_runs.ok and from_runs.n_jobs == 8, from_runs.errors
     seq = from_runs.tables["batch_vs_sequential"]
     assert sorted(zip(seq["system"], seq["k"], seq["mode"])) == sorted(

@@ -11,7 +11,8 @@ import pytest
 from cts import report
 from cts.core.records import ArmResult, Record
 from cts.protocol.design import STAGES
-from cts.stats.bootstrap import paired_bootstrap_ci
+from cts.report import ReportSettings
+from cts.stats.bootstrap import Resampling, paired_bootstrap_ci
 from cts.stats.variance import one_way
 
 N, REPEATS = 40, 4
@@ -86,7 +87,7 @@ def built(
     stages = {s: stage_job(s, sd, rng) for s, sd in zip(STAGES, (1.0, 2.0, 3.0, 6.0, 0.5))}
     for s, records in stages.items():
         write(root, f"stage={s}", records, k=1, repeat_stages=s)
-    result = report.build_sweep_report(root, n_resamples=RESAMPLES)
+    result = report.build_sweep_report(root, settings=ReportSettings(Resampling(RESAMPLES)))
     assert result.ok, result.errors
     return result, full, stages
 
@@ -146,7 +147,7 @@ def test_a_report_of_plain_jobs_has_none_of_these_tables(tmp_path):
         for i in range(5)
     ]
     write(tmp_path, "plain", rec, k=1)
-    result = report.build_sweep_report(tmp_path, n_resamples=100)
+    result = report.build_sweep_report(tmp_path, settings=ReportSettings(Resampling(100)))
     assert result.ok and not {"repeats", "attribution", "stage_variance"} & set(result.tables)
 
 
@@ -174,6 +175,8 @@ def test_pass_hat_k_and_flip_rates_count_subsets_of_repeats(built):
 
 def test_the_pass_threshold_is_the_reports_to_choose(built, tmp_path):
     result, full, _ = built
-    strict = report.build_sweep_report(Path(result.source), tmp_path, n_resamples=50, pass_threshold=90.0)
+    strict = report.build_sweep_report(
+        Path(result.source), tmp_path, settings=ReportSettings(Resampling(50), pass_threshold=90.0)
+    )
     rep = strict.tables["repeats"].iloc[0]
     assert rep["pass_hat_1"] == pytest.approx(np.mean([r.score >= 90.0 for r in full]))

@@ -126,7 +126,9 @@ def test_a_report_draws_its_plots_without_pyplot(tmp_path: Path) -> None:
         import json, sys
         from pathlib import Path
         import cts.report
-        result = cts.report.build_sweep_report(Path({str(sweep)!r}), Path({str(tmp_path / "out")!r}), n_resamples=200)
+        from cts.stats import Resampling
+        settings = cts.report.ReportSettings(Resampling(200))
+        result = cts.report.build_sweep_report(Path({str(sweep)!r}), Path({str(tmp_path / "out")!r}), settings=settings)
         print(json.dumps([result.ok, "matplotlib.figure" in sys.modules, "matplotlib.pyplot" in sys.modules]))
         """
     )

@@ -13,6 +13,7 @@ from cts.core.records import read_records
 from cts.core.types import QA, UNKNOWN
 from cts.protocol.metrics import questions_asked_mean, summarize
 from cts.protocol.pipeline import Roles, clarify, clarify_mode, run_instances
+from cts.protocol.settings import InstanceSettings, JobSettings
 from cts.roles.lexical import LexicalJudge
 from cts.roles.llm import InvalidOutput, LLMClarifier, parse_turn
 from cts.roles.rules import RuleClarifier, RuleRewriter, RuleUserAnswerer
@@ -70,7 +71,9 @@ def test_sequential_turns_see_q_and_earlier_pairs_only_and_records_keep_order(se
     assert isinstance(spy, SequentialClarifier) and clarify_mode(spy) == "sequential"
     golds = {i.id: gold_for(i.id, (i.fused_query, 2)) for i in INSTANCES}
     records, _ = asyncio.run(
-        run_instances(list(INSTANCES), golds, roles(services, spy), k=3, out_dir=tmp_path, progress=False)
+        run_instances(
+            list(INSTANCES), golds, roles(services, spy), InstanceSettings(3), JobSettings(tmp_path, progress=False)
+        )
     )
     intents = {i.fused_query for i in INSTANCES if i.fused_query != i.blurred_query}
     for blurred, qa in spy.seen:

@@ -20,6 +20,7 @@ from cts.stats.agreement import (
     krippendorff_alpha,
     weighted_kappa,
 )
+from cts.stats.bootstrap import Resampling
 from tests.agreement_checks import textbook_ordinal_alpha
 
 
@@ -63,7 +64,7 @@ def test_kappa_ci_resamples_whole_clusters() -> None:
     keep = ~np.isnan(a) & ~np.isnan(b)
     xa, xb = a[keep].astype(int), b[keep].astype(int)
     kept = [c for c, k in zip(clusters, keep) if k]
-    got = kappa_ci(list(xa), list(xb), kept, n_resamples=400, confidence=0.9, seed=5)
+    got = kappa_ci(list(xa), list(xb), kept, Resampling(n_resamples=400, confidence=0.9, seed=5))
     order = list(dict.fromkeys(kept))
     members = {c: [i for i, x in enumerate(kept) if x == c] for c in order}
     rng = np.random.default_rng(5)
@@ -79,7 +80,7 @@ def test_kappa_ci_resamples_whole_clusters() -> None:
 
 def test_alpha_ci_resamples_whole_clusters() -> None:
     data, clusters = sample(11, n_units=60)
-    got = alpha_ci(data, clusters, n_resamples=150, confidence=0.95, seed=2)
+    got = alpha_ci(data, clusters, Resampling(n_resamples=150, confidence=0.95, seed=2))
     order = list(dict.fromkeys(clusters))
     members = {c: [i for i, x in enumerate(clusters) if x == c] for c in order}
     rng = np.random.default_rng(2)

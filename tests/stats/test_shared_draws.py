@@ -7,7 +7,14 @@ import pytest
 from scipy import stats as sps
 
 from cts.stats import bootstrap as bootstrap_module
-from cts.stats.bootstrap import bootstrap_means, mean_ci, paired_bootstrap_ci, resample_indices, shared_draws
+from cts.stats.bootstrap import (
+    Resampling,
+    bootstrap_means,
+    mean_ci,
+    paired_bootstrap_ci,
+    resample_indices,
+    shared_draws,
+)
 from cts.stats.cluster import bootstrap_p_value, cluster_bootstrap_ci, cluster_mean_distribution
 from cts.stats.compare import paired_comparison
 
@@ -93,11 +100,11 @@ def test_the_unclustered_p_value_is_the_singleton_cluster_bootstraps(seed: int) 
     for shared in (False, True):
         if shared:
             with shared_draws():
-                c = paired_comparison(system, baseline, n_resamples=2_000, seed=seed)
+                c = paired_comparison(system, baseline, resampling=Resampling(n_resamples=2_000, seed=seed))
         else:
-            c = paired_comparison(system, baseline, n_resamples=2_000, seed=seed)
+            c = paired_comparison(system, baseline, resampling=Resampling(n_resamples=2_000, seed=seed))
         assert c.p_value == before
     clustered = cluster_bootstrap_ci(
-        system, baseline, [f"i{i}" for i in range(diffs.size)], n_resamples=2_000, seed=seed
+        system, baseline, [f"i{i}" for i in range(diffs.size)], Resampling(n_resamples=2_000, seed=seed)
     )
     assert clustered.p_value == before  # the clustered path, with singleton clusters, agrees too

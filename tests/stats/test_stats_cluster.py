@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from cts.stats.bootstrap import paired_bootstrap_ci
+from cts.stats.bootstrap import Resampling, paired_bootstrap_ci
 from cts.stats.cluster import (
     bootstrap_p_value,
     cluster_bootstrap_ci,
@@ -55,7 +55,7 @@ def test_matches_a_brute_force_loop_on_a_seeded_example() -> None:
     baseline = [30.0, 20.0, 30.0, 10.0, 10.0, 30.0, 40.0, 10.0, 20.0, 10.0]
     diffs = [s - b for s, b in zip(scores, baseline)]
     low, high, means = brute_force_cluster_bootstrap(diffs, labels, 2000, 7, 0.9)
-    got = cluster_bootstrap_ci(scores, baseline, labels, n_resamples=2000, confidence=0.9, seed=7, max_values=9)
+    got = cluster_bootstrap_ci(scores, baseline, labels, Resampling(2000, 0.9, 7), max_values=9)
     assert got.mean == pytest.approx(np.mean(diffs))
     assert (got.low, got.high) == pytest.approx((low, high), abs=1e-9)
     assert got.n_clusters == 4
@@ -68,8 +68,8 @@ def test_matches_a_brute_force_loop_on_a_seeded_example() -> None:
 
 def test_the_batch_size_does_not_change_the_interval() -> None:
     diffs, labels = clustered_sample(30, 4, 1.0, seed=3)
-    whole = cluster_bootstrap_ci(diffs, np.zeros_like(diffs), labels, n_resamples=999, seed=1)
-    tiny = cluster_bootstrap_ci(diffs, np.zeros_like(diffs), labels, n_resamples=999, seed=1, max_values=31)
+    whole = cluster_bootstrap_ci(diffs, np.zeros_like(diffs), labels, Resampling(n_resamples=999, seed=1))
+    tiny = cluster_bootstrap_ci(diffs, np.zeros_like(diffs), labels, Resampling(n_resamples=999, seed=1), max_values=31)
     assert whole == tiny
 
 
@@ -77,7 +77,9 @@ def test_singleton_clusters_are_the_paired_bootstrap() -> None:
     rng = np.random.default_rng(11)
     scores, baseline = rng.uniform(0, 100, 57), rng.uniform(0, 100, 57)
     naive = paired_bootstrap_ci(scores, baseline, n_resamples=3000, seed=5)
-    clustered = cluster_bootstrap_ci(scores, baseline, [f"id{i}" for i in range(57)], n_resamples=3000, seed=5)
+    clustered = cluster_bootstrap_ci(
+        scores, baseline, [f"id{i}" for i in range(57)], Resampling(n_resamples=3000, seed=5)
+    )
     assert (clustered.mean, clustered.low, clustered.high) == pytest.approx(naive, abs=1e-9)
     assert clustered.n_clusters == 57 and clustered.design_effect == 1.0
 
@@ -93,7 +95,7 @@ def test_design_effect_grows_with_a_strong_cluster_effect() -> None:
     diffs, labels = clustered_sample(200, 10, 1.0, seed=4)
     deff = design_effect(diffs, cluster_codes(labels))
     assert 4.0 < deff < 7.0
-    clustered = cluster_bootstrap_ci(diffs, np.zeros_like(diffs), labels, n_resamples=4000, seed=0)
+    clustered = cluster_bootstrap_ci(diffs, np.zeros_like(diffs), labels, Resampling(n_resamples=4000, seed=0))
     naive = paired_bootstrap_ci(diffs, np.zeros_like(diffs), n_resamples=4000, seed=0)
     ratio = (clustered.high - clustered.low) / (naive[2] - naive[1])
     assert ratio == pytest.approx(math.sqrt(deff), rel=0.05)  # widths scale with the standard error
@@ -128,7 +130,7 @@ def test_bootstrap_p_value_tails() -> None:
 def test_unclustered_comparison_keeps_the_paired_interval() -> None:
     rng = np.random.default_rng(2)
     scores, baseline = rng.uniform(0, 100, 30), rng.uniform(0, 100, 30)
-    c = paired_comparison(scores, baseline, n_resamples=2000, seed=3)
+    c = paired_comparison(scores, baseline, resampling=Resampling(n_resamples=2000, seed=3))
     assert (c.mean, c.low, c.high) == paired_bootstrap_ci(scores, baseline, n_resamples=2000, seed=3)
     assert not c.clustered and 0 < c.p_value <= 1
     with pytest.raises(ValueError, match="p_value must be"):

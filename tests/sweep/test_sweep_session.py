@@ -66,7 +66,7 @@ def test_jobs_sharing_a_runtime_trace_each_llm_call_once(llm_server: ScriptedSer
     rt = LLMRuntime.from_settings(llm_settings(llm_server), tmp_path)
 
     def sweep() -> None:
-        with tracking.open_mlflow_run(uri, "exp", "traced", {}):
+        with tracking.open_mlflow_run(tracking.Experiment(uri, "exp"), "traced", {}):
             with SweepSession(progress=False) as session:
 
                 def job(i: int) -> None:

@@ -13,6 +13,7 @@ import pytest
 from cts import tracking
 from cts.core.types import QA, Instance, SearchResult
 from cts.protocol.pipeline import Roles, run_instances
+from cts.protocol.settings import InstanceSettings, JobSettings
 from cts.roles.lexical import LexicalJudge
 from cts.roles.rules import RuleClarifier, RuleRewriter, RuleUserAnswerer
 from tests.helpers import TableSearch, Typer, built, gold_for, mercury
@@ -38,18 +39,15 @@ def test_one_trace_per_instance_with_spans_labels_and_assessments(services, tmp_
         qtyper=Typer(),
     )
     tracer = tracking.InstanceTraces({"cts.system": "rules", "cts.sweep_dir": ""})
-    with tracking.open_mlflow_run(uri, "traces", "job", {}) as run_id:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "traces"), "job", {}) as run_id:
         tracer.attach(run_id)
         records, _ = asyncio.run(
             run_instances(
                 [inst],
                 {"m1": gold},
                 roles,
-                k=2,
-                out_dir=tmp_path / "job",
-                progress=False,
-                models={"judge": "LexicalJudge"},
-                on_instance=tracer,
+                InstanceSettings(2),
+                JobSettings(tmp_path / "job", progress=False, models={"judge": "LexicalJudge"}, on_instance=tracer),
             )
         )
         tracking.log_records_table(records, ["m1"], tracer.trace_ids)
@@ -122,11 +120,15 @@ def test_an_unscored_arm_is_feedback_with_its_error(services, tmp_path):
         qtyper=Typer(),
     )
     tracer = tracking.InstanceTraces()
-    with tracking.open_mlflow_run(uri, "traces", "job", {}) as run_id:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "traces"), "job", {}) as run_id:
         tracer.attach(run_id)
         records, _ = asyncio.run(
             run_instances(
-                [inst], {"m1": gold}, roles, k=1, out_dir=tmp_path / "job", progress=False, on_instance=tracer
+                [inst],
+                {"m1": gold},
+                roles,
+                InstanceSettings(1),
+                JobSettings(tmp_path / "job", progress=False, on_instance=tracer),
             )
         )
     assert records[0].score is None
@@ -147,7 +149,7 @@ def test_instances_that_finish_before_the_run_exists_are_traced_into_it(tmp_path
     early = threading.Thread(target=lambda: [tracer(i, golds[i.id], r, []) for i, r in zip(insts[:3], results)])
     early.start()
     early.join()
-    with tracking.open_mlflow_run(uri, "traces", "job", {}) as run_id:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "traces"), "job", {}) as run_id:
         tracer.attach(run_id)  # the three that waited are logged now
         late = threading.Thread(target=tracer, args=(insts[3], golds["i3"], results[3], []))
         late.start()
@@ -233,18 +235,15 @@ def test_stage_spans_take_their_stage_times_and_add_up_to_the_instance_wall_time
     roles = Roles(clarifier=slow, ua=slow, rewriter=slow, search=slow, judge=slow, qtyper=Typer())
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracer = tracking.InstanceTraces()
-    with tracking.open_mlflow_run(uri, "traces", "job", {}) as run_id:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "traces"), "job", {}) as run_id:
         tracer.attach(run_id)
         records, _ = asyncio.run(
             run_instances(
                 [inst],
                 {"m1": gold},
                 roles,
-                k=2,
-                out_dir=tmp_path / "job",
-                progress=False,
-                on_instance=tracer,
-                concurrency=1,
+                InstanceSettings(2),
+                JobSettings(tmp_path / "job", progress=False, on_instance=tracer, concurrency=1),
             )
         )
     (trace,) = _traces(uri, "traces", run_id)
@@ -287,7 +286,7 @@ def test_attaching_to_a_run_that_is_not_the_active_one_reads_its_experiment_from
     client = mlflow.MlflowClient(uri)
     experiment = client.create_experiment("elsewhere", artifact_location=(tmp_path / "a").as_uri())
     run_id = client.create_run(experiment).info.run_id
-    with tracking.open_mlflow_run(uri, "traces", "job", {}) as active:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "traces"), "job", {}) as active:
         tracer = tracking.InstanceTraces()
         tracer.attach(active)
         assert tracer._run[0] == active and tracer._run[1] != experiment  # the active run's, no query

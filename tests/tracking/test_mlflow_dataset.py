@@ -17,7 +17,7 @@ from cts.data.jsonl import Dataset
 from cts.protocol.pipeline import Roles
 from cts.protocol.spend import SpendLimit
 from cts.tasks.evaluate import EvalProtocol, Resume, evaluate_task
-from cts.tasks.job import JobContext, RunInfo, Tracking
+from cts.tasks.job import Execution, JobContext, RunInfo, Tracking
 from tests.helpers import Typer, gold_for
 
 N = 6
@@ -64,10 +64,7 @@ def _job(tmp_path: Path, name: str, reverse: bool, uri: str) -> Path:
         protocol=EvalProtocol(1),
         run=run,
         resume=Resume("f", {}, "rerun", False),
-        spend_limit=SpendLimit(None, 5.0, lambda usd, d: None),
-        models={"judge": "ordered"},
-        orig_parts={},
-        concurrency=N,
+        execution=Execution(SpendLimit(None, 5.0, lambda usd, d: None), N, models={"judge": "ordered"}),
     )
     return job_dir
 

@@ -25,7 +25,7 @@ def damaged_store(tmp_path: Path) -> Path:
     db = tmp_path / "mlflow.db"
     uri = f"sqlite:///{db}"
     tracking.prepare_store(uri)
-    with tracking.open_mlflow_run(uri, "exp", "a", {"p": "1"}):
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "exp"), "a", {"p": "1"}):
         tracking.log_metrics({"m": 1.0})
     n_pages = db.stat().st_size // 4096
     with db.open("r+b") as f:

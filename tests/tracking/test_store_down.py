@@ -95,7 +95,9 @@ def test_a_job_that_starts_while_its_server_is_down_runs_and_fill_creates_its_ru
     _outbox.mark_down(uri, "ConnectionRefusedError: gone")
     job_dir = tmp_path / "job"
     with pytest.raises(tracking.TrackingStoreError):
-        with tracking.open_mlflow_run(uri, "exp", "job", {"p": "1"}, {"cts.kind": "job"}, job_dir=job_dir) as kept:
+        with tracking.open_mlflow_run(
+            tracking.Experiment(uri, "exp"), "job", {"p": "1"}, {"cts.kind": "job"}, job_dir=job_dir
+        ) as kept:
             tracking.log_metrics({"score_mean": 4.0})
             (job_dir / "summary.json").write_text(json.dumps({"run_id": kept}), encoding="utf-8")
     assert tracking.mlflow_module().active_run() is None
@@ -115,10 +117,14 @@ def test_a_job_resumed_before_the_fill_writes_the_earlier_data_first_and_continu
     _outbox.mark_down(uri, "ConnectionRefusedError: gone")
     job_dir = tmp_path / "job"
     with pytest.raises(tracking.TrackingStoreError):
-        with tracking.open_mlflow_run(uri, "exp", "job", {"p": "1"}, {"cts.kind": "job"}, job_dir=job_dir):
+        with tracking.open_mlflow_run(
+            tracking.Experiment(uri, "exp"), "job", {"p": "1"}, {"cts.kind": "job"}, job_dir=job_dir
+        ):
             tracking.log_metrics({"first": 1.0})
     _outbox.reset()  # the store is back; the job is resumed without the fill
-    with tracking.open_mlflow_run(uri, "exp", "job", {"p": "1"}, {"cts.kind": "job"}, job_dir=job_dir) as run_id:
+    with tracking.open_mlflow_run(
+        tracking.Experiment(uri, "exp"), "job", {"p": "1"}, {"cts.kind": "job"}, job_dir=job_dir
+    ) as run_id:
         tracking.log_metrics({"second": 2.0})
     assert job_dirs([tmp_path]) == []
     runs = tracking.mlflow_module().MlflowClient(uri).search_runs([tracking.experiment_id(uri, "exp") or ""])
@@ -132,7 +138,9 @@ def _job_whose_store_went_down(tmp_path: Path) -> tuple[str, str, Path, tracking
     job_dir = tmp_path / "job"
     error, run_id = None, ""
     try:
-        with tracking.open_mlflow_run(uri, "exp", "job", {"p": "1"}, {"cts.kind": "job"}, job_dir=job_dir) as run_id:
+        with tracking.open_mlflow_run(
+            tracking.Experiment(uri, "exp"), "job", {"p": "1"}, {"cts.kind": "job"}, job_dir=job_dir
+        ) as run_id:
             tracking.log_metrics({"before": 1.0})
             _outbox.mark_down(uri, "ConnectionRefusedError: gone")  # as a failed call and a probe find it
             (job_dir / "summary.json").write_text('{"score_mean": 2.0}', encoding="utf-8")

@@ -28,7 +28,9 @@ def open_like_jobs(barrier: object, uri: str, job_dir: str, n_jobs: int) -> None
     for i in range(n_jobs):
         d = Path(job_dir) / str(i)
         tags = {"cts.kind": "job", "cts.job_dir": str(d)}
-        with tracking.open_mlflow_run(uri, "race", f"{Path(job_dir).name}-{i}", {"i": str(i)}, tags, job_dir=d):
+        with tracking.open_mlflow_run(
+            tracking.Experiment(uri, "race"), f"{Path(job_dir).name}-{i}", {"i": str(i)}, tags, job_dir=d
+        ):
             tracking.log_metrics({"score_mean": float(i)})
 
 
@@ -111,7 +113,7 @@ def make_store(path: Path, with_run: bool) -> str:
     uri = f"sqlite:///{path}"
     tracking.prepare_store(uri)
     if with_run:
-        with tracking.open_mlflow_run(uri, "exp", "a", {}):
+        with tracking.open_mlflow_run(tracking.Experiment(uri, "exp"), "a", {}):
             pass
     return uri
 

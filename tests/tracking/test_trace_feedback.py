@@ -14,6 +14,7 @@ from cts.analysis import judge_robustness as jr
 from cts.analysis.common import feedback_on_traces
 from cts.core.types import QA, UNKNOWN, Instance, SearchResult
 from cts.protocol.pipeline import Roles, run_instances
+from cts.protocol.settings import InstanceSettings, JobSettings
 from cts.report.jobs import Job
 from cts.roles.lexical import LexicalJudge
 from tests.helpers import Typer, gold_for
@@ -54,17 +55,15 @@ def _traced_job(tmp_path: Path) -> tuple[str, Job]:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     roles = Roles1()
     tracer = tracking.InstanceTraces()
-    with tracking.open_mlflow_run(uri, "cts", "job", {}) as run_id:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "cts"), "job", {}) as run_id:
         tracer.attach(run_id)
         records, _ = asyncio.run(
             run_instances(
                 INSTANCES,
                 GOLD,
                 Roles(roles, roles, roles, roles, LexicalJudge(), Typer()),
-                k=1,
-                out_dir=tmp_path / "job",
-                progress=False,
-                on_instance=tracer,
+                InstanceSettings(1),
+                JobSettings(tmp_path / "job", progress=False, on_instance=tracer),
             )
         )
     mlflow.flush_trace_async_logging()
@@ -120,7 +119,7 @@ def test_each_backbone_of_the_stability_analysis_is_feedback_on_the_trace(tmp_pa
 
 def test_runs_without_traces_get_nothing(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    with tracking.open_mlflow_run(uri, "cts", "job", {}) as run_id:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "cts"), "job", {}) as run_id:
         pass
     assessed = tracking.Assessed("restore_score_100.x", 1.0)
     assert feedback_on_traces([(run_id, "a", assessed), ("no-such-run", "a", assessed)]) == 0

@@ -18,9 +18,9 @@ def runs(uri: str):
 def test_a_failing_job_still_ends_its_run(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/m.db"
     tracking.prepare_store(uri)
-    with pytest.raises(RuntimeError), tracking.open_mlflow_run(uri, "exp", "boom", {"k": "1"}):
+    with pytest.raises(RuntimeError), tracking.open_mlflow_run(tracking.Experiment(uri, "exp"), "boom", {"k": "1"}):
         raise RuntimeError("job failed")
-    with tracking.open_mlflow_run(uri, "exp", "ok", {"k": "2"}, tags={"cts.kind": "job"}):
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "exp"), "ok", {"k": "2"}, tags={"cts.kind": "job"}):
         tracking.log_metrics({"score_mean": 50.0, "ua_unknown_rate": float("nan"), "bad": float("inf")})
     df = runs(uri).set_index("tags.mlflow.runName")
     assert df.loc["boom", "status"] == "FAILED" and df.loc["ok", "status"] == "FINISHED"
@@ -35,7 +35,7 @@ def test_artifacts_go_beside_a_sqlite_store_not_the_working_dir(tmp_path: Path, 
     tracking.prepare_store(uri)
     f = tmp_path / "records.jsonl"
     f.write_text("{}\n")
-    with tracking.open_mlflow_run(uri, "exp", "a", {}):
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "exp"), "a", {}):
         tracking.log_artifacts([f])
     assert list((store / "artifacts").rglob("records.jsonl")) and not (tmp_path / "mlruns").exists()
 
@@ -63,7 +63,7 @@ def test_llm_calls_become_trace_spans(tmp_path: Path) -> None:
         latency_s=0.2,
         error=None,
     )
-    with tracking.open_mlflow_run(uri, "exp", "traced", {}):
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "exp"), "traced", {}):
         listeners[0](event)
     traces = tracking.search_traces(uri, "exp")
     assert len(traces) == 1
@@ -72,7 +72,7 @@ def test_llm_calls_become_trace_spans(tmp_path: Path) -> None:
 def test_every_run_logs_the_resolved_versions_of_the_key_packages(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/m.db"
     tracking.prepare_store(uri)
-    with tracking.open_mlflow_run(uri, "exp", "versions", {"k": "1"}):
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "exp"), "versions", {"k": "1"}):
         pass
     row = runs(uri).iloc[0]
     for pkg in ("hydra-core", "omegaconf", "litellm", "openai", "mlflow", "pandas", "scipy", "bm25s", "trafilatura"):
@@ -105,13 +105,13 @@ def test_a_new_experiment_gets_its_kind_once_and_a_kind_chosen_later_stays(tmp_p
     import mlflow
 
     uri = f"sqlite:///{tmp_path}/m.db"
-    with tracking.open_mlflow_run(uri, "exp", "a", {}, experiment_kind="genai_development"):
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "exp", "genai_development"), "a", {}):
         pass
     client = mlflow.MlflowClient(uri)
     exp = client.get_experiment_by_name("exp")
     assert exp.tags["mlflow.experimentKind"] == "genai_development"
     client.set_experiment_tag(exp.experiment_id, "mlflow.experimentKind", "custom_model_development")  # in the UI
-    with tracking.open_mlflow_run(uri, "exp", "b", {}, experiment_kind="genai_development"):
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "exp", "genai_development"), "b", {}):
         pass
     assert client.get_experiment(exp.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
 
@@ -155,9 +155,9 @@ def test_the_records_table_has_one_row_per_repeat_and_keeps_its_columns(tmp_path
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     finished = [rec("a", 1, 30.0), rec("b", 0, 20.0), rec("a", 0, 10.0), rec("b", 1, 40.0)]  # as they finished
-    with tracking.open_mlflow_run(uri, "tables", "repeats", {}) as repeats:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "tables"), "repeats", {}) as repeats:
         tracking.log_records_table(finished, ["b", "a"])
-    with tracking.open_mlflow_run(uri, "tables", "once", {}) as once:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "tables"), "once", {}) as once:
         tracking.log_records_table([rec("a", 0, 10.0), rec("b", 0, 20.0)], ["b", "a"])
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment("tables")
@@ -184,7 +184,7 @@ def test_a_jobs_end_writes_its_metrics_and_tags_in_one_batch_and_its_table_as_ml
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     rows = [Record(id=i, k=1, clarified=ArmResult("q", score=50.0), orig=ArmResult("q", score=1.0)) for i in "ab"]
-    with tracking.open_mlflow_run(uri, "batched", "job", {}) as run_id:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "batched"), "job", {}) as run_id:
         writes: list[tuple[int, int]] = []
         real = mlflow.MlflowClient.log_batch
 

@@ -70,11 +70,13 @@ def test_a_resumed_job_dir_continues_its_run(tmp_path: Path) -> None:
     uri, job_dir = f"sqlite:///{tmp_path}/m.db", tmp_path / "job"
     with (
         pytest.raises(KeyboardInterrupt),
-        tracking.open_mlflow_run(uri, "e", "j", {"limit": "5"}, job_dir=job_dir) as first,
+        tracking.open_mlflow_run(tracking.Experiment(uri, "e"), "j", {"limit": "5"}, job_dir=job_dir) as first,
     ):
         raise KeyboardInterrupt
     assert tracking.search_runs(uri).set_index("run_id").loc[first, "status"] == "KILLED"
-    with tracking.open_mlflow_run(uri, "e", "j", {"limit": "8", "new": "x"}, job_dir=job_dir) as second:
+    with tracking.open_mlflow_run(
+        tracking.Experiment(uri, "e"), "j", {"limit": "8", "new": "x"}, job_dir=job_dir
+    ) as second:
         tracking.log_metrics({"n_instances": 8})
     runs = tracking.search_runs(uri)
     assert second == first and len(runs) == 1
@@ -88,10 +90,10 @@ def test_a_run_deleted_from_the_store_starts_a_new_linked_run(tmp_path: Path) ->
     import mlflow
 
     uri, job_dir = f"sqlite:///{tmp_path}/m.db", tmp_path / "job"
-    with tracking.open_mlflow_run(uri, "e", "j", {}, job_dir=job_dir) as first:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "e"), "j", {}, job_dir=job_dir) as first:
         pass
     mlflow.MlflowClient(tracking_uri=uri).delete_run(first)
-    with tracking.open_mlflow_run(uri, "e", "j", {}, job_dir=job_dir) as second:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "e"), "j", {}, job_dir=job_dir) as second:
         pass
     run = tracking.search_runs(uri).set_index("run_id").loc[second]
     assert second != first and run["tags.cts.previous_run_id"] == first
@@ -111,9 +113,9 @@ def test_one_run_per_job_dir_keeps_the_last_to_end() -> None:
 
 def test_a_job_dir_moved_to_another_experiment_starts_a_new_linked_run(tmp_path: Path) -> None:
     uri, job_dir = f"sqlite:///{tmp_path}/m.db", tmp_path / "job"
-    with tracking.open_mlflow_run(uri, "e1", "j", {}, job_dir=job_dir) as first:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "e1"), "j", {}, job_dir=job_dir) as first:
         pass
-    with tracking.open_mlflow_run(uri, "e2", "j", {}, job_dir=job_dir) as second:
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "e2"), "j", {}, job_dir=job_dir) as second:
         pass
     run = tracking.search_runs(uri, "e2").set_index("run_id").loc[second]
     assert second != first and run["tags.cts.previous_run_id"] == first

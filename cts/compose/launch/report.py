@@ -108,14 +108,11 @@ def report_sweep(config: DictConfig) -> Path | None:
 
 def build_report(config: DictConfig) -> ReportResult:
     """Build the report of ``config``'s sweep dir; when built, log it as a sweep-level MLflow run."""
-    from cts.report.build import build_sweep_report, log_sweep_report
+    from cts.report.build import ReportSettings, build_sweep_report, log_sweep_report
+    from cts.stats.bootstrap import Resampling
 
-    result = build_sweep_report(
-        config.hydra.sweep.dir,
-        n_resamples=config.bootstrap.n_resamples,
-        confidence=config.bootstrap.confidence,
-        seed=config.seed,
-    )
+    bootstrap = Resampling(config.bootstrap.n_resamples, config.bootstrap.confidence, config.seed)
+    result = build_sweep_report(config.hydra.sweep.dir, settings=ReportSettings(bootstrap))
     if result.ok:  # build_sweep_report said where it wrote the report: once on the console
         log_sweep_report(result, config.tracking.uri, config.tracking.experiment)
     return result
