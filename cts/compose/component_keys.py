@@ -26,7 +26,7 @@ __all__ = ["component_key_problem", "component_key_problems"]
 def component_key_problems(args: Sequence[str], config_dirs: Sequence[Traversable]) -> list[str]:
     """One line per plain override of ``args`` that sets a key no option nor preset of its group sets.
 
-    Checked with :func:`cts.compose.validate.command_line_problems`, before Hydra composes anything.
+    ``run.py`` checks them beside :func:`cts.compose.validate.command_line_problems`, before Hydra composes anything.
     """
     keys = [arg.split("=", 1)[0] for arg in args if "=" in arg and not arg.startswith(("-", "~", "+"))]
     checked = [key for key in keys if "@" not in key and key.split(".", 1)[0] != "hydra"]  # Hydra's own
@@ -134,5 +134,8 @@ def _accepted(targets: tuple[str, ...]) -> set[str]:
 
     found: set[str] = set()
     for target in targets:
-        found |= accepted_keys(target) or set()
+        try:
+            found |= accepted_keys(target) or set()
+        except (ImportError, AttributeError, ValueError, TypeError):  # the pre-flight says it cannot load
+            continue
     return found

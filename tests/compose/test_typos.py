@@ -131,6 +131,16 @@ def test_a_component_key_some_option_or_preset_sets_passes(args: tuple[str, ...]
     assert _problems(*args) == []
 
 
+def test_the_options_of_a_user_s_config_dir_count_even_when_their_target_cannot_load(tmp_path: Path) -> None:
+    (tmp_path / "clarifier").mkdir()
+    (tmp_path / "clarifier" / "mine.yaml").write_text("_target_: nowhere.Missing\ndepth: 2\n", encoding="utf-8")
+    dirs = [tmp_path, CONF]
+    assert component_key_problems(["clarifier=mine", "clarifier.depth=3"], dirs) == []
+    assert component_key_problems(["clarifier.dept=深"], dirs) == [
+        "clarifier.dept: no such key (did you mean clarifier.depth?)"
+    ]
+
+
 def test_an_appended_key_a_closed_schema_lacks_is_refused_where_it_lands() -> None:
     cfg = _composed("experiment=offline", "+concurency=1", "+services.llm.cache.mod=off", "+tracking.urii=x")
     assert appended_key_problems(cfg) == [
