@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from cts._util.switches import spell_out_switches
 from cts.compat.renames import renamed_on_command_line
+from cts.compose.component_keys import component_key_problems
 from cts.compose.validate import command_line_problems, register_resolvers
 from cts.core.errors import ConfigError, exit_on_error
 
@@ -50,7 +51,8 @@ def _command_line() -> None:
         raise ConfigError("\n".join(f"error: {line}" for line in renamed))
     from hydra_plugins.cts_model_roles.cts_model_roles import MEMBER_GROUPS, ROLES
 
-    if unknown := command_line_problems(sys.argv[1:], _config_dirs(), (*ROLES, *MEMBER_GROUPS)):  # before any dir
+    dirs, args = _config_dirs(), sys.argv[1:]
+    if unknown := command_line_problems(args, dirs, (*ROLES, *MEMBER_GROUPS)) + component_key_problems(args, dirs):
         raise ConfigError("\n".join(f"error: {line}" for line in unknown))
     try:
         sys.argv[1:] = spell_out_switches(sys.argv[1:])

@@ -27,6 +27,7 @@ from cts.core.errors import PreflightFailed
 __all__ = [
     "OFFLINE_COMMAND",
     "Place",
+    "accepted_keys",
     "is_key_problem",
     "output_places",
     "output_problems",
@@ -128,22 +129,34 @@ def _unknown_keys(node: DictConfig, keys: list[str], path: str) -> list[str]:
     assert target_node is not None  # the caller found "_target_" among the keys
     target = str(target_node._value())
     try:
-        obj = get_object(target)
-        params = inspect.signature(obj).parameters
+        configurable = accepted_keys(target)
     except (ImportError, AttributeError, ValueError, TypeError) as e:
         return [f"{path}._target_: cannot load {target} ({e}){renamed_target(target)}"]
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+    if configurable is None:
         return []
-    configurable = set(params) - resource_parameters(obj) - {"self"}  # resources are never config keys
-    bound = settings_parameter(obj)
-    if bound is not None:  # its settings object's fields are flat keys
-        configurable = (configurable - {bound[0]}) | {f.name for f in dataclasses.fields(bound[1])}
     known = configurable | _INSTANTIATE_KEYS
     return [
         f"{path}.{k}: {target}{_KEY_PROBLEM}{k!r} (it takes: {', '.join(sorted(configurable))})"
         for k in keys
         if k not in known
     ]
+
+
+def accepted_keys(target: str) -> set[str] | None:
+    """The config keys the component ``target`` takes, by its signature (None: it takes ``**kwargs``, so any).
+
+    Raises:
+        ImportError: And AttributeError, ValueError, TypeError: ``target`` cannot be loaded or inspected.
+    """
+    obj = get_object(target)
+    params = inspect.signature(obj).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    configurable = set(params) - resource_parameters(obj) - {"self"}  # resources are never config keys
+    bound = settings_parameter(obj)
+    if bound is not None:  # its settings object's fields are flat keys
+        configurable = (configurable - {bound[0]}) | {f.name for f in dataclasses.fields(bound[1])}
+    return configurable
 
 
 def is_key_problem(problem: str) -> bool:

@@ -187,11 +187,18 @@ def _shown(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def no_such_key(key: str, known: Iterable[str]) -> str:
-    """The line of a key nothing declares: ``concurency: no such key (did you mean concurrency?)``."""
+def no_such_key(key: str, known: Iterable[str], *, listed: bool = False) -> str:
+    """The line of a key nothing declares: ``concurency: no such key (did you mean concurrency?)``.
+
+    Args:
+        listed: Without a close match, list the ``known`` keys (a component's few) instead of pointing at the guide.
+    """
     head, dot, rest = key.rpartition(".")
-    found = difflib.get_close_matches(rest, sorted(set(known)), n=1, cutoff=0.7)
+    names = sorted({k for k in known if not k.startswith("_")})
+    found = difflib.get_close_matches(rest, names, n=1, cutoff=0.7)
     hint = f"did you mean {head}{dot}{found[0]}?" if found else "the keys are in the guide's key reference"
+    if listed and not found:
+        hint = f"{head}'s options take: {', '.join(names)}"
     return f"{key}: no such key ({hint})"
 
 
@@ -211,8 +218,9 @@ def command_line_problems(
     ``clarifier=rules_regio`` ends with one ``error:`` line and creates no dir. Known first keys: the
     root schema's (:class:`cts.compose.schema.Config`), the config groups of ``config_dirs``, and the
     keys their ``_global_`` presets add (``build_gold``); deeper keys where the schemas on their path
-    declare every key (:data:`CLOSED`). The others are checked on the composed config
-    (:func:`appended_key_problems`, the pre-flight).
+    declare every key (:data:`CLOSED`); a component's (``clarifier.treshold``) by
+    :func:`cts.compose.component_keys.component_key_problems`. The others are checked on the composed
+    config (:func:`appended_key_problems`, the pre-flight).
 
     Args:
         args: The command line's arguments.

@@ -22,9 +22,11 @@ module provides:
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +77,11 @@ def report_job(sweep_dir: str) -> str:
     jobs were queued (unresolved, so nothing secret is pickled into the job: the
     tracking URI and the rest resolve here, in the job's own environment).
 
+    Then, like the sweep's own end, it applies ``min_scored`` (:mod:`cts.compose.scored`): a job
+    that measured too little ends the report job with the same ``cts: sweep FAILED: ...`` line and
+    exit status 3, the report being written (so ``--dependency=afterok`` on it waits for a sweep
+    that measured what it should).
+
     Returns:
         The path of ``report.md``.
 
@@ -83,7 +90,8 @@ def report_job(sweep_dir: str) -> str:
     """
     from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-    from cts.compose.launch.report import report_sweep
+    from cts.compose.launch.report import check_scored_sweep, report_sweep
+    from cts.core.errors import exit_on_error
 
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     config = OmegaConf.load(Path(sweep_dir) / "multirun.yaml")
@@ -93,7 +101,31 @@ def report_job(sweep_dir: str) -> str:
     out_dir = report_sweep(config)
     if out_dir is None:
         raise RuntimeError(f"the sweep report of {sweep_dir} could not be built (errors above)")
-    return str(out_dir / "report.md")
+    report = str(out_dir / "report.md")
+    with exit_on_error(), _result_kept(report):
+        check_scored_sweep(config)
+    return report
+
+
+@contextlib.contextmanager
+def _result_kept(result: str) -> Iterator[None]:
+    """Keep ``result`` as the submitit job's result when the block ends it with a cts exit status.
+
+    submitit writes a job's result only when its function returns, and a returning job exits 0;
+    the report job that exits 3 writes it here, so the waiting submitter still logs where the report is.
+    """
+    from cts.core.errors import CtsError
+
+    try:
+        yield
+    except CtsError:
+        if os.environ.get("SUBMITIT_FOLDER"):  # in a submitit job (not when called in-process)
+            from submitit import JobEnvironment
+            from submitit.core.utils import cloudpickle_dump, temporary_save_path
+
+            with temporary_save_path(JobEnvironment().paths.result_pickle) as tmp:
+                cloudpickle_dump(("success", result), tmp)
+        raise
 
 
 def submit_report_job(executor: Any, array_ids: Sequence[str], sweep_dir: str, params: Mapping[str, Any]) -> Any:

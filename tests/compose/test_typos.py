@@ -1,7 +1,8 @@
 """A typo'd key or option, plain or appended (``+key``), single run or multirun: one ``error:`` line, nothing created.
 
 Before: ``+concurency=1`` ran and was stored in the fingerprint (changing it for nothing); in a multirun
-a typo in a swept key or option printed Hydra's message over 9-40 lines and a sweep dir was created.
+a typo in a swept key or option printed Hydra's message over 9-40 lines and a sweep dir was created;
+a typo under a component (``clarifier.treshold=1``) printed Hydra's message over 5 lines.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from cts.compose.component_keys import component_key_problems
 from cts.compose.schema import CLOSED, key_at
 from cts.compose.schema._run import Config
 from cts.compose.validate import appended_key_problems, command_line_problems
@@ -24,10 +26,13 @@ REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"
 CONCURENCY = "concurency: no such key (did you mean concurrency?)"
 REGIO = "clarifier=rules_regio: no such option (did you mean rules_region? options: "
+TRESHOLD = "clarifier.treshold: no such key (clarifier's options take: "
+STOP_EARLI = "clarifier.stop_earli: no such key (did you mean clarifier.stop_early?)"
 
 
 def _problems(*args: str) -> list[str]:
-    return command_line_problems(list(args), [CONF], (*ROLES, *MEMBER_GROUPS))
+    """What run.py refuses before Hydra composes anything."""
+    return command_line_problems(list(args), [CONF], (*ROLES, *MEMBER_GROUPS)) + component_key_problems(args, [CONF])
 
 
 def _composed(*overrides: str) -> DictConfig:
@@ -74,6 +79,66 @@ def test_a_mistyped_option_gets_one_line_naming_the_options(arg: str) -> None:
 )
 def test_what_the_config_defines_passes(args: tuple[str, ...]) -> None:
     assert _problems(*args) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("experiment=offline", "clarifier.treshold=1", "limit=1"),
+        ("-m", "experiment=offline", "clarifier=rules_scope", "k=1,2", "clarifier.treshold=1"),
+        ("-m", "clarifier=gpt,rules_scope", "clarifier.treshold=1,2"),
+        ("clarifier.treshold=阈值",),  # a CJK value
+    ],
+)
+def test_a_mistyped_component_key_gets_one_line_listing_what_its_options_take(args: tuple[str, ...]) -> None:
+    (line,) = _problems(*args)
+    assert line.startswith(TRESHOLD) and line.endswith(")") and "\n" not in line
+    taken = line.removeprefix(TRESHOLD).removesuffix(")").split(", ")
+    assert {"mode", "order", "stop_early", "prompt", "model"} <= set(taken)  # the rules' and the LLM's
+
+
+@pytest.mark.parametrize(
+    ("arg", "meant"),
+    [
+        ("clarifier.stop_earli=true", "clarifier.stop_early"),
+        ("search.max_llm_call=3", "search.max_llm_calls"),
+        ("judge.aggregat=mean", "judge.aggregate"),
+        ("clarifier.structure=是", "clarifier.structured"),  # a key only a signature has; a CJK value
+    ],
+)
+def test_a_component_key_close_to_one_its_options_take_gets_a_suggestion(arg: str, meant: str) -> None:
+    key = arg.split("=", 1)[0]
+    assert _problems("experiment=offline", arg) == [f"{key}: no such key (did you mean {meant}?)"]
+
+
+def test_a_parameter_no_option_sets_is_told_to_be_appended() -> None:
+    assert _problems("clarifier.structured=true") == [
+        "clarifier.structured: no option of clarifier sets it; add it with +clarifier.structured=VALUE"
+    ]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("clarifier=rules_scope", "clarifier.order=[time,scope,region]", "clarifier.mode=sequential"),
+        ("-m", "clarifier=gpt,rules_scope", "clarifier.stop_early=true,false", "clarifier.max_output_tokens=64"),
+        ("+clarifier.structured=true", "search.max_llm_calls=3", "judge.members=[lexical]", "ua.persona=terse"),
+        ("experiment=local_llm", "clarifier.max_output_tokens=128", "clarifier.mode=批量"),
+        ("hydra.verbose=true", "hydra.job.chdir=false", "llm@services.llm=default", "~clarifier.order"),
+    ],
+)
+def test_a_component_key_some_option_or_preset_sets_passes(args: tuple[str, ...]) -> None:
+    assert _problems(*args) == []
+
+
+def test_the_options_of_a_user_s_config_dir_count_even_when_their_target_cannot_load(tmp_path: Path) -> None:
+    (tmp_path / "clarifier").mkdir()
+    (tmp_path / "clarifier" / "mine.yaml").write_text("_target_: nowhere.Missing\ndepth: 2\n", encoding="utf-8")
+    dirs = [tmp_path, CONF]
+    assert component_key_problems(["clarifier=mine", "clarifier.depth=3"], dirs) == []
+    assert component_key_problems(["clarifier.dept=深"], dirs) == [
+        "clarifier.dept: no such key (did you mean clarifier.depth?)"
+    ]
 
 
 def test_an_appended_key_a_closed_schema_lacks_is_refused_where_it_lands() -> None:
@@ -144,6 +209,9 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
             ("-m", "services.llm.cache.mod=off,read_only"),
             "services.llm.cache.mod: no such key (did you mean services.llm.cache.mode?)",
         ),
+        (("clarifier.treshold=1", "limit=1"), TRESHOLD),
+        (("-m", "clarifier=rules_scope", "k=1,2", "clarifier.treshold=1"), TRESHOLD),
+        (("clarifier.stop_earli=是",), STOP_EARLI),
     ],
 )
 def test_the_command_line_refuses_with_one_line_and_creates_nothing(
@@ -154,6 +222,14 @@ def test_the_command_line_refuses_with_one_line_and_creates_nothing(
     (printed,) = proc.stderr.strip().splitlines()
     assert printed.startswith(f"error: {line}"), proc.stderr
     assert not (tmp_path / "sweep").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_component_key_its_option_sets_still_composes(tmp_path: Path) -> None:
+    proc = _run(
+        tmp_path, "--cfg", "job", "experiment=offline", "clarifier.order=[time,scope,region]", "clarifier.mode='批量'"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "order:\n  - time\n  - scope\n  - region\n  mode: 批量" in proc.stdout
 
 
 def test_hydra_s_other_composition_errors_keep_their_first_line() -> None:

@@ -2,7 +2,8 @@
 
 A sweep builds its paper-style report (:func:`report_or_exit`) and says where the sweep is
 (:func:`end_sweep`); a single run says where its job is (:func:`end_run`). Either then exits 3
-when a job measured too little (:mod:`cts.compose.scored`), after its closing lines.
+when a job measured too little (:mod:`cts.compose.scored`), after its closing lines; so does the
+Slurm report job (:func:`check_scored_sweep`).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def end_sweep(config: DictConfig, n_jobs: int, plan: Any) -> None:
         if held:
             print(left_to_others(sweep_dir, held), file=sys.stderr, flush=True)
             return
-        _check_scored_sweep(config)
+        check_scored_sweep(config)
 
 
 def end_run(config: DictConfig, job_return: JobReturn | None) -> None:
@@ -135,8 +136,14 @@ def _report(config: DictConfig, n_jobs: int) -> Path:
     return report_or_exit(config, n_jobs)
 
 
-def _check_scored_sweep(config: DictConfig) -> None:
-    """Exit 3 when a job of the sweep measured too little (:mod:`cts.compose.scored`), after the closing lines."""
+def check_scored_sweep(config: DictConfig) -> None:
+    """Exit 3 when a job of the sweep measured too little (:mod:`cts.compose.scored`), after the closing lines.
+
+    The Slurm report job checks it too (:func:`hydra_plugins.cts_slurm_launcher.cluster.report_job`).
+
+    Raises:
+        ScoredTooLittle: One line naming how many jobs and the worst ones.
+    """
     from cts.report.jobs import job_dirs
 
     sweep_dir = Path(str(config.hydra.sweep.dir))
