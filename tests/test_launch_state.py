@@ -54,6 +54,8 @@ PROCESS_WIDE: dict[str, str] = {
     "cts.compose.services:shared_index": "the read-only BM25 index per language and cache dir, one copy per process",
     "cts.tracking._datasets:_BUILT": "MLflow dataset entities per name and content digest: a pure function of the rows",
     "cts.search.providers:lead_snippet": "a pure function of its arguments (an article's lead sentences)",
+    "cts.compose.component_keys:_set_keys": "the keys a group's option files set: read once, before any launch exists",
+    "cts.compose.component_keys:_global_nodes": "the presets' and primary configs' nodes: read once, before any launch",
     "cts.llm._lite:litellm_module": "litellm imported once, with its network fetches off",
     "cts.roles.rules:_place_regex": "compiled regular expressions",
     "cts.tracking._sqlbulk:_mlflow": "what the module takes from MLflow, imported once",
