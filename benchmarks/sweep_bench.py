@@ -208,6 +208,8 @@ def run_sweep(
         rss=tree.peak_rss / 2**20,
         sweep_rss=tree.peak_by_pid.get(proc.pid, 0) / 2**20,
     )
+    if _STDERR:
+        Path(_STDERR).write_text(err, encoding="utf-8")
     if proc.returncode != 0:
         print(out[-2000:], err[-4000:], file=sys.stderr)
     times = [r.time for r in server.requests]
@@ -221,6 +223,8 @@ _PROFILE = ""
 _REPLY: list[Any] = [sweep_reply]
 """The server's replies: ``--questions shared`` (``sweep_reply``) or ``distinct`` (``distinct_sweep_reply``)."""
 """``--profile``: py-spy's collapsed stacks of the measured sweeps are written here (its CPU figures then count py-spy)."""
+_STDERR = ""
+"""``--stderr``: the last measured sweep's standard error is written here."""
 _STORE: Path | None = None
 """An empty, migrated MLflow store copied into each sweep's dir (None: each sweep creates its own)."""
 
@@ -383,6 +387,7 @@ def main() -> None:
     parser.add_argument("--fresh-store", action="store_true", help="each sweep creates its MLflow store (timed)")
     parser.add_argument("--no-critical", action="store_true", help="skip the critical-path probe (ideal: requests)")
     parser.add_argument("--profile", default="", help="write py-spy's raw stacks of the measured sweep here")
+    parser.add_argument("--stderr", default="", help="write the last measured sweep's standard error here")
     parser.add_argument(
         "--repeat", type=int, default=1, help="sweeps per launcher (the same command varies run to run)"
     )
@@ -398,7 +403,7 @@ def main() -> None:
         "--extra", nargs="*", default=[], help="more overrides for every sweep (tracking.instance_traces=false ...)"
     )
     args = parser.parse_args()
-    global _STORE, _PROFILE
+    global _STORE, _PROFILE, _STDERR
     names = [x.strip() for x in args.launcher.split(",") if x.strip()]
     keep_alive = args.http == "1.1"
     _REPLY[0] = distinct_sweep_reply if args.questions == "distinct" else sweep_reply
@@ -411,7 +416,7 @@ def main() -> None:
         data = large_dataset(template, args.n, Path(tmp) / "data")
         _STORE = None if args.fresh_store else empty_store(Path(tmp) / "store")
         critical = 0.0 if args.no_critical else critical_path(server, Path(tmp) / "probe", template, data)
-        _PROFILE = args.profile
+        _PROFILE, _STDERR = args.profile, args.stderr
         print(f"shape {args.shape}, n={args.n}, HTTP/{args.http}, {args.questions} questions", flush=True)
         rows = []
         for name in names:

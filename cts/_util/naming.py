@@ -12,6 +12,7 @@ reads them back when its sub-dir is resolved (resolver ``cts_job_name``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Collection, Mapping, Sequence
@@ -58,7 +59,13 @@ def override_items(overrides: Sequence[str]) -> list[tuple[str, str]]:
     Raises:
         hydra.errors.OverrideParseException: an override is not valid Hydra syntax.
     """
-    return [(o.get_key_element(), _value(o)) for o in _parse(overrides)]
+    return list(_items(tuple(str(o) for o in overrides)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _items(overrides: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """:func:`override_items` of one command line, parsed once: a job's name, factors and params all read it."""
+    return tuple((o.get_key_element(), _value(o)) for o in _parse(overrides))
 
 
 def factors(overrides: Sequence[str], swept: Collection[str] | None = None) -> dict[str, str]:
@@ -73,6 +80,11 @@ def factors(overrides: Sequence[str], swept: Collection[str] | None = None) -> d
 
 def swept_keys(overrides: Sequence[str]) -> tuple[str, ...]:
     """Keys of the command-line overrides that sweep (``k=1,2``, ``range(...)``, ``choice(...)``)."""
+    return _swept(tuple(str(o) for o in overrides))
+
+
+@functools.lru_cache(maxsize=256)
+def _swept(overrides: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(o.get_key_element() for o in _parse(overrides) if o.is_sweep_override())
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -61,7 +62,18 @@ def find_model_specs(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
     Returns:
         ``(path, node)`` pairs, e.g. ``("clarifier.model", <node>)``, in config order.
     """
-    return list(_walk(cfg, ""))
+    if not OmegaConf.is_readonly(cfg):
+        return list(_walk(cfg, ""))
+    key = id(cfg)
+    hit = _SPECS.get(key)
+    if hit is None or hit[0]() is not cfg:
+        hit = (weakref.ref(cfg, lambda _gone: _SPECS.pop(key, None)), tuple(_walk(cfg, "")))
+        _SPECS[key] = hit
+    return list(hit[1])
+
+
+_SPECS: dict[int, tuple[weakref.ref[DictConfig], tuple[tuple[str, DictConfig], ...]]] = {}
+"""The model specs of each read-only config (a launch's composed jobs), walked once: the pre-flight asks 5 times."""
 
 
 def spec_key_problems(cfg: DictConfig) -> list[str]:

@@ -54,11 +54,18 @@ class ComposedJobs:
         Returns:
             A fresh copy: callers may change it (the launcher sets the job's id).
         """
+        return _writable(copy.deepcopy(self.view(loader, master, overrides)))
+
+    def view(self, loader: Any, master: DictConfig, overrides: Sequence[str]) -> DictConfig:
+        """The memo's own config of the job, read-only: for readers (the pre-flight), spared a copy.
+
+        A copy of a full job config costs about 20 ms here; the pre-flight reads every job's once.
+        """
         key = (id(master), tuple(overrides))
         with self._lock:
             hit = self._memo.get(key)
         if hit is not None and hit[0] is master:  # an id reused by another object is not a hit
-            return copy.deepcopy(hit[1])
+            return hit[1]
         shape = _value_shape(loader, overrides)
         config = self._from_sibling(master, overrides, shape)
         if config is None:
@@ -67,15 +74,17 @@ class ComposedJobs:
             if shape is not None:
                 with self._lock:
                     self._siblings.setdefault((id(master), shape), (master, config))
+        OmegaConf.set_readonly(config, True)  # a reader that writes would change every later copy
         with self._lock:
             self._memo[key] = (master, config)
-        return copy.deepcopy(config)
+        return config
 
     def take(self, loader: Any, master: DictConfig, overrides: Sequence[str]) -> DictConfig:
         """:meth:`compose` for the job's last reader (the launcher): the memo's own config, then forgotten.
 
         Hydra's ``run_job`` copies the config it is given, so the launcher's copy is saved. A config
         that later siblings are made from stays in the memo and is copied, as :meth:`compose` does.
+        The pre-flight's read-only view of it is then the same object: it has read it by then.
         """
         key = (id(master), tuple(overrides))
         with self._lock:
@@ -83,7 +92,7 @@ class ComposedJobs:
             source = hit is not None and any(hit[1] is s[1] for s in self._siblings.values())
             if hit is not None and hit[0] is master and not source:
                 del self._memo[key]
-                return hit[1]
+                return _writable(hit[1])
         return self.compose(loader, master, overrides)
 
     def _from_sibling(
@@ -119,6 +128,12 @@ def _value_shape(loader: Any, overrides: Sequence[str]) -> tuple[str, ...] | Non
     return tuple(shape)
 
 
+def _writable(config: DictConfig) -> DictConfig:
+    """``config`` with the memo's read-only flag lifted (Hydra's own, on ``hydra``, stays)."""
+    OmegaConf.set_readonly(config, None)
+    return config
+
+
 def _scalar(value: Any) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
 
@@ -131,7 +146,7 @@ def _from_sibling(
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import open_dict
 
-    config = copy.deepcopy(sibling)
+    config = _writable(copy.deepcopy(sibling))
     hydra_lines = list(OmegaConf.to_container(master.hydra.overrides.hydra) or [])
     parsed = OverridesParser.create().parse_overrides([*hydra_lines, *overrides])
     task = [o for o in parsed if not o.is_hydra_override()]
@@ -162,8 +177,12 @@ class MemoConfigLoader:
         self.composed = composed if composed is not None else ComposedJobs()
 
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        """See :meth:`ComposedJobs.compose`."""
-        return self.composed.compose(self.inner, master_config, sweep_overrides)
+        """See :meth:`ComposedJobs.view`: read-only.
+
+        Its callers in a launch read (the sweeper's ``validate_batch_is_legal`` composes each job and
+        drops it); the launcher, which changes its job's config, takes it with :meth:`take_sweep_config`.
+        """
+        return self.composed.view(self.inner, master_config, sweep_overrides)
 
     def take_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
         """See :meth:`ComposedJobs.take`."""

@@ -53,6 +53,7 @@ from cts.tracking._runlife import end_run, kept_run, refuse_unsent
 from cts.tracking._store import (
     TrackingStoreError,
     broken_store_message,
+    imported_meanwhile,
     mlflow_module,
     prepare_store,
     store_failed,
@@ -104,6 +105,7 @@ __all__ = [
     "log_analysis_run",
     "one_run_per_job_dir",
     "override_tags",
+    "imported_meanwhile",
     "prepare_store",
     "search_runs",
     "search_traces",

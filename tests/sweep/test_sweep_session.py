@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, ReadonlyConfigError
 
 from cts import tracking
 from cts.core.types import CallError, CircuitOpen, SpendLimitReached
@@ -116,7 +116,7 @@ def test_log_lines_of_concurrent_jobs_land_in_their_own_files(tmp_path: Path) ->
         assert "[cts.test.joblog][INFO] - setting up job" in lines[0]
 
 
-def test_each_job_config_is_composed_once_and_handed_out_as_a_copy() -> None:
+def test_each_job_config_is_composed_once_read_only_to_readers_and_writable_to_its_taker() -> None:
     calls: list[list[str]] = []
     master = OmegaConf.create({"k": 1})
 
@@ -130,9 +130,13 @@ def test_each_job_config_is_composed_once_and_handed_out_as_a_copy() -> None:
 
     loader = MemoConfigLoader(Loader())
     first = loader.load_sweep_config(master, ["k=2"])
-    first.k = 99
+    with pytest.raises(ReadonlyConfigError):  # a reader (the sweeper's check, the pre-flight) cannot change it
+        first.k = 99
     again = loader.load_sweep_config(master, ["k=2"])
-    assert again.k == 2 and calls == [["k=2"]] and loader.other() == "delegated"
+    assert again is first and again.k == 2 and calls == [["k=2"]] and loader.other() == "delegated"
+    taken = loader.take_sweep_config(master, ["k=2"])  # the launcher's: its own to change
+    taken.k = 99
+    assert taken.k == 99 and calls == [["k=2"]]
     loader.load_sweep_config(OmegaConf.create({"k": 1}), ["k=2"])  # another sweep config: composed
     assert len(calls) == 2
     MemoConfigLoader(Loader()).load_sweep_config(master, ["k=2"])  # another launch's memo: composed again

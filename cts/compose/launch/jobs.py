@@ -30,10 +30,13 @@ def sweep_job_configs(config: DictConfig, composed: ComposedJobs) -> list[DictCo
     Args:
         config: The sweep's config.
         composed: The launch's compose memo (the sweeper and the cts launcher do not compose again).
+
+    Returns:
+        The memo's configs, read-only (the launcher gets its own).
     """
     parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
     loader = GlobalHydra.instance().config_loader()
-    return [composed.compose(loader, config, job) for job in sweep_jobs(parsed)]
+    return [composed.view(loader, config, job) for job in sweep_jobs(parsed)]
 
 
 def sweep_jobs(overrides: list[Override]) -> list[list[str]]:
