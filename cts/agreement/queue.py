@@ -7,7 +7,8 @@ Each drawn trace is tagged ``cts.review=todo`` and ``cts.review_arms`` (which an
 that MLflow's trace search ``tags.cts.review = 'todo'`` lists exactly the queue. The ``n`` units
 are split evenly over the strata (the values of ``--stratify``: ``system``, ``k``, ``arm``) and drawn
 uniformly within each, so a prediction-powered estimate per system stays valid
-(:mod:`cts.report.ppi`). Without ``arm`` a unit is one trace with both its answers (what Δ vs orig
+(:mod:`cts.report.ppi`). A new draw replaces the sweep's earlier queue: its traces that are not drawn
+again lose the tags (not their labels). Without ``arm`` a unit is one trace with both its answers (what Δ vs orig
 needs); with it, one answer, and an orig answer that several jobs share is one unit.
 """
 
@@ -133,10 +134,14 @@ def queue_main(argv: Sequence[str]) -> int:
     if not tags:
         print(f"error: no instance trace of {args.sweep} in {uri}: run the sweep with tracking.instance_traces=true")
         return 1
+    earlier = tracking.queued_traces(uri, [j.run_id for j in jobs]) - set(tags)
+    tracking.untag_traces(uri, earlier, (tracking.REVIEW_TAG, tracking.REVIEW_ARMS_TAG))  # the new draw replaces it
     tracking.tag_traces(uri, tags)
     strata = len({u.stratum(stratify) for u in drawn})
     print(f"review queue: {len(drawn)} unit(s) from {strata} strata ({','.join(stratify)}), seed {args.seed}")
     print(f"MLflow: {len(tags)} trace(s) tagged {tracking.REVIEW_TAG}=todo in {uri}")
+    if earlier:
+        print(f"  {len(earlier)} trace(s) of an earlier queue of this sweep left it (labels on them are kept)")
     print(f"  the UI: experiment's Traces > Filters > Tag {tracking.REVIEW_TAG} = todo")
     print(f"  the API: mlflow.search_traces(filter_string=\"tags.{tracking.REVIEW_TAG} = 'todo'\")")
     print("  label each nugget as human feedback nugget.<id> (the clarified answer) or orig.nugget.<id> (orig),")

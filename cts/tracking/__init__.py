@@ -36,7 +36,9 @@ from cts.tracking._human import (
     human_assessments,
     instance_traces,
     log_to_runs,
+    queued_traces,
     tag_traces,
+    untag_traces,
 )
 from cts.tracking._instance import InstanceTraces, log_instance_trace
 from cts.tracking._outbox import call, check_store, register_run, store_down, unreachable
@@ -74,6 +76,8 @@ __all__ = [
     "human_assessments",
     "instance_traces",
     "tag_traces",
+    "untag_traces",
+    "queued_traces",
     "REQUEST_AUDIT_FILE",
     "log_request_audit",
     "request_tag",

@@ -154,14 +154,14 @@ def trace_ids_of_runs(run_ids: Sequence[str]) -> dict[tuple[str, str], str]:
             experiment = client.get_run(run_id).info.experiment_id
         except Exception:  # noqa: BLE001 - a run of another store, or deleted: it has no traces here
             continue
-        for info in _trace_infos(experiment, run_id):
+        for info in trace_infos(experiment, run_id):
             instance = info.tags.get("cts.instance_id")
             if instance:
                 found.setdefault((run_id, instance), info.trace_id)
     return found
 
 
-def _trace_infos(experiment: str, run_id: str) -> Iterator[Any]:
+def trace_infos(experiment: str, run_id: str) -> Iterator[Any]:
     mlflow = mlflow_module()
     traces = mlflow.search_traces(locations=[experiment], run_id=run_id, return_type="list", include_spans=False)
     return (t.info for t in traces)

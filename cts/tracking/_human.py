@@ -8,13 +8,14 @@ people recorded in MLflow's trace view.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cts.tracking._assessments import Assessed, log_assessments, trace_ids_of_runs
+from cts.tracking._assessments import Assessed, log_assessments, trace_ids_of_runs, trace_infos
 from cts.tracking._store import mlflow_module, prepare_store
 
 
@@ -94,6 +95,41 @@ def tag_traces(uri: str, tags: Mapping[str, Mapping[str, str]]) -> int:
         for key, value in values.items():
             client.set_trace_tag(trace_id, key, value)
     return len(tags)
+
+
+def queued_traces(uri: str, run_ids: Sequence[str]) -> set[str]:
+    """The ids of the runs' traces in the review queue (tagged :data:`REVIEW_TAG` ``todo``)."""
+    _client(uri)
+    return {
+        info.trace_id
+        for experiment, run_id in _experiments_of(uri, run_ids)
+        for info in trace_infos(experiment, run_id)
+        if info.tags.get(REVIEW_TAG) == "todo"
+    }
+
+
+def untag_traces(uri: str, trace_ids: Iterable[str], keys: Sequence[str]) -> int:
+    """Remove these tags from traces (a tag a trace lacks is skipped); how many traces."""
+    client = _client(uri)
+    done = 0
+    for trace_id in trace_ids:
+        for key in keys:
+            with contextlib.suppress(Exception):  # MLflow raises for a tag the trace does not carry
+                client.delete_trace_tag(trace_id, key)
+        done += 1
+    return done
+
+
+def _experiments_of(uri: str, run_ids: Sequence[str]) -> list[tuple[str, str]]:
+    """``(experiment id, run id)`` of each run found in the store (another store's or a deleted run: left out)."""
+    client = _client(uri)
+    found = []
+    for run_id in dict.fromkeys(r for r in run_ids if r):
+        try:
+            found.append((client.get_run(run_id).info.experiment_id, run_id))
+        except Exception:  # noqa: BLE001 - a run of another store, or deleted: it has no traces here
+            continue
+    return found
 
 
 def human_assessments(uri: str, run_ids: Sequence[str]) -> list[StoredAssessment]:

@@ -100,6 +100,18 @@ def test_the_queue_is_exactly_what_the_ui_search_lists(queued: dict[str, Any]) -
     assert again.returncode == 0 and {t.info.trace_id for t in todo(queued["uri"])} == {t.info.trace_id for t in found}
 
 
+def test_a_new_draw_replaces_the_sweeps_earlier_queue(queued: dict[str, Any]) -> None:
+    first = {t.info.trace_id for t in todo(queued["uri"])}
+    other = agreement("queue", str(queued["sweep"]), "--n", "4", "--seed", "11")
+    assert other.returncode == 0, other.stderr[-2000:]
+    now = todo(queued["uri"])
+    left = first - {t.info.trace_id for t in now}
+    assert len(now) == 4 and left and f"{len(left)} trace(s) of an earlier queue" in other.stdout
+    assert all("cts.review_arms" in t.info.tags for t in now)
+    back = agreement("queue", str(queued["sweep"]), "--n", "6", "--seed", "3")  # the module's queue again
+    assert back.returncode == 0 and {t.info.trace_id for t in todo(queued["uri"])} == first
+
+
 def test_labels_recorded_on_the_traces_are_read_back_exported_and_logged(
     queued: dict[str, Any], tmp_path: Path
 ) -> None:
