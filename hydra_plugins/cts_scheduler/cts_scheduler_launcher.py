@@ -188,16 +188,13 @@ def _launch_of(hydra_context: HydraContext, config: DictConfig) -> Launch:
     Hydra hands the callbacks to the launcher in ``hydra_context.callbacks``; a config without
     them (``hydra.callbacks`` emptied) gets a launch of this sweep's dir, swept keys and resume command.
     """
-    from cts._util.interrupt import resume_command
-    from cts._util.naming import swept_keys
     from cts.compose.callbacks import LaunchCallbacks
+    from cts.compose.launch.steps import sweep_launch
 
     for callback in getattr(hydra_context.callbacks, "callbacks", ()):
         if isinstance(callback, LaunchCallbacks) and callback.launch is not None:
             return callback.launch
-    sweep_dir = str(config.hydra.sweep.dir)
-    swept = swept_keys(list(config.hydra.overrides.task))
-    return Launch.begin(sweep_dir, swept, resume_command(sys.argv[1:], Path(sweep_dir), sweep_dir), multirun=True)
+    return sweep_launch(config)
 
 
 def _then_set(ended: threading.Event, target: Any, *args: Any) -> None:

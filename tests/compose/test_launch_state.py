@@ -56,7 +56,8 @@ def test_the_callbacks_reach_workers_without_the_launch(tmp_path) -> None:
 def test_the_cts_launcher_takes_the_launch_the_callbacks_began(tmp_path) -> None:
     from hydra_plugins.cts_scheduler.cts_scheduler_launcher import _launch_of
 
-    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}, "overrides": {"task": ["k=1,2", "seed=0"]}}})
+    overrides = {"task": ["k=1,2", "seed=0"], "hydra": []}
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}, "overrides": overrides}})
     callbacks = LaunchCallbacks()
     launch = callbacks._begin(Launch.begin(str(tmp_path), ("k",), multirun=True))
     try:
@@ -65,6 +66,7 @@ def test_the_cts_launcher_takes_the_launch_the_callbacks_began(tmp_path) -> None
         callbacks._end()
     own = _launch_of(SimpleNamespace(callbacks=SimpleNamespace(callbacks=[])), config)  # no cts callbacks configured
     assert own is not launch and own.record.swept == ("k",) and own.sweep_dir == str(tmp_path)
+    assert f"hydra.sweep.dir={tmp_path}" in config.hydra.overrides.hydra  # pinned, as the callbacks pin it
 
 
 def test_a_sweep_session_is_its_launchs_while_it_is_open(tmp_path) -> None:

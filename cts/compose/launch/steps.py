@@ -67,7 +67,7 @@ def begin(config: DictConfig, *, multirun: bool) -> Launching:
         tracking.start_trace_writer(uri, open_store=False)
     warn_literal_secrets(list(config.hydra.overrides.task))
     remember_secrets(config)  # masked in the pre-flight's messages, the logs and the files from here on
-    launch = _sweep(config) if multirun else Launch.begin(_run_dir(config))
+    launch = sweep_launch(config) if multirun else Launch.begin(_run_dir(config))
     launch.jobs = _jobs(config, launch)
     return Launching(config, launch)
 
@@ -187,8 +187,11 @@ def _run_dir(config: DictConfig) -> str:
     return str(run_dir or ".")
 
 
-def _sweep(config: DictConfig) -> Launch:
-    """A sweep's launch: its dir pinned before any job's config is composed, its swept keys, its resume command."""
+def sweep_launch(config: DictConfig) -> Launch:
+    """A sweep's launch: its dir pinned before any job's config is composed, its swept keys, its resume command.
+
+    The cts launcher begins one so when Hydra's callbacks did not (``hydra.callbacks`` emptied).
+    """
     sweep_dir = pin_sweep_dir(config)
     swept = swept_keys(list(config.hydra.overrides.task))
     return Launch.begin(sweep_dir, swept, resume_command(sys.argv[1:], Path(sweep_dir), sweep_dir), multirun=True)
