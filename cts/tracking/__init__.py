@@ -55,7 +55,6 @@ from cts.tracking._runlife import end_run, kept_run, refuse_unsent
 from cts.tracking._store import (
     TrackingStoreError,
     broken_store_message,
-    imported_meanwhile,
     mlflow_module,
     prepare_store,
     store_failed,
@@ -109,7 +108,6 @@ __all__ = [
     "log_analysis_run",
     "one_run_per_job_dir",
     "override_tags",
-    "imported_meanwhile",
     "prepare_store",
     "search_runs",
     "search_traces",

@@ -5,10 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import sys
 import tempfile
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,36 +38,6 @@ def mlflow_module() -> Any:
     import mlflow  # imported lazily: it costs ~1 s and most helpers here need it only in jobs
 
     return mlflow
-
-
-@contextlib.contextmanager
-def imported_meanwhile(uri: str | None) -> Iterator[None]:
-    """Import MLflow (and the SQL store's modules) in a thread while the caller waits on the network.
-
-    The pre-flight's probes wait a round trip or two on each endpoint; the jobs then import MLflow
-    (about 1.2 s of CPU) before their first run opens. Done in that wait, it does not delay them.
-    A failed import is left for the jobs' own, which report it.
-
-    Args:
-        uri: The store the jobs will open in this process (None: none; nothing imported).
-    """
-    if not uri or "mlflow" in sys.modules:
-        yield
-        return
-    sql = store_lock_path(uri) is not None
-    thread = threading.Thread(target=_import_quietly, args=(sql,), name="cts-mlflow-import", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        thread.join()
-
-
-def _import_quietly(sql: bool) -> None:
-    with contextlib.suppress(Exception):
-        mlflow_module()
-        if sql:
-            import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
 
 
 _PREPARED: set[str] = set()  # stores whose schema this process found current (tests/test_launch_state.py)

@@ -92,10 +92,9 @@ def probe(at: Launching) -> None:
     from cts.compose.app import probe_completions, probe_endpoints
 
     jobs, memo = at.launch.jobs, at.launch.preflight
-    with tracking.imported_meanwhile(_store_of_jobs_here(at)):
-        probe_endpoints(jobs, memo)  # before the store: a dead endpoint fails fast, creates nothing
-        probe_completions(jobs, memo)  # one minimal completion per distinct request
-        check_anchors(jobs, memo)  # an LLM judge must score an empty answer 0 and the gold 100
+    probe_endpoints(jobs, memo)  # before the store: a dead endpoint fails fast, creates nothing
+    probe_completions(jobs, memo)  # one minimal completion per distinct request
+    check_anchors(jobs, memo)  # an LLM judge must score an empty answer 0 and the gold 100
 
 
 def plan(at: Launching) -> None:
@@ -170,16 +169,6 @@ def walk(steps: tuple[Step, ...], at: Launching) -> None:
 def _traces_here(config: DictConfig, multirun: bool) -> bool:
     """Whether this process writes the jobs' traces: a single run's, or those of a launcher that runs them here."""
     return not multirun or jobs_open_store_here(config)
-
-
-def _store_of_jobs_here(at: Launching) -> str | None:
-    """The MLflow store this process's jobs will open (None: they run elsewhere, or ``plan=only`` runs none)."""
-    from cts.plan.calibrate import plan_settings
-
-    settings = plan_settings(at.config)
-    if not _traces_here(at.config, at.launch.multirun) or (settings.enabled and settings.then == "stop"):
-        return None
-    return str(at.config.tracking.uri)
 
 
 def _run_dir(config: DictConfig) -> str:
