@@ -16,7 +16,7 @@ from cts.core.types import UNKNOWN
 from cts.report.build import ReportResult, ReportSettings, build_sweep_report, log_sweep_report
 from cts.report.cli import main
 from cts.report.jobs import job_dirs, load_jobs
-from cts.report.rows import Bootstrap, score_rows
+from cts.report.rows import score_rows
 from cts.stats import Resampling
 from tests.report.fakes import IDS, ORIG_SCORES, make_records, write_job
 
@@ -200,7 +200,7 @@ def test_orig_is_pooled_only_within_one_setting(tmp_path: Path) -> None:
             shifted = [replace(r, orig=replace(r.orig, score=r.orig.score + shift)) for r in records]
             write_job(root, clarifier, 1, shifted, judge=judge)
     jobs = load_jobs([tmp_path / "lexical", tmp_path / "strict"])
-    scores = score_rows(jobs, Bootstrap(n_resamples=200))
+    scores = score_rows(jobs, Resampling(n_resamples=200))
     origs = scores[scores["system"].str.startswith("orig")].set_index("system")["mean"]
     assert origs.to_dict() == {"orig[judge=lexical]": 25.0, "orig[judge=strict]": 15.0}
 
@@ -232,7 +232,7 @@ def test_a_rebound_clarifier_model_names_the_system_by_its_option_and_orig_is_on
     )
     # The option chosen, as `clarifier=claude` names the same system (not the litellm id the records hold).
     assert sorted(j.label for j in jobs) == ["claude", "gpt"]
-    rows = score_rows(jobs, Bootstrap(n_resamples=200, confidence=0.95, seed=0))
+    rows = score_rows(jobs, Resampling(n_resamples=200, confidence=0.95, seed=0))
     assert list(rows["system"]).count("orig") == 1 and "claude" in set(rows["system"])
 
 

@@ -18,8 +18,9 @@ from cts.core.records import ArmResult
 from cts.report import beyond, plots
 from cts.report.gate_evaluation import decide_all, evaluate_gate, evaluate_gates
 from cts.report.jobs import load_jobs
-from cts.report.rows import Bootstrap, diagnostic_rows, score_rows
+from cts.report.rows import diagnostic_rows, score_rows
 from cts.roles.gates import AlwaysGate, NeverGate, OracleGate
+from cts.stats import Resampling
 from tests.report.fakes import ORIG_SCORES, make_records, write_job
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +51,7 @@ def test_the_plots_fixed_margins_hold_their_labels_ticks_and_titles(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each plot keeps every label, tick label and title inside the picture (no layout engine places them)."""
-    jobs, boot = load_jobs(small_sweep(tmp_path / "sweep")), Bootstrap(200)
+    jobs, boot = load_jobs(small_sweep(tmp_path / "sweep")), Resampling(200)
     scores, diag = score_rows(jobs, boot), diagnostic_rows(jobs)
     gates: dict[str, Any] = {"always": AlwaysGate(), "never": NeverGate(), "oracle": OracleGate()}
     front = beyond.frontier_rows(beyond.gating_rows(jobs, boot, gates))
