@@ -42,7 +42,7 @@ def _ci(job: Job, a: dict[str, float], b: dict[str, float], bootstrap: Resamplin
     if job.cluster_field and job.clusters:
         ci = cluster_bootstrap_ci(x, y, [job.clusters.get(i, i) for i in ids], bootstrap)
         return ci.mean, ci.low, ci.high, len(ids)
-    return (*paired_bootstrap_ci(x, y, **vars(bootstrap)), len(ids))
+    return (*paired_bootstrap_ci(x, y, bootstrap), len(ids))
 
 
 def _group(job: Job) -> tuple[Any, ...]:

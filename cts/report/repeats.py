@@ -53,7 +53,7 @@ def _stages(job: Job) -> tuple[str, ...]:
 
 def _delta(reduced: Sequence[Any], bootstrap: Resampling) -> dict[str, float]:
     pairs = [(r.score, r.orig_score) for r in reduced if r.score is not None and r.orig_score is not None]
-    mean, low, high = paired_bootstrap_ci([p[0] for p in pairs], [p[1] for p in pairs], **vars(bootstrap))
+    mean, low, high = paired_bootstrap_ci([p[0] for p in pairs], [p[1] for p in pairs], bootstrap)
     return {"n": float(len(pairs)), "delta_mean": mean, "delta_ci_low": low, "delta_ci_high": high}
 
 
@@ -144,7 +144,7 @@ def attribution_rows(jobs: Sequence[Job], bootstrap: Resampling) -> pd.DataFrame
                 "k": j.k,
                 "system": j.label,
                 **_delta(reduced, bootstrap),
-                **attribution_metrics(reduced, vars(bootstrap)),
+                **attribution_metrics(reduced, bootstrap),
                 "steps": len(marginal_steps(reduced)),
             }
         )

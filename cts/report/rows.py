@@ -100,7 +100,7 @@ def score_rows(jobs: Sequence[Job], bootstrap: Resampling, p_value: PValueTest =
     rows = []
     for k, setting, at_k in _settings(jobs):
         origs = orig_scores(at_k)  # pooled only over jobs of one setting (search, judge, dataset ...)
-        _, low, high = mean_ci(list(origs.values()), **vars(bootstrap))
+        _, low, high = mean_ci(list(origs.values()), bootstrap)
         rows.append(
             {
                 "k": k,
@@ -120,7 +120,7 @@ def score_rows(jobs: Sequence[Job], bootstrap: Resampling, p_value: PValueTest =
             if j.is_orig:
                 continue
             scores = _finite(r.score for r in instance_means(j.records))
-            _, low, high = mean_ci(scores, **vars(bootstrap))
+            _, low, high = mean_ci(scores, bootstrap)
             c = comparison(j, bootstrap, p_value)
             rows.append(
                 {

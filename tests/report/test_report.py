@@ -243,7 +243,7 @@ def test_table_3_keeps_the_paired_interval_and_adds_holm_adjusted_p_values(built
     ci = built.tables["delta_ci"]
     scope = row(ci, 1, "rules_scope")  # the interval is the paired bootstrap's, number for number
     assert (scope["delta"], scope["delta_ci_low"], scope["delta_ci_high"]) == paired_bootstrap_ci(
-        [20, 20, 40, 40], ORIG_SCORES, n_resamples=2000
+        [20, 20, 40, 40], ORIG_SCORES, Resampling(2000)
     )
     assert list(ci["p_holm"]) == pytest.approx(holm(list(ci["p_value"])))  # one family: all 4 comparisons
     assert row(ci, 1, "rules_region")["p_value"] == 1.0  # every paired difference is 0

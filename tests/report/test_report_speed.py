@@ -86,8 +86,8 @@ def test_one_event_loop_for_every_gate_decides_what_one_loop_per_gate_did(tmp_pa
     jobs = [j for j in load_jobs(small_sweep(tmp_path / "sweep")) if not j.is_orig]
     gates = [AlwaysGate(), NeverGate(), OracleGate()] * len(jobs)
     sets = [j.records for j in jobs for _ in range(3)]
-    together = evaluate_gates(sets, gates, n_resamples=300)
-    assert together == [evaluate_gate(rs, g, n_resamples=300) for rs, g in zip(sets, gates)]
+    together = evaluate_gates(sets, gates, Resampling(300))
+    assert together == [evaluate_gate(rs, g, Resampling(300)) for rs, g in zip(sets, gates)]
     assert [list(d) for _, d in together] == [[r.id for r in rs if r.score is not None] for rs in sets]
 
 
