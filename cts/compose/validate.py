@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from importlib.resources.abc import Traversable
 from typing import Any, TypeGuard
 
-import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from cts.compose.presets import preset_nodes
 from cts.compose.schema import CLOSED, KEYS, ORDERED, Config, KeyInfo, compile_pattern, declared, key_at, ordered
 from cts.compose.schema._keys import is_number
 from cts.core.stages import stages
@@ -302,24 +302,9 @@ def _override_key(arg: str) -> str | None:
 def _first_keys(config_dirs: Sequence[Traversable]) -> set[str]:
     """The root schema's keys, the declared stages' roles, the config groups and the ``_global_`` presets' keys."""
     known = {f.name for f in dataclasses.fields(Config)} | {s.role for s in stages()}
-    for d in config_dirs:
-        for child in d.iterdir():
-            if child.is_dir():
-                known.add(child.name)
-                known.update(_global_keys(child))
-    return known
-
-
-def _global_keys(group: Traversable) -> Iterator[str]:
-    """The top keys of the ``# @package _global_`` files of a group dir (and of its sub-groups)."""
-    for child in group.iterdir():
-        if child.is_dir():
-            yield from _global_keys(child)
-        elif child.name.endswith(".yaml"):
-            text = child.read_text(encoding="utf-8")
-            if "@package _global_" in text.split("\n", 1)[0]:
-                node = yaml.safe_load(text)
-                yield from (str(k) for k in (node if isinstance(node, dict) else {}) if k != "defaults")
+    known |= {child.name for d in config_dirs for child in d.iterdir() if child.is_dir()}
+    presets = (p.node for p in preset_nodes(tuple(config_dirs)) if p.in_group)
+    return known | {str(k) for node in presets for k in node if k != "defaults"}
 
 
 def appended_key_problems(cfg: DictConfig) -> list[str]:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
@@ -139,6 +141,28 @@ def test_the_options_of_a_user_s_config_dir_count_even_when_their_target_cannot_
     assert component_key_problems(["clarifier.dept=深"], dirs) == [
         "clarifier.dept: no such key (did you mean clarifier.depth?)"
     ]
+
+
+def test_a_component_key_and_a_preset_key_parse_each_config_file_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    preset = "# @package _global_\nclarifier:\n  width: 2\n预设: 1\n"
+    (tmp_path / "clarifier").mkdir()
+    (tmp_path / "clarifier" / "mine.yaml").write_text("_target_: nowhere.Missing\ndepth: 2\n", encoding="utf-8")
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "中文.yaml").write_text(preset, encoding="utf-8")
+    (tmp_path / "config.yaml").write_text("defaults:\n  - clarifier: mine\n", encoding="utf-8")
+    parsed: Counter[str] = Counter()
+    safe_load = yaml.safe_load
+
+    def counted(text: str) -> object:
+        parsed[text] += 1
+        return safe_load(text)
+
+    monkeypatch.setattr(yaml, "safe_load", counted)
+    args = ["clarifier.width=3", "预设=2"]  # fresh dirs: no cache of this process has read them
+    assert command_line_problems(args, [tmp_path]) + component_key_problems(args, [tmp_path]) == []
+    assert parsed[preset] == 1 and max(parsed.values()) == 1, parsed
 
 
 def test_an_appended_key_a_closed_schema_lacks_is_refused_where_it_lands() -> None:
