@@ -24,6 +24,7 @@ from typing import Any, TypeGuard
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cts.compose.presets import preset_nodes
+from cts.compose.quoting import unquoted_text_problem
 from cts.compose.schema import CLOSED, KEYS, ORDERED, Config, KeyInfo, compile_pattern, declared, key_at, ordered
 from cts.compose.schema._keys import is_number
 from cts.core.stages import stages
@@ -214,8 +215,9 @@ def command_line_problems(
 ) -> list[str]:
     """One line per override of ``args`` whose first key nothing defines, or whose group has no such option.
 
-    Checked before Hydra composes anything, so ``concurency=1``, ``+concurency=1`` or
-    ``clarifier=rules_regio`` ends with one ``error:`` line and creates no dir. Known first keys: the
+    Checked before Hydra composes anything, so ``concurency=1``, ``+concurency=1``,
+    ``clarifier=rules_regio`` or an unquoted CJK value (``tracking.experiment=中文``,
+    :mod:`cts.compose.quoting`) ends with one ``error:`` line and creates no dir. Known first keys: the
     root schema's (:class:`cts.compose.schema.Config`), the config groups of ``config_dirs``, and the
     keys their ``_global_`` presets add (``build_gold``); deeper keys where the schemas on their path
     declare every key (:data:`CLOSED`); a component's (``clarifier.treshold``) by
@@ -227,11 +229,11 @@ def command_line_problems(
         config_dirs: The config dirs (``conf/`` and the command line's own).
         model_groups: The groups every ``model/<name>.yaml`` is also an option of (the LLM roles).
     """
+    problems = [line for arg in args if (line := unquoted_text_problem(arg)) is not None]
     keys = [(arg, k) for arg in args if (k := _override_key(arg)) is not None]
     if not keys:
-        return []
+        return problems
     known = _first_keys(config_dirs)
-    problems = []
     for arg, key in keys:
         group = key.replace(".", "/")
         if any((d / group).is_dir() for d in config_dirs):
