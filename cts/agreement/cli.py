@@ -41,8 +41,8 @@ from cts.report.agreement import (
 )
 from cts.report.jobs import Job
 from cts.report.ppi import ppi_metrics, ppi_rows, ppi_table
-from cts.report.rows import Bootstrap
 from cts.report.tables import Table, markdown, write_table
+from cts.stats.bootstrap import Resampling
 
 
 def sweep_weights(jobs: Sequence[Job]) -> dict[str, dict[str, int]]:
@@ -120,8 +120,8 @@ def _parser() -> argparse.ArgumentParser:
         "--labels", type=Path, default=None, help="human labels, JSONL or .csv (default: the MLflow store's)"
     )
     p.add_argument("--export", type=Path, default=None, help="write the store's labels to this JSONL file")
-    p.add_argument("--n-resamples", type=int, default=Bootstrap().n_resamples)
-    p.add_argument("--confidence", type=float, default=Bootstrap().confidence)
+    p.add_argument("--n-resamples", type=int, default=Resampling().n_resamples)
+    p.add_argument("--confidence", type=float, default=Resampling().confidence)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kappa-weights", choices=("linear", "quadratic"), default="linear")
     p.add_argument("--tracking-uri", default=None, help="MLflow store of the sweep's runs (default: the runs' own)")
@@ -186,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _errors([str(x) for x in labels])
     found = [x for x in labels if isinstance(x, HumanLabel)]
     inp = agreement_of(jobs, found, weights)
-    tables = agreement_report(inp, Bootstrap(args.n_resamples, args.confidence, args.seed), args.kappa_weights)
+    tables = agreement_report(inp, Resampling(args.n_resamples, args.confidence, args.seed), args.kappa_weights)
     ppi = ppi_rows(jobs, inp, args.confidence)
     tables.append(ppi_table(ppi, args.confidence))
     page = write_outputs(args.sweep, found, weights, tables)

@@ -26,7 +26,7 @@ from cts.core.records import infra_stop
 from cts.core.scoring import restore_score
 from cts.core.types import Gold
 from cts.report.tables import Table
-from cts.stats.bootstrap import mean_ci
+from cts.stats.bootstrap import DEFAULT_RESAMPLING, Resampling, mean_ci
 
 log = logging.getLogger(__name__)
 
@@ -93,15 +93,12 @@ async def anchor_scores(
 
 def anchor_rows(
     scores: Mapping[str, Sequence[tuple[str, float]]],
-    *,
-    n_resamples: int = 10_000,
-    confidence: float = 0.95,
-    seed: int = 0,
+    resampling: Resampling = DEFAULT_RESAMPLING,
 ) -> pd.DataFrame:
     """Per anchor: instances, the mean score with its bootstrap CI, the score it must have."""
     rows = []
     for anchor, items in scores.items():
-        mean, low, high = mean_ci([s for _, s in items], n_resamples=n_resamples, confidence=confidence, seed=seed)
+        mean, low, high = mean_ci([s for _, s in items], resampling)
         rows.append(
             {
                 "probe": anchor,

@@ -73,6 +73,7 @@ def _scores(cfg: DictConfig, n: int) -> dict[str, list[tuple[str, float]]]:
 def _check_one(cfg: DictConfig) -> str:
     """Run one judge's anchors; the line of its scores (raises PreflightFailed when it fails)."""
     from cts.analysis.anchors import AnchorLimits, anchor_problems, anchor_rows
+    from cts.stats.bootstrap import Resampling
 
     limits = AnchorLimits(float(cfg.judge_anchors.empty_max), float(cfg.judge_anchors.gold_min))
     n, name = int(cfg.judge_anchors.instances), _judge_name(cfg)
@@ -83,7 +84,7 @@ def _check_one(cfg: DictConfig) -> str:
         file=sys.stderr,
         flush=True,
     )
-    rows = anchor_rows(_scores(cfg, n), n_resamples=1000, confidence=float(cfg.bootstrap.confidence))
+    rows = anchor_rows(_scores(cfg, n), Resampling(1000, float(cfg.bootstrap.confidence)))
     shown = ", ".join(_shown(r) for r in rows.to_dict("records"))
     line = f"cts pre-flight: judge {name} anchors: {shown}"
     if problems := anchor_problems(rows, limits):

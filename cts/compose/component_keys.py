@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from cts.compose.presets import preset_nodes, primary_nodes
 from cts.core.stages import model_role_nodes
 
 __all__ = ["component_key_problem", "component_key_problems"]
@@ -100,32 +101,10 @@ def _defaults_keys(defaults: Any) -> Iterator[str]:
 
 def _preset_keys(config_dirs: tuple[Traversable, ...], group: str) -> Iterator[str]:
     """The keys the ``_global_`` files (and the primary configs) of ``config_dirs`` set under ``group``."""
-    for node in _global_nodes(config_dirs):
+    for node in (*(p.node for p in preset_nodes(config_dirs)), *primary_nodes(config_dirs)):
         part = node.get(group)
         if isinstance(part, dict):
             yield from (str(k) for k in part)
-
-
-@functools.cache
-def _global_nodes(config_dirs: tuple[Traversable, ...]) -> tuple[dict[str, Any], ...]:
-    """The nodes of the ``_global_`` files and the primary configs of ``config_dirs`` (read once per process)."""
-    found = []
-    for f, top in (item for d in config_dirs for item in _yaml_files(d, top=True)):
-        text = f.read_text(encoding="utf-8")
-        first = text.split("\n", 1)[0]
-        if "_global_" in first or (top and "@package" not in first):
-            node = yaml.safe_load(text)
-            found.append(node if isinstance(node, dict) else {})
-    return tuple(found)
-
-
-def _yaml_files(d: Traversable, *, top: bool = False) -> Iterator[tuple[Traversable, bool]]:
-    """The YAML files under ``d``, each with whether it is directly in the config dir (a primary config)."""
-    for child in d.iterdir():
-        if child.is_dir():
-            yield from _yaml_files(child)
-        elif child.name.endswith(".yaml"):
-            yield child, top
 
 
 def _accepted(targets: tuple[str, ...]) -> set[str]:

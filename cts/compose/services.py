@@ -112,7 +112,9 @@ def local_llm_served(services: Services, server: LocalLLMServer | None, job_dir:
 
     The server's ``api_base`` becomes ``services.llm.api_base`` (every role calls it) unless that
     is set: an explicit one wins (a gateway or a logging proxy in front of the server). The
-    config keeps its own value, so the fingerprint does not change with the server's port.
+    config keeps its own value, so the fingerprint does not change with the server's port, and
+    the response cache keys the server's calls by what it serves (:meth:`LocalLLMServer.identity`),
+    so a rerun on another port is served from the cache.
 
     Args:
         services: The job's services (nothing built yet).
@@ -134,8 +136,14 @@ def local_llm_served(services: Services, server: LocalLLMServer | None, job_dir:
         except LocalServerError as exc:
             raise InputError([str(exc)]) from exc
         llm = dict(services.settings.get("llm") or {})
-        llm["api_base"] = llm.get("api_base") or api_base
-        yield Services(services.cache_dir, {**services.settings, "llm": llm})
+        served = Services(
+            services.cache_dir, {**services.settings, "llm": {**llm, "api_base": llm.get("api_base") or api_base}}
+        )
+        if llm.get("api_base"):  # a gateway in front of the server: the calls name it
+            yield served
+            return
+        with served.llm.endpoint_identity(api_base, server.identity(services.cache_dir)):
+            yield served
 
 
 def chat_client(services: Services, model: ModelSpec | Mapping[str, Any], role: str) -> Chat:

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from importlib.resources.abc import Traversable
 from typing import Any, TypeGuard
 
-import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from cts.compose.presets import preset_nodes
+from cts.compose.quoting import unquoted_text_problem
 from cts.compose.schema import CLOSED, KEYS, ORDERED, Config, KeyInfo, compile_pattern, declared, key_at, ordered
 from cts.compose.schema._keys import is_number
 from cts.core.stages import stages
@@ -214,8 +215,9 @@ def command_line_problems(
 ) -> list[str]:
     """One line per override of ``args`` whose first key nothing defines, or whose group has no such option.
 
-    Checked before Hydra composes anything, so ``concurency=1``, ``+concurency=1`` or
-    ``clarifier=rules_regio`` ends with one ``error:`` line and creates no dir. Known first keys: the
+    Checked before Hydra composes anything, so ``concurency=1``, ``+concurency=1``,
+    ``clarifier=rules_regio`` or an unquoted CJK value (``tracking.experiment=中文``,
+    :mod:`cts.compose.quoting`) ends with one ``error:`` line and creates no dir. Known first keys: the
     root schema's (:class:`cts.compose.schema.Config`), the config groups of ``config_dirs``, and the
     keys their ``_global_`` presets add (``build_gold``); deeper keys where the schemas on their path
     declare every key (:data:`CLOSED`); a component's (``clarifier.treshold``) by
@@ -227,11 +229,11 @@ def command_line_problems(
         config_dirs: The config dirs (``conf/`` and the command line's own).
         model_groups: The groups every ``model/<name>.yaml`` is also an option of (the LLM roles).
     """
+    problems = [line for arg in args if (line := unquoted_text_problem(arg)) is not None]
     keys = [(arg, k) for arg in args if (k := _override_key(arg)) is not None]
     if not keys:
-        return []
+        return problems
     known = _first_keys(config_dirs)
-    problems = []
     for arg, key in keys:
         group = key.replace(".", "/")
         if any((d / group).is_dir() for d in config_dirs):
@@ -302,24 +304,9 @@ def _override_key(arg: str) -> str | None:
 def _first_keys(config_dirs: Sequence[Traversable]) -> set[str]:
     """The root schema's keys, the declared stages' roles, the config groups and the ``_global_`` presets' keys."""
     known = {f.name for f in dataclasses.fields(Config)} | {s.role for s in stages()}
-    for d in config_dirs:
-        for child in d.iterdir():
-            if child.is_dir():
-                known.add(child.name)
-                known.update(_global_keys(child))
-    return known
-
-
-def _global_keys(group: Traversable) -> Iterator[str]:
-    """The top keys of the ``# @package _global_`` files of a group dir (and of its sub-groups)."""
-    for child in group.iterdir():
-        if child.is_dir():
-            yield from _global_keys(child)
-        elif child.name.endswith(".yaml"):
-            text = child.read_text(encoding="utf-8")
-            if "@package _global_" in text.split("\n", 1)[0]:
-                node = yaml.safe_load(text)
-                yield from (str(k) for k in (node if isinstance(node, dict) else {}) if k != "defaults")
+    known |= {child.name for d in config_dirs for child in d.iterdir() if child.is_dir()}
+    presets = (p.node for p in preset_nodes(tuple(config_dirs)) if p.in_group)
+    return known | {str(k) for node in presets for k in node if k != "defaults"}
 
 
 def appended_key_problems(cfg: DictConfig) -> list[str]:

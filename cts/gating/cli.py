@@ -33,6 +33,7 @@ from cts._util.naming import factors
 from cts.core.stages import stages
 from cts.protocol.pipeline import STAGE_CALLS
 from cts.report.gate_evaluation import evaluate_gate
+from cts.stats.bootstrap import Resampling
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 _ANALYSIS_ROLES = ("gate",)
@@ -62,7 +63,7 @@ def gate_jobs(sweep: str | Path, cfg: DictConfig) -> tuple[list[dict[str, Any]],
         for job in load_jobs(str(sweep)):
             if job.is_orig:
                 continue
-            result, _ = evaluate_gate(job.records, gate, seed=int(cfg.seed), **_bootstrap_args(cfg))
+            result, _ = evaluate_gate(job.records, gate, _resampling(cfg))
             rows.append({"system": job.label, "k": job.k, "mode": job.mode, **asdict(result)})
     return rows, counters(usage, before)
 
@@ -84,8 +85,8 @@ def counters(usage: Any, stage_calls_before: Mapping[str, int]) -> dict[str, flo
     }
 
 
-def _bootstrap_args(cfg: DictConfig) -> dict[str, Any]:
-    return {"n_resamples": int(cfg.bootstrap.n_resamples), "confidence": float(cfg.bootstrap.confidence)}
+def _resampling(cfg: DictConfig) -> Resampling:
+    return Resampling(int(cfg.bootstrap.n_resamples), float(cfg.bootstrap.confidence), int(cfg.seed))
 
 
 def write_outputs(sweep: Path, name: str, rows: list[dict[str, Any]], calls: dict[str, float]) -> Path:

@@ -23,7 +23,9 @@ refuses to go on with it.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
+import importlib.metadata
 import importlib.util
 import logging
 import os
@@ -36,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from cts._util.jsonfast import canonical_json
 from cts.compose.schema import LocalLLM
 
 log = logging.getLogger(__name__)
@@ -177,6 +180,32 @@ class LocalLLMServer:
         flat = [part for pair in args.items() for part in pair]
         boot = [sys.executable, "-c", _BOOT, str(os.getpid()), "1" if self.extra_buffers else "0"]
         return [*boot, *flat, *self.extra_args]
+
+    def identity(self, cache_dir: Path) -> str:
+        """What the server answers with, whatever its port: the model file's sha256 and the settings that shape replies.
+
+        The response cache keys the server's calls by it (not by its URL, whose port is a free one):
+        the same file served the same way shares cached responses; another file, chat format,
+        context, seed, extra argument or llama-cpp-python version does not. Threads, port and
+        timeouts are left out (they change how fast, not what).
+        """
+        with self.model_file(Path(cache_dir)).open("rb") as f:
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+        try:
+            engine = importlib.metadata.version("llama-cpp-python")
+        except importlib.metadata.PackageNotFoundError:
+            engine = None
+        served = {
+            "model_sha256": digest,
+            "served_name": self.served_name,
+            "n_ctx": self.n_ctx,
+            "seed": self.seed,
+            "chat_format": self.chat_format,
+            "extra_args": list(self.extra_args),
+            "extra_buffers": self.extra_buffers,
+            "llama_cpp_python": engine,
+        }
+        return "local-llm:" + hashlib.sha256(canonical_json(served)).hexdigest()
 
     def model_file(self, cache_dir: Path) -> Path:
         """The GGUF file: ``model_path``, or the package's model assembled once into the cache dir."""

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,7 @@ class LLMRuntime:
         self._endpoints = EndpointState()
         self._registered: set[str] = set()
         self._listeners: list[Listener] = []
+        self._served: dict[str, str] = {}  # api_base -> what it serves (endpoint_identity)
         self._sender = Sender(settings.transport)
         self.breaker = CircuitBreaker(settings.breaker_failures, settings.breaker_timeouts)
         self._rejections = Rejections()
@@ -126,6 +128,19 @@ class LLMRuntime:
         if listener not in self._listeners:
             self._listeners.append(listener)
 
+    @contextlib.contextmanager
+    def endpoint_identity(self, api_base: str, identity: str) -> Iterator[None]:
+        """Within the block, the cache keys calls to ``api_base`` by ``identity``, not by the URL.
+
+        A local LLM server cts starts for a job listens on a free loopback port: its URL changes
+        from run to run while what it serves does not (:meth:`cts.llm.LocalLLMServer.identity`).
+        """
+        self._served[api_base] = identity
+        try:
+            yield
+        finally:
+            self._served.pop(api_base, None)
+
     async def _complete(
         self,
         client: ChatClient,
@@ -143,7 +158,7 @@ class LLMRuntime:
         key = self.cache.key(
             salted(  # the repeat index, past repeat 0 (cts.llm.sampling)
                 {
-                    "api_base": call.route.api_base,
+                    "api_base": self._served.get(call.route.api_base or "", call.route.api_base),
                     "model": call.route.model,
                     "messages": messages,
                     "params": call.params,

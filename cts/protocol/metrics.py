@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
-from cts.compose.schema import Bootstrap
 from cts.core.records import ArmResult, Record
 from cts.core.stages import CLARIFY, before_search
 from cts.core.types import UNKNOWN
 from cts.protocol.panel import panel_metrics
 from cts.protocol.repeats import attribution_metrics, instance_means, repeat_metrics
-from cts.stats.bootstrap import Resampling, paired_bootstrap_ci
+from cts.stats.bootstrap import DEFAULT_RESAMPLING, Resampling, paired_bootstrap_ci
 from cts.stats.cluster import cluster_bootstrap_ci
 
 NAN = float("nan")
@@ -44,7 +42,7 @@ def _arm_view(arm: ArmResult | None) -> ArmResult | None:
     return ArmResult(query="", score=arm.score, error=arm.error, judge_members=arm.judge_members)
 
 
-def score_metrics(records: Sequence[Record], *, n_resamples: int, confidence: float, seed: int) -> dict[str, float]:
+def score_metrics(records: Sequence[Record], resampling: Resampling) -> dict[str, float]:
     """Score distribution and the paired bootstrap CI of the delta against orig.
 
     Unscored instances (score None) are excluded explicitly and counted in
@@ -69,15 +67,13 @@ def score_metrics(records: Sequence[Record], *, n_resamples: int, confidence: fl
     ):
         out[f"score_{name}"] = float(fn(scores)) if scores.size else NAN
     clarified_scores, orig_scores = zip(*pairs) if pairs else ((), ())
-    mean, low, high = paired_bootstrap_ci(
-        clarified_scores, orig_scores, n_resamples=n_resamples, confidence=confidence, seed=seed
-    )
+    mean, low, high = paired_bootstrap_ci(clarified_scores, orig_scores, resampling)
     out.update(delta_mean=mean, delta_ci_low=low, delta_ci_high=high)
     return out
 
 
 def cluster_metrics(
-    records: Sequence[Record], clusters: Mapping[str, str], naive: Mapping[str, float], **bootstrap: Any
+    records: Sequence[Record], clusters: Mapping[str, str], naive: Mapping[str, float], resampling: Resampling
 ) -> dict[str, float]:
     """The delta CI when instances share clusters: whole clusters resampled, the naive CI kept beside it.
 
@@ -90,14 +86,14 @@ def cluster_metrics(
         records: The job's records.
         clusters: Instance id -> cluster label (:func:`cts.data.clusters.dataset_clusters`).
         naive: :func:`score_metrics` of the same records (its instance-level interval).
-        bootstrap: ``n_resamples``, ``confidence`` and ``seed`` of the bootstrap.
+        resampling: Resamples, confidence level and seed of the bootstrap.
     """
     # In id order: the report reads records.jsonl in completion order, and must draw the same clusters.
     pairs = sorted((r for r in records if r.score is not None and r.orig_score is not None), key=lambda r: r.id)
     labels = [clusters.get(r.id, ("instance", r.id)) for r in pairs]
     scores = [float(r.score) for r in pairs if r.score is not None]
     orig = [float(r.orig_score) for r in pairs if r.orig_score is not None]
-    c = cluster_bootstrap_ci(scores, orig, labels, Resampling(**bootstrap))
+    c = cluster_bootstrap_ci(scores, orig, labels, resampling)
     return {
         "delta_ci_low": c.low,
         "delta_ci_high": c.high,
@@ -164,9 +160,7 @@ def summarize(
     records: Sequence[Record],
     *,
     k: int,
-    n_resamples: int = Bootstrap().n_resamples,
-    confidence: float = Bootstrap().confidence,
-    seed: int = 0,
+    resampling: Resampling = DEFAULT_RESAMPLING,
     clusters: Mapping[str, str] | None = None,
 ) -> dict[str, float]:
     """All job metrics: scores, CI, interaction diagnostics and usage; repeats' spread and arms when there are.
@@ -179,17 +173,16 @@ def summarize(
     """
     from cts.protocol.diagnostics import diagnostics
 
-    bootstrap: dict[str, Any] = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
     per_instance = instance_means(records)  # one per instance, in id order: the report resamples the same vector
-    scores = score_metrics(per_instance, **bootstrap)
+    scores = score_metrics(per_instance, resampling)
     return {
         **scores,
-        **(cluster_metrics(per_instance, clusters, scores, **bootstrap) if clusters is not None else {}),
+        **(cluster_metrics(per_instance, clusters, scores, resampling) if clusters is not None else {}),
         **interaction_metrics(records, k),
         "questions_asked_mean": questions_asked_mean(records),
         **diagnostics(records),
         **usage_metrics(records),
         **repeat_metrics(records),
-        **attribution_metrics(per_instance, bootstrap),
+        **attribution_metrics(per_instance, resampling),
         **panel_metrics(records),
     }

@@ -11,14 +11,13 @@ against orig (:mod:`cts.protocol.arms`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
 from cts.core.records import ArmResult, Record
-from cts.stats.bootstrap import paired_bootstrap_ci
+from cts.stats.bootstrap import Resampling, paired_bootstrap_ci
 from cts.stats.variance import mean_within_sd, one_way
 
 NAN = float("nan")
@@ -180,12 +179,12 @@ DECOMPOSITION = (
 """(metric, arm, baseline): the rewrite's own effect, the answers' information, the ceiling and what is left."""
 
 
-def attribution_metrics(reduced: Sequence[Record], bootstrap: Mapping[str, Any]) -> dict[str, float]:
+def attribution_metrics(reduced: Sequence[Record], resampling: Resampling) -> dict[str, float]:
     """Scores of the attribution arms and the decomposition of the delta, with paired CIs.
 
     Args:
         reduced: One record per instance (:func:`instance_means`).
-        bootstrap: ``n_resamples``, ``confidence``, ``seed`` of the paired bootstrap.
+        resampling: Resamples, confidence level and seed of the paired bootstrap.
 
     Returns:
         ``arm_<name>_score_mean``, ``<delta>_mean`` / ``_ci_low`` / ``_ci_high`` per
@@ -201,7 +200,7 @@ def attribution_metrics(reduced: Sequence[Record], bootstrap: Mapping[str, Any])
         out[f"arm_{n}_score_mean"] = float(np.mean(scores)) if scores else NAN
     for metric, a, b in (*DECOMPOSITION, *marginal_steps(reduced)):
         if a in names or b in names:
-            mean, low, high = paired_bootstrap_ci(*_paired(reduced, a, b), **bootstrap)
+            mean, low, high = paired_bootstrap_ci(*_paired(reduced, a, b), resampling)
             out.update({f"{metric}_mean": mean, f"{metric}_ci_low": low, f"{metric}_ci_high": high})
     return out
 

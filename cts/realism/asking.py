@@ -21,9 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from cts.data.human_answers import HumanAnswerDataset
-from cts.realism.metrics import Bootstrap, mean_estimate
+from cts.realism.metrics import mean_estimate
 from cts.roles.gates import gate_kind
 from cts.stats.agreement import Estimate, cluster_draws, percentile_interval
+from cts.stats.bootstrap import Resampling
 from cts.stats.cluster import cluster_codes
 
 __all__ = ["Request", "Scored", "auc", "auc_estimate", "gate_metrics", "requests_of", "score_requests"]
@@ -93,7 +94,7 @@ def auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
 
 
 def auc_estimate(
-    scores: Sequence[float], labels: Sequence[bool], clusters: Sequence[Hashable], boot: Bootstrap
+    scores: Sequence[float], labels: Sequence[bool], clusters: Sequence[Hashable], boot: Resampling
 ) -> Estimate:
     """The AUC with a cluster bootstrap interval (whole topics resampled)."""
     if not len(scores):
@@ -110,7 +111,7 @@ def auc_estimate(
     )
 
 
-def gate_metrics(scored: Sequence[Scored], boot: Bootstrap, threshold: int = 3) -> dict[str, Estimate]:
+def gate_metrics(scored: Sequence[Scored], boot: Resampling, threshold: int = 3) -> dict[str, Estimate]:
     """AUC, accuracy, ask rate and the share of requests that need clarification, with their intervals."""
     clusters = [s.request.topic for s in scored]
     needs = [s.request.need >= threshold for s in scored]

@@ -18,8 +18,9 @@ from pathlib import Path
 
 from cts.core.contracts import UserAnswerer
 from cts.data.human_answers import HumanAnswerDataset
-from cts.realism.metrics import Bootstrap, Pair, audit_metrics
+from cts.realism.metrics import Pair, audit_metrics
 from cts.stats.agreement import Estimate
+from cts.stats.bootstrap import Resampling
 
 __all__ = ["AuditResult", "ReplayedUA", "answer_all", "dataset_pairs", "run_audit", "sample_pairs"]
 
@@ -96,7 +97,7 @@ class AuditResult:
     seconds: float = 0.0
 
 
-def run_audit(ua: UserAnswerer, pairs: Sequence[Pair], boot: Bootstrap, concurrency: int = 8) -> AuditResult:
+def run_audit(ua: UserAnswerer, pairs: Sequence[Pair], boot: Resampling, concurrency: int = 8) -> AuditResult:
     """Answer every pair with ``ua`` and compute :func:`cts.realism.metrics.audit_metrics` over the answered ones."""
     start = time.perf_counter()
     answers = asyncio.run(answer_all(ua, pairs, concurrency))

@@ -22,7 +22,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from cts.realism.metrics import Bootstrap
+from cts.stats.bootstrap import Resampling
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 _LEFT_OUT = ("dataset", "services.", "tracking.", "paths.", "bootstrap.", "seed")
@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if problems := missing_values(cfg, exclude=("hydra", "paths")):
             print("\n".join(f"error: {p}" for p in problems), file=sys.stderr)
             return 1
-        boot = Bootstrap(int(cfg.bootstrap.n_resamples), float(cfg.bootstrap.confidence), int(cfg.seed))
+        boot = Resampling(int(cfg.bootstrap.n_resamples), float(cfg.bootstrap.confidence), int(cfg.seed))
         label = label_of(combo)
         try:
             name, results[label] = run_one(cfg, _mode(args), label, out, boot, args)

@@ -27,7 +27,6 @@ from cts.stats.cluster import cluster_bootstrap_ci, cluster_codes
 from cts.text.tokens import content_tokens
 
 __all__ = [
-    "Bootstrap",
     "Pair",
     "PairScores",
     "audit_metrics",
@@ -39,10 +38,6 @@ __all__ = [
 ]
 
 NAN = float("nan")
-
-
-Bootstrap = Resampling
-"""Settings of every interval."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +80,7 @@ def score_pair(p: Pair) -> PairScores:
     )
 
 
-def mean_estimate(values: Sequence[float], clusters: Sequence[Hashable], boot: Bootstrap) -> Estimate:
+def mean_estimate(values: Sequence[float], clusters: Sequence[Hashable], boot: Resampling) -> Estimate:
     """The mean of ``values`` with its cluster bootstrap interval (NaN over no value)."""
     if not len(values):
         return Estimate(NAN, NAN, NAN, 0, 0)
@@ -99,7 +94,7 @@ def confusion(human: Sequence[bool], ua: Sequence[bool]) -> np.ndarray:
 
 
 def kappa_estimate(
-    human: Sequence[bool], ua: Sequence[bool], clusters: Sequence[Hashable], boot: Bootstrap
+    human: Sequence[bool], ua: Sequence[bool], clusters: Sequence[Hashable], boot: Resampling
 ) -> Estimate:
     """Cohen's kappa of the two answered/not codes, with a cluster bootstrap interval (NaN where undefined)."""
     if not len(human):
@@ -118,7 +113,7 @@ def kappa_estimate(
     return Estimate(value, *percentile_interval(dist, boot.confidence), len(human), n_clusters)
 
 
-def audit_metrics(pairs: Sequence[Pair], boot: Bootstrap) -> dict[str, Estimate]:
+def audit_metrics(pairs: Sequence[Pair], boot: Resampling) -> dict[str, Estimate]:
     """Every statistic of the module docstring over ``pairs``, by name."""
     scores = [score_pair(p) for p in pairs]
     cl = [p.cluster for p in pairs]
@@ -142,7 +137,7 @@ def audit_metrics(pairs: Sequence[Pair], boot: Bootstrap) -> dict[str, Estimate]
     }
 
 
-def _over(rows: Sequence[tuple[PairScores, str]], get: Callable[[PairScores], float], boot: Bootstrap) -> Estimate:
+def _over(rows: Sequence[tuple[PairScores, str]], get: Callable[[PairScores], float], boot: Resampling) -> Estimate:
     return mean_estimate([get(s) for s, _ in rows], [c for _, c in rows], boot)
 
 

@@ -19,9 +19,10 @@ from cts.data.human_answers import HumanAnswerDataset
 from cts.realism import report
 from cts.realism.asking import gate_metrics, requests_of, score_requests
 from cts.realism.audit import AuditResult, ReplayedUA, dataset_pairs, run_audit, sample_pairs
-from cts.realism.metrics import Bootstrap, human_distance
+from cts.realism.metrics import human_distance
 from cts.realism.pattern import human_turns, pattern_row, run_turns
 from cts.stats.agreement import Estimate
+from cts.stats.bootstrap import Resampling
 
 __all__ = ["people_pattern", "run_one", "write_report"]
 
@@ -34,7 +35,7 @@ _UNSAFE = re.compile(r"[^\w.,=+\-@]+")
 
 
 def run_one(
-    cfg: DictConfig, mode: str, label: str, out: Path, boot: Bootstrap, args: argparse.Namespace
+    cfg: DictConfig, mode: str, label: str, out: Path, boot: Resampling, args: argparse.Namespace
 ) -> tuple[str, Any]:
     """Run ``mode`` (audit, ask_or_not, pattern) for one composed config; returns the dataset name and result."""
     services = build_services(cfg)
@@ -99,7 +100,7 @@ def _audit(
     build: Build,
     dataset: HumanAnswerDataset,
     run_dir: Path,
-    boot: Bootstrap,
+    boot: Resampling,
     args: argparse.Namespace,
 ) -> tuple[AuditResult, list[Path], dict[str, float]]:
     ua = ReplayedUA(args.replay, build(cfg.ua)) if args.replay else build(cfg.ua)
@@ -133,7 +134,7 @@ def _ask_or_not(
     build: Build,
     dataset: HumanAnswerDataset,
     run_dir: Path,
-    boot: Bootstrap,
+    boot: Resampling,
     args: argparse.Namespace,
 ) -> tuple[dict[str, Estimate], list[Path], dict[str, float]]:
     requests = requests_of(dataset)
@@ -151,7 +152,7 @@ def _pattern(
     build: Build,
     dataset: HumanAnswerDataset,
     run_dir: Path,
-    boot: Bootstrap,
+    boot: Resampling,
     args: argparse.Namespace,
 ) -> tuple[dict[str, float], list[Path], dict[str, float]]:
     import random

@@ -185,7 +185,7 @@ def write_job(
     job_dir = out_dir / f"clarifier={system},k={k}"
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / RECORDS_FILE).write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
-    metrics = summarize(records, k=k, n_resamples=1000)
+    metrics = summarize(records, k=k, resampling=Resampling(1000))
     tags = {
         "cts.kind": "job",
         "cts.source": "release",

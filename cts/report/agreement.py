@@ -32,9 +32,9 @@ from cts.core.scoring import CREDIT, ORDINAL, majority_label
 from cts.core.types import LABELS, Label
 from cts.data.human_labels import HumanLabel
 from cts.report.jobs import Job
-from cts.report.rows import Bootstrap
 from cts.report.tables import Table
 from cts.stats.agreement import Weights, alpha_ci, confusion_counts, kappa_ci
+from cts.stats.bootstrap import Resampling
 from cts.stats.cluster import cluster_bootstrap_ci
 
 NAN = float("nan")
@@ -200,7 +200,7 @@ def _matrix(raters: Sequence[ArmLabels], clusters: Mapping[str, str]) -> tuple[n
     return data, [clusters.get(key[0], key[0]) for key, _ in units]
 
 
-def _pair_row(a: ArmLabels, b: ArmLabels, inp: Agreement, bootstrap: Bootstrap, weights: Weights) -> dict[str, float]:
+def _pair_row(a: ArmLabels, b: ArmLabels, inp: Agreement, bootstrap: Resampling, weights: Weights) -> dict[str, float]:
     xs, ys, cs = _pairs(a, b, inp.clusters)
     kappa = kappa_ci(xs, ys, cs, bootstrap, weights=weights)
     data = np.array([xs, ys], dtype=float).reshape(2, -1)
@@ -218,7 +218,7 @@ def _pair_row(a: ArmLabels, b: ArmLabels, inp: Agreement, bootstrap: Bootstrap, 
     }
 
 
-def shift_row(judge: ArmLabels, human: ArmLabels, inp: Agreement, bootstrap: Bootstrap) -> dict[str, float]:
+def shift_row(judge: ArmLabels, human: ArmLabels, inp: Agreement, bootstrap: Resampling) -> dict[str, float]:
     """Judge score minus human score over the arms both scored, with its cluster bootstrap CI."""
     pairs = [(inp.score(k, judge[k]), inp.score(k, human[k]), k[0]) for k in sorted(set(judge) & set(human))]
     kept = [(j, h, i) for j, h, i in pairs if j is not None and h is not None]
@@ -235,7 +235,7 @@ def shift_row(judge: ArmLabels, human: ArmLabels, inp: Agreement, bootstrap: Boo
     }
 
 
-def ceiling_rows(inp: Agreement, bootstrap: Bootstrap, weights: Weights = "linear") -> pd.DataFrame:
+def ceiling_rows(inp: Agreement, bootstrap: Resampling, weights: Weights = "linear") -> pd.DataFrame:
     """Alpha among all annotators, then each pair of annotators' kappa and alpha."""
     names = list(inp.humans)
     data, clusters = _matrix([inp.humans[a] for a in names], inp.clusters)
@@ -258,7 +258,7 @@ def ceiling_rows(inp: Agreement, bootstrap: Bootstrap, weights: Weights = "linea
     return pd.DataFrame(rows)
 
 
-def agreement_rows(inp: Agreement, bootstrap: Bootstrap, weights: Weights = "linear") -> pd.DataFrame:
+def agreement_rows(inp: Agreement, bootstrap: Resampling, weights: Weights = "linear") -> pd.DataFrame:
     """Per judge and reference (each annotator, the majority): kappa, alpha, exact agreement, score shift."""
     rows = []
     for judge, labels in inp.judges.items():
@@ -294,7 +294,7 @@ def _ci(r: Mapping[str, Any], name: str, signed: bool = False) -> str:
     return f"{fmt(r[name])} [{fmt(r[f'{name}_low'])}, {fmt(r[f'{name}_high'])}]"
 
 
-def agreement_report(inp: Agreement, bootstrap: Bootstrap, weights: Weights = "linear") -> list[Table]:
+def agreement_report(inp: Agreement, bootstrap: Resampling, weights: Weights = "linear") -> list[Table]:
     """The ceiling, agreement and confusion tables (``human_*``)."""
     level = f"{bootstrap.confidence:.0%} CI"
     ceiling = ceiling_rows(inp, bootstrap, weights)
@@ -346,7 +346,7 @@ def agreement_report(inp: Agreement, bootstrap: Bootstrap, weights: Weights = "l
     return tables
 
 
-def imported_report(source: Any, jobs: Sequence[Job], bootstrap: Bootstrap) -> list[Table]:
+def imported_report(source: Any, jobs: Sequence[Job], bootstrap: Resampling) -> list[Table]:
     """The ``human_*`` tables of a sweep dir whose labels were imported (``python -m cts.agreement``); else none."""
     from pathlib import Path
 

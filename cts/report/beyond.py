@@ -59,7 +59,7 @@ def sequential_rows(jobs: Sequence[Any], bootstrap: Any) -> pd.DataFrame:
             continue
         reduced = instance_means(j.records)
         clarified_s, orig_s = _paired(reduced)
-        delta, low, high = paired_bootstrap_ci(clarified_s, orig_s, **vars(bootstrap))
+        delta, low, high = paired_bootstrap_ci(clarified_s, orig_s, bootstrap)
         scores = [r.score for r in reduced if r.score is not None]
         rows.append(
             {
@@ -136,7 +136,7 @@ def gating_rows(jobs: Sequence[Any], bootstrap: Any, gates: Mapping[str, Any]) -
     the cost is the mean over every record (each repeat paid for its own clarification).
     """
     pairs = [(j, name, gate) for j in jobs if not j.is_orig for name, gate in gates.items()]
-    evaluated = evaluate_gates([j.records for j, _, _ in pairs], [g for _, _, g in pairs], **vars(bootstrap))
+    evaluated = evaluate_gates([j.records for j, _, _ in pairs], [g for _, _, g in pairs], bootstrap)
     rows, spends = [], {}
     for (j, name, _), (result, decisions) in zip(pairs, evaluated):
         asked = {i for i, d in decisions.items() if d.ask}

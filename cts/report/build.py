@@ -21,9 +21,9 @@ from cts.report.personas import persona_report
 from cts.report.plots import plot_scores, plot_unknown_vs_region
 from cts.report.ppi import PPI_METRICS, imported_ppi, with_ppi
 from cts.report.repeats import design_report
-from cts.report.rows import Bootstrap, diagnostic_rows, score_rows
+from cts.report.rows import diagnostic_rows, score_rows
 from cts.report.tables import Table, build_tables, markdown, write_table
-from cts.stats.bootstrap import shared_draws
+from cts.stats.bootstrap import Resampling, shared_draws
 from cts.stats.compare import PValueTest
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class ReportSettings:
         pass_threshold: The restore_score_100 at or above which a repeat passes (the repeats table's pass^k).
     """
 
-    bootstrap: Bootstrap = Bootstrap()
+    bootstrap: Resampling = Resampling()
     p_value: PValueTest = "bootstrap"
     pass_threshold: float = PASS_THRESHOLD
 

@@ -15,12 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from cts._util.loops import run_sync
-from cts.compose.schema import Bootstrap
 from cts.core.contracts import Decision, Gate, OutcomeGate
 from cts.core.records import Record
 from cts.protocol.repeats import instance_means
 from cts.roles.gates import gate_kind
-from cts.stats.bootstrap import paired_bootstrap_ci
+from cts.stats.bootstrap import DEFAULT_RESAMPLING, Resampling, paired_bootstrap_ci
 
 NAN = float("nan")
 
@@ -99,10 +98,7 @@ def _precision_recall(asks: Sequence[bool], oracle: Sequence[bool]) -> tuple[flo
 def gate_result(
     records: Sequence[Record],
     decisions: Mapping[str, Decision],
-    *,
-    n_resamples: int = Bootstrap().n_resamples,
-    confidence: float = Bootstrap().confidence,
-    seed: int = 0,
+    resampling: Resampling = DEFAULT_RESAMPLING,
 ) -> GateResult:
     """Gated score, deltas (paired CI vs orig), precision/recall vs the oracle, questions asked."""
     rs = gateable(records)
@@ -113,7 +109,7 @@ def gate_result(
     always = [float(r.score) for r in rs]  # type: ignore[arg-type]  # gateable: scored
     asks = [decisions[r.id].ask for r in rs]
     oracle = [s > o for s, o in zip(always, orig)]
-    delta, low, high = paired_bootstrap_ci(gated, orig, n_resamples=n_resamples, confidence=confidence, seed=seed)
+    delta, low, high = paired_bootstrap_ci(gated, orig, resampling)
     precision, recall = _precision_recall(asks, oracle)
     asked_q = [len(r.questions) if a else 0 for r, a in zip(rs, asks)]
     return GateResult(
@@ -135,25 +131,19 @@ def gate_result(
 def evaluate_gate(
     records: Sequence[Record],
     gate: Gate | OutcomeGate,
-    *,
-    n_resamples: int = Bootstrap().n_resamples,
-    confidence: float = Bootstrap().confidence,
-    seed: int = 0,
+    resampling: Resampling = DEFAULT_RESAMPLING,
 ) -> tuple[GateResult, dict[str, Decision]]:
     """Decide for every gateable instance (repeats reduced, :func:`gateable`), then score the gated system.
 
     A synchronous wrapper of :func:`decide_all` and :func:`gate_result`.
     """
-    return evaluate_gates([records], [gate], n_resamples=n_resamples, confidence=confidence, seed=seed)[0]
+    return evaluate_gates([records], [gate], resampling)[0]
 
 
 def evaluate_gates(
     record_sets: Sequence[Sequence[Record]],
     gates: Sequence[Gate | OutcomeGate],
-    *,
-    n_resamples: int = Bootstrap().n_resamples,
-    confidence: float = Bootstrap().confidence,
-    seed: int = 0,
+    resampling: Resampling = DEFAULT_RESAMPLING,
 ) -> list[tuple[GateResult, dict[str, Decision]]]:
     """:func:`evaluate_gate` of each pair of ``record_sets`` and ``gates`` (aligned), deciding in one event loop.
 
@@ -161,7 +151,4 @@ def evaluate_gates(
     """
     sets = [gateable(records) for records in record_sets]
     decided = run_sync(decide_each(list(zip(sets, gates, strict=True))))
-    return [
-        (gate_result(rs, decisions, n_resamples=n_resamples, confidence=confidence, seed=seed), decisions)
-        for rs, decisions in zip(sets, decided)
-    ]
+    return [(gate_result(rs, decisions, resampling), decisions) for rs, decisions in zip(sets, decided)]

@@ -18,9 +18,8 @@ import pandas as pd
 
 from cts.protocol.repeats import instance_means
 from cts.report.jobs import Job
-from cts.report.rows import Bootstrap
 from cts.report.tables import Table
-from cts.stats.bootstrap import paired_bootstrap_ci
+from cts.stats.bootstrap import Resampling, paired_bootstrap_ci
 from cts.stats.cluster import cluster_bootstrap_ci
 
 PERSONA = "ua/persona"
@@ -37,20 +36,20 @@ def _origs(job: Job) -> dict[str, float]:
     return {r.id: float(r.orig_score) for r in instance_means(list(job.records)) if r.orig_score is not None}
 
 
-def _ci(job: Job, a: dict[str, float], b: dict[str, float], bootstrap: Bootstrap) -> tuple[float, float, float, int]:
+def _ci(job: Job, a: dict[str, float], b: dict[str, float], bootstrap: Resampling) -> tuple[float, float, float, int]:
     ids = sorted(set(a) & set(b))
     x, y = [a[i] for i in ids], [b[i] for i in ids]
     if job.cluster_field and job.clusters:
         ci = cluster_bootstrap_ci(x, y, [job.clusters.get(i, i) for i in ids], bootstrap)
         return ci.mean, ci.low, ci.high, len(ids)
-    return (*paired_bootstrap_ci(x, y, **vars(bootstrap)), len(ids))
+    return (*paired_bootstrap_ci(x, y, bootstrap), len(ids))
 
 
 def _group(job: Job) -> tuple[Any, ...]:
     return job.k, job.system, tuple(sorted((k, v) for k, v in job.factors.items() if k != PERSONA))
 
 
-def persona_rows(jobs: Sequence[Job], bootstrap: Bootstrap) -> pd.DataFrame:
+def persona_rows(jobs: Sequence[Job], bootstrap: Resampling) -> pd.DataFrame:
     """Per persona job: score, Δ vs orig, Δ vs the cooperative persona of its group, and the audit."""
     played = [j for j in jobs if not j.is_orig and j.choices.get(PERSONA)]
     cooperative = {_group(j): j for j in played if j.choices[PERSONA] == COOPERATIVE}
@@ -113,7 +112,7 @@ def persona_table(rows: pd.DataFrame, confidence: float) -> Table:
     return Table("personas", caption, rows, shown)
 
 
-def persona_report(jobs: Sequence[Job], bootstrap: Bootstrap) -> list[Table]:
+def persona_report(jobs: Sequence[Job], bootstrap: Resampling) -> list[Table]:
     """The by-persona table when some job played a persona (else none)."""
     rows = persona_rows(jobs, bootstrap)
     return [persona_table(rows, bootstrap.confidence)] if not rows.empty else []

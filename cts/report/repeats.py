@@ -26,9 +26,8 @@ from cts.protocol.repeats import (
     repeat_metrics,
 )
 from cts.report.jobs import Job
-from cts.report.rows import Bootstrap
 from cts.report.tables import Table
-from cts.stats.bootstrap import paired_bootstrap_ci
+from cts.stats.bootstrap import Resampling, paired_bootstrap_ci
 from cts.stats.variance import stage_shares
 
 NAN = float("nan")
@@ -52,13 +51,13 @@ def _stages(job: Job) -> tuple[str, ...]:
     return tuple(sorted({s for stages in found for s in stages}))
 
 
-def _delta(reduced: Sequence[Any], bootstrap: Bootstrap) -> dict[str, float]:
+def _delta(reduced: Sequence[Any], bootstrap: Resampling) -> dict[str, float]:
     pairs = [(r.score, r.orig_score) for r in reduced if r.score is not None and r.orig_score is not None]
-    mean, low, high = paired_bootstrap_ci([p[0] for p in pairs], [p[1] for p in pairs], **vars(bootstrap))
+    mean, low, high = paired_bootstrap_ci([p[0] for p in pairs], [p[1] for p in pairs], bootstrap)
     return {"n": float(len(pairs)), "delta_mean": mean, "delta_ci_low": low, "delta_ci_high": high}
 
 
-def repeats_rows(jobs: Sequence[Job], bootstrap: Bootstrap, pass_threshold: float = PASS_THRESHOLD) -> pd.DataFrame:
+def repeats_rows(jobs: Sequence[Job], bootstrap: Resampling, pass_threshold: float = PASS_THRESHOLD) -> pd.DataFrame:
     """Per job that repeated every stage: repeats, spread within instances, Δ vs orig over instance means, pass^k."""
     rows = []
     for j in jobs:
@@ -133,7 +132,7 @@ def flip_rows(jobs: Sequence[Job], pass_threshold: float = PASS_THRESHOLD) -> pd
     return pd.DataFrame(rows)
 
 
-def attribution_rows(jobs: Sequence[Job], bootstrap: Bootstrap) -> pd.DataFrame:
+def attribution_rows(jobs: Sequence[Job], bootstrap: Resampling) -> pd.DataFrame:
     """Per job with attribution arms: Δ vs orig split into the rewrite's effect and the answers' information."""
     rows = []
     for j in jobs:
@@ -145,7 +144,7 @@ def attribution_rows(jobs: Sequence[Job], bootstrap: Bootstrap) -> pd.DataFrame:
                 "k": j.k,
                 "system": j.label,
                 **_delta(reduced, bootstrap),
-                **attribution_metrics(reduced, vars(bootstrap)),
+                **attribution_metrics(reduced, bootstrap),
                 "steps": len(marginal_steps(reduced)),
             }
         )
@@ -256,7 +255,7 @@ def stage_table(rows: pd.DataFrame) -> Table:
     return Table("stage_variance", caption, rows, display)
 
 
-def design_report(jobs: Sequence[Job], bootstrap: Bootstrap, pass_threshold: float = PASS_THRESHOLD) -> list[Table]:
+def design_report(jobs: Sequence[Job], bootstrap: Resampling, pass_threshold: float = PASS_THRESHOLD) -> list[Table]:
     """The repeats (with the flaky instances), attribution and variance-by-stage tables the jobs call for (none for plain jobs)."""
     tables = []
     if not (rows := repeats_rows(jobs, bootstrap, pass_threshold)).empty:

@@ -22,10 +22,6 @@ log = logging.getLogger(__name__)
 NAN = float("nan")
 
 
-Bootstrap = Resampling
-"""Bootstrap settings of a report (defaults: the schema's ``bootstrap`` and ``seed``)."""
-
-
 def _finite(values: Iterable[float | None]) -> list[float]:
     return [float(v) for v in values if v is not None and math.isfinite(v)]
 
@@ -71,7 +67,7 @@ def paired(job: Job) -> tuple[list[float], list[float]]:
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
-def comparison(job: Job, bootstrap: Bootstrap, p_value: PValueTest = "bootstrap") -> Comparison:
+def comparison(job: Job, bootstrap: Resampling, p_value: PValueTest = "bootstrap") -> Comparison:
     """The job's paired comparison with orig: clustered when its summary names clusters (:mod:`cts.stats.compare`)."""
     pairs = [r for r in instance_means(job.records) if r.score is not None and r.orig_score is not None]
     labels = None
@@ -95,7 +91,7 @@ def _comparison_columns(job: Job | None, c: Comparison | None) -> dict[str, obje
     }
 
 
-def score_rows(jobs: Sequence[Job], bootstrap: Bootstrap, p_value: PValueTest = "bootstrap") -> pd.DataFrame:
+def score_rows(jobs: Sequence[Job], bootstrap: Resampling, p_value: PValueTest = "bootstrap") -> pd.DataFrame:
     """Tables 2/3/6 numbers: one orig row per k, then one row per system job.
 
     Each system row also has its p-value against orig (``p_value``, by ``p_value`` test) and
@@ -104,7 +100,7 @@ def score_rows(jobs: Sequence[Job], bootstrap: Bootstrap, p_value: PValueTest = 
     rows = []
     for k, setting, at_k in _settings(jobs):
         origs = orig_scores(at_k)  # pooled only over jobs of one setting (search, judge, dataset ...)
-        _, low, high = mean_ci(list(origs.values()), **vars(bootstrap))
+        _, low, high = mean_ci(list(origs.values()), bootstrap)
         rows.append(
             {
                 "k": k,
@@ -124,7 +120,7 @@ def score_rows(jobs: Sequence[Job], bootstrap: Bootstrap, p_value: PValueTest = 
             if j.is_orig:
                 continue
             scores = _finite(r.score for r in instance_means(j.records))
-            _, low, high = mean_ci(scores, **vars(bootstrap))
+            _, low, high = mean_ci(scores, bootstrap)
             c = comparison(j, bootstrap, p_value)
             rows.append(
                 {

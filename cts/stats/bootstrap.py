@@ -118,10 +118,8 @@ def bootstrap_means(
 def paired_bootstrap_ci(
     scores: Sequence[float],
     baseline: Sequence[float],
+    resampling: Resampling = DEFAULT_RESAMPLING,
     *,
-    n_resamples: int = Bootstrap().n_resamples,
-    confidence: float = Bootstrap().confidence,
-    seed: int = 0,
     max_values: int = MAX_BATCH_VALUES,
 ) -> tuple[float, float, float]:
     """Mean paired difference with a percentile bootstrap confidence interval.
@@ -140,9 +138,7 @@ def paired_bootstrap_ci(
     Args:
         scores: Per-instance scores (e.g. the clarified arm's), aligned with ``baseline``.
         baseline: Per-instance scores of the baseline (e.g. orig).
-        n_resamples: Bootstrap resamples.
-        confidence: Two-sided confidence level.
-        seed: Seed of the resampling generator (results are reproducible).
+        resampling: Resamples, confidence level and seed (the same seed gives the same interval).
         max_values: Upper bound on resampled values held at once (memory, not results).
 
     Returns:
@@ -157,8 +153,8 @@ def paired_bootstrap_ci(
         return mean, mean, mean
     # scipy.stats.bootstrap(method="percentile") without its per-call validation and draw: its
     # distribution (bootstrap_means) and its quantile, so the same numbers (a test compares)
-    alpha = np.asarray((1.0 - confidence) / 2.0, dtype=float)
-    dist = bootstrap_means(diffs, n_resamples=n_resamples, seed=seed, max_values=max_values)
+    alpha = np.asarray((1.0 - resampling.confidence) / 2.0, dtype=float)
+    dist = bootstrap_means(diffs, n_resamples=resampling.n_resamples, seed=resampling.seed, max_values=max_values)
     low, high = linear_quantiles(dist, np.stack((alpha, 1 - alpha), axis=-1))
     return mean, float(low), float(high)
 
@@ -184,13 +180,7 @@ def linear_quantiles(values: np.ndarray, p: np.ndarray) -> np.ndarray:
     return (1 - g) * y[j.astype(np.int64)] + g * y[jp1.astype(np.int64)]
 
 
-def mean_ci(
-    values: Sequence[float],
-    *,
-    n_resamples: int = Bootstrap().n_resamples,
-    confidence: float = Bootstrap().confidence,
-    seed: int = 0,
-) -> tuple[float, float, float]:
+def mean_ci(values: Sequence[float], resampling: Resampling = DEFAULT_RESAMPLING) -> tuple[float, float, float]:
     """Mean with a percentile bootstrap confidence interval.
 
     The unpaired special case of :func:`paired_bootstrap_ci` (baseline 0).
@@ -198,7 +188,7 @@ def mean_ci(
     Returns:
         ``(mean, ci_low, ci_high)``; NaNs for no values.
     """
-    return paired_bootstrap_ci(values, [0.0] * len(values), n_resamples=n_resamples, confidence=confidence, seed=seed)
+    return paired_bootstrap_ci(values, [0.0] * len(values), resampling)
 
 
 def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float:

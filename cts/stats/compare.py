@@ -59,7 +59,7 @@ def paired_comparison(
     if p_value not in P_VALUE_TESTS:
         raise ValueError(f"p_value must be one of {', '.join(P_VALUE_TESTS)}, got {p_value!r}")
     n_resamples, seed = resampling.n_resamples, resampling.seed
-    mean, low, high = paired_bootstrap_ci(scores, baseline, **vars(resampling))
+    mean, low, high = paired_bootstrap_ci(scores, baseline, resampling)
     diffs = np.asarray(scores, dtype=float) - np.asarray(baseline, dtype=float)
     permuted = (
         sign_flip_p_value(diffs, clusters, n_resamples=n_resamples, seed=seed) if p_value == "permutation" else None

@@ -33,6 +33,7 @@ from cts.protocol.spend import (
     within_spend_limit,
 )
 from cts.protocol.unscored import infra_by_role, rejected_by_role, unscored_line, unscored_rates
+from cts.stats.bootstrap import DEFAULT_RESAMPLING, Resampling
 from cts.sweep import orig_share_for, sweep_progress
 from cts.tasks.job import (
     Execution,
@@ -65,6 +66,17 @@ class EvalProtocol:
     """Repeats and attribution arms (``repeats``, ``repeat_temperature``, ``repeat_stages``, ``arms``)."""
     ua_audit: bool = False
     """Add the fidelity audit of the UA's answers (:mod:`cts.protocol.fidelity`; a ``ua/persona`` job)."""
+
+    @property
+    def resampling(self) -> Resampling:
+        """The intervals' resampling: ``bootstrap`` and ``seed`` (the schema's defaults for a key not set)."""
+        n, confidence = self.bootstrap.get("n_resamples"), self.bootstrap.get("confidence")
+        default = DEFAULT_RESAMPLING
+        return Resampling(
+            default.n_resamples if n is None else int(n),
+            default.confidence if confidence is None else float(confidence),
+            int(self.seed),
+        )
 
 
 @dataclass(frozen=True)
@@ -266,7 +278,7 @@ def evaluate_task(
         records = job_dir_records(on_disk, records, [i.id for i in dataset.instances], keep=metric_view)
         clusters = dataset_clusters(dataset)
         metrics = {
-            **summarize(records, k=k, seed=protocol.seed, clusters=clusters, **protocol.bootstrap),
+            **summarize(records, k=k, resampling=protocol.resampling, clusters=clusters),
             **execution.resource_counters(),
             **dataset_metrics(dataset),
             "n_infra_failures": float(ended.n_infra),

@@ -130,7 +130,7 @@ def judge_probes_task(
             metrics.update(probe_metrics(rows))
         if anchors := [p for p in probes if p in ANCHORS]:
             probed = dict(list(probed.items())[:anchor_instances])
-            rows = anchor_rows(run_loop(anchor_scores(probed, judge, anchors, concurrency)), **vars(boot))
+            rows = anchor_rows(run_loop(anchor_scores(probed, judge, anchors, concurrency)), boot)
             tables.append(anchor_table(rows, judge_name, boot.confidence))
             metrics.update(
                 {f"anchor_{c}.{r['probe']}": float(r[c]) for r in rows.to_dict("records") for c in _ANCHOR_COLS}

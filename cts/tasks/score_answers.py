@@ -200,7 +200,7 @@ def score_answers_task(
             execution.spend_limit,
         )
         metrics = {
-            **summarize(records, k=k, seed=protocol.seed, **dict(protocol.bootstrap)),
+            **summarize(records, k=k, resampling=protocol.resampling),
             **dataset_metrics(inputs.dataset),
             "n_answers": float(len(inputs.answers.rows)),
         }

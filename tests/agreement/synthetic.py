@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cts.core.scoring import CREDIT
+from cts.stats import Resampling
 from cts.stats.bootstrap import mean_ci
 from cts.stats.ppi import ppi_mean_ci
 
@@ -59,7 +60,7 @@ def coverage(
         labelled = np.zeros(n, dtype=bool)
         labelled[rng.choice(n, size=round(fraction * n), replace=False)] = True
         if rep < boot_reps:
-            _, low, high = mean_ci(list(judge), n_resamples=1000, seed=rep)
+            _, low, high = mean_ci(list(judge), Resampling(1000, seed=rep))
             hits_judge.append(low <= TRUE_MEAN <= high)
         est = ppi_mean_ci(human[labelled], judge[labelled], judge[~labelled])
         hits_ppi.append(est.low <= TRUE_MEAN <= est.high)

@@ -23,6 +23,7 @@ from cts.compose.anchor_check import check_anchors, llm_judge_paths
 from cts.core.errors import PreflightFailed
 from cts.core.types import Gold, Label, Nugget
 from cts.roles.lexical import LexicalJudge
+from cts.stats import Resampling
 from tests.llm_server import ScriptedServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,14 +45,14 @@ def test_the_lexical_judge_passes_both_anchors_exactly_in_english_and_chinese() 
         anchor_answer("gold", GOLD["c"]) == "长城始建于春秋战国时期\n明朝大规模重修"
         and anchor_answer("empty", GOLD["a"]) == ""
     )
-    rows = anchor_rows(asyncio.run(anchor_scores(GOLD, LexicalJudge())), n_resamples=200).set_index("probe")
+    rows = anchor_rows(asyncio.run(anchor_scores(GOLD, LexicalJudge())), Resampling(200)).set_index("probe")
     assert rows.loc["empty", ["score", "score_ci_low", "score_ci_high"]].tolist() == [0.0, 0.0, 0.0]
     assert rows.loc["gold", ["score", "score_ci_low", "score_ci_high"]].tolist() == [100.0, 100.0, 100.0]
     assert anchor_problems(rows.reset_index(), AnchorLimits(0.0, 100.0)) == []  # even at the strictest limits
 
 
 def test_a_judge_that_labels_by_position_fails_both() -> None:
-    rows = anchor_rows(asyncio.run(anchor_scores(GOLD, Positional())), n_resamples=200)
+    rows = anchor_rows(asyncio.run(anchor_scores(GOLD, Positional())), Resampling(200))
     by = rows.set_index("probe")["score"]
     assert by["empty"] == pytest.approx((100 * 2 / 3 + 100 * 1 / 4) / 2) and by["gold"] == by["empty"]
     assert anchor_problems(rows, AnchorLimits()) == [

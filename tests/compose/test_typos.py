@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
@@ -87,7 +89,7 @@ def test_what_the_config_defines_passes(args: tuple[str, ...]) -> None:
         ("experiment=offline", "clarifier.treshold=1", "limit=1"),
         ("-m", "experiment=offline", "clarifier=rules_scope", "k=1,2", "clarifier.treshold=1"),
         ("-m", "clarifier=gpt,rules_scope", "clarifier.treshold=1,2"),
-        ("clarifier.treshold=阈值",),  # a CJK value
+        ('clarifier.treshold="阈值"',),  # a CJK value (quoted, as Hydra takes it)
     ],
 )
 def test_a_mistyped_component_key_gets_one_line_listing_what_its_options_take(args: tuple[str, ...]) -> None:
@@ -103,7 +105,7 @@ def test_a_mistyped_component_key_gets_one_line_listing_what_its_options_take(ar
         ("clarifier.stop_earli=true", "clarifier.stop_early"),
         ("search.max_llm_call=3", "search.max_llm_calls"),
         ("judge.aggregat=mean", "judge.aggregate"),
-        ("clarifier.structure=是", "clarifier.structured"),  # a key only a signature has; a CJK value
+        ('clarifier.structure="是"', "clarifier.structured"),  # a key only a signature has; a CJK value
     ],
 )
 def test_a_component_key_close_to_one_its_options_take_gets_a_suggestion(arg: str, meant: str) -> None:
@@ -123,7 +125,7 @@ def test_a_parameter_no_option_sets_is_told_to_be_appended() -> None:
         ("clarifier=rules_scope", "clarifier.order=[time,scope,region]", "clarifier.mode=sequential"),
         ("-m", "clarifier=gpt,rules_scope", "clarifier.stop_early=true,false", "clarifier.max_output_tokens=64"),
         ("+clarifier.structured=true", "search.max_llm_calls=3", "judge.members=[lexical]", "ua.persona=terse"),
-        ("experiment=local_llm", "clarifier.max_output_tokens=128", "clarifier.mode=批量"),
+        ("experiment=local_llm", "clarifier.max_output_tokens=128", 'clarifier.mode="批量"'),
         ("hydra.verbose=true", "hydra.job.chdir=false", "llm@services.llm=default", "~clarifier.order"),
     ],
 )
@@ -139,6 +141,28 @@ def test_the_options_of_a_user_s_config_dir_count_even_when_their_target_cannot_
     assert component_key_problems(["clarifier.dept=深"], dirs) == [
         "clarifier.dept: no such key (did you mean clarifier.depth?)"
     ]
+
+
+def test_a_component_key_and_a_preset_key_parse_each_config_file_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    preset = "# @package _global_\nclarifier:\n  width: 2\npreset_only: 预设\n"
+    (tmp_path / "clarifier").mkdir()
+    (tmp_path / "clarifier" / "mine.yaml").write_text("_target_: nowhere.Missing\ndepth: 2\n", encoding="utf-8")
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "中文.yaml").write_text(preset, encoding="utf-8")
+    (tmp_path / "config.yaml").write_text("defaults:\n  - clarifier: mine\n", encoding="utf-8")
+    parsed: Counter[str] = Counter()
+    safe_load = yaml.safe_load
+
+    def counted(text: str) -> object:
+        parsed[text] += 1
+        return safe_load(text)
+
+    monkeypatch.setattr(yaml, "safe_load", counted)
+    args = ["clarifier.width=3", 'preset_only="中文"']  # fresh dirs: no cache of this process has read them
+    assert command_line_problems(args, [tmp_path]) + component_key_problems(args, [tmp_path]) == []
+    assert parsed[preset] == 1 and max(parsed.values()) == 1, parsed
 
 
 def test_an_appended_key_a_closed_schema_lacks_is_refused_where_it_lands() -> None:
@@ -211,7 +235,15 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         ),
         (("clarifier.treshold=1", "limit=1"), TRESHOLD),
         (("-m", "clarifier=rules_scope", "k=1,2", "clarifier.treshold=1"), TRESHOLD),
-        (("clarifier.stop_earli=是",), STOP_EARLI),
+        (('clarifier.stop_earli="是"',), STOP_EARLI),
+        (
+            ("tracking.experiment=中文",),
+            "tracking.experiment=中文: Hydra takes CJK text only quoted: type 'tracking.experiment=\"中文\"'",
+        ),
+        (
+            ("-m", "dataset.path=数据/甲.jsonl,b.jsonl"),
+            "dataset.path=数据/甲.jsonl,b.jsonl: Hydra takes CJK text only quoted: type 'dataset.path=\"数据/甲.jsonl\",b.jsonl'",
+        ),
     ],
 )
 def test_the_command_line_refuses_with_one_line_and_creates_nothing(
@@ -222,6 +254,21 @@ def test_the_command_line_refuses_with_one_line_and_creates_nothing(
     (printed,) = proc.stderr.strip().splitlines()
     assert printed.startswith(f"error: {line}"), proc.stderr
     assert not (tmp_path / "sweep").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("arg", "said"),
+    [
+        ("+clarifier.mode=批量", "type '+clarifier.mode=\"批量\"'"),
+        ("clarifier.order=[时间, scope]", "type 'clarifier.order=[\"时间\", scope]'"),
+        ("judge.members={a:甲}", "put each CJK value in double quotes, the override in single quotes"),
+        ("预设=1", "no CJK text in a key: set it in a config file"),
+    ],
+)
+def test_unquoted_cjk_text_gets_the_override_to_type(arg: str, said: str) -> None:
+    (line,) = [p for p in _problems(arg) if "Hydra takes" in p]
+    assert line.startswith(arg.split("=", 1)[0]) and said in line
+    assert _problems('tracking.experiment="中文"', "dataset.path='数据/甲.jsonl'") == []
 
 
 def test_a_component_key_its_option_sets_still_composes(tmp_path: Path) -> None:

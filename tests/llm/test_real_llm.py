@@ -412,6 +412,9 @@ def test_the_job_gets_the_servers_url_unless_one_is_set(tmp_path: Path) -> None:
         def serve(self, job_dir: Path, cache_dir: Path) -> Iterator[str]:
             yield "http://127.0.0.1:1234/v1"
 
+        def identity(self, cache_dir: Path) -> str:
+            return "local-llm:test"
+
     for given, expected in ((None, "http://127.0.0.1:1234/v1"), ("http://gateway/v1", "http://gateway/v1")):
         services = Services(tmp_path, {"llm": {"api_base": given, "timeout_s": 5}})
         with local_llm_served(services, Served(), tmp_path) as served:  # type: ignore[arg-type]

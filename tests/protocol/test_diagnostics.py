@@ -11,6 +11,7 @@ import pytest
 from cts.core.records import Record
 from cts.core.types import UNKNOWN
 from cts.protocol.diagnostics import diagnostics
+from cts.stats import Resampling
 from cts.stats.bootstrap import cohen_kappa, kendall_tau, mean_ci, paired_bootstrap_ci
 
 U = UNKNOWN
@@ -87,7 +88,7 @@ def paired_data() -> tuple[np.ndarray, np.ndarray]:
 
 def test_paired_bootstrap_matches_independent_computation(paired_data: tuple[np.ndarray, np.ndarray]) -> None:
     system, baseline = paired_data
-    mean, low, high = paired_bootstrap_ci(system, baseline, n_resamples=20_000, seed=1)
+    mean, low, high = paired_bootstrap_ci(system, baseline, Resampling(20_000, seed=1))
     ref_low, ref_high = _percentile_bootstrap(system - baseline, 400_000, seed=7)
     assert mean == pytest.approx(float(np.mean(system - baseline)), abs=1e-12)
     # Monte-Carlo error of the 2.5/97.5 percentiles is ~0.02 here; the interval is ~1.9 wide.
@@ -102,14 +103,14 @@ def test_paired_bootstrap_matches_independent_computation(paired_data: tuple[np.
 
 def test_paired_bootstrap_is_reproducible_and_degenerate_cases() -> None:
     a, b = [10.0, 20.0, 35.0, 40.0], [5.0, 20.0, 30.0, 50.0]
-    assert paired_bootstrap_ci(a, b, seed=0) == paired_bootstrap_ci(a, b, seed=0)
+    assert paired_bootstrap_ci(a, b, Resampling(seed=0)) == paired_bootstrap_ci(a, b, Resampling(seed=0))
     assert paired_bootstrap_ci([3.0, 4.0], [1.0, 2.0]) == (2.0, 2.0, 2.0)
     assert all(math.isnan(v) for v in paired_bootstrap_ci([], []))
 
 
 def test_mean_ci_is_the_unpaired_special_case() -> None:
     values = [10.0, 20.0, 30.0, 45.0, 50.0]
-    mean, low, high = mean_ci(values, n_resamples=5000)
+    mean, low, high = mean_ci(values, Resampling(5000))
     assert mean == 31.0 and 10.0 < low < mean < high < 50.0
 
 

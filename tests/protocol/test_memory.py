@@ -18,6 +18,7 @@ from cts.protocol.metrics import metric_view, summarize
 from cts.protocol.pipeline import run_instances
 from cts.protocol.settings import InstanceSettings, JobSettings
 from cts.protocol.spend import SpendLimit, spend_metrics, within_spend_limit
+from cts.stats import Resampling
 from tests.conftest import REPO
 
 
@@ -88,7 +89,7 @@ def test_metrics_of_the_kept_view_equal_those_of_the_full_records(services, tmp_
     on_disk = {r.id: r for r in read_records(tmp_path / "records.jsonl")}
     full = [on_disk[i.id] for i in instances]  # the job's order (the file has completion order)
     assert stop == "done" and len(kept) == len(full) == 40
-    assert _same(summarize(kept, k=2, n_resamples=500), summarize(full, k=2, n_resamples=500))
+    assert _same(summarize(kept, k=2, resampling=Resampling(500)), summarize(full, k=2, resampling=Resampling(500)))
     assert all(r.clarified is None or r.clarified.answer == "" for r in kept)  # the text stays on disk only
     assert any(r.clarified is not None and r.clarified.answer for r in full)
 

@@ -4,6 +4,7 @@ import numpy as np
 
 from cts.core.records import ArmResult, ErrorInfo, Record
 from cts.protocol.metrics import interaction_metrics, score_metrics, usage_metrics
+from cts.stats import Resampling
 
 
 def rec(i, score, orig, answers=(), error=None, usage=None):
@@ -27,7 +28,7 @@ def test_score_metrics_exclude_unscored_and_pair_with_orig():
         rec(3, 30.0, 40.0),
         rec(4, 90.0, None),
     ]
-    m = score_metrics(records, n_resamples=2000, confidence=0.95, seed=1)
+    m = score_metrics(records, Resampling(2000, 0.95, seed=1))
     assert m["n_instances"] == 5 and m["n_unscored"] == 1 and m["n_errors"] == 1 and m["n_paired"] == 3
     assert m["score_mean"] == np.mean([50, 70, 30, 90]) and m["score_min"] == 30 and m["score_max"] == 90
     assert m["score_p50"] == 60.0 and math.isclose(m["score_p90"], np.percentile([50, 70, 30, 90], 90))
@@ -40,13 +41,13 @@ def test_bootstrap_ci_is_seeded_and_excludes_zero_for_a_clear_gain():
     rng = np.random.default_rng(3)
     orig = rng.uniform(0, 50, 200)
     records = [rec(i, o + 5 + rng.normal(0, 3), o) for i, o in enumerate(orig)]
-    a = score_metrics(records, n_resamples=10_000, confidence=0.95, seed=0)
-    b = score_metrics(records, n_resamples=10_000, confidence=0.95, seed=0)
+    a = score_metrics(records, Resampling(10_000, 0.95, seed=0))
+    b = score_metrics(records, Resampling(10_000, 0.95, seed=0))
     assert a == b and 4 < a["delta_ci_low"] < a["delta_mean"] < a["delta_ci_high"] < 6
 
 
 def test_no_scores_gives_nan_not_zero():
-    m = score_metrics([rec(0, None, None)], n_resamples=100, confidence=0.95, seed=0)
+    m = score_metrics([rec(0, None, None)], Resampling(100, 0.95, seed=0))
     assert math.isnan(m["score_mean"]) and math.isnan(m["delta_mean"]) and m["n_unscored"] == 1
 
 
@@ -94,7 +95,7 @@ def test_the_job_s_delta_ci_does_not_depend_on_the_order_of_its_records():
     rng = np.random.default_rng(5)
     records = [rec(f"i{i:02d}", float(rng.uniform(0, 100)), float(rng.uniform(0, 100))) for i in range(30)]
     keys = ("delta_mean", "delta_ci_low", "delta_ci_high")
-    want = summarize(records, k=1, n_resamples=2000)
+    want = summarize(records, k=1, resampling=Resampling(2000))
     for order in (records[::-1], [records[i] for i in rng.permutation(30)]):
-        got = summarize(order, k=1, n_resamples=2000)
+        got = summarize(order, k=1, resampling=Resampling(2000))
         assert [got[k] for k in keys] == [want[k] for k in keys]  # the report reads them in another order

@@ -24,6 +24,7 @@ from cts.protocol.settings import InstanceSettings, JobSettings, OrigShare
 from cts.roles.lexical import LexicalJudge
 from cts.roles.llm import LLMClarifier, LLMRewriter, LLMUserAnswerer
 from cts.search.toolcache import ToolCache, search_args, visit_args
+from cts.stats import Resampling
 from tests.helpers import Typer, gold_for
 from tests.llm_fakes import protocol_reply
 from tests.llm_server import ScriptedServer, llm_settings
@@ -219,7 +220,7 @@ def test_repeats_3_then_a_rerun_sends_nothing_and_repeats_4_only_the_new_repeat(
     assert len(more) == 4 * n and {r.repeat for r in more} == {0, 1, 2, 3}
     assert 0 < roles.search.computed <= 2 * n  # repeat 3's orig and clarified searches, no more
 
-    metrics = summarize(more, k=k, n_resamples=200)
+    metrics = summarize(more, k=k, resampling=Resampling(200))
     assert metrics["n_instances"] == n and metrics["repeats"] == 4 and metrics["n_records"] == 4 * n
     scores = {i: [r.score for r in more if r.id == i] for i in INTENTS}
     assert metrics["score_mean"] == pytest.approx(np.mean([np.mean(s) for s in scores.values()]))
@@ -256,7 +257,7 @@ def test_attribution_arms_decompose_the_delta_and_only_the_oracle_searches_the_i
     for r in records:
         assert set(r.arms) == {"oracle", "withheld", "prefix_1", "prefix_2"}
         assert r.arms["oracle"].query in intents and r.arms["withheld"].query == r.orig.query  # all unknown: q itself
-    m = summarize(records, k=3, n_resamples=200)
+    m = summarize(records, k=3, resampling=Resampling(200))
     deltas = [r.score - r.orig_score for r in records]
     assert m["delta_mean"] == pytest.approx(np.mean(deltas))
     # Independent checks: the two parts add up to the delta, and so do the marginal values of the questions.

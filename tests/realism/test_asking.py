@@ -10,11 +10,11 @@ import pytest
 from cts.core.contracts import Decision
 from cts.data.clariq import load_clariq
 from cts.realism.asking import Request, auc, auc_estimate, gate_metrics, requests_of, score_requests
-from cts.realism.metrics import Bootstrap
 from cts.roles.gates import AlwaysGate, NeverGate, OracleGate
+from cts.stats import Resampling
 from tests.realism.files import write_clariq
 
-BOOT = Bootstrap(n_resamples=400, seed=0)
+BOOT = Resampling(n_resamples=400, seed=0)
 
 
 def test_auc_known_values():

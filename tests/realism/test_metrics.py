@@ -7,11 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from cts.realism.metrics import Bootstrap, Pair, audit_metrics, confusion, human_distance, kappa_estimate
+from cts.realism.metrics import Pair, audit_metrics, confusion, human_distance, kappa_estimate
+from cts.stats import Resampling
 
 INTENT = "glass frogs of Costa Rica"
 PHOTOS = "pictures of glass frogs"
-BOOT = Bootstrap(n_resamples=500, seed=0)
+BOOT = Resampling(n_resamples=500, seed=0)
 
 # (topic, q*, question, person, UA): person/UA informative = 1/1, 0/0, 1/0, 0/1, 1/1, 0/0
 PAIRS = [

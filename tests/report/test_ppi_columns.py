@@ -11,8 +11,9 @@ from cts.data.human_labels import HumanLabel
 from cts.report.agreement import agreement_of
 from cts.report.build import sweep_metrics
 from cts.report.ppi import ppi_metrics, ppi_rows, with_ppi
-from cts.report.rows import Bootstrap, score_rows
+from cts.report.rows import score_rows
 from cts.report.tables import delta_ci_table
+from cts.stats import Resampling
 from cts.stats.ppi import ppi_mean_ci
 from tests.agreement.fakes import NUGGETS, sweep
 
@@ -53,7 +54,7 @@ def test_table_3_shows_the_ppi_columns_beside_the_judge_only_ones_and_metrics_fo
     jobs, weights = sweep(100)
     ids = {f"i{i:03d}" for i in range(0, 100, 10)}
     ppi = ppi_rows(jobs, agreement_of(jobs, human_labels(jobs, ids), weights), 0.95)
-    scores = with_ppi(score_rows(jobs, Bootstrap(200, 0.95, 0)), ppi)
+    scores = with_ppi(score_rows(jobs, Resampling(200, 0.95, 0)), ppi)
     table = delta_ci_table(scores, 0.95)
     assert list(table.display.columns) == [
         "k", "System", "n", "mean Δ vs. orig", "95% CI", "p", "p (Holm)",
@@ -70,7 +71,7 @@ def test_table_3_shows_the_ppi_columns_beside_the_judge_only_ones_and_metrics_fo
 
 def test_without_labels_table_3_is_as_before() -> None:
     jobs, _ = sweep(20)
-    scores = score_rows(jobs, Bootstrap(200, 0.95, 0))
+    scores = score_rows(jobs, Resampling(200, 0.95, 0))
     assert with_ppi(scores, None) is scores
     assert "n labelled" not in delta_ci_table(scores, 0.95).display.columns
     assert not any(math.isnan(v) for v in sweep_metrics(scores, scores.iloc[0:0]).values())

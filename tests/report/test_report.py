@@ -16,7 +16,7 @@ from cts.core.types import UNKNOWN
 from cts.report.build import ReportResult, ReportSettings, build_sweep_report, log_sweep_report
 from cts.report.cli import main
 from cts.report.jobs import job_dirs, load_jobs
-from cts.report.rows import Bootstrap, score_rows
+from cts.report.rows import score_rows
 from cts.stats import Resampling
 from tests.report.fakes import IDS, ORIG_SCORES, make_records, write_job
 
@@ -200,7 +200,7 @@ def test_orig_is_pooled_only_within_one_setting(tmp_path: Path) -> None:
             shifted = [replace(r, orig=replace(r.orig, score=r.orig.score + shift)) for r in records]
             write_job(root, clarifier, 1, shifted, judge=judge)
     jobs = load_jobs([tmp_path / "lexical", tmp_path / "strict"])
-    scores = score_rows(jobs, Bootstrap(n_resamples=200))
+    scores = score_rows(jobs, Resampling(n_resamples=200))
     origs = scores[scores["system"].str.startswith("orig")].set_index("system")["mean"]
     assert origs.to_dict() == {"orig[judge=lexical]": 25.0, "orig[judge=strict]": 15.0}
 
@@ -232,7 +232,7 @@ def test_a_rebound_clarifier_model_names_the_system_by_its_option_and_orig_is_on
     )
     # The option chosen, as `clarifier=claude` names the same system (not the litellm id the records hold).
     assert sorted(j.label for j in jobs) == ["claude", "gpt"]
-    rows = score_rows(jobs, Bootstrap(n_resamples=200, confidence=0.95, seed=0))
+    rows = score_rows(jobs, Resampling(n_resamples=200, confidence=0.95, seed=0))
     assert list(rows["system"]).count("orig") == 1 and "claude" in set(rows["system"])
 
 
@@ -243,7 +243,7 @@ def test_table_3_keeps_the_paired_interval_and_adds_holm_adjusted_p_values(built
     ci = built.tables["delta_ci"]
     scope = row(ci, 1, "rules_scope")  # the interval is the paired bootstrap's, number for number
     assert (scope["delta"], scope["delta_ci_low"], scope["delta_ci_high"]) == paired_bootstrap_ci(
-        [20, 20, 40, 40], ORIG_SCORES, n_resamples=2000
+        [20, 20, 40, 40], ORIG_SCORES, Resampling(2000)
     )
     assert list(ci["p_holm"]) == pytest.approx(holm(list(ci["p_value"])))  # one family: all 4 comparisons
     assert row(ci, 1, "rules_region")["p_value"] == 1.0  # every paired difference is 0

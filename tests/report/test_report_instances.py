@@ -76,7 +76,7 @@ def test_identical_repeats_give_the_n_and_cis_of_one_run(offline_jobs: dict[int,
 def test_evaluate_gate_decides_once_per_instance(offline_jobs: dict[int, Path]):
     (one,), (three,) = (load_jobs(offline_jobs[n]) for n in (1, 3))
     assert len(three.records) == 3 * N_INSTANCES
-    stats1, decisions1 = evaluate_gate(one.records, OracleGate(), n_resamples=OFFLINE_RESAMPLES)
-    stats3, decisions3 = evaluate_gate(three.records, OracleGate(), n_resamples=OFFLINE_RESAMPLES)
+    stats1, decisions1 = evaluate_gate(one.records, OracleGate(), Resampling(OFFLINE_RESAMPLES))
+    stats3, decisions3 = evaluate_gate(three.records, OracleGate(), Resampling(OFFLINE_RESAMPLES))
     assert stats3.n == len(decisions3) == N_INSTANCES
     assert stats3 == stats1 and decisions3 == decisions1

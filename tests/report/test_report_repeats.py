@@ -100,7 +100,7 @@ def instance_mean(records: list[Record], score) -> np.ndarray:
 def test_table_3_and_the_repeats_table_use_instance_means(built):
     result, full, _ = built
     clarified, orig = instance_mean(full, lambda r: r.score), instance_mean(full, lambda r: r.orig_score)
-    want = paired_bootstrap_ci(clarified, orig, n_resamples=RESAMPLES)
+    want = paired_bootstrap_ci(clarified, orig, Resampling(RESAMPLES))
     delta = result.tables["delta_ci"]
     row = delta[delta["k"] == 2].iloc[0]
     assert row["n_paired"] == N and (row["delta"], row["delta_ci_low"], row["delta_ci_high"]) == pytest.approx(want)

@@ -18,8 +18,9 @@ from cts.core.records import ArmResult
 from cts.report import beyond, plots
 from cts.report.gate_evaluation import decide_all, evaluate_gate, evaluate_gates
 from cts.report.jobs import load_jobs
-from cts.report.rows import Bootstrap, diagnostic_rows, score_rows
+from cts.report.rows import diagnostic_rows, score_rows
 from cts.roles.gates import AlwaysGate, NeverGate, OracleGate
+from cts.stats import Resampling
 from tests.report.fakes import ORIG_SCORES, make_records, write_job
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +51,7 @@ def test_the_plots_fixed_margins_hold_their_labels_ticks_and_titles(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each plot keeps every label, tick label and title inside the picture (no layout engine places them)."""
-    jobs, boot = load_jobs(small_sweep(tmp_path / "sweep")), Bootstrap(200)
+    jobs, boot = load_jobs(small_sweep(tmp_path / "sweep")), Resampling(200)
     scores, diag = score_rows(jobs, boot), diagnostic_rows(jobs)
     gates: dict[str, Any] = {"always": AlwaysGate(), "never": NeverGate(), "oracle": OracleGate()}
     front = beyond.frontier_rows(beyond.gating_rows(jobs, boot, gates))
@@ -85,8 +86,8 @@ def test_one_event_loop_for_every_gate_decides_what_one_loop_per_gate_did(tmp_pa
     jobs = [j for j in load_jobs(small_sweep(tmp_path / "sweep")) if not j.is_orig]
     gates = [AlwaysGate(), NeverGate(), OracleGate()] * len(jobs)
     sets = [j.records for j in jobs for _ in range(3)]
-    together = evaluate_gates(sets, gates, n_resamples=300)
-    assert together == [evaluate_gate(rs, g, n_resamples=300) for rs, g in zip(sets, gates)]
+    together = evaluate_gates(sets, gates, Resampling(300))
+    assert together == [evaluate_gate(rs, g, Resampling(300)) for rs, g in zip(sets, gates)]
     assert [list(d) for _, d in together] == [[r.id for r in rs if r.score is not None] for rs in sets]
 
 

@@ -14,6 +14,7 @@ from cts.core.records import ArmResult, Record
 from cts.report.gate_evaluation import decide_all, evaluate_gate, gate_result
 from cts.roles.gates import AlwaysGate, LLMGate, NeverGate, OracleGate, RuleGate, parse_decision
 from cts.roles.llm import InvalidOutput
+from cts.stats import Resampling
 from tests.handwritten import INSTANCES, TITLES
 from tests.helpers import built
 from tests.llm_server import ScriptedServer, llm_settings
@@ -56,7 +57,7 @@ def test_gated_score_oracle_bound_and_precision_recall():
         ("oracle", OracleGate()),
         ("rules", RuleGate(titles=TITLES)),
     ):
-        results[name], decisions = evaluate_gate(RECORDS, gate, n_resamples=500)
+        results[name], decisions = evaluate_gate(RECORDS, gate, Resampling(500))
         assert "e" not in decisions  # unscored arm: not gateable
     a, n, o, r = results["always"], results["never"], results["oracle"], results["rules"]
     assert a.score_mean == pytest.approx((80 + 10 + 60 + 90) / 4) and n.score_mean == pytest.approx(170 / 4)
@@ -99,7 +100,7 @@ def test_llm_gate_over_http_sees_q_only(llm_server: ScriptedServer, tmp_path):
     services = Services(cache_dir=tmp_path, settings={"llm": llm_settings(llm_server)})
     gate = built(LLMGate, services, model={"name": "m", "id": "openai/m"}, prompt="gate")
     with services.usage_scope() as usage:
-        result, decisions = evaluate_gate(RECORDS, gate, n_resamples=200)
+        result, decisions = evaluate_gate(RECORDS, gate, Resampling(200))
     assert len(llm_server.requests) == 4 == usage["gate"]["calls"] and set(usage) == {"gate"}
     assert decisions["a"].ask and not decisions["d"].ask
     bodies = json.dumps([r.body for r in llm_server.requests], ensure_ascii=False)
@@ -115,7 +116,7 @@ def test_evaluate_gate_inside_a_running_event_loop():
     """A notebook kernel runs an event loop: the report's gating must still work there."""
 
     async def inside():
-        return evaluate_gate(RECORDS, AlwaysGate(), n_resamples=100)[0]
+        return evaluate_gate(RECORDS, AlwaysGate(), Resampling(100))[0]
 
     assert asyncio.run(inside()).ask_rate == 1.0
 

@@ -17,6 +17,7 @@ from cts.protocol.settings import InstanceSettings, JobSettings
 from cts.roles.lexical import LexicalJudge
 from cts.roles.llm import InvalidOutput, LLMClarifier, parse_turn
 from cts.roles.rules import RuleClarifier, RuleRewriter, RuleUserAnswerer
+from cts.stats import Resampling
 from tests.handwritten import INSTANCES
 from tests.helpers import TableSearch, Typer, built, gold_for, mercury
 from tests.llm_server import ScriptedServer, llm_settings
@@ -88,7 +89,7 @@ def test_sequential_turns_see_q_and_earlier_pairs_only_and_records_keep_order(se
     jag = stored["h1"]  # region unknown, then time 1960s: stop after turn 2
     assert len(jag.questions) == 2 and jag.answers == (UNKNOWN, "1960s")
     assert 1 <= questions_asked_mean(records) < 3
-    assert summarize(records, k=3, n_resamples=200)["questions_asked_mean"] == questions_asked_mean(records)
+    assert summarize(records, k=3, resampling=Resampling(200))["questions_asked_mean"] == questions_asked_mean(records)
 
 
 def test_batch_mode_is_unchanged(services):

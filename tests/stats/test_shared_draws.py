@@ -40,11 +40,11 @@ def test_the_distribution_is_scipys_resample_for_resample(n: int) -> None:
 @pytest.mark.parametrize("confidence", [0.9, 0.95])
 def test_intervals_inside_and_outside_a_shared_block_are_the_same_numbers(confidence: float) -> None:
     inputs = [pairs(n, seed) for n in (5, 100, 100, 101) for seed in (1, 2)]
-    kw = {"n_resamples": 2_000, "confidence": confidence, "seed": 3}
-    alone = [paired_bootstrap_ci(s, b, **kw) for s, b in inputs] + [mean_ci(list(s), **kw) for s, _ in inputs]
+    kw = Resampling(2_000, confidence, 3)
+    alone = [paired_bootstrap_ci(s, b, kw) for s, b in inputs] + [mean_ci(list(s), kw) for s, _ in inputs]
     with shared_draws():
-        shared = [paired_bootstrap_ci(s, b, **kw) for s, b in inputs] + [mean_ci(list(s), **kw) for s, _ in inputs]
-        again = [paired_bootstrap_ci(s, b, **kw) for s, b in inputs]
+        shared = [paired_bootstrap_ci(s, b, kw) for s, b in inputs] + [mean_ci(list(s), kw) for s, _ in inputs]
+        again = [paired_bootstrap_ci(s, b, kw) for s, b in inputs]
     assert shared == alone and again == alone[: len(inputs)]
     for (s, b), (_, low, high) in zip(inputs, alone):
         ref = sps.bootstrap(
@@ -73,7 +73,7 @@ def test_a_shared_block_draws_once_per_n_and_forgets_when_it_ends(monkeypatch: p
         other_n = next(resample_indices(99, 1_000, 0))
         assert first is second and not first.flags.writeable and other_n.shape == (1_000, 99)
         for _ in range(3):
-            paired_bootstrap_ci(*data, n_resamples=1_000, seed=0)
+            paired_bootstrap_ci(*data, Resampling(1_000, seed=0))
     assert calls == [0, 0]  # n=100 once, n=99 once; the intervals reused the first draw
     after = next(resample_indices(100, 1_000, 0))
     assert after is not first and np.array_equal(after, first) and after.flags.writeable

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from cts.stats import Resampling
 from cts.stats.bootstrap import bootstrap_batch, paired_bootstrap_ci
 
 
@@ -29,7 +30,7 @@ def test_batched_interval_equals_the_unbatched_scipy_draw(n: int) -> None:
         rng=np.random.default_rng(4),
     ).confidence_interval
     for max_values in (1, 3 * n, 999 * n, 10**9):  # 1 resample per batch ... all at once; odd batch sizes too
-        mean, low, high = paired_bootstrap_ci(system, baseline, n_resamples=2_000, seed=4, max_values=max_values)
+        mean, low, high = paired_bootstrap_ci(system, baseline, Resampling(2_000, seed=4), max_values=max_values)
         assert (low, high) == (ref.low, ref.high), max_values
         assert mean == pytest.approx(float(np.mean(system - baseline)))
 
@@ -45,7 +46,7 @@ def test_peak_memory_is_flat_in_n() -> None:
     system, baseline = scores(5_000)
     tracemalloc.start()
     try:
-        paired_bootstrap_ci(system, baseline, n_resamples=10_000, seed=0)
+        paired_bootstrap_ci(system, baseline, Resampling(10_000, seed=0))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -76,7 +76,7 @@ def test_the_batch_size_does_not_change_the_interval() -> None:
 def test_singleton_clusters_are_the_paired_bootstrap() -> None:
     rng = np.random.default_rng(11)
     scores, baseline = rng.uniform(0, 100, 57), rng.uniform(0, 100, 57)
-    naive = paired_bootstrap_ci(scores, baseline, n_resamples=3000, seed=5)
+    naive = paired_bootstrap_ci(scores, baseline, Resampling(3000, seed=5))
     clustered = cluster_bootstrap_ci(
         scores, baseline, [f"id{i}" for i in range(57)], Resampling(n_resamples=3000, seed=5)
     )
@@ -96,7 +96,7 @@ def test_design_effect_grows_with_a_strong_cluster_effect() -> None:
     deff = design_effect(diffs, cluster_codes(labels))
     assert 4.0 < deff < 7.0
     clustered = cluster_bootstrap_ci(diffs, np.zeros_like(diffs), labels, Resampling(n_resamples=4000, seed=0))
-    naive = paired_bootstrap_ci(diffs, np.zeros_like(diffs), n_resamples=4000, seed=0)
+    naive = paired_bootstrap_ci(diffs, np.zeros_like(diffs), Resampling(4000, seed=0))
     ratio = (clustered.high - clustered.low) / (naive[2] - naive[1])
     assert ratio == pytest.approx(math.sqrt(deff), rel=0.05)  # widths scale with the standard error
 
@@ -131,7 +131,7 @@ def test_unclustered_comparison_keeps_the_paired_interval() -> None:
     rng = np.random.default_rng(2)
     scores, baseline = rng.uniform(0, 100, 30), rng.uniform(0, 100, 30)
     c = paired_comparison(scores, baseline, resampling=Resampling(n_resamples=2000, seed=3))
-    assert (c.mean, c.low, c.high) == paired_bootstrap_ci(scores, baseline, n_resamples=2000, seed=3)
+    assert (c.mean, c.low, c.high) == paired_bootstrap_ci(scores, baseline, Resampling(2000, seed=3))
     assert not c.clustered and 0 < c.p_value <= 1
     with pytest.raises(ValueError, match="p_value must be"):
         paired_comparison(scores, baseline, p_value="t-test")  # type: ignore[arg-type]
