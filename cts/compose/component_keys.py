@@ -12,16 +12,17 @@ sets (which needs ``+``).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from importlib.resources.abc import Traversable
 from typing import Any
 
 import yaml
 
+from cts.compose.choices import chosen_options
 from cts.compose.presets import preset_nodes, primary_nodes
 from cts.core.stages import model_role_nodes
 
-__all__ = ["component_key_problem", "component_key_problems"]
+__all__ = ["chosen_option_problem", "component_key_problem", "component_key_problems"]
 
 
 def component_key_problems(args: Sequence[str], config_dirs: Sequence[Traversable]) -> list[str]:
@@ -31,21 +32,30 @@ def component_key_problems(args: Sequence[str], config_dirs: Sequence[Traversabl
     """
     keys = [arg.split("=", 1)[0] for arg in args if "=" in arg and not arg.startswith(("-", "~", "+"))]
     checked = [key for key in keys if "@" not in key and key.split(".", 1)[0] != "hydra"]  # Hydra's own
-    return [p for key in checked if (p := component_key_problem(key, config_dirs)) is not None]
+    return [p for key in checked if (p := component_key_problem(key, config_dirs, args)) is not None]
 
 
-def component_key_problem(key: str, config_dirs: Sequence[Traversable]) -> str | None:
+def component_key_problem(key: str, config_dirs: Sequence[Traversable], args: Sequence[str] = ()) -> str | None:
     """The line of a plain ``group.name=value`` override that no option nor preset of ``group`` sets, else None.
+
+    A key some option sets is also refused when an option the jobs of ``args`` compose lacks it
+    (:func:`chosen_option_problem`).
 
     Args:
         key: The override's dotted key (``clarifier.treshold``); only ``<group>.<name>`` is checked.
         config_dirs: The config dirs (``conf/`` and the command line's own).
+        args: The whole command line (which options of ``group`` its jobs compose).
     """
-    group, dot, name = key.partition(".")
-    if not dot or "." in name or not any((d / group).is_dir() for d in config_dirs):
+    group, dot, rest = key.partition(".")
+    if not dot or not any((d / group).is_dir() for d in config_dirs):
         return None
+    name = rest.split(".", 1)[0]
     found = _set_keys(group, tuple(config_dirs))
-    if found is None or name in found[0]:
+    if found is None:
+        return None
+    if name in found[0]:
+        return chosen_option_problem(group, name, args, tuple(config_dirs))
+    if "." in rest:
         return None
     accepted = _accepted(found[1])
     if name in accepted:
@@ -53,6 +63,60 @@ def component_key_problem(key: str, config_dirs: Sequence[Traversable]) -> str |
     from cts.compose.validate import no_such_key
 
     return no_such_key(key, found[0] | accepted, listed=True)
+
+
+def chosen_option_problem(
+    group: str, name: str, args: Sequence[str], config_dirs: tuple[Traversable, ...]
+) -> str | None:
+    """The line of ``group.name``, a key some option of ``group`` sets, when an option the jobs compose lacks it.
+
+    ``clarifier=none clarifier.order=[time]``: ``clarifier.order: clarifier=none does not take it
+    (clarifier=rules_region,rules_scope do)``. Silent when the chosen options are not known for sure
+    (:func:`cts.compose.choices.chosen_options`) or when a preset or the primary config sets the key.
+    """
+    chosen = chosen_options(group, args, config_dirs)
+    if chosen is None or name in set(_preset_keys(config_dirs, group)):
+        return None
+    keys = {option: _option_keys(group, option, config_dirs) for option in _all_options(group, config_dirs) | chosen}
+    lacking = sorted(o for o in chosen if (k := keys.get(o)) is not None and name not in k)
+    if not lacking:
+        return None
+    having = sorted(o for o, k in keys.items() if k is not None and name in k)
+    verb = "does" if len(lacking) == 1 else "do"
+    return f"{group}.{name}: {group}={','.join(lacking)} {verb} not take it ({group}={','.join(having)} do)"
+
+
+def _is_group(group: str, config_dirs: tuple[Traversable, ...]) -> bool:
+    return any((d / group).is_dir() for d in config_dirs)
+
+
+def _all_options(group: str, config_dirs: tuple[Traversable, ...]) -> set[str]:
+    """The options of ``group``: its files, and every model's when it is an LLM role."""
+    files = {f.name for d in config_dirs if _is_group(group, (d,)) for f in (d / group).iterdir()}
+    models = set(_model_names(config_dirs)) if group in model_role_nodes() else set()
+    return {f[: -len(".yaml")] for f in files if f.endswith(".yaml")} | models
+
+
+def _model_names(config_dirs: tuple[Traversable, ...]) -> list[str]:
+    found = (f.name for d in config_dirs if (d / "model").is_dir() for f in (d / "model").iterdir())
+    return [name[: -len(".yaml")] for name in found if name.endswith(".yaml")]
+
+
+@functools.cache
+def _option_keys(group: str, option: str, config_dirs: tuple[Traversable, ...]) -> frozenset[str] | None:
+    """The keys option ``option`` of ``group`` gives its node (None: not known, e.g. packaged elsewhere or absent)."""
+    for d in config_dirs:
+        f = d / group / f"{option}.yaml"
+        if f.is_file():
+            node = next(_options_of([f]))
+            if node is None:
+                return None
+            return frozenset({str(k) for k in node if k != "defaults"} | set(_defaults_keys(node.get("defaults"))))
+    role = model_role_nodes().get(group)
+    if role is None or option not in _model_names(config_dirs):
+        return None
+    subgroups = {c.name for d in config_dirs if _is_group(group, (d,)) for c in (d / group).iterdir() if c.is_dir()}
+    return frozenset({*role, "model", *subgroups})  # a generated option: its model, and its slots (``ua/persona``)
 
 
 @functools.cache
@@ -77,9 +141,13 @@ def _set_keys(group: str, config_dirs: tuple[Traversable, ...]) -> tuple[set[str
 
 def _options(group_dir: Traversable) -> Iterator[dict[str, Any] | None]:
     """The nodes of the option files of a group dir (None for one packaged under another key)."""
-    if not group_dir.is_dir():
-        return
-    for f in group_dir.iterdir():
+    if group_dir.is_dir():
+        yield from _options_of(group_dir.iterdir())
+
+
+def _options_of(files: Iterable[Traversable]) -> Iterator[dict[str, Any] | None]:
+    """The nodes of option files (None for one packaged under another key)."""
+    for f in files:
         if f.name.endswith(".yaml"):
             text = f.read_text(encoding="utf-8")
             first = text.split("\n", 1)[0]

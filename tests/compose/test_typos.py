@@ -2,12 +2,15 @@
 
 Before: ``+concurency=1`` ran and was stored in the fingerprint (changing it for nothing); in a multirun
 a typo in a swept key or option printed Hydra's message over 9-40 lines and a sweep dir was created;
-a typo under a component (``clarifier.treshold=1``) printed Hydra's message over 5 lines.
+a typo under a component (``clarifier.treshold=1``) printed Hydra's message over 5 lines, and so did a key
+another option of the group sets (``clarifier=none clarifier.order=[time]``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
+import shlex
 import subprocess
 import sys
 from collections import Counter
@@ -29,6 +32,7 @@ CONF = REPO / "conf"
 CONCURENCY = "concurency: no such key (did you mean concurrency?)"
 REGIO = "clarifier=rules_regio: no such option (did you mean rules_region? options: "
 TRESHOLD = "clarifier.treshold: no such key (clarifier's options take: "
+ORDER_NONE = "clarifier.order: clarifier=none does not take it (clarifier=rules_region,rules_scope do)"
 STOP_EARLI = "clarifier.stop_earli: no such key (did you mean clarifier.stop_early?)"
 
 
@@ -123,7 +127,7 @@ def test_a_parameter_no_option_sets_is_told_to_be_appended() -> None:
     "args",
     [
         ("clarifier=rules_scope", "clarifier.order=[time,scope,region]", "clarifier.mode=sequential"),
-        ("-m", "clarifier=gpt,rules_scope", "clarifier.stop_early=true,false", "clarifier.max_output_tokens=64"),
+        ("-m", "clarifier=gpt,rules_scope", "clarifier.stop_early=true,false", "clarifier.mode=sequential"),
         ("+clarifier.structured=true", "search.max_llm_calls=3", "judge.members=[lexical]", "ua.persona=terse"),
         ("experiment=local_llm", "clarifier.max_output_tokens=128", 'clarifier.mode="批量"'),
         ("hydra.verbose=true", "hydra.job.chdir=false", "llm@services.llm=default", "~clarifier.order"),
@@ -131,6 +135,91 @@ def test_a_parameter_no_option_sets_is_told_to_be_appended() -> None:
 )
 def test_a_component_key_some_option_or_preset_sets_passes(args: tuple[str, ...]) -> None:
     assert _problems(*args) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (("clarifier=none", "clarifier.order=[time]"), ORDER_NONE),
+        (("-m", "clarifier=none,rules_scope", "clarifier.order=[time]"), ORDER_NONE),
+        (
+            ("clarifier.order=[time]",),
+            "clarifier.order: clarifier=ernie does not take it (clarifier=rules_region,rules_scope do)",
+        ),
+        (
+            ("experiment=offline", "search.provider.x=1"),
+            "search.provider: search=extractive does not take it (search=webdancer do)",
+        ),
+        (
+            ("-m", "experiment=offline,local_llm", "search.top_k=3"),
+            "search.top_k: search=webdancer does not take it (search=extractive do)",
+        ),
+    ],
+)
+def test_a_key_the_chosen_option_lacks_names_the_options_that_take_it(args: tuple[str, ...], line: str) -> None:
+    assert _problems(*args) == [line]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("clarifier=rules_region", "clarifier.order=[time]"),
+        ("experiment=offline", "clarifier.order=[time]", "judge.full=0.9"),
+        ("experiment=local_llm", "search.max_llm_calls=3", "clarifier.max_output_tokens=9"),  # the preset sets it too
+        ("-m", "clarifier=glob(rules_*)", "clarifier.order=[time]"),  # a pattern: not known for sure
+        ("--config-name", "mine", "clarifier.order=[time]"),  # another primary config
+        ("model@clarifier.model=gpt", "experiment=offline", "clarifier.model.id=x"),  # a node added on the line
+    ],
+)
+def test_a_key_is_not_refused_when_the_chosen_option_has_it_or_is_not_known_for_sure(args: tuple[str, ...]) -> None:
+    assert _problems(*args) == []
+
+
+def _docs_commands() -> list[tuple[str, tuple[str, ...]]]:
+    """Every ``python run.py ...`` of the README and docs/, its arguments up to a shell operator."""
+    found = []
+    for md in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for line in md.read_text(encoding="utf-8").replace("\\\n", " ").splitlines():
+            for m in re.finditer(r"python run\.py\b([^`\n]*)", line):
+                try:
+                    words = shlex.split(m.group(1), comments=True)
+                except ValueError:
+                    continue
+                cut = next((i for i, w in enumerate(words) if w in {"&&", "||", "|", ";"} or w[:1] in "<>"), None)
+                found.append((md.name, tuple(words[:cut])))
+    return found
+
+
+EXCUSED = {
+    "group=option": "extend.md's grammar, not a command",
+    "clarifier=mine": "models.md's user adds conf/model/mine.yaml first",
+    "services.llm.model=x": "reference.md shows the line a retired key gets",
+    "[orig_answers=<jsonl>]": "release.md's optional arguments",
+}
+
+
+def test_no_command_of_the_docs_is_refused() -> None:
+    commands = [(name, args) for name, args in _docs_commands() if not set(args) & set(EXCUSED)]
+    assert len(commands) > 50
+    assert [(name, args, p) for name, args in commands if (p := _problems(*args))] == []
+
+
+def _option_keys_lines() -> list[tuple[str, ...]]:
+    """Per preset (and none) and option of each group: the option chosen and every key it sets, overridden."""
+    lines = []
+    for group in sorted(d.name for d in CONF.iterdir() if d.is_dir() and d.name not in {"hydra", "experiment", "task"}):
+        for option in sorted(f.stem for f in (CONF / group).glob("*.yaml")):
+            node = yaml.safe_load((CONF / group / f"{option}.yaml").read_text(encoding="utf-8")) or {}
+            keys = [f"{group}.{k}=1" for k in node if k not in {"defaults", "_target_"}]
+            for preset in (None, *PRESETS):
+                lines.append((*([f"experiment={preset}"] if preset else ()), f"{group}={option}", *keys))
+    return lines
+
+
+def test_no_key_an_option_sets_is_refused_under_that_option_whatever_the_preset() -> None:
+    lines = _option_keys_lines()
+    assert len(lines) > 100
+    assert [(line, p) for line in lines if (p := _problems(*line))] == []
 
 
 def test_the_options_of_a_user_s_config_dir_count_even_when_their_target_cannot_load(tmp_path: Path) -> None:
@@ -234,6 +323,8 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
             "services.llm.cache.mod: no such key (did you mean services.llm.cache.mode?)",
         ),
         (("clarifier.treshold=1", "limit=1"), TRESHOLD),
+        (("clarifier=none", "clarifier.order=[time]"), ORDER_NONE),
+        (("-m", "clarifier=none,rules_scope", "clarifier.order=[time]", "k=1,2"), ORDER_NONE),
         (("-m", "clarifier=rules_scope", "k=1,2", "clarifier.treshold=1"), TRESHOLD),
         (('clarifier.stop_earli="是"',), STOP_EARLI),
         (
