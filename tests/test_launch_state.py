@@ -61,7 +61,7 @@ PROCESS_WIDE: dict[str, str] = {
     "cts.compose.presets:preset_nodes": "the _global_ presets' nodes: read once, before any launch, by both typo checks",
     "cts.compose.presets:primary_nodes": "the primary configs' nodes: read once, before any launch",
     "cts.compose.choices:_preset_groups": "the config dirs' preset groups: read once, before any launch",
-    "cts.compose.choices:_preset": "a preset file's node: read once, before any launch",
+    "cts.compose.presets:_config_file": "a config file parsed: read once, before any launch, by every typo check",
     "cts.compose.component_keys:_option_keys": "the keys an option file sets: read once, before any launch exists",
     "cts.llm._lite:litellm_module": "litellm imported once, with its network fetches off",
     "cts.roles.rules:_place_regex": "compiled regular expressions",

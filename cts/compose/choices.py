@@ -17,9 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from importlib.resources.abc import Traversable
 from typing import Any
 
-import yaml
-
-from cts.compose.presets import primary_nodes
+from cts.compose.presets import config_file, primary_nodes
 
 __all__ = ["chosen_options"]
 
@@ -145,17 +143,14 @@ def _preset_groups(config_dirs: tuple[Traversable, ...]) -> tuple[str, ...]:
 
 
 def _is_global(f: Traversable) -> bool:
-    return "@package _global_" in f.read_text(encoding="utf-8").split("\n", 1)[0]
+    return config_file(f).is_global
 
 
-@functools.cache
 def _preset(group: str, option: str, config_dirs: tuple[Traversable, ...]) -> Mapping[str, Any] | None:
     """The node of option ``option`` of preset group ``group``: {} for a plain option, None when not found."""
     for d in config_dirs:
         f = d / group / f"{option}.yaml"
         if f.is_file():
-            if not _is_global(f):
-                return {}
-            node = yaml.safe_load(f.read_text(encoding="utf-8"))
-            return node if isinstance(node, dict) else {}
+            parsed = config_file(f)
+            return parsed.node if parsed.is_global else {}
     return None

@@ -16,10 +16,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from importlib.resources.abc import Traversable
 from typing import Any
 
-import yaml
-
 from cts.compose.choices import chosen_options
-from cts.compose.presets import preset_nodes, primary_nodes
+from cts.compose.presets import config_file, preset_nodes, primary_nodes
 from cts.core.stages import model_role_nodes
 
 __all__ = ["chosen_option_problem", "component_key_problem", "component_key_problems"]
@@ -149,13 +147,9 @@ def _options_of(files: Iterable[Traversable]) -> Iterator[dict[str, Any] | None]
     """The nodes of option files (None for one packaged under another key)."""
     for f in files:
         if f.name.endswith(".yaml"):
-            text = f.read_text(encoding="utf-8")
-            first = text.split("\n", 1)[0]
-            if "@package" in first and "_group_" not in first:
-                yield None
-                continue
-            node = yaml.safe_load(text)
-            yield node if isinstance(node, dict) else {}
+            parsed = config_file(f)
+            packaged = "@package" in parsed.header and "_group_" not in parsed.header
+            yield None if packaged else dict(parsed.node)
 
 
 def _defaults_keys(defaults: Any) -> Iterator[str]:

@@ -9,14 +9,14 @@ with a component key parses each file once.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib.resources.abc import Traversable
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
-__all__ = ["Preset", "preset_nodes", "primary_nodes"]
+__all__ = ["ConfigFile", "Preset", "config_file", "preset_nodes", "primary_nodes"]
 
 
 @dataclass(frozen=True)
@@ -29,27 +29,51 @@ class Preset:
     """The file is an option of a group dir; False: it lies directly in a config dir."""
 
 
+@dataclass(frozen=True)
+class ConfigFile:
+    """One YAML config file, parsed when its node is first asked for."""
+
+    text: str
+
+    @property
+    def header(self) -> str:
+        """Its first line (where ``# @package ...`` is)."""
+        return self.text.split("\n", 1)[0]
+
+    @property
+    def is_global(self) -> bool:
+        """A ``# @package _global_`` file (a preset)."""
+        return "@package _global_" in self.header
+
+    @functools.cached_property
+    def node(self) -> Mapping[str, Any]:
+        """Its top mapping (empty when the file holds none)."""
+        node = yaml.safe_load(self.text)
+        return node if isinstance(node, dict) else {}
+
+
+def config_file(f: Traversable) -> ConfigFile:
+    """The file ``f``, read once per process (every command-line check reads it here)."""
+    return _config_file(cast(Hashable, f))  # every Traversable of a config dir (a path) is hashable
+
+
+@functools.cache
+def _config_file(key: Hashable) -> ConfigFile:
+    return ConfigFile(cast("Traversable", key).read_text(encoding="utf-8"))
+
+
 @functools.cache
 def preset_nodes(config_dirs: tuple[Traversable, ...]) -> tuple[Preset, ...]:
     """The ``# @package _global_`` files of ``config_dirs``, in any dir."""
-    found = []
-    for f, top in (item for d in config_dirs for item in _yaml_files(d, top=True)):
-        text = f.read_text(encoding="utf-8")
-        if "@package _global_" in text.split("\n", 1)[0]:
-            found.append(Preset(_node(text), in_group=not top))
-    return tuple(found)
+    found = ((config_file(f), top) for d in config_dirs for f, top in _yaml_files(d, top=True))
+    return tuple(Preset(c.node, in_group=not top) for c, top in found if c.is_global)
 
 
 @functools.cache
 def primary_nodes(config_dirs: tuple[Traversable, ...]) -> tuple[Mapping[str, Any], ...]:
     """The primary configs of ``config_dirs``: the files directly in a config dir that name no package."""
-    texts = (f.read_text(encoding="utf-8") for d in config_dirs for f in d.iterdir() if f.name.endswith(".yaml"))
-    return tuple(_node(text) for text in texts if "@package" not in text.split("\n", 1)[0])
-
-
-def _node(text: str) -> Mapping[str, Any]:
-    node = yaml.safe_load(text)
-    return node if isinstance(node, dict) else {}
+    files = (config_file(f) for d in config_dirs for f in d.iterdir() if f.name.endswith(".yaml"))
+    return tuple(c.node for c in files if "@package" not in c.header)
 
 
 def _yaml_files(d: Traversable, *, top: bool = False) -> Iterator[tuple[Traversable, bool]]:
