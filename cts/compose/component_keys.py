@@ -24,38 +24,44 @@ __all__ = ["chosen_option_problem", "component_key_problem", "component_key_prob
 
 
 def component_key_problems(args: Sequence[str], config_dirs: Sequence[Traversable]) -> list[str]:
-    """One line per plain override of ``args`` that sets a key no option nor preset of its group sets.
+    """One line per override of ``args`` (plain or appended) that sets a key no option nor preset of its group sets.
 
     ``run.py`` checks them beside :func:`cts.compose.validate.command_line_problems`, before Hydra composes anything.
     """
-    keys = [arg.split("=", 1)[0] for arg in args if "=" in arg and not arg.startswith(("-", "~", "+"))]
-    checked = [key for key in keys if "@" not in key and key.split(".", 1)[0] != "hydra"]  # Hydra's own
+    keys = [arg.split("=", 1)[0] for arg in args if "=" in arg and not arg.startswith(("-", "~"))]
+    checked = [key for key in keys if "@" not in key and key.lstrip("+").split(".", 1)[0] != "hydra"]  # Hydra's own
     return [p for key in checked if (p := component_key_problem(key, config_dirs, args)) is not None]
 
 
 def component_key_problem(key: str, config_dirs: Sequence[Traversable], args: Sequence[str] = ()) -> str | None:
-    """The line of a plain ``group.name=value`` override that no option nor preset of ``group`` sets, else None.
+    """The line of a ``group.name=value`` override that no option nor preset of ``group`` sets, else None.
 
-    A key some option sets is also refused when an option the jobs of ``args`` compose lacks it
-    (:func:`chosen_option_problem`).
+    A plain key some option sets is also refused when an option the jobs of ``args`` compose lacks it
+    (:func:`chosen_option_problem`). An appended one (``+clarifier.structured``) must be a parameter some
+    option's ``_target_`` takes (silent when a target takes ``**kwargs`` or cannot be loaded).
 
     Args:
-        key: The override's dotted key (``clarifier.treshold``); only ``<group>.<name>`` is checked.
+        key: The override's dotted key (``clarifier.treshold``, ``+clarifier.treshold``); only
+            ``<group>.<name>`` is checked.
         config_dirs: The config dirs (``conf/`` and the command line's own).
         args: The whole command line (which options of ``group`` its jobs compose).
     """
+    appended = key.startswith("+")
+    key = key.lstrip("+")
     group, dot, rest = key.partition(".")
-    if not dot or not any((d / group).is_dir() for d in config_dirs):
+    if not dot or not _is_group(group, tuple(config_dirs)) or _is_group(key.replace(".", "/"), tuple(config_dirs)):
         return None
     name = rest.split(".", 1)[0]
     found = _set_keys(group, tuple(config_dirs))
-    if found is None:
+    if found is None or (appended and name in found[0]):
         return None
     if name in found[0]:
         return chosen_option_problem(group, name, args, tuple(config_dirs))
     if "." in rest:
         return None
-    accepted = _accepted(found[1])
+    accepted, every = _accepted(found[1])
+    if appended and (name in accepted or not every):
+        return None
     if name in accepted:
         return f"{key}: no option of {group} sets it; add it with +{key}=VALUE"
     from cts.compose.validate import no_such_key
@@ -169,14 +175,20 @@ def _preset_keys(config_dirs: tuple[Traversable, ...], group: str) -> Iterator[s
             yield from (str(k) for k in part)
 
 
-def _accepted(targets: tuple[str, ...]) -> set[str]:
-    """The config keys the components ``targets`` take (by their signatures; unloadable ones take none)."""
+def _accepted(targets: tuple[str, ...]) -> tuple[set[str], bool]:
+    """The config keys the components ``targets`` take (by their signatures), and whether those are all of them.
+
+    False: a target takes ``**kwargs`` or cannot be loaded (the pre-flight says so), so any key may be taken.
+    """
     from cts.compose.checks import accepted_keys
 
     found: set[str] = set()
+    every = True
     for target in targets:
         try:
-            found |= accepted_keys(target) or set()
-        except (ImportError, AttributeError, ValueError, TypeError):  # the pre-flight says it cannot load
-            continue
-    return found
+            keys = accepted_keys(target)
+        except (ImportError, AttributeError, ValueError, TypeError):
+            keys = None
+        found |= keys or set()
+        every = every and keys is not None
+    return found, every

@@ -3,7 +3,8 @@
 Before: ``+concurency=1`` ran and was stored in the fingerprint (changing it for nothing); in a multirun
 a typo in a swept key or option printed Hydra's message over 9-40 lines and a sweep dir was created;
 a typo under a component (``clarifier.treshold=1``) printed Hydra's message over 5 lines, and so did a key
-another option of the group sets (``clarifier=none clarifier.order=[time]``).
+another option of the group sets (``clarifier=none clarifier.order=[time]``); an appended one
+(``+clarifier.treshold=1``) was refused by the pre-flight over three lines.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def test_a_mistyped_option_gets_one_line_naming_the_options(arg: str) -> None:
         ("clarifier=gpt,claude", "judge=panel", "judge/members=[ernie,gpt]", "ua/persona=terse"),
         ("experiment=build_gold", "build_gold.instances=data.jsonl", "+build_gold.out_dir=gold/"),
         ("services.llm.api_base=http://127.0.0.1:9/v1", "llm@services.llm=default", "~seed", "plan=only"),
-        ("--config-dir", "mine", "hydra.sweep.dir=x", "+hydra.job.env_set.A=1", "+judge.treshold=0.5", "dataset=null"),
+        ("--config-dir", "mine", "hydra.sweep.dir=x", "+hydra.job.env_set.A=1", "+judge.full=0.5", "dataset=null"),
         ("services.llm.cache.mode=off", "plan.calibration_n=10", "services.llm.role_timeout_s.judge=30", "k=1"),
         ("services.llm.batch.roles=[ua]", "bootstrap.n_resamples=100", "services.local_llm.n_ctx=512"),
         ("search.provider=serper", "clarifier=choice(gpt,claude)", "k=range(1,4)", "tracking.uri=sqlite:///m.db"),
@@ -115,6 +116,40 @@ def test_a_mistyped_component_key_gets_one_line_listing_what_its_options_take(ar
 def test_a_component_key_close_to_one_its_options_take_gets_a_suggestion(arg: str, meant: str) -> None:
     key = arg.split("=", 1)[0]
     assert _problems("experiment=offline", arg) == [f"{key}: no such key (did you mean {meant}?)"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("+clarifier.treshold=1",),
+        ("++clarifier.treshold=1",),
+        ("-m", "experiment=offline", "+clarifier.treshold=1,2", "k=1,2"),
+        ('+clarifier.treshold="阈值"',),
+    ],
+)
+def test_an_appended_component_key_no_option_s_target_takes_gets_the_same_one_line(args: tuple[str, ...]) -> None:
+    (line,) = _problems(*args)
+    assert line.startswith(TRESHOLD) and line.endswith(")") and "\n" not in line
+    assert _problems("+clarifier.stop_earli=true") == [STOP_EARLI]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("+clarifier.structured=true", "+clarifier.max_reasks=2"),  # parameters of a target no option sets
+        ("experiment=offline", "+search/provider=serper", "+search.provider=serper", "+ua.persona=terse"),  # groups
+        ("+clarifier.order=[time]",),  # an option sets it: Hydra or the pre-flight says what is wrong
+    ],
+)
+def test_an_appended_parameter_some_option_s_target_takes_passes(args: tuple[str, ...]) -> None:
+    assert _problems(*args) == []
+
+
+def test_an_appended_key_of_a_target_taking_any_keyword_is_left_to_the_pre_flight(tmp_path: Path) -> None:
+    (tmp_path / "clarifier").mkdir()
+    (tmp_path / "clarifier" / "mine.yaml").write_text("_target_: builtins.dict\n", encoding="utf-8")
+    assert component_key_problems(["+clarifier.anything=1"], [tmp_path, CONF]) == []
+    assert component_key_problems(["clarifier.anything=1"], [tmp_path, CONF]) != []
 
 
 def test_a_parameter_no_option_sets_is_told_to_be_appended() -> None:
@@ -323,6 +358,8 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
             "services.llm.cache.mod: no such key (did you mean services.llm.cache.mode?)",
         ),
         (("clarifier.treshold=1", "limit=1"), TRESHOLD),
+        (("+clarifier.treshold=1",), TRESHOLD),
+        (("-m", "+clarifier.treshold=1", "k=1,2"), TRESHOLD),
         (("clarifier=none", "clarifier.order=[time]"), ORDER_NONE),
         (("-m", "clarifier=none,rules_scope", "clarifier.order=[time]", "k=1,2"), ORDER_NONE),
         (("-m", "clarifier=rules_scope", "k=1,2", "clarifier.treshold=1"), TRESHOLD),
