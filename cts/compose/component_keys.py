@@ -53,20 +53,58 @@ def component_key_problem(key: str, config_dirs: Sequence[Traversable], args: Se
         return None
     name = rest.split(".", 1)[0]
     found = _set_keys(group, tuple(config_dirs))
-    if found is None or (appended and name in found[0]):
+    if found is None:
         return None
-    if name in found[0]:
-        return chosen_option_problem(group, name, args, tuple(config_dirs))
-    if "." in rest:
+    if name in found[0] and not appended:
+        chosen = chosen_option_problem(group, name, args, tuple(config_dirs))
+        if chosen is not None or "." not in rest:
+            return chosen
+    return _node_key_problem(key, group, rest.split("."), appended, tuple(config_dirs))
+
+
+def _node_key_problem(
+    key: str, group: str, parts: list[str], appended: bool, config_dirs: tuple[Traversable, ...]
+) -> str | None:
+    """The line of ``key`` whose ``parts`` lie under a node filled by an option of ``group``, else None.
+
+    Deeper keys are checked where the node's keys are known: a sub-group (``search.provider.x``) or a
+    node a defaults list fills from a group (``clarifier.model.temprature``: the ``model`` files and
+    :class:`cts.llm.ModelSpec`); a node set inline (``search.fetcher``) is left alone.
+    """
+    found = _set_keys(group, config_dirs)
+    node_path = key.rsplit(".", len(parts))[0]
+    if found is None or (appended and len(parts) == 1 and parts[0] in found[0]):
+        return None
+    keys = found[0] | set(_path_keys(config_dirs, node_path.split(".")))
+    if parts[0] in keys:
+        child = _child_group(group, parts[0], config_dirs) if len(parts) > 1 else None
+        return None if child is None else _node_key_problem(key, child, parts[1:], appended, config_dirs)
+    if len(parts) > 1:
         return None
     accepted, every = _accepted(found[1])
-    if appended and (name in accepted or not every):
+    if appended and (parts[0] in accepted or not every):
         return None
-    if name in accepted:
-        return f"{key}: no option of {group} sets it; add it with +{key}=VALUE"
+    if parts[0] in accepted:
+        return f"{key}: no option of {node_path} sets it; add it with +{key}=VALUE"
     from cts.compose.validate import no_such_key
 
-    return no_such_key(key, found[0] | accepted, listed=True)
+    return no_such_key(key, keys | accepted, listed=True)
+
+
+def _child_group(group: str, child: str, config_dirs: tuple[Traversable, ...]) -> str | None:
+    """The group whose options fill key ``child`` of ``group``'s node (None: set inline, by several, or unknown)."""
+    if _is_group(f"{group}/{child}", config_dirs):
+        return f"{group}/{child}"
+    found = {"model"} if group in model_role_nodes() and child == "model" else set()
+    for node in (n for d in config_dirs for n in _options(d / group)):
+        if node is None or child in node:
+            return None
+        for entry in node.get("defaults") or ():
+            for path in entry if isinstance(entry, dict) else ():
+                source, at, package = str(path).removeprefix("override ").strip().partition("@")
+                if at and package == child:
+                    found.add(source[1:] if source.startswith("/") else f"{group}/{source}")
+    return found.pop() if len(found) == 1 else None
 
 
 def chosen_option_problem(
@@ -169,10 +207,22 @@ def _defaults_keys(defaults: Any) -> Iterator[str]:
 
 def _preset_keys(config_dirs: tuple[Traversable, ...], group: str) -> Iterator[str]:
     """The keys the ``_global_`` files (and the primary configs) of ``config_dirs`` set under ``group``."""
+    return _path_keys(config_dirs, [group])
+
+
+def _path_keys(config_dirs: tuple[Traversable, ...], path: list[str]) -> Iterator[str]:
+    """The keys the ``_global_`` files (and the primary configs) set at the dotted ``path``, in a node or a package."""
+    dotted = ".".join(path)
     for node in (*(p.node for p in preset_nodes(config_dirs)), *primary_nodes(config_dirs)):
-        part = node.get(group)
+        part: Any = node
+        for step in path:
+            part = part.get(step) if isinstance(part, dict) else None
         if isinstance(part, dict):
             yield from (str(k) for k in part)
+        for entry in node.get("defaults") or ():  # ``override /model@search.model: x`` fills search.model
+            for package in (str(k).partition("@")[2] for k in (entry if isinstance(entry, dict) else ())):
+                if package.startswith(f"{dotted}."):
+                    yield package[len(dotted) + 1 :].split(".", 1)[0]
 
 
 def _accepted(targets: tuple[str, ...]) -> tuple[set[str], bool]:

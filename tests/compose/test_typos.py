@@ -4,7 +4,8 @@ Before: ``+concurency=1`` ran and was stored in the fingerprint (changing it for
 a typo in a swept key or option printed Hydra's message over 9-40 lines and a sweep dir was created;
 a typo under a component (``clarifier.treshold=1``) printed Hydra's message over 5 lines, and so did a key
 another option of the group sets (``clarifier=none clarifier.order=[time]``); an appended one
-(``+clarifier.treshold=1``) was refused by the pre-flight over three lines.
+(``+clarifier.treshold=1``) was refused by the pre-flight over three lines; a deeper one
+(``search.provider.x=1``, ``clarifier.model.temprature=0.2``) got Hydra's five lines.
 """
 
 from __future__ import annotations
@@ -257,6 +258,73 @@ def test_no_key_an_option_sets_is_refused_under_that_option_whatever_the_preset(
     assert [(line, p) for line in lines if (p := _problems(*line))] == []
 
 
+MODEL_KEYS = "clarifier.model's options take: api_base, api_key_env, batch, id, input_cost_per_token, max_concurrency, "
+PROVIDER_X = "search.provider.x: no such key (search.provider's options take: api_key_env, backoff_s, base_url, "
+
+
+@pytest.mark.parametrize(
+    ("args", "start"),
+    [
+        (("search.provider.x=1",), PROVIDER_X),
+        (("-m", "search/provider=serper,searxng", "+search.provider.x=1"), PROVIDER_X),
+        (
+            ("search.provider.snippet_char=1",),
+            "search.provider.snippet_char: no such key (did you mean search.provider.snippet_chars?)",
+        ),
+        (("clarifier.model.temprature=0.2",), f"clarifier.model.temprature: no such key ({MODEL_KEYS}"),
+        (("+clarifier.model.temprature=0.2",), f"clarifier.model.temprature: no such key ({MODEL_KEYS}"),
+        (
+            ("search.summary_model.api_bas=x",),
+            "search.summary_model.api_bas: no such key (did you mean search.summary_model.api_base?)",
+        ),
+        (
+            ("clarifier.model.min_concurrency=2",),
+            "clarifier.model.min_concurrency: no option of clarifier.model sets it; add it with +",
+        ),
+        (
+            ("services.llm.batch.rolez=[ua]",),
+            "services.llm.batch.rolez: no such key (did you mean services.llm.batch.roles?)",
+        ),
+    ],
+)
+def test_a_deeper_key_is_checked_where_the_node_s_keys_are_known(args: tuple[str, ...], start: str) -> None:
+    (line,) = _problems(*args)
+    assert line.startswith(start) and "\n" not in line
+
+
+@pytest.mark.parametrize(
+    "arg",
+    [
+        "clarifier.model.params.temprature=0.2",  # params take any provider parameter
+        "search.fetcher.routes.ftp.timeout_s=1",  # a node set inline
+        "judge.members.lexical.ful=1",  # a keyed group's member
+        "+clarifier.model.min_concurrency=2",  # a field of ModelSpec no model file sets
+        "+search.provider.gl=cn",  # another provider sets it: the pre-flight checks local_wiki's class
+    ],
+)
+def test_a_deeper_key_under_a_node_of_unknown_keys_is_left_alone(arg: str) -> None:
+    assert _problems("judge=panel", arg) == []
+
+
+def _nested_lines() -> list[tuple[str, ...]]:
+    """Each model and provider option chosen, with every key its file sets overridden where it lands."""
+    lines = []
+    for model in sorted(CONF.glob("model/*.yaml")):
+        keys = [k for k in yaml.safe_load(model.read_text(encoding="utf-8")) if k != "_target_"]
+        nodes = ("clarifier.model", "search.model", "search.summary_model")
+        lines.append((f"clarifier={model.stem}", *(f"{n}.{k}=1" for n in nodes for k in keys)))
+    for provider in sorted(CONF.glob("search/provider/*.yaml")):
+        keys = [k for k in yaml.safe_load(provider.read_text(encoding="utf-8")) if k != "_target_"]
+        lines.append((f"search/provider={provider.stem}", *(f"search.provider.{k}=1" for k in keys)))
+    return lines
+
+
+def test_no_key_a_model_or_provider_file_sets_is_refused_under_its_node() -> None:
+    lines = _nested_lines()
+    assert len(lines) >= 13
+    assert [(line, p) for line in lines if (p := _problems(*line))] == []
+
+
 def test_the_options_of_a_user_s_config_dir_count_even_when_their_target_cannot_load(tmp_path: Path) -> None:
     (tmp_path / "clarifier").mkdir()
     (tmp_path / "clarifier" / "mine.yaml").write_text("_target_: nowhere.Missing\ndepth: 2\n", encoding="utf-8")
@@ -360,6 +428,12 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         (("clarifier.treshold=1", "limit=1"), TRESHOLD),
         (("+clarifier.treshold=1",), TRESHOLD),
         (("-m", "+clarifier.treshold=1", "k=1,2"), TRESHOLD),
+        (("search=webdancer", "search.provider.x=1"), PROVIDER_X),
+        (("clarifier=gpt", "clarifier.model.temprature=0.2"), f"clarifier.model.temprature: no such key ({MODEL_KEYS}"),
+        (
+            ("-m", "clarifier=gpt,claude", "clarifier.model.temprature=0.2", "k=1,2"),
+            "clarifier.model.temprature: no such key",
+        ),
         (("clarifier=none", "clarifier.order=[time]"), ORDER_NONE),
         (("-m", "clarifier=none,rules_scope", "clarifier.order=[time]", "k=1,2"), ORDER_NONE),
         (("-m", "clarifier=rules_scope", "k=1,2", "clarifier.treshold=1"), TRESHOLD),
