@@ -459,6 +459,30 @@ def test_the_command_line_refuses_with_one_line_and_creates_nothing(
 
 
 @pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ("-m", "experiment=offline,local_llm", "search.top_k=3"),  # the preset swept: each job's option
+            "search.top_k: search=webdancer does not take it (search=extractive do)",
+        ),
+        (
+            ("-m", "clarifier=choice(none,rules_scope)", "clarifier.order=[time]", "k=1,2"),
+            ORDER_NONE,
+        ),
+        (("-m", "search/provider=serper,searxng", "search.provider.g=cn", "k=1,2"), "search.provider.g: no such key"),
+    ],
+)
+def test_a_multirun_refuses_a_key_one_of_its_jobs_lacks_with_one_line_and_no_sweep_dir(
+    tmp_path: Path, args: tuple[str, ...], line: str
+) -> None:
+    proc = _run(tmp_path, *args, f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode == 1, proc.stderr
+    (printed,) = proc.stderr.strip().splitlines()
+    assert printed.startswith(f"error: {line}"), proc.stderr
+    assert not (tmp_path / "sweep").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
     ("arg", "said"),
     [
         ("+clarifier.mode=批量", "type '+clarifier.mode=\"批量\"'"),
