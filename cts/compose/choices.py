@@ -19,7 +19,7 @@ from typing import Any
 
 from cts.compose.presets import config_file, primary_nodes
 
-__all__ = ["chosen_options"]
+__all__ = ["chosen_options", "presets_set"]
 
 _MAX_JOBS = 256  # preset combinations looked at; more: not known for sure
 _CONFIG_FLAGS = ("--config-name", "-cn", "--config-path", "-cp")
@@ -43,6 +43,25 @@ def chosen_options(group: str, args: Sequence[str], config_dirs: Sequence[Traver
             return None
         found |= picked or {str(default)}
     return frozenset(found)
+
+
+def presets_set(group: str, name: str, args: Sequence[str], config_dirs: Sequence[Traversable]) -> bool:
+    """Whether a ``_global_`` preset some job of ``args`` composes (or the primary config) sets ``group.name``.
+
+    True too when the presets are not known for sure.
+    """
+    dirs = tuple(config_dirs)
+    nodes = [n for combo in _preset_combinations(args, dirs) for n in (combo if combo is not None else [None])]
+    return any(n is None or _sets(n, group, name) for n in (*nodes, *primary_nodes(dirs)))
+
+
+def _sets(node: Mapping[str, Any], group: str, name: str) -> bool:
+    """``node`` sets ``group.name``: in its ``group`` node or by a package in its defaults (``/model@group.name``)."""
+    part = node.get(group)
+    if isinstance(part, dict) and name in part:
+        return True
+    packages = (str(k).partition("@")[2] for e in node.get("defaults") or () if isinstance(e, dict) for k in e)
+    return any(p == f"{group}.{name}" or p.startswith(f"{group}.{name}.") for p in packages)
 
 
 def _package_override(group: str, args: Sequence[str]) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from importlib.resources.abc import Traversable
 from typing import Any
 
-from cts.compose.choices import chosen_options
+from cts.compose.choices import chosen_options, presets_set
 from cts.compose.presets import config_file, preset_nodes, primary_nodes
 from cts.core.stages import model_role_nodes
 
@@ -114,16 +114,19 @@ def chosen_option_problem(
 
     ``clarifier=none clarifier.order=[time]``: ``clarifier.order: clarifier=none does not take it
     (clarifier=rules_region,rules_scope do)``. Silent when the chosen options are not known for sure
-    (:func:`cts.compose.choices.chosen_options`) or when a preset or the primary config sets the key.
+    (:func:`cts.compose.choices.chosen_options`) or when a preset the jobs compose, or the primary config, sets
+    the key.
     """
     chosen = chosen_options(group, args, config_dirs)
-    if chosen is None or name in set(_preset_keys(config_dirs, group)):
+    if chosen is None or presets_set(group, name, args, config_dirs):
         return None
     keys = {option: _option_keys(group, option, config_dirs) for option in _all_options(group, config_dirs) | chosen}
     lacking = sorted(o for o in chosen if (k := keys.get(o)) is not None and name not in k)
     if not lacking:
         return None
     having = sorted(o for o, k in keys.items() if k is not None and name in k)
+    if not having:
+        return None  # only a preset sets it: Hydra's message names the key
     verb = "does" if len(lacking) == 1 else "do"
     return f"{group}.{name}: {group}={','.join(lacking)} {verb} not take it ({group}={','.join(having)} do)"
 

@@ -187,6 +187,10 @@ def test_a_component_key_some_option_or_preset_sets_passes(args: tuple[str, ...]
             "search.provider: search=extractive does not take it (search=webdancer do)",
         ),
         (
+            ("experiment=offline", "clarifier.max_output_tokens=64"),  # only local_llm's preset sets it
+            "clarifier.max_output_tokens: clarifier=rules_scope does not take it (clarifier=claude,deepseek,ernie,gemini,gemma3_270m,gpt,kimi,qwen,smollm2_135m,webdancer do)",
+        ),
+        (
             ("-m", "experiment=offline,local_llm", "search.top_k=3"),
             "search.top_k: search=webdancer does not take it (search=extractive do)",
         ),
@@ -345,13 +349,13 @@ def test_a_component_key_and_a_preset_key_parse_each_config_file_once(
     (tmp_path / "experiment" / "中文.yaml").write_text(preset, encoding="utf-8")
     (tmp_path / "config.yaml").write_text("defaults:\n  - clarifier: mine\n", encoding="utf-8")
     parsed: Counter[str] = Counter()
-    safe_load = yaml.safe_load
+    load = yaml.load
 
-    def counted(text: str) -> object:
+    def counted(text: str, Loader: type) -> object:  # noqa: N803 - yaml.load's own name
         parsed[text] += 1
-        return safe_load(text)
+        return load(text, Loader=Loader)
 
-    monkeypatch.setattr(yaml, "safe_load", counted)
+    monkeypatch.setattr(yaml, "load", counted)  # yaml.safe_load calls it too
     args = ["clarifier.width=3", 'preset_only="中文"']  # fresh dirs: no cache of this process has read them
     assert command_line_problems(args, [tmp_path]) + component_key_problems(args, [tmp_path]) == []
     assert parsed[preset] == 1 and max(parsed.values()) == 1, parsed
@@ -443,7 +447,7 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
             "tracking.experiment=中文: Hydra takes CJK text only quoted: type 'tracking.experiment=\"中文\"'",
         ),
         (
-            ("-m", "dataset.path=数据/甲.jsonl,b.jsonl"),
+            ("-m", "dataset=jsonl", "dataset.path=数据/甲.jsonl,b.jsonl"),
             "dataset.path=数据/甲.jsonl,b.jsonl: Hydra takes CJK text only quoted: type 'dataset.path=\"数据/甲.jsonl\",b.jsonl'",
         ),
     ],
@@ -494,7 +498,7 @@ def test_a_multirun_refuses_a_key_one_of_its_jobs_lacks_with_one_line_and_no_swe
 def test_unquoted_cjk_text_gets_the_override_to_type(arg: str, said: str) -> None:
     (line,) = [p for p in _problems(arg) if "Hydra takes" in p]
     assert line.startswith(arg.split("=", 1)[0]) and said in line
-    assert _problems('tracking.experiment="中文"', "dataset.path='数据/甲.jsonl'") == []
+    assert _problems('tracking.experiment="中文"', "dataset=jsonl", "dataset.path='数据/甲.jsonl'") == []
 
 
 def test_a_component_key_its_option_sets_still_composes(tmp_path: Path) -> None:
