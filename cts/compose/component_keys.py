@@ -149,14 +149,17 @@ def _model_names(config_dirs: tuple[Traversable, ...]) -> list[str]:
 
 @functools.cache
 def _option_keys(group: str, option: str, config_dirs: tuple[Traversable, ...]) -> frozenset[str] | None:
-    """The keys option ``option`` of ``group`` gives its node (None: not known, e.g. packaged elsewhere or absent)."""
-    for d in config_dirs:
-        f = d / group / f"{option}.yaml"
-        if f.is_file():
-            node = next(_options_of([f]))
-            if node is None:
-                return None
-            return frozenset({str(k) for k in node if k != "defaults"} | set(_defaults_keys(node.get("defaults"))))
+    """The keys option ``option`` of ``group`` gives its node (None: not known, e.g. packaged elsewhere or absent).
+
+    A file of that name in several config dirs (a user's ``--config-dir`` beside ``conf/``): the keys of any.
+    """
+    files = [f for d in config_dirs if (f := d / group / f"{option}.yaml").is_file()]
+    nodes = list(_options_of(files))
+    if files:
+        if any(node is None for node in nodes):
+            return None
+        keys = ({str(k) for k in n if k != "defaults"} | set(_defaults_keys(n.get("defaults"))) for n in nodes if n)
+        return frozenset(set().union(*keys))
     role = model_role_nodes().get(group)
     if role is None or option not in _model_names(config_dirs):
         return None

@@ -339,6 +339,13 @@ def test_the_options_of_a_user_s_config_dir_count_even_when_their_target_cannot_
     ]
 
 
+def test_an_option_of_a_user_s_config_dir_that_shadows_one_of_conf_counts_with_its_own_keys(tmp_path: Path) -> None:
+    (tmp_path / "clarifier").mkdir()
+    (tmp_path / "clarifier" / "none.yaml").write_text("_target_: x.Y\norder: [时间]\n", encoding="utf-8")
+    args = ["clarifier=none", "clarifier.order=[time]"]
+    assert command_line_problems(args, [tmp_path, CONF]) + component_key_problems(args, [tmp_path, CONF]) == []
+
+
 def test_a_component_key_and_a_preset_key_parse_each_config_file_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
