@@ -35,6 +35,7 @@ from cts._util.launch import Launch, current_launch
 from cts._util.loops import new_event_loop
 from cts._util.loops import run as run_loop
 from cts._util.startup import end_startup_gc
+from cts.llm._lite import stop_logging_worker
 from cts.llm._singleflight import SingleFlight
 from cts.sweep._progress import SweepProgress
 
@@ -285,6 +286,7 @@ def _close_unstarted(coro: Coroutine[Any, Any, Any]) -> None:
 async def _drain() -> None:
     """Let cancelled jobs finish their clean-up (close record files) before the loop stops."""
     me = asyncio.current_task()
+    await stop_logging_worker()  # litellm's: its task never ends by itself
     tasks = [t for t in asyncio.all_tasks() if t is not me]
     if tasks:
         await asyncio.wait(tasks, timeout=_DRAIN_TIMEOUT_S)

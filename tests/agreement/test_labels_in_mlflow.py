@@ -21,7 +21,7 @@ from cts.core.records import read_records
 from cts.data.human_labels import read_labels
 from tests.runs import REPO, run_py
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("labels_in_mlflow")]  # one worker builds the queue
 SYSTEMS = ("rules_scope", "rules_region")
 
 

@@ -154,6 +154,10 @@ def registry(name: str) -> ModelSpec:
         return ModelSpec.coerce(compose("config", overrides=[f"clarifier={name}"]).clarifier.model)
 
 
+SHARES_CALLS = pytest.mark.xdist_group("structured_outputs")
+"""On one worker, which builds the module's ``calls`` once (each worker would build its own)."""
+
+
 @pytest.fixture(scope="module")
 def calls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[str, str], dict[str, Any]]]:
     """Per route: each role's result, the bodies its emulator got, refusals, violations and the job's audit."""
@@ -187,6 +191,7 @@ def run_roles(name: str, transport: str, cache_dir: Path) -> dict[str, Any]:
     }
 
 
+@SHARES_CALLS
 @pytest.mark.parametrize(("name", "transport"), ROUTES, ids=[f"{n}-{t}" for n, t in ROUTES])
 def test_every_role_is_answered_and_parsed_on_every_provider(calls: Any, name: str, transport: str) -> None:
     got = calls[name, transport]
@@ -195,6 +200,7 @@ def test_every_role_is_answered_and_parsed_on_every_provider(calls: Any, name: s
         assert check(got["results"][role]), (role, got["results"][role])
 
 
+@SHARES_CALLS
 @pytest.mark.parametrize(("name", "transport"), ROUTES, ids=[f"{n}-{t}" for n, t in ROUTES])
 def test_each_roles_schema_goes_in_the_providers_own_form(calls: Any, name: str, transport: str) -> None:
     wire = PROVIDERS[name][1]
@@ -250,6 +256,7 @@ def test_structured_false_or_a_configured_response_format_replaces_the_roles_sch
     assert own.request_params(schemas.answer())["response_format"] == mine
 
 
+@SHARES_CALLS
 @pytest.mark.parametrize(
     ("name", "transport"), [("gpt", "litellm"), ("claude", "litellm"), ("gemini", "litellm"), ("ernie", "openai")]
 )

@@ -32,7 +32,7 @@ from cts.core.scoring import majority_label, restore_score
 from tests.agreement_checks import loop_bootstrap, sklearn_kappa, textbook_ordinal_alpha
 from tests.runs import REPO, run_py
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("human_agreement")]  # one worker builds the study
 
 RESAMPLES, SEED, LEVEL = 300, 3, 0.9
 CODE = {"none": 0, "partial": 1, "full": 2}

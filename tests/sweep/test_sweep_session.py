@@ -8,6 +8,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +184,20 @@ def test_job_concurrency_fills_jobs_unless_the_user_set_concurrency(overrides: l
     launcher.config = OmegaConf.create({"k": 1, "concurrency": 8, "hydra": {"job": {"id": None, "num": None}}})
     launcher.hydra_context = SimpleNamespace(config_loader=Loader())  # type: ignore[assignment]
     assert launcher._job_config(0, overrides).concurrency == expected
+
+
+def test_a_session_whose_loop_called_litellm_ends_without_waiting_out_its_drain(
+    llm_server: ScriptedServer, tmp_path: Path
+) -> None:
+    """litellm's logging worker waits on its queue for ever: the drain stopped it, not its 30 s timeout."""
+    from litellm.litellm_core_utils.logging_worker import GLOBAL_LOGGING_WORKER
+
+    rt = LLMRuntime.from_settings(llm_settings(llm_server, transport="litellm"), tmp_path)
+    session = SweepSession(progress=False)
+    with session:
+        reply = session.start(_ask(rt, "via litellm")).result(30)
+        worker = GLOBAL_LOGGING_WORKER._worker_task
+        assert worker is not None and worker.get_loop() is session.loop and not worker.done()
+        start = time.monotonic()
+    assert reply.text and time.monotonic() - start < 10, time.monotonic() - start
+    assert worker.done()
