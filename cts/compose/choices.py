@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from importlib.resources.abc import Traversable
 from typing import Any
 
-from cts.compose.presets import config_file, primary_nodes
+from cts.compose.presets import config_file, defaults_packages, primary_nodes
 
 __all__ = ["chosen_options", "presets_set"]
 
@@ -60,8 +60,7 @@ def _sets(node: Mapping[str, Any], group: str, name: str) -> bool:
     part = node.get(group)
     if isinstance(part, dict) and name in part:
         return True
-    packages = (str(k).partition("@")[2] for e in node.get("defaults") or () if isinstance(e, dict) for k in e)
-    return any(p == f"{group}.{name}" or p.startswith(f"{group}.{name}.") for p in packages)
+    return any(p == f"{group}.{name}" or p.startswith(f"{group}.{name}.") for p in defaults_packages(node))
 
 
 def _package_override(group: str, args: Sequence[str]) -> bool:

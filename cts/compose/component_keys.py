@@ -12,12 +12,12 @@ sets (which needs ``+``).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from importlib.resources.abc import Traversable
 from typing import Any
 
 from cts.compose.choices import chosen_options, presets_set
-from cts.compose.presets import config_file, preset_nodes, primary_nodes
+from cts.compose.presets import config_file, defaults_packages, preset_nodes, primary_nodes
 from cts.core.stages import model_role_nodes
 
 __all__ = ["chosen_option_problem", "component_key_problem", "component_key_problems"]
@@ -158,8 +158,7 @@ def _option_keys(group: str, option: str, config_dirs: tuple[Traversable, ...]) 
     if files:
         if any(node is None for node in nodes):
             return None
-        keys = ({str(k) for k in n if k != "defaults"} | set(_defaults_keys(n.get("defaults"))) for n in nodes if n)
-        return frozenset(set().union(*keys))
+        return frozenset(set().union(*(_node_keys(n) for n in nodes if n)))
     role = model_role_nodes().get(group)
     if role is None or option not in _model_names(config_dirs):
         return None
@@ -180,10 +179,10 @@ def _set_keys(group: str, config_dirs: tuple[Traversable, ...]) -> tuple[set[str
         for node in _options(d / group):
             if node is None:
                 return None  # an option packaged elsewhere: its keys are not this node's
-            keys |= {str(k) for k in node if k != "defaults"} | set(_defaults_keys(node.get("defaults")))
+            keys |= _node_keys(node)
             targets.append(str(node.get("_target_", "")))
         keys |= {child.name for child in (d / group).iterdir() if child.is_dir()} if (d / group).is_dir() else set()
-    keys |= set(_preset_keys(config_dirs, group))
+    keys |= set(_path_keys(config_dirs, [group]))  # what the presets (and the primary configs) set under it
     return keys, tuple(t for t in targets if t)
 
 
@@ -202,6 +201,11 @@ def _options_of(files: Iterable[Traversable]) -> Iterator[dict[str, Any] | None]
             yield None if packaged else dict(parsed.node)
 
 
+def _node_keys(node: Mapping[str, Any]) -> set[str]:
+    """The keys an option file gives its node: its own and those its defaults list fills."""
+    return {str(k) for k in node if k != "defaults"} | set(_defaults_keys(node.get("defaults")))
+
+
 def _defaults_keys(defaults: Any) -> Iterator[str]:
     """The keys a defaults list fills: ``/model@model: x`` fills ``model``, ``provider: x`` fills ``provider``."""
     for entry in defaults if isinstance(defaults, list) else ():
@@ -209,11 +213,6 @@ def _defaults_keys(defaults: Any) -> Iterator[str]:
             for k in entry:
                 path = str(k).removeprefix("override ").strip()
                 yield path.rpartition("@")[2].split(".")[0] if "@" in path else path.strip("/").split("/")[-1]
-
-
-def _preset_keys(config_dirs: tuple[Traversable, ...], group: str) -> Iterator[str]:
-    """The keys the ``_global_`` files (and the primary configs) of ``config_dirs`` set under ``group``."""
-    return _path_keys(config_dirs, [group])
 
 
 def _path_keys(config_dirs: tuple[Traversable, ...], path: list[str]) -> Iterator[str]:
@@ -225,10 +224,9 @@ def _path_keys(config_dirs: tuple[Traversable, ...], path: list[str]) -> Iterato
             part = part.get(step) if isinstance(part, dict) else None
         if isinstance(part, dict):
             yield from (str(k) for k in part)
-        for entry in node.get("defaults") or ():  # ``override /model@search.model: x`` fills search.model
-            for package in (str(k).partition("@")[2] for k in (entry if isinstance(entry, dict) else ())):
-                if package.startswith(f"{dotted}."):
-                    yield package[len(dotted) + 1 :].split(".", 1)[0]
+        for package in defaults_packages(node):  # ``override /model@search.model: x`` fills search.model
+            if package.startswith(f"{dotted}."):
+                yield package[len(dotted) + 1 :].split(".", 1)[0]
 
 
 def _accepted(targets: tuple[str, ...]) -> tuple[set[str], bool]:

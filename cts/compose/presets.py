@@ -18,7 +18,7 @@ import yaml
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml parses the model files ten times faster
 
-__all__ = ["ConfigFile", "Preset", "config_file", "preset_nodes", "primary_nodes"]
+__all__ = ["ConfigFile", "Preset", "config_file", "defaults_packages", "preset_nodes", "primary_nodes"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,12 @@ def primary_nodes(config_dirs: tuple[Traversable, ...]) -> tuple[Mapping[str, An
     """The primary configs of ``config_dirs``: the files directly in a config dir that name no package."""
     files = (config_file(f) for d in config_dirs for f in d.iterdir() if f.name.endswith(".yaml"))
     return tuple(c.node for c in files if "@package" not in c.header)
+
+
+def defaults_packages(node: Mapping[str, Any]) -> Iterator[str]:
+    """The packages a node's defaults list fills: ``/model@clarifier.model: x`` gives ``clarifier.model``."""
+    for entry in node.get("defaults") or ():
+        yield from (str(k).partition("@")[2] for k in (entry if isinstance(entry, dict) else ()))
 
 
 def _yaml_files(d: Traversable, *, top: bool = False) -> Iterator[tuple[Traversable, bool]]:

@@ -147,17 +147,23 @@ def trace_ids_of_runs(run_ids: Sequence[str]) -> dict[tuple[str, str], str]:
     mlflow = mlflow_module()
     if store_down(mlflow.get_tracking_uri()) is not None:
         return {}
-    client = mlflow.MlflowClient()
     found: dict[tuple[str, str], str] = {}
-    for run_id in dict.fromkeys(r for r in run_ids if r):
-        try:
-            experiment = client.get_run(run_id).info.experiment_id
-        except Exception:  # noqa: BLE001 - a run of another store, or deleted: it has no traces here
-            continue
+    for experiment, run_id in run_experiments(mlflow.MlflowClient(), run_ids):
         for info in trace_infos(experiment, run_id):
             instance = info.tags.get("cts.instance_id")
             if instance:
                 found.setdefault((run_id, instance), info.trace_id)
+    return found
+
+
+def run_experiments(client: Any, run_ids: Sequence[str]) -> list[tuple[str, str]]:
+    """``(experiment id, run id)`` of each run the store holds (a run of another store, or deleted: left out)."""
+    found = []
+    for run_id in dict.fromkeys(r for r in run_ids if r):
+        try:
+            found.append((client.get_run(run_id).info.experiment_id, run_id))
+        except Exception:  # noqa: BLE001 - a run of another store, or deleted: it has no traces here
+            continue
     return found
 
 

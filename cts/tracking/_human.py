@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cts.tracking._assessments import Assessed, log_assessments, trace_ids_of_runs, trace_infos
+from cts.tracking._assessments import Assessed, log_assessments, run_experiments, trace_ids_of_runs, trace_infos
 from cts.tracking._store import mlflow_module, prepare_store
 
 
@@ -99,10 +99,9 @@ def tag_traces(uri: str, tags: Mapping[str, Mapping[str, str]]) -> int:
 
 def queued_traces(uri: str, run_ids: Sequence[str]) -> set[str]:
     """The ids of the runs' traces in the review queue (tagged :data:`REVIEW_TAG` ``todo``)."""
-    _client(uri)
     return {
         info.trace_id
-        for experiment, run_id in _experiments_of(uri, run_ids)
+        for experiment, run_id in run_experiments(_client(uri), run_ids)
         for info in trace_infos(experiment, run_id)
         if info.tags.get(REVIEW_TAG) == "todo"
     }
@@ -120,18 +119,6 @@ def untag_traces(uri: str, trace_ids: Iterable[str], keys: Sequence[str]) -> int
     return done
 
 
-def _experiments_of(uri: str, run_ids: Sequence[str]) -> list[tuple[str, str]]:
-    """``(experiment id, run id)`` of each run found in the store (another store's or a deleted run: left out)."""
-    client = _client(uri)
-    found = []
-    for run_id in dict.fromkeys(r for r in run_ids if r):
-        try:
-            found.append((client.get_run(run_id).info.experiment_id, run_id))
-        except Exception:  # noqa: BLE001 - a run of another store, or deleted: it has no traces here
-            continue
-    return found
-
-
 def human_assessments(uri: str, run_ids: Sequence[str]) -> list[StoredAssessment]:
     """Every valid HUMAN-source assessment (feedback or expectation) on the runs' per-instance traces.
 
@@ -140,11 +127,7 @@ def human_assessments(uri: str, run_ids: Sequence[str]) -> list[StoredAssessment
     mlflow = mlflow_module()
     client = _client(uri)
     found: list[StoredAssessment] = []
-    for run_id in dict.fromkeys(r for r in run_ids if r):
-        try:
-            experiment = client.get_run(run_id).info.experiment_id
-        except Exception:  # noqa: BLE001 - a run of another store, or deleted: it has no traces here
-            continue
+    for experiment, run_id in run_experiments(client, run_ids):
         traces = mlflow.search_traces(locations=[experiment], run_id=run_id, return_type="list", include_spans=False)
         for t in traces:
             instance = t.info.tags.get("cts.instance_id")

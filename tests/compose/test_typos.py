@@ -462,7 +462,12 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_the_command_line_refuses_with_one_line_and_creates_nothing(
     tmp_path: Path, args: tuple[str, ...], line: str
 ) -> None:
-    proc = _run(tmp_path, *args, "experiment=offline", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    _refused_with_one_line(tmp_path, line, *args, "experiment=offline")
+
+
+def _refused_with_one_line(tmp_path: Path, line: str, *args: str) -> None:
+    """``run.py args`` exits 1 with the one ``error:`` line ``line`` and creates no sweep or output dir."""
+    proc = _run(tmp_path, *args, f"hydra.sweep.dir={tmp_path / 'sweep'}")
     assert proc.returncode == 1, proc.stderr
     (printed,) = proc.stderr.strip().splitlines()
     assert printed.startswith(f"error: {line}"), proc.stderr
@@ -486,11 +491,7 @@ def test_the_command_line_refuses_with_one_line_and_creates_nothing(
 def test_a_multirun_refuses_a_key_one_of_its_jobs_lacks_with_one_line_and_no_sweep_dir(
     tmp_path: Path, args: tuple[str, ...], line: str
 ) -> None:
-    proc = _run(tmp_path, *args, f"hydra.sweep.dir={tmp_path / 'sweep'}")
-    assert proc.returncode == 1, proc.stderr
-    (printed,) = proc.stderr.strip().splitlines()
-    assert printed.startswith(f"error: {line}"), proc.stderr
-    assert not (tmp_path / "sweep").exists() and not (tmp_path / "out").exists()
+    _refused_with_one_line(tmp_path, line, *args)
 
 
 @pytest.mark.parametrize(
