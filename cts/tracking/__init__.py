@@ -63,7 +63,7 @@ from cts.tracking._store import (
 from cts.tracking._tables import RECORDS_TABLE, log_records_table
 from cts.tracking._tracedoc import search_turns
 from cts.tracking._traces import trace_llm_calls
-from cts.tracking._writer import close_held_writers, flush_traces, start_trace_writer
+from cts.tracking._writer import IN_PROCESS_DOCS, close_held_writers, flush_traces, start_trace_writer
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +114,7 @@ __all__ = [
     "search_turns",
     "set_tags",
     "start_trace_writer",
+    "IN_PROCESS_DOCS",
     "store_failed",
     "store_lock_path",
     "trace_ids_of_runs",

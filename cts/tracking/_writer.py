@@ -1,16 +1,19 @@
-"""Trace documents leave the job's process: one writer process per tracking store, fed by a thread.
+"""Trace documents leave the job's thread: one writer per tracking store, fed by a thread.
 
 :meth:`TraceWriter.submit` only puts a document on a queue (no MLflow call, no pickling, no I/O
 on the caller's thread, which in a sweep is the event loop's). A sender thread batches the
 queue (up to :data:`~cts.tracking._tracewrite.BATCH` documents, or what came within
-``linger_s`` of the first) and pipes each batch to the writer process (:mod:`cts.tracking._writermain`), which
-writes it on the other core. :meth:`TraceWriter.flush` returns once everything submitted before
-it is in the store.
+``linger_s`` of the first). It writes the first :data:`IN_PROCESS_DOCS` documents itself; a
+job that traces more starts the writer process (:mod:`cts.tracking._writermain`), and each later
+batch is piped to it and written on the other core. The process costs about 2 s of CPU to
+start (it imports MLflow again), more than a small job's traces cost to write here (a few ms
+each). :meth:`TraceWriter.flush` returns once everything submitted before it is in the store.
 
-A writer can be started before its store may be opened (``open_store=False``): the process
-imports MLflow (about 2 s of CPU) on the other core while the job's checks run, and opens the
-store only once :meth:`TraceWriter.open` says so (or documents come). Closed before that, it is
-ended at once: a command that fails its checks creates no store and does not wait for the import.
+A writer can be started before its store may be opened (``open_store=False``): it opens the
+store only once :meth:`TraceWriter.open` says so (or documents come). Closed before that, it
+creates nothing: a command that fails its checks creates no store. A writer that starts its
+process at once (``in_process_docs=0``) has it import MLflow on the other core while the job's
+checks run, and kills it when closed held.
 
 Should the writer process die, the sender writes the later batches itself (slower, nothing
 lost from then on); documents the dead process had not written are what a resumed job's
@@ -22,20 +25,18 @@ from __future__ import annotations
 import atexit
 import itertools
 import logging
-import os
 import queue
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from cts.tracking._frames import read_frame, write_frame
 from cts.tracking._outbox import mark_down
 from cts.tracking._tracekeep import write_or_keep
 from cts.tracking._tracewrite import BATCH
+from cts.tracking._writermain import start_process
 
 log = logging.getLogger(__name__)
 
@@ -48,22 +49,32 @@ A document holds its instance's record and trace lines (a few KB): a job that co
 faster than the writer writes them (the offline job, a loaded machine) would otherwise hold
 every one of them until its end (about 120 MB at 20,000 instances)."""
 BACKLOG_WAIT_S = 120.0
+IN_PROCESS_DOCS = 256
+"""Documents a writer writes in the job's own process before it starts its writer process.
+
+Writing here costs a few ms of CPU a document; the process costs about 2 s to start. Below
+this, as in tests, pilots and the plan's slices, the process would cost more than it saves."""
 """How long a submit waits for room before the writer counts as stuck (later submits then never wait)."""
 
 
 class TraceWriter:
-    """The writer process of one tracking store (see the module docstring).
+    """The trace writer of one tracking store (see the module docstring).
 
     Args:
         uri: The tracking URI the traces go to.
         linger_s: How long the sender waits for more documents after the first of a batch.
-        open_store: Whether the process opens the store as soon as it has imported MLflow; when
-            False it waits for :meth:`open` (or the first documents).
+        open_store: Whether the store may be opened now; when False the writer waits for
+            :meth:`open` (or the first documents).
+        in_process_docs: How many documents this process writes before it starts the writer
+            process (0: the process starts now, and imports MLflow while the job's checks run).
     """
 
-    def __init__(self, uri: str, linger_s: float = 0.05, open_store: bool = True) -> None:
+    def __init__(
+        self, uri: str, linger_s: float = 0.05, open_store: bool = True, in_process_docs: int = IN_PROCESS_DOCS
+    ) -> None:
         self.uri = uri
         self.linger_s = linger_s
+        self.in_process_docs = in_process_docs
         self._opened = open_store
         self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._tokens = itertools.count(1)
@@ -75,11 +86,19 @@ class TraceWriter:
         self._outstanding = 0
         self._sent_docs = 0  # piped to the process and not acknowledged yet
         self._sent_tokens: set[int] = set()  # flush or stop tokens piped to the process, not acknowledged yet
-        self._fallback: Any = None
+        self._here: Any = None  # this process's tracing client (or why it cannot open one), once it writes
+        self._written_here = 0
+        self._said_ended = False
         self._ended = threading.Event()  # the process's stdout closed: it ended (poll() can miss it)
-        self._proc = _start_process(uri, open_store)
+        self._proc: subprocess.Popen[bytes] | None = None
+        if in_process_docs <= 0:
+            self._start(open_store)
         self._sender = threading.Thread(target=self._send_loop, name="cts-trace-sender", daemon=True)
         self._sender.start()
+
+    def _start(self, open_store: bool) -> None:
+        """Start the writer process and the threads that read its acknowledgements and its log."""
+        self._proc = start_process(self.uri, open_store)
         for target, name in ((self._ack_loop, "cts-trace-acks"), (self._log_loop, "cts-trace-log")):
             threading.Thread(target=target, name=name, daemon=True).start()
 
@@ -137,19 +156,22 @@ class TraceWriter:
         with self._lock:
             idle = self._outstanding == 0
             held = not self._opened
-        if held and idle:  # still importing, never told to open a store: nothing to write or wait for
-            self._proc.kill()
+        proc = self._proc
+        if held and idle:  # never told to open a store: nothing to write or wait for (a process still imports)
+            if proc is not None:
+                proc.kill()
             self._queue.put(("stop", 0))
         elif self._ended.is_set() and idle:  # ended (e.g. a store it could not open) with nothing to write
             self._queue.put(("stop", 0))
-        elif self._proc.poll() is None or self._sender.is_alive():
+        elif (proc is not None and proc.poll() is None) or self._sender.is_alive():
             try:
                 self._control("stop", timeout_s)
             except TimeoutError:
                 log.warning("the trace writer did not finish in time; a resumed job writes what it missed")
         self._sender.join(5)
-        if self._proc.poll() is None:
-            self._proc.kill()
+        proc = self._proc  # the sender may have started one meanwhile
+        if proc is not None and proc.poll() is None:
+            proc.kill()
 
     def _control(self, kind: str, timeout_s: float | None) -> tuple[int, list[str]]:
         token = next(self._tokens)
@@ -190,21 +212,27 @@ class TraceWriter:
 
     def _send(self, message: tuple[str, Any], n_docs: int) -> None:
         kind, payload = message
-        if self._fallback is None and self._piped(message, n_docs):
+        if self._proc is None and kind == "docs" and self._written_here + n_docs > self.in_process_docs:
+            self._start(open_store=True)  # a job that traces more than a few: the other core writes the rest
+        if self._proc is not None and self._piped(message, n_docs):
             return
-        if kind != "docs":  # the process has ended: a control message has nothing to write here
+        if kind != "docs":  # written here (no process, or it has ended): a control message has nothing to wait for
             self._done(payload, 0, 0, [])
             return
-        if self._fallback is None:
+        if self._proc is not None and not self._said_ended:
+            self._said_ended = True
             log.error("the trace writer process ended (exit %s); this process writes the traces", self._proc.poll())
-            self._fallback = _open_fallback(self.uri)
-        if isinstance(self._fallback, str):
-            self._done(None, n_docs, 0, [self._fallback] * n_docs)
-        else:
-            written, failures, down = write_or_keep(self._fallback, self.uri, payload)
-            if down is not None:
-                mark_down(self.uri, down, traces=written)
-            self._done(None, n_docs, written, failures)
+        if self._here is None:
+            self._here = _open_here(self.uri)
+        self._written_here += n_docs
+        if isinstance(self._here, str):
+            self._done(None, n_docs, 0, [self._here] * n_docs)
+            return
+        client, experiments = self._here
+        written, failures, down = write_or_keep(client, self.uri, payload, experiments)
+        if down is not None:
+            mark_down(self.uri, down, traces=written)
+        self._done(None, n_docs, written, failures)
 
     def _piped(self, message: tuple[str, Any], n_docs: int) -> bool:
         """Pipe ``message`` to the process; False when it has ended (then this process does the work).
@@ -214,6 +242,8 @@ class TraceWriter:
         """
         kind, payload = message
         token = payload if kind in ("flush", "stop") else None
+        proc = self._proc
+        assert proc is not None
         with self._lock:
             if self._ended.is_set():
                 return False
@@ -221,8 +251,8 @@ class TraceWriter:
             if token is not None:
                 self._sent_tokens.add(token)
         try:
-            assert self._proc.stdin is not None
-            write_frame(self._proc.stdin, message)
+            assert proc.stdin is not None
+            write_frame(proc.stdin, message)
             return True
         except (BrokenPipeError, OSError, ValueError):
             with self._lock:
@@ -231,7 +261,7 @@ class TraceWriter:
             return False
 
     def _ack_loop(self) -> None:
-        assert self._proc.stdout is not None
+        assert self._proc is not None and self._proc.stdout is not None
         while (message := read_frame(self._proc.stdout)) is not None:
             if message[0] == "down":  # the store stopped answering: the process keeps the traces in the job dirs
                 mark_down(self.uri, message[1], traces=message[2])
@@ -277,71 +307,60 @@ class TraceWriter:
             event.set()
 
     def _log_loop(self) -> None:
-        assert self._proc.stderr is not None
+        assert self._proc is not None and self._proc.stderr is not None
         for raw in self._proc.stderr:
             line = raw.decode("utf-8", errors="replace").rstrip()
             if line:
                 log.info("%s", line)
 
 
-def _open_fallback(uri: str) -> Any:
-    """A tracing client of ``uri`` in this process, or why it cannot be opened (then every later trace fails with it)."""
+def _open_here(uri: str) -> Any:
+    """A tracing client of ``uri`` in this process with its experiments' cache, or why it cannot be opened.
+
+    Documents come once their run exists, so this process has prepared the store by then. A
+    string is every later trace's failure.
+    """
     try:
         from mlflow.tracing.client import TracingClient
 
-        return TracingClient(uri)
+        from cts.tracking._sqlbulk import KnownExperiments
+
+        return TracingClient(uri), KnownExperiments()
     except Exception as exc:  # noqa: BLE001 - the sender thread must go on acknowledging, whatever the store did
         return f"the store {uri} cannot be opened for traces ({type(exc).__name__}: {exc})"
-
-
-_WRITER_MAIN = "from cts.core.errors import run_cli; from cts.tracking._writermain import main; run_cli(main)"
-"""The writer process's program: a broken store ends it with the store's one message (cts.core.errors)."""
-
-
-def _start_process(uri: str, open_store: bool) -> subprocess.Popen[bytes]:
-    """The writer process (:func:`cts.tracking._writermain.main`), in a session of its own (a Ctrl-C reaches only the job)."""
-    root = str(Path(__file__).resolve().parents[2])
-    path = os.environ.get("PYTHONPATH")
-    env = {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
-    return subprocess.Popen(
-        [sys.executable, "-c", _WRITER_MAIN, uri, *([] if open_store else ["--held"])],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        start_new_session=True,
-    )
 
 
 _WRITERS: dict[str, TraceWriter] = {}
 _WRITERS_LOCK = threading.Lock()
 
 
-def writer_for(uri: str, open_store: bool = True) -> TraceWriter:
+def writer_for(uri: str, open_store: bool = True, in_process_docs: int = IN_PROCESS_DOCS) -> TraceWriter:
     """This process's writer for ``uri`` (started on first use; every job of a sweep shares it).
 
     Args:
         uri: The tracking store.
-        open_store: False starts (or keeps) the writer held: it imports MLflow but leaves the
-            store alone until a later call with True, or documents, open it.
+        open_store: False starts (or keeps) the writer held: it leaves the store alone until a
+            later call with True, or documents, open it.
+        in_process_docs: A new writer's :class:`TraceWriter` argument (an existing one keeps its own).
     """
     with _WRITERS_LOCK:
         if uri not in _WRITERS:
-            _WRITERS[uri] = TraceWriter(uri, open_store=open_store)
+            _WRITERS[uri] = TraceWriter(uri, open_store=open_store, in_process_docs=in_process_docs)
         writer = _WRITERS[uri]
     if open_store:
         writer.open()
     return writer
 
 
-def start_trace_writer(uri: str, open_store: bool = True) -> None:
-    """Start this process's writer for ``uri`` now, so that its start-up (importing MLflow, about
-    2 s of CPU on the other core) is over when the first trace comes.
+def start_trace_writer(uri: str, open_store: bool = True, in_process_docs: int = IN_PROCESS_DOCS) -> None:
+    """Start this process's writer for ``uri`` now.
 
+    A sweep run here passes ``in_process_docs=0``: its jobs trace hundreds of instances or more,
+    so its writer process starts now and imports MLflow on the other core while the checks run.
     ``open_store=False`` starts it before the checks that decide whether the store may be
     created: a later ``start_trace_writer(uri)`` lets it open the store (see :class:`TraceWriter`).
     """
-    writer_for(uri, open_store)
+    writer_for(uri, open_store, in_process_docs)
 
 
 def close_held_writers() -> None:

@@ -25,8 +25,10 @@ import gc
 import logging
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import IO, Any
 
 from cts.tracking._frames import read_frame, write_frame
@@ -83,6 +85,25 @@ def _open(uri: str) -> Any:
     write_in_bulk(client.store, [])
     gc.freeze()
     return client
+
+
+_WRITER_MAIN = "from cts.core.errors import run_cli; from cts.tracking._writermain import main; run_cli(main)"
+"""The writer process's program: a broken store ends it with the store's one message (cts.core.errors)."""
+
+
+def start_process(uri: str, open_store: bool) -> subprocess.Popen[bytes]:
+    """The writer process (:func:`cts.tracking._writermain.main`), in a session of its own (a Ctrl-C reaches only the job)."""
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.environ.get("PYTHONPATH")
+    env = {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
+    return subprocess.Popen(
+        [sys.executable, "-c", _WRITER_MAIN, uri, *([] if open_store else ["--held"])],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -310,10 +310,11 @@ def test_the_writer_process_flushes_ignores_signals_and_a_dead_one_loses_nothing
 ) -> None:
     uri, experiment, run = fresh(tmp_path, "p.db")
     docs = _docs(run, experiment, n=6)
-    writer = TraceWriter(uri)
+    writer = TraceWriter(uri, in_process_docs=0)
     try:
         writer.submit(docs[:2])
         assert writer.flush() == (2, [])
+        assert writer._proc is not None
         os.kill(writer._proc.pid, signal.SIGTERM)  # the job's own signal reaches its group, not the writer
         os.kill(writer._proc.pid, signal.SIGINT)
         time.sleep(0.3)
@@ -336,7 +337,7 @@ def test_a_writer_whose_process_cannot_open_the_store_is_closed_at_once(tmp_path
     db = tmp_path / "garbage.db"
     db.write_bytes(b"not a database" * 100)
     started = time.monotonic()
-    writer = TraceWriter(f"sqlite:///{db}")
+    writer = TraceWriter(f"sqlite:///{db}", in_process_docs=0)
     # Asked while the process still imports MLflow: the request sits in its pipe, never answered.
     assert writer.flush() == (0, [])  # nothing was on its way, so nothing is reported lost
     writer.close()
@@ -348,8 +349,8 @@ def test_a_writer_whose_process_cannot_open_the_store_is_closed_at_once(tmp_path
 def test_a_held_writer_closed_before_it_is_opened_is_killed_and_creates_no_store(tmp_path: Path) -> None:
     """A launch that fails its checks ends its head-start writer at once: no store, no wait for MLflow's import."""
     db = tmp_path / "never.db"
-    writer = TraceWriter(f"sqlite:///{db}", open_store=False)
-    assert writer.held
+    writer = TraceWriter(f"sqlite:///{db}", open_store=False, in_process_docs=0)
+    assert writer.held and writer._proc is not None
     writer.close()
     assert writer._proc.wait(5) == -signal.SIGKILL  # not asked to stop and waited for: ended
     assert not db.exists()
@@ -358,7 +359,7 @@ def test_a_held_writer_closed_before_it_is_opened_is_killed_and_creates_no_store
 @pytest.mark.slow
 def test_a_held_writer_opens_the_store_only_when_told_or_given_documents(fresh: Any, tmp_path: Path) -> None:
     db = tmp_path / "later.db"
-    writer = TraceWriter(f"sqlite:///{db}", open_store=False)
+    writer = TraceWriter(f"sqlite:///{db}", open_store=False, in_process_docs=0)
     try:
         assert writer.flush() == (0, [])  # answered once the process has imported MLflow
         assert not db.exists() and writer.held
@@ -369,13 +370,44 @@ def test_a_held_writer_opens_the_store_only_when_told_or_given_documents(fresh: 
         writer.close()
     uri, experiment, run = fresh(tmp_path / "docs", "h.db")
     docs = _docs(run, experiment, n=2)
-    writer = TraceWriter(uri, open_store=False)
+    writer = TraceWriter(uri, open_store=False, in_process_docs=0)
     try:
         writer.submit(docs)  # documents open it as well
         assert not writer.held
         assert writer.flush() == (2, [])
     finally:
         writer.close()
+
+
+def test_a_small_jobs_traces_are_written_here_and_a_larger_ones_rest_by_the_writer_process(
+    fresh: Any, tmp_path: Path
+) -> None:
+    """The process costs about 2 s of CPU to start: it starts only for the documents past ``in_process_docs``."""
+    uri, experiment, run = fresh(tmp_path, "s.db")
+    docs = _docs(run, experiment, n=7)
+    writer = TraceWriter(uri, linger_s=0.0, in_process_docs=4)
+    try:
+        writer.submit(docs[:4])
+        assert writer.flush() == (4, [])
+        assert writer._proc is None  # written by this process
+        writer.submit(docs[4:])
+        assert writer.flush() == (3, [])
+        assert writer._proc is not None and writer._proc.poll() is None  # the rest went to the process
+    finally:
+        writer.close()
+    writer._proc.wait(5)  # ended with the writer (else TimeoutExpired)
+    client = mlflow.MlflowClient(uri)
+    found = client.search_traces(locations=[experiment], filter_string=f"metadata.`mlflow.sourceRun` = '{run}'")
+    assert sorted(t.info.trace_id for t in found) == sorted(d["trace_id"] for d in docs)
+
+
+def test_a_held_writer_that_writes_here_closed_before_it_is_opened_creates_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "never.db"
+    writer = TraceWriter(f"sqlite:///{db}", open_store=False)
+    assert writer.held
+    writer.close()
+    assert writer._proc is None and not writer._sender.is_alive()
+    assert not db.exists()
 
 
 def test_close_held_writers_ends_only_the_writers_never_opened(tmp_path: Path, monkeypatch: Any) -> None:
@@ -385,7 +417,7 @@ def test_close_held_writers_ends_only_the_writers_never_opened(tmp_path: Path, m
     started: list[tuple[str, bool]] = []
 
     class Fake:
-        def __init__(self, uri: str, open_store: bool = True) -> None:
+        def __init__(self, uri: str, open_store: bool = True, in_process_docs: int = 0) -> None:
             self.uri, self.held, self.closed = uri, not open_store, False
             started.append((uri, open_store))
 

@@ -20,7 +20,7 @@ def test_a_job_never_holds_more_trace_documents_than_the_backlog_allows(tmp_path
     tracking.prepare_store(f"sqlite:///{template}")
     uri, experiment, run = _store(tmp_path, "b.db", template)
     docs = _docs(run, experiment, n=16)
-    writer = _writer.TraceWriter(uri, linger_s=0.0)
+    writer = _writer.TraceWriter(uri, linger_s=0.0, in_process_docs=0)  # acknowledged by the process
     most = 0
     try:
         for doc in docs:

@@ -63,8 +63,8 @@ def begin(config: DictConfig, *, multirun: bool) -> Launching:
         config: Hydra's config of the run or of the sweep.
         multirun: Whether Hydra launches a sweep (``-m``).
     """
-    if _traces_here(config, multirun) and (uri := traced_store(config)):  # MLflow's import on the other core
-        tracking.start_trace_writer(uri, open_store=False)
+    if _traces_here(config, multirun) and (uri := traced_store(config)):  # held: no store before the checks
+        tracking.start_trace_writer(uri, open_store=False, in_process_docs=0 if multirun else tracking.IN_PROCESS_DOCS)
     warn_literal_secrets(list(config.hydra.overrides.task))
     remember_secrets(config)  # masked in the pre-flight's messages, the logs and the files from here on
     launch = sweep_launch(config) if multirun else Launch.begin(_run_dir(config))
@@ -120,7 +120,7 @@ def store(at: Launching) -> None:
     if launch.multirun:
         launch.record.write()
     if _traces_here(config, launch.multirun) and any(job.tracking.instance_traces for job in launch.jobs):
-        tracking.start_trace_writer(config.tracking.uri)  # after the checks: the writer opens (creates) the store
+        tracking.start_trace_writer(config.tracking.uri)  # after the checks: the writer may open (create) the store
     if not (launch.multirun and jobs_open_store_here(config)):
         tracking.prepare_store(config.tracking.uri)
         launch.store = str(config.tracking.uri)
