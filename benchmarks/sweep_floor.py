@@ -23,9 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
+from compose_bench import CONF, PAPER  # benchmarks/compose_bench.py, beside this script
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.types import RunMode
@@ -34,8 +34,6 @@ from omegaconf import OmegaConf
 from cts.compose.launch.jobs import sweep_job_configs
 from cts.sweep._compose import ComposedJobs
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
-PAPER = ["clarifier=gpt,ernie,claude,gemini,deepseek,kimi,qwen", "k=1,2,3"]
 REQUIRED = "import mlflow, hydra, omegaconf, pandas, scipy.stats"
 
 

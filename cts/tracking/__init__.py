@@ -68,6 +68,7 @@ from cts.tracking._writer import IN_PROCESS_DOCS, close_held_writers, flush_trac
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "IN_PROCESS_DOCS",
     "RECORDS_TABLE",
     "REVIEW_ARMS_TAG",
     "REVIEW_TAG",
@@ -114,7 +115,6 @@ __all__ = [
     "search_turns",
     "set_tags",
     "start_trace_writer",
-    "IN_PROCESS_DOCS",
     "store_failed",
     "store_lock_path",
     "trace_ids_of_runs",

@@ -49,12 +49,12 @@ A document holds its instance's record and trace lines (a few KB): a job that co
 faster than the writer writes them (the offline job, a loaded machine) would otherwise hold
 every one of them until its end (about 120 MB at 20,000 instances)."""
 BACKLOG_WAIT_S = 120.0
+"""How long a submit waits for room before the writer counts as stuck (later submits then never wait)."""
 IN_PROCESS_DOCS = 256
 """Documents a writer writes in the job's own process before it starts its writer process.
 
 Writing here costs a few ms of CPU a document; the process costs about 2 s to start. Below
 this, as in tests, pilots and the plan's slices, the process would cost more than it saves."""
-"""How long a submit waits for room before the writer counts as stuck (later submits then never wait)."""
 
 
 class TraceWriter:
