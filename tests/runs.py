@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from cts import tracking
+from tests.prewarmed import run_script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,16 +40,9 @@ METRICS = [
 def run_py(
     *args: str, cwd: Path = REPO, timeout: int = 600, python: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess[str]:
-    """``python [python...] run.py args...`` from ``cwd``; asserts it exits 0."""
+    """``python [python...] run.py args...`` from ``cwd``; asserts it exits 0 (forked warm: tests/prewarmed.py)."""
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "HYDRA_FULL_ERROR": "1"}
-    proc = subprocess.run(
-        [sys.executable, *python, str(REPO / "run.py"), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    proc = run_script([*python, str(REPO / "run.py"), *args], cwd=cwd, env=env, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
 

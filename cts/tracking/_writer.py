@@ -355,8 +355,9 @@ def writer_for(uri: str, open_store: bool = True, in_process_docs: int = IN_PROC
 def start_trace_writer(uri: str, open_store: bool = True, in_process_docs: int = IN_PROCESS_DOCS) -> None:
     """Start this process's writer for ``uri`` now.
 
-    A sweep run here passes ``in_process_docs=0``: its jobs trace hundreds of instances or more,
-    so its writer process starts now and imports MLflow on the other core while the checks run.
+    A sweep run here that traces more than :data:`IN_PROCESS_DOCS` instances passes
+    ``in_process_docs=0``: its writer process starts now and imports MLflow on the other core
+    while the checks run (cts.compose.launch.steps).
     ``open_store=False`` starts it before the checks that decide whether the store may be
     created: a later ``start_trace_writer(uri)`` lets it open the store (see :class:`TraceWriter`).
     """

@@ -19,6 +19,7 @@ import pytest
 
 from cts.core.records import read_records
 from cts.data.human_labels import read_labels
+from tests.prewarmed import run_script
 from tests.runs import REPO, run_py
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("labels_in_mlflow")]  # one worker builds the queue
@@ -27,9 +28,7 @@ SYSTEMS = ("rules_scope", "rules_region")
 
 def agreement(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
-    return subprocess.run(
-        [sys.executable, "-m", "cts.agreement", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
-    )
+    return run_script(["-m", "cts.agreement", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from cts.compat.migrate import Migration, rename_in_nodes, rename_path
 from cts.compose.job_config import protocol_config
 from cts.core.errors import ResumeRefused
 from cts.tasks.job import check_resume
+from tests.prewarmed import run_script
 
 OLD = {"k": 1, "stats": {"n_resamples": 100}, "clarifier": {"model": {"_target_": "cts.llm.ModelSpec", "model": "x/y"}}}
 NEW = {
@@ -252,8 +253,7 @@ def test_a_command_of_last_week_gets_one_error_line_per_renamed_name(command: li
     import subprocess
     import sys
 
-    run = [sys.executable, str(CONF.parent / "run.py"), *command]
-    proc = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    proc = run_script([str(CONF.parent / "run.py"), *command], timeout=120)
     assert proc.returncode == 1 and not proc.stdout
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == len(command) and all(line.startswith("error: ") for line in lines), proc.stderr

@@ -19,6 +19,7 @@ from cts.compose.errors import debug_requested, problems_of
 from cts.core.errors import ResumeRefused, exit_on_error
 from cts.data.jsonl import DatasetError, write_instances_jsonl
 from cts.demo import load_demo
+from tests.prewarmed import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 GOLD_OFFLINE = ("experiment=build_gold", "search=extractive", "extractor=rules")
@@ -34,8 +35,8 @@ def cli(tmp: Path, cache_dir: Path, *args: str, debug: bool = False) -> subproce
         f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}",
         f"hydra.run.dir={tmp}/run-{n}",
     ]
-    return subprocess.run(
-        [sys.executable, str(REPO / "run.py"), *args, *base],
+    return run_script(
+        [str(REPO / "run.py"), *args, *base],
         cwd=tmp,
         env=env,
         capture_output=True,

@@ -24,6 +24,7 @@ from cts.compose.completion_probe import (
 )
 from cts.llm._rules import RequestRules
 from tests.llm_server import Reply, ScriptedServer
+from tests.prewarmed import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 UNSUPPORTED = (
@@ -113,9 +114,8 @@ def test_a_gpt5_model_file_with_temperature_0_fails_before_anything_is_spent(tmp
     with ScriptedServer() as server:
         server.handler = openai_reasoning_rules
         start = time.monotonic()
-        proc = subprocess.run(
+        proc = run_script(
             [
-                sys.executable,
                 str(REPO / "run.py"),
                 "-m",
                 "clarifier=mygpt,ernie",

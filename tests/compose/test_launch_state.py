@@ -110,3 +110,20 @@ def test_a_run_that_fails_its_checks_ends_the_trace_writer_it_started_and_create
     assert f"sqlite:///{db}" not in _writer._WRITERS
     assert started[0]._proc is None  # nothing written: no writer process was started
     assert not db.exists()
+
+
+def test_a_sweep_of_few_traced_instances_writes_them_itself_and_a_larger_one_starts_the_writer_process_at_once() -> (
+    None
+):
+    from cts.compose.launch.steps import _docs_here
+    from cts.tracking import IN_PROCESS_DOCS
+
+    def jobs(*shapes: tuple[int | None, int]) -> tuple:
+        return tuple(OmegaConf.create({"limit": limit, "repeats": repeats}) for limit, repeats in shapes)
+
+    assert IN_PROCESS_DOCS == 256
+    assert _docs_here(jobs((None, 1)), multirun=False) == IN_PROCESS_DOCS  # a single run: always here first
+    assert _docs_here(jobs((128, 1), (128, 1)), multirun=True) == IN_PROCESS_DOCS  # 256 in all
+    assert _docs_here(jobs((128, 1), (129, 1)), multirun=True) == 0
+    assert _docs_here(jobs((100, 3)), multirun=True) == 0  # repeats trace each instance again
+    assert _docs_here(jobs((5, 1), (None, 1)), multirun=True) == 0  # a job of the whole dataset: unknown

@@ -31,6 +31,7 @@ from cts.core.records import Record
 from cts.protocol.job_files import RECORDS_FILE, TRACES_FILE, JobSink
 from cts.protocol.spend import SPEND_FILE, _append
 from tests import faults
+from tests.prewarmed import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 OFFLINE = "experiment=offline"
@@ -256,6 +257,8 @@ def cli(
         f"paths.output_root={tmp / 'outputs'}",
         f"paths.cache_dir={cache_dir}",
     ]
+    if wrap is list and not after:  # no fault around it: forked warm (tests/prewarmed.py)
+        return run_script(argv[1:], cwd=tmp, env=env, timeout=600)
     command = wrap(faults.and_then(argv, *after) if after else argv)
     return subprocess.run(command, cwd=tmp, env=env, capture_output=True, text=True, timeout=600, check=False)
 

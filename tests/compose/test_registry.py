@@ -15,6 +15,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 
 from cts.compose.app import preflight_problems_of, task_groups
+from tests.prewarmed import run_script
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 NEW_MODEL = """_target_: cts.llm.ModelSpec
@@ -107,8 +108,8 @@ def print_job_config(*args: str, cwd: Path, pythonpath: Path | None = None) -> s
     repo = CONF.parent
     extra = [str(pythonpath)] if pythonpath else []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*extra, str(repo), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(
-        [sys.executable, str(repo / "run.py"), *args, "--cfg", "job"],
+    proc = run_script(
+        [str(repo / "run.py"), *args, "--cfg", "job"],
         cwd=cwd,
         env=env,
         capture_output=True,

@@ -20,6 +20,7 @@ from hydra import compose, initialize_config_dir
 from cts.compose.app import preflight_problems_of, task_groups
 from cts.compose.request_rules import rule_problems
 from cts.llm._rules import RequestRules, request_params, rule_violations
+from tests.prewarmed import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"
@@ -76,9 +77,8 @@ def test_the_card_command_with_temperature_0_on_gpt_fails_at_start_within_second
     keys = {k: "dummy" for k in ("OPENAI_API_KEY", "QIANFAN_API_KEY", "ANTHROPIC_API_KEY")}
     env = {**os.environ, **keys, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
     started = time.monotonic()
-    proc = subprocess.run(
+    proc = run_script(
         [
-            sys.executable,
             str(REPO / "run.py"),
             "--config-path",
             str(conf),

@@ -28,6 +28,7 @@ from cts.compose.schema import CLOSED, key_at
 from cts.compose.schema._run import Config
 from cts.compose.validate import appended_key_problems, command_line_problems
 from hydra_plugins.cts_model_roles.cts_model_roles import MEMBER_GROUPS, ROLES
+from tests.prewarmed import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"
@@ -413,8 +414,8 @@ def test_a_closed_schema_declares_every_key_its_node_has(preset: str | None) -> 
 
 
 def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(REPO / "run.py"), *args, f"paths.output_root={tmp_path / 'out'}"],
+    return run_script(
+        [str(REPO / "run.py"), *args, f"paths.output_root={tmp_path / 'out'}"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -20,6 +20,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from cts.compose.validate import RULES, compile_pattern, value_problems
+from tests.prewarmed import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 OFFLINE = "experiment=offline"
@@ -365,7 +366,7 @@ def cli(tmp: Path, cache_dir: Path, *args: str, multirun: bool = False) -> subpr
         f"paths.output_root={tmp / 'outputs'}",
         f"paths.cache_dir={cache_dir}",
     ]
-    return subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=300, check=False)
+    return run_script(argv[1:], cwd=tmp, env=env, timeout=300)
 
 
 def refused(proc: subprocess.CompletedProcess[str], tmp: Path) -> list[str]:

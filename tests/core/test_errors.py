@@ -25,6 +25,7 @@ from cts.core.errors import (
     exit_on_error,
     run_cli,
 )
+from tests.prewarmed import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 PKG = REPO / "cts"
@@ -102,8 +103,8 @@ def test_a_cli_exits_with_what_main_returns() -> None:
 
 def test_run_py_says_a_retired_name_in_one_line_and_exits_1() -> None:
     """The command line's refusal, raised as a ConfigError in run.py, reaches the user as before."""
-    done = subprocess.run(
-        [sys.executable, str(REPO / "run.py"), "services.llm.model=x"],
+    done = run_script(
+        [str(REPO / "run.py"), "services.llm.model=x"],
         capture_output=True,
         text=True,
         timeout=120,

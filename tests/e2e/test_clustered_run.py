@@ -12,6 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.prewarmed import run_script
+
 REPO = Path(__file__).resolve().parents[2]
 CLUSTERED = REPO / "tests" / "fixtures" / "clustered" / "instances.jsonl"
 
@@ -24,8 +26,8 @@ def run_py(tmp: Path, cache_dir: Path, *args: str) -> subprocess.CompletedProces
         f"tracking.uri=sqlite:///{tmp}/mlflow.db",
         f"paths.prompts_dir={REPO}/prompts",
     ]
-    return subprocess.run(
-        [sys.executable, str(REPO / "run.py"), *args, *base],
+    return run_script(
+        [str(REPO / "run.py"), *args, *base],
         cwd=tmp,
         env=env,
         capture_output=True,

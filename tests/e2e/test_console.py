@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from cts._util.console import DETAIL, ConsoleFilter, job_closing_lines, ui_command
+from tests.prewarmed import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,9 +47,8 @@ def test_a_first_offline_job_prints_no_details_and_ends_saying_where_to_look(tmp
     job, store = tmp_path / "job", f"sqlite:///{tmp_path}/mlflow.db"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CTS_", "HYDRA_")) and k != "PROJECT_ROOT"}
     env["CTS_CACHE_DIR"] = str(tmp_path / "cache")  # empty: the index is built, as on a first run (bm25s DEBUG)
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "run.py"), "experiment=offline", "limit=3", f"hydra.run.dir={job}"]
-        + [f"tracking.uri={store}"],
+    proc = run_script(
+        [str(REPO / "run.py"), "experiment=offline", "limit=3", f"hydra.run.dir={job}"] + [f"tracking.uri={store}"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

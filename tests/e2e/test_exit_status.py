@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.prewarmed import run_script
 from tests.runs import REPO, clone_env
 
 PROSE = "Well, that is a thoughtful question, and I would rather discuss it at length in prose."
@@ -26,8 +27,8 @@ def _run(tmp_path: Path, cache_dir: Path, base_url: str, *args: str) -> subproce
         "hydra.launcher.progress=false",
         "judge_anchors.check=false",  # a scripted judge: the anchor check (docs/judges.md) would refuse it before the run
     ]
-    return subprocess.run(
-        [sys.executable, str(REPO / "run.py"), *args, *common],
+    return run_script(
+        [str(REPO / "run.py"), *args, *common],
         cwd=tmp_path,
         env=clone_env(cache_dir),
         capture_output=True,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cts import tracking
+from tests.prewarmed import run_script
 from tests.runs import METRICS, REPO, run_py
 
 
@@ -75,8 +76,8 @@ def test_rerun_into_the_same_dir_resumes(tmp_path, cache_dir):
     first = (job / "records.jsonl").read_text()
     run_py(*args, cwd=tmp_path)
     assert (job / "records.jsonl").read_text() == first  # nothing recomputed or appended
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "run.py"), *args, "clarifier=rules_region"],
+    proc = run_script(
+        [str(REPO / "run.py"), *args, "clarifier=rules_region"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -92,9 +93,8 @@ def test_preflight_stops_the_card_sweep_before_any_run(tmp_path):
     keys = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "QIANFAN_API_KEY", "WEBDANCER_API_BASE")
     env = {k: v for k, v in os.environ.items() if k not in keys}
     db = tmp_path / "mlflow.db"
-    proc = subprocess.run(
+    proc = run_script(
         [
-            sys.executable,
             str(REPO / "run.py"),
             "-m",
             "clarifier=gpt,ernie,claude",

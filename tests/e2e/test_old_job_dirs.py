@@ -23,6 +23,7 @@ import yaml
 from hydra.utils import get_object
 
 from cts.compat.config import migrate, migrate_job_config
+from tests.prewarmed import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 OLD_COMMIT = "6216629"  # main before "Restructure: cts/ holds packages only" (03bcf8f)
@@ -51,9 +52,7 @@ def _env(cache_dir: Path, pythonpath: Path | None = None) -> dict[str, str]:
 
 
 def _run(run_py: Path, args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(run_py), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
+    return run_script([str(run_py), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
 def _imported_from(env: dict[str, str], cwd: Path) -> dict[str, str]:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.prewarmed import run_script
 from tests.provider_emulators import OpenAIEmulator, Refusal, Seen
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,9 +46,8 @@ def run(
     tmp_path: Path, cache_dir: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``run.py args`` from ``tmp_path`` (MLflow's artifacts dir lands there), its store and LLM cache in it."""
-    return subprocess.run(
+    return run_script(
         [
-            sys.executable,
             str(REPO / "run.py"),
             *args,
             f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",

@@ -21,6 +21,7 @@ from cts.compose.launch.jobs import pin_sweep_dir
 from cts.compose.launch.report import report_or_exit
 from cts.core.errors import ReportFailed
 from cts.report import ReportResult
+from tests.prewarmed import run_script
 from tests.runs import clone_env, fresh_clone, job_runs, sweep_dirs
 
 README_SWEEP = ("-m", "experiment=offline", "clarifier=rules_scope,rules_region,none", "k=1,2,3")
@@ -43,8 +44,8 @@ def test_every_launcher_resolves_the_sweep_dir_once(tmp_path, cache_dir, launche
         f"hydra/launcher={launcher}",
         "hydra.sweep.dir=outputs/multirun/${now:%Y-%m-%d_%H-%M-%S_%f}",
     ]
-    proc = subprocess.run(
-        [sys.executable, str(clone / "run.py"), *args],
+    proc = run_script(
+        [str(clone / "run.py"), *args],
         cwd=elsewhere,
         env=clone_env(cache_dir),
         capture_output=True,
@@ -61,8 +62,8 @@ def test_every_launcher_resolves_the_sweep_dir_once(tmp_path, cache_dir, launche
 def test_a_report_that_finds_no_job_exits_1_with_an_error_line(tmp_path, cache_dir):
     clone = fresh_clone(tmp_path)
     args = ["-m", "experiment=offline", "k=1,2", "limit=2", "hydra.sweep.subdir=../../elsewhere/job${hydra:job.num}"]
-    proc = subprocess.run(
-        [sys.executable, "run.py", *args],
+    proc = run_script(
+        ["run.py", *args],
         cwd=clone,
         env=clone_env(cache_dir),
         capture_output=True,

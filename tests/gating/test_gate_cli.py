@@ -12,6 +12,7 @@ import pytest
 
 from cts import tracking
 from tests.llm_server import ScriptedServer
+from tests.prewarmed import run_script
 from tests.runs import run_py
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,8 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def gate_cli(sweep: Path, *overrides: str) -> dict:
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "cts.gating", str(sweep), *overrides],
+    proc = run_script(
+        ["-m", "cts.gating", str(sweep), *overrides],
         cwd=REPO,
         env=env,
         capture_output=True,

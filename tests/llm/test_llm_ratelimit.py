@@ -19,6 +19,7 @@ import pytest
 from cts.llm import AdaptiveLimiter, LLMRuntime, LLMSettings, ModelSpec
 from cts.llm._retry import Failure, RetryAllowance
 from tests.llm_server import ScriptedServer, llm_settings
+from tests.prewarmed import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = ModelSpec(name="m", id="openai/m")
@@ -233,8 +234,8 @@ def test_sweep_of_120_instance_jobs_against_a_server_refusing_every_third_reques
         ]
         start = time.monotonic()
         env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
-        proc = subprocess.run(
-            [sys.executable, str(REPO / "run.py"), *args],
+        proc = run_script(
+            [str(REPO / "run.py"), *args],
             check=False,
             cwd=tmp_path,
             capture_output=True,

@@ -29,6 +29,7 @@ from cts.roles.llm import (
 from cts.roles.reask import Asking, InvalidOutput, Truncated, ask_until_valid
 from hydra_plugins.cts_model_roles.cts_model_roles import ROLES
 from tests.llm_server import Reply, ScriptedServer
+from tests.prewarmed import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 CAP_FIELDS = ("max_tokens", "max_completion_tokens")
@@ -118,9 +119,8 @@ def test_a_model_that_never_stops_ends_every_call_at_its_roles_cap(tmp_path: Pat
     with ScriptedServer() as server:
         server.handler = never_stops
         job = tmp_path / "job"
-        proc = subprocess.run(
+        proc = run_script(
             [
-                sys.executable,
                 str(REPO / "run.py"),
                 "clarifier=ernie",
                 "ua=ernie",

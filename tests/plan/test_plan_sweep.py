@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import REPO
 from tests.llm_fakes import sweep_reply
 from tests.llm_server import Reply, ScriptedServer
+from tests.prewarmed import run_script
 
 LATENCY_S = 0.2
 TOKENS_IN, TOKENS_OUT = 120, 30
@@ -72,9 +73,7 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     import os
 
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
-    return subprocess.run(
-        [sys.executable, str(REPO / "run.py"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
-    )
+    return run_script([str(REPO / "run.py"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
 def forecast_rows(sweep: Path) -> dict[tuple[str, str], tuple[float, float, float, str]]:

@@ -1,4 +1,7 @@
-"""The wall-time forecast against the measured run, on the card's sweep and on the paper's grid at N=100.
+"""The wall-time forecast against the measured run, on the paper's grid at N=100.
+
+The card's sweep has its wall forecast checked in tests/plan/test_plan_sweep.py (with calls, tokens
+and dollars); this test runs the larger grid with the user's defaults.
 
 The shapes are benchmarks/sweep_bench.py's: every model routed to the scripted server (0.5 s a
 call, 429 above 32 calls in flight, sweep_reply's WebDancer search and visit turns), here with a
@@ -25,7 +28,6 @@ from tests.conftest import REPO
 from tests.llm_fakes import ScriptedServer, sweep_reply
 
 SHAPES = {
-    "card": ("clarifier=gpt,ernie,claude", "k=1,2,3", "limit=50"),
     "paper_grid": ("clarifier=gpt,ernie,claude,deepseek,gemini,kimi,qwen", "k=1,2,3", "limit=100"),
 }
 

@@ -15,6 +15,7 @@ import pytest
 from cts import tracking
 from hydra_plugins.cts_slurm_launcher.cluster import literal_secrets
 from tests.llm_fakes import protocol_reply
+from tests.prewarmed import run_script
 from tests.runs import METRICS, REPO, run_py
 
 # One xdist worker runs the whole module: the session's PostgreSQL, munge and Slurm start once.
@@ -339,7 +340,7 @@ def test_scancel_one_slurm_job_then_rerun_gives_every_instance_once(
     out, _ = first.communicate(timeout=300)
     assert first.returncode != 0 and "ended" in out, out[-3000:]  # the sweep reports the cancelled job
 
-    rerun = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    rerun = run_script(args[1:], cwd=tmp_path, env=env, timeout=300)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     records = _job_records(sweep)
     assert len(records) == 2

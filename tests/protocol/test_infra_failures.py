@@ -38,6 +38,7 @@ from cts.roles.llm import LLMClarifier
 from cts.roles.rules import RuleRewriter, RuleUserAnswerer
 from tests.helpers import TableSearch, Typer, built, gold_for
 from tests.llm_server import Reply, ScriptedServer, llm_settings
+from tests.prewarmed import run_script
 from tests.protocol.fakes import QUESTIONS, SPEC, instances, job, llm_roles
 
 REPO = Path(__file__).resolve().parents[2]
@@ -251,9 +252,8 @@ def test_probe_without_an_answer_is_bounded_by_the_timeout() -> None:
 def test_dead_endpoint_fails_the_preflight_naming_it(tmp_path) -> None:
     base = f"http://127.0.0.1:{dead_port()}/v1"
     db = tmp_path / "mlflow.db"
-    proc = subprocess.run(
+    proc = run_script(
         [
-            sys.executable,
             str(REPO / "run.py"),
             f"services.llm.api_base={base}",
             "limit=2",
@@ -343,7 +343,7 @@ def test_job_with_infrastructure_failures_exits_1_then_resumes(tmp_path, llm_ser
         "services.llm.preflight_completion=false",
     ]  # the model goes missing mid-run, not at the pre-flight
     llm_server.handler = lambda body: Reply.error(404, "model not found")  # the probe (GET) still answers
-    proc = subprocess.run(args, check=False, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = run_script(args[1:], cwd=tmp_path, timeout=300)
     assert proc.returncode == 1, proc.stderr[-3000:]
     tail = proc.stderr.strip().splitlines()[-5:]
     assert "INCOMPLETE: 0 of 3" in tail[0] and "3 instance(s) failed on infrastructure" in tail[1], tail

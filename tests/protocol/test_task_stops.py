@@ -39,6 +39,7 @@ from cts.demo import load_demo
 from cts.gold import build_gold
 from tests.analysis.fakes import compose_task, stability_sweep
 from tests.llm_fakes import Reply
+from tests.prewarmed import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 FAST_RETRIES = (
@@ -252,8 +253,8 @@ def test_gold_command_exits_1_with_one_line_and_no_traceback(tmp_path, cache_dir
     ]  # the endpoint fails mid-run, not at the pre-flight
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     env["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "run.py"), *args],
+    proc = run_script(
+        [str(REPO / "run.py"), *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -30,6 +30,7 @@ import pytest
 from cts.core.records import read_records
 from cts.core.scoring import majority_label, restore_score
 from tests.agreement_checks import loop_bootstrap, sklearn_kappa, textbook_ordinal_alpha
+from tests.prewarmed import run_script
 from tests.runs import REPO, run_py
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("human_agreement")]  # one worker builds the study
@@ -61,9 +62,7 @@ def write_labels(sweep: Path, path: Path) -> list[dict[str, str]]:
 
 def agreement(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
-    return subprocess.run(
-        [sys.executable, "-m", "cts.agreement", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
-    )
+    return run_script(["-m", "cts.agreement", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -181,8 +180,8 @@ def test_score_shift_is_judge_minus_human_score(study: dict[str, Any], services:
 def test_report_shows_the_section_and_mlflow_has_metrics_and_expectations(study: dict[str, Any]) -> None:
     import mlflow
 
-    proc = subprocess.run(
-        [sys.executable, "-m", "cts.report", str(study["sweep"]), "--n-resamples", "200"],
+    proc = run_script(
+        ["-m", "cts.report", str(study["sweep"]), "--n-resamples", "200"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -18,6 +18,7 @@ import pytest
 
 from cts.core.records import ArmResult, Record
 from cts.report.jobs import job_from_summary, label_jobs
+from tests.prewarmed import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEMS = {"rules_scope", "rules_region"}
@@ -33,9 +34,7 @@ ROW_KEYS = {
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "HYDRA_FULL_ERROR": "1"}
-    proc = subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False
-    )
+    proc = run_script([*args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
 

@@ -13,6 +13,7 @@ import pytest
 
 from cts import tracking
 from tests.llm_fakes import protocol_reply, sweep_reply
+from tests.prewarmed import run_script
 from tests.runs import REPO, run_py
 
 CARD = ("-m", "clarifier=gpt,ernie,claude", "k=1,2,3")
@@ -118,9 +119,8 @@ def test_a_failing_job_does_not_stop_the_others_and_the_exit_code_says_so(tmp_pa
     foreign.mkdir(parents=True)
     (foreign / "fingerprint.json").write_text('{"fingerprint": "0000000000000000"}')
     (foreign / "records.jsonl").write_text('{"id": "x", "k": 3}\n')
-    proc = subprocess.run(
+    proc = run_script(
         [
-            sys.executable,
             str(REPO / "run.py"),
             "-m",
             "experiment=offline",

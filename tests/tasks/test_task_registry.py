@@ -18,6 +18,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from cts.tasks.registry import TaskContext, task, task_spec
+from tests.prewarmed import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 READS: list[str] = []  # the paths read_lines read, in this process
@@ -102,9 +103,8 @@ def test_a_task_from_outside_cts_runs_like_run_py_and_its_input_is_read_once(tmp
 def test_python_run_py_runs_a_task_added_by_a_config_dir(tmp_path: Path) -> None:
     conf, data = write_configs(tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(
+    proc = run_script(
         [
-            sys.executable,
             str(REPO / "run.py"),
             "--config-dir",
             str(conf),

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from cts import tracking
+from tests.prewarmed import run_script
 from tests.tracking.test_browser import _browser_paths, _driver, mlflow_ui  # noqa: F401 - the fixture
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,9 +29,7 @@ pytestmark = pytest.mark.slow
 
 def agreement(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
-    return subprocess.run(
-        [sys.executable, "-m", "cts.agreement", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
-    )
+    return run_script(["-m", "cts.agreement", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
 def shot(driver: Any, element: Any, name: str, tmp_path: Path) -> None:

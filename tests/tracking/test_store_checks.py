@@ -16,6 +16,7 @@ import pytest
 
 from cts import tracking
 from cts.tracking._checks import server_down
+from tests.prewarmed import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -82,9 +83,7 @@ def test_a_server_that_accepts_but_never_answers_is_down_after_the_timeout() -> 
 
 def run_py(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, str(REPO / "run.py"), *args], cwd=cwd, env=env, text=True, capture_output=True, timeout=300
-    )
+    return run_script([str(REPO / "run.py"), *args], cwd=cwd, env=env, text=True, capture_output=True, timeout=300)
 
 
 @pytest.mark.slow

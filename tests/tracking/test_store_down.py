@@ -21,6 +21,7 @@ from cts.tracking import _outbox
 from cts.tracking._checks import server_down
 from cts.tracking.fill import fill_job, job_dirs
 from tests.cluster_servers import free_port
+from tests.prewarmed import run_script
 
 
 @pytest.fixture(autouse=True)
@@ -241,9 +242,7 @@ def test_a_server_killed_mid_sweep(tmp_path: Path, cache_dir: Path, interrupt: b
     assert f"python -m cts.tracking.fill {sweep}" in text and "error: tracking: the MLflow store" in text
     server = start_mlflow(root, port)  # back, with the same store
     try:
-        filled = subprocess.run(
-            [sys.executable, "-m", "cts.tracking.fill", str(sweep)], env=env, text=True, capture_output=True
-        )
+        filled = run_script(["-m", "cts.tracking.fill", str(sweep)], env=env, text=True, capture_output=True)
         assert filled.returncode == 0 and "filled " in filled.stdout, filled.stderr[-3000:]
         assert_complete(uri, sweep)
     finally:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cts import tracking
+from tests.prewarmed import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 N_PROCESSES = 8
@@ -160,9 +161,8 @@ def test_a_sweep_on_the_cts_launcher_with_a_broken_store_is_refused_before_any_j
     """The launcher's jobs open the store themselves, but the launch checks it first: one line, exit 1, no job."""
     db = tmp_path / "garbage.db"
     db.write_bytes(b"not a database" * 100)
-    proc = subprocess.run(
+    proc = run_script(
         [
-            sys.executable,
             str(REPO / "run.py"),
             "-m",
             "experiment=offline",

@@ -12,6 +12,7 @@ from hydra.errors import ConfigCompositionException
 from cts._util.switches import spell_out_switches
 from cts.plan.calibrate import PlanSettings, plan_settings
 from tests.conftest import REPO
+from tests.prewarmed import run_script
 
 
 def composed(*overrides: str):
@@ -52,8 +53,8 @@ def test_contradicting_spellings_are_one_error() -> None:
 
 def test_run_py_says_a_contradiction_or_a_bad_value_in_one_line(tmp_path) -> None:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, str(REPO / "run.py"), "experiment=offline", f"hydra.run.dir={tmp_path}/r", *args]
-        return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        command = [str(REPO / "run.py"), "experiment=offline", f"hydra.run.dir={tmp_path}/r", *args]
+        return run_script(command, cwd=tmp_path, timeout=120)
 
     contradiction = run("plan=true", "plan.enabled=false")
     assert contradiction.returncode == 1 and contradiction.stderr.strip().splitlines() == [

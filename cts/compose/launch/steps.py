@@ -57,18 +57,18 @@ class Step:
 
 
 def begin(config: DictConfig, *, multirun: bool) -> Launching:
-    """Open a launch: the trace writer's head start, the secrets masked, its dir (a sweep's pinned), its jobs.
+    """Open a launch: the secrets masked, its dir (a sweep's pinned), its jobs, the trace writer's head start.
 
     Args:
         config: Hydra's config of the run or of the sweep.
         multirun: Whether Hydra launches a sweep (``-m``).
     """
-    if _traces_here(config, multirun) and (uri := traced_store(config)):  # held: no store before the checks
-        tracking.start_trace_writer(uri, open_store=False, in_process_docs=0 if multirun else tracking.IN_PROCESS_DOCS)
     warn_literal_secrets(list(config.hydra.overrides.task))
     remember_secrets(config)  # masked in the pre-flight's messages, the logs and the files from here on
     launch = sweep_launch(config) if multirun else Launch.begin(_run_dir(config))
     launch.jobs = _jobs(config, launch)
+    if _traces_here(config, multirun) and (uri := traced_store(config)):  # held: no store before the checks
+        tracking.start_trace_writer(uri, open_store=False, in_process_docs=_docs_here(launch.jobs, multirun))
     return Launching(config, launch)
 
 
@@ -169,6 +169,23 @@ def walk(steps: tuple[Step, ...], at: Launching) -> None:
 def _traces_here(config: DictConfig, multirun: bool) -> bool:
     """Whether this process writes the jobs' traces: a single run's, or those of a launcher that runs them here."""
     return not multirun or jobs_open_store_here(config)
+
+
+def _docs_here(jobs: tuple[DictConfig, ...], multirun: bool) -> int:
+    """How many trace documents the launch's process writes before it starts the writer process.
+
+    A sweep that traces more than :data:`cts.tracking.IN_PROCESS_DOCS` instances in all (or an
+    unknown number: a job without ``limit``) starts it at once, so it imports MLflow on the other
+    core while the checks run. A smaller sweep, like a single run, writes its traces itself and
+    never pays the process's start (about 2 s of CPU).
+    """
+    if not multirun:
+        return tracking.IN_PROCESS_DOCS
+    limits = [OmegaConf.select(job, "limit", default=None) for job in jobs]
+    if any(limit is None for limit in limits):
+        return 0
+    traced = sum(int(limit) * int(OmegaConf.select(job, "repeats", default=1)) for limit, job in zip(limits, jobs))
+    return tracking.IN_PROCESS_DOCS if traced <= tracking.IN_PROCESS_DOCS else 0
 
 
 def _run_dir(config: DictConfig) -> str:
