@@ -79,15 +79,11 @@ def run_script(
     cwd: Path | str | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
-    check: bool = False,
-    capture_output: bool = True,
-    text: bool = True,
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run([sys.executable, *argv], capture_output=True, text=True, ...)``, forked when it can be.
 
     ``argv`` starts with a script (``run.py``) or with ``-m`` and a module.
     """
-    assert capture_output and text, "run_script captures text; call subprocess for anything else"
     cwd = str(cwd if cwd is not None else os.getcwd())
     env = dict(os.environ if env is None else env)
     if not _forkable(argv, env):
@@ -103,8 +99,6 @@ def run_script(
             warm.kill()  # it may still owe an answer: never handed out again
             raise
         _give_back(warm, own)
-    if check:
-        done.check_returncode()
     return done
 
 

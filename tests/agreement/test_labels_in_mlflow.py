@@ -28,7 +28,7 @@ SYSTEMS = ("rules_scope", "rules_region")
 
 def agreement(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
-    return run_script(["-m", "cts.agreement", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return run_script(["-m", "cts.agreement", *args], cwd=REPO, env=env, timeout=300)
 
 
 @pytest.fixture(scope="module")

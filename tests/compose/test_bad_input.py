@@ -39,10 +39,7 @@ def cli(tmp: Path, cache_dir: Path, *args: str, debug: bool = False) -> subproce
         [str(REPO / "run.py"), *args, *base],
         cwd=tmp,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=300,
-        check=False,
     )
 
 

@@ -128,8 +128,6 @@ def test_a_gpt5_model_file_with_temperature_0_fails_before_anything_is_spent(tmp
                 f"paths.cache_dir={cache_dir}",
             ],
             cwd=tmp_path,
-            capture_output=True,
-            text=True,
             timeout=300,
             env={**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"},
         )

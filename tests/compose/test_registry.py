@@ -112,8 +112,6 @@ def print_job_config(*args: str, cwd: Path, pythonpath: Path | None = None) -> s
         [str(repo / "run.py"), *args, "--cfg", "job"],
         cwd=cwd,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]

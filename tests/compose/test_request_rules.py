@@ -88,11 +88,8 @@ def test_the_card_command_with_temperature_0_on_gpt_fails_at_start_within_second
             f"hydra.sweep.dir={tmp_path / 'sweep'}",
             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
         ],
-        check=False,
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     elapsed = time.monotonic() - started

@@ -417,8 +417,6 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return run_script(
         [str(REPO / "run.py"), *args, f"paths.output_root={tmp_path / 'out'}"],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
 

@@ -105,8 +105,6 @@ def test_run_py_says_a_retired_name_in_one_line_and_exits_1() -> None:
     """The command line's refusal, raised as a ConfigError in run.py, reaches the user as before."""
     done = run_script(
         [str(REPO / "run.py"), "services.llm.model=x"],
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert done.returncode == 1, done.stderr

@@ -30,10 +30,7 @@ def run_py(tmp: Path, cache_dir: Path, *args: str) -> subprocess.CompletedProces
         [str(REPO / "run.py"), *args, *base],
         cwd=tmp,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=600,
-        check=False,
     )
 
 

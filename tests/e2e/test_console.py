@@ -51,8 +51,6 @@ def test_a_first_offline_job_prints_no_details_and_ends_saying_where_to_look(tmp
         [str(REPO / "run.py"), "experiment=offline", "limit=3", f"hydra.run.dir={job}"] + [f"tracking.uri={store}"],
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -31,8 +31,6 @@ def _run(tmp_path: Path, cache_dir: Path, base_url: str, *args: str) -> subproce
         [str(REPO / "run.py"), *args, *common],
         cwd=tmp_path,
         env=clone_env(cache_dir),
-        capture_output=True,
-        text=True,
         timeout=600,
     )
 

@@ -79,8 +79,6 @@ def test_rerun_into_the_same_dir_resumes(tmp_path, cache_dir):
     proc = run_script(
         [str(REPO / "run.py"), *args, "clarifier=rules_region"],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     out = proc.stdout + proc.stderr
@@ -104,8 +102,6 @@ def test_preflight_stops_the_card_sweep_before_any_run(tmp_path):
         ],
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     out = proc.stdout + proc.stderr

@@ -52,7 +52,7 @@ def _env(cache_dir: Path, pythonpath: Path | None = None) -> dict[str, str]:
 
 
 def _run(run_py: Path, args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return run_script([str(run_py), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return run_script([str(run_py), *args], cwd=cwd, env=env, timeout=600)
 
 
 def _imported_from(env: dict[str, str], cwd: Path) -> dict[str, str]:

@@ -124,7 +124,7 @@ def test_a_sweep_whose_jobs_failed_on_infrastructure_prints_one_command_that_run
         "services.llm.preflight_completion=false",
     ]  # the endpoint fails mid-run, not at the pre-flight
     env = clone_env(cache_dir)
-    proc = run_script(["run.py", *args], cwd=clone, env=env, capture_output=True, text=True, timeout=600)
+    proc = run_script(["run.py", *args], cwd=clone, env=env, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
     assert len(_lines_with(out, "INCOMPLETE: 0 of 3")) == 3 and "3 of 3 jobs failed" in out, out[-3000:]
@@ -166,8 +166,6 @@ def test_a_single_job_in_a_dir_with_equals_and_commas_resumes_from_another_direc
         [str(REPO / "run.py"), *args],
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert proc.returncode == 1, proc.stderr[-3000:]

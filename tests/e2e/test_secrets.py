@@ -57,8 +57,6 @@ def run(
             "services.llm.backoff.jitter=0.01",
         ],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
         timeout=300,
         env={**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", **(env or {})},
     )

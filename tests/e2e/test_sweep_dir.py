@@ -48,8 +48,6 @@ def test_every_launcher_resolves_the_sweep_dir_once(tmp_path, cache_dir, launche
         [str(clone / "run.py"), *args],
         cwd=elsewhere,
         env=clone_env(cache_dir),
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -66,8 +64,6 @@ def test_a_report_that_finds_no_job_exits_1_with_an_error_line(tmp_path, cache_d
         ["run.py", *args],
         cwd=clone,
         env=clone_env(cache_dir),
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     (sweep,) = sweep_dirs(clone)

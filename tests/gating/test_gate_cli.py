@@ -24,8 +24,6 @@ def gate_cli(sweep: Path, *overrides: str) -> dict:
         ["-m", "cts.gating", str(sweep), *overrides],
         cwd=REPO,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]

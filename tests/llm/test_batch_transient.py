@@ -81,7 +81,7 @@ def command(tmp_path: Path, started: Mapping[str, Any], cache_dir: Path) -> list
 
 def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
-    return run_script([str(REPO / "run.py"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return run_script([str(REPO / "run.py"), *args], cwd=cwd, env=env, timeout=600)
 
 
 def sent(started: Mapping[str, Any], since: Mapping[str, int] | None = None) -> list[str]:

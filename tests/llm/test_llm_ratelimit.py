@@ -236,10 +236,7 @@ def test_sweep_of_120_instance_jobs_against_a_server_refusing_every_third_reques
         env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
         proc = run_script(
             [str(REPO / "run.py"), *args],
-            check=False,
             cwd=tmp_path,
-            capture_output=True,
-            text=True,
             timeout=900,
             env=env,
         )

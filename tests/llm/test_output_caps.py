@@ -137,8 +137,6 @@ def test_a_model_that_never_stops_ends_every_call_at_its_roles_cap(tmp_path: Pat
                 f"paths.cache_dir={cache_dir}",
             ],
             cwd=tmp_path,
-            capture_output=True,
-            text=True,
             timeout=600,
             env={**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"},
         )

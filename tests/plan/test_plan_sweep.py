@@ -73,7 +73,7 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     import os
 
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
-    return run_script([str(REPO / "run.py"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    return run_script([str(REPO / "run.py"), *args], cwd=cwd, env=env, timeout=900)
 
 
 def forecast_rows(sweep: Path) -> dict[tuple[str, str], tuple[float, float, float, str]]:

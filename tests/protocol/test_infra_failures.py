@@ -261,10 +261,7 @@ def test_dead_endpoint_fails_the_preflight_naming_it(tmp_path) -> None:
             f"tracking.uri=sqlite:///{db}",
             f"paths.cache_dir={tmp_path}/cache",
         ],
-        check=False,
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert proc.returncode == 1, proc.stderr[-3000:]

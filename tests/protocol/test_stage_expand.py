@@ -54,7 +54,7 @@ def test_an_offline_job_runs_through_the_stage(tmp_path: Path, cache_dir: Path) 
     overrides = ["experiment=offline", "k=1", "limit=3", f"hydra.run.dir={job}", f"paths.cache_dir={cache_dir}"]
     overrides += [f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"bootstrap.n_resamples={OFFLINE_RESAMPLES}"]
     overrides += [f"+expander._target_={__name__}.SuffixExpander", "+expander.term='概要'"]
-    proc = run_script([str(launch), *overrides], cwd=tmp_path, capture_output=True, text=True)
+    proc = run_script([str(launch), *overrides], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(line) for line in (job / "records.jsonl").read_text(encoding="utf-8").splitlines()]
     clarified = [r for r in records if r["rewritten_query"] != r["orig"]["query"]]

@@ -256,10 +256,7 @@ def test_gold_command_exits_1_with_one_line_and_no_traceback(tmp_path, cache_dir
     proc = run_script(
         [str(REPO / "run.py"), *args],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
         timeout=300,
-        check=False,
         env=env,
     )
     assert proc.returncode == 1, proc.stderr[-3000:]

@@ -62,7 +62,7 @@ def write_labels(sweep: Path, path: Path) -> list[dict[str, str]]:
 
 def agreement(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
-    return run_script(["-m", "cts.agreement", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return run_script(["-m", "cts.agreement", *args], cwd=REPO, env=env, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -183,8 +183,6 @@ def test_report_shows_the_section_and_mlflow_has_metrics_and_expectations(study:
     proc = run_script(
         ["-m", "cts.report", str(study["sweep"]), "--n-resamples", "200"],
         cwd=REPO,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

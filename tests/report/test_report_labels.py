@@ -34,7 +34,7 @@ ROW_KEYS = {
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "HYDRA_FULL_ERROR": "1"}
-    proc = run_script([*args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False)
+    proc = run_script([*args], cwd=cwd, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
 

@@ -135,8 +135,6 @@ def test_a_failing_job_does_not_stop_the_others_and_the_exit_code_says_so(tmp_pa
         ],
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert proc.returncode != 0 and "holds records of another configuration" in proc.stdout + proc.stderr

@@ -118,10 +118,7 @@ def test_python_run_py_runs_a_task_added_by_a_config_dir(tmp_path: Path) -> None
         ],
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=300,
-        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((tmp_path / "run" / "count.json").read_text()) == {"dataset": "fruit", "word": "banana", "n": 1}

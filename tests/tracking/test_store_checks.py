@@ -83,7 +83,7 @@ def test_a_server_that_accepts_but_never_answers_is_down_after_the_timeout() -> 
 
 def run_py(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return run_script([str(REPO / "run.py"), *args], cwd=cwd, env=env, text=True, capture_output=True, timeout=300)
+    return run_script([str(REPO / "run.py"), *args], cwd=cwd, env=env, timeout=300)
 
 
 @pytest.mark.slow

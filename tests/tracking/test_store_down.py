@@ -242,7 +242,7 @@ def test_a_server_killed_mid_sweep(tmp_path: Path, cache_dir: Path, interrupt: b
     assert f"python -m cts.tracking.fill {sweep}" in text and "error: tracking: the MLflow store" in text
     server = start_mlflow(root, port)  # back, with the same store
     try:
-        filled = run_script(["-m", "cts.tracking.fill", str(sweep)], env=env, text=True, capture_output=True)
+        filled = run_script(["-m", "cts.tracking.fill", str(sweep)], env=env)
         assert filled.returncode == 0 and "filled " in filled.stdout, filled.stderr[-3000:]
         assert_complete(uri, sweep)
     finally:

@@ -176,10 +176,7 @@ def test_a_sweep_on_the_cts_launcher_with_a_broken_store_is_refused_before_any_j
             "hydra.launcher.progress=false",
         ],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
         timeout=600,
-        check=False,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-4000:]
