@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,11 @@ import pytest
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
+# A shell without job control starts a background command (`pytest ... &`) with SIGINT ignored, and
+# every command a test starts would inherit that: the tests of Ctrl-C need it as a terminal has it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    with contextlib.suppress(ValueError):  # not the main thread: leave it
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from tests.llm_server import llm_server_fixture  # noqa: E402,F401 - the scripted OpenAI-compatible server
 
@@ -17,6 +24,27 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Fixtures shared across packages of tests, registered here (a test module never imports another).
 pytest_plugins = ["tests.search.fakes", "tests.analysis.fakes"]
+
+
+def _cache_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run's shared cache dir (``CTS_TEST_CACHE_DIR``, else ``cts-cache`` in the run's basetemp)."""
+    env = os.environ.get("CTS_TEST_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # <run's basetemp>/popen-gw<N>: the run's is shared
+        base = base.parent
+    return base / "cts-cache"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cache_env(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``CTS_CACHE_DIR`` of the tests and the commands they start: the run's cache, never the user's.
+
+    What cts keeps there without a ``paths.cache_dir`` (e.g. the empty MLflow store each new store
+    is copied from) is then built once per run, by whichever test needs it first.
+    """
+    os.environ.setdefault("CTS_CACHE_DIR", str(_cache_path(tmp_path_factory)))
 
 
 @pytest.fixture(scope="session")
@@ -27,13 +55,7 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     lock (each worker building its own cost ~15 s of CPU apiece). ``CTS_TEST_CACHE_DIR`` points
     it at a warm cache to skip the one-time builds.
     """
-    env = os.environ.get("CTS_TEST_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):  # <run's basetemp>/popen-gw<N>: the run's is shared
-        base = base.parent
-    path = base / "cts-cache"
+    path = _cache_path(tmp_path_factory)
     from filelock import FileLock
 
     with FileLock(str(path) + ".lock"):

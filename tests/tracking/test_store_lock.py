@@ -42,15 +42,17 @@ def open_like_the_report(barrier: object, uri: str, job_dir: str, n_jobs: int) -
 
 
 @pytest.mark.slow
-def test_8_processes_open_a_fresh_store_at_once_5_rounds(tmp_path: Path) -> None:
+def test_8_processes_open_a_fresh_store_at_once_5_rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """6 single jobs, a 2-job multirun and a report race on a fresh store, every round.
 
     Forked from a parent that has imported MLflow but opened no store, so each round
     costs the migrations, not 8 interpreter start-ups; real jobs race in the next test.
+    Each round has an empty cache: the store is migrated, not copied from a template.
     """
     ctx = multiprocessing.get_context("fork")
     failures = []
     for r in range(ROUNDS):
+        monkeypatch.setenv("CTS_CACHE_DIR", str(tmp_path / f"cache{r}"))
         uri = f"sqlite:///{tmp_path}/r{r}/mlflow.db"
         barrier = ctx.Barrier(N_PROCESSES)
         plan = [(open_like_jobs, 1)] * 6 + [(open_like_jobs, 2), (open_like_the_report, 0)]
@@ -68,8 +70,11 @@ def test_8_processes_open_a_fresh_store_at_once_5_rounds(tmp_path: Path) -> None
     assert failures == []
 
 
-def run_py(*args: str, cwd: Path) -> subprocess.Popen[str]:
+def run_py(*args: str, cwd: Path, cache: Path | None = None) -> subprocess.Popen[str]:
+    """``python args...``; ``cache``: its own ``CTS_CACHE_DIR`` (an empty one makes a fresh store migrate)."""
     env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "PYTHONPATH": str(REPO)}
+    if cache is not None:
+        env["CTS_CACHE_DIR"] = str(cache)
     return subprocess.Popen(
         [sys.executable, *args], cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
@@ -199,13 +204,14 @@ tracking.prepare_store(sys.argv[1])
 
 def test_a_process_killed_while_it_creates_the_store_leaves_none_half_built(tmp_path: Path) -> None:
     db = tmp_path / "mlflow.db"
-    proc = run_py("-c", KILLED_MID_MIGRATION, f"sqlite:///{db}", cwd=tmp_path)
+    proc = run_py("-c", KILLED_MID_MIGRATION, f"sqlite:///{db}", cwd=tmp_path, cache=tmp_path / "cache")
     assert proc.stdout is not None
     assert any(line.strip() == "migrating" for line in iter(proc.stdout.readline, ""))  # after MLflow's log lines
     proc.kill()
     proc.wait(30)
     assert not db.exists()  # only the part it was building, beside it
     assert [p.name for p in tmp_path.glob("mlflow.db.creating-*")] == [f"mlflow.db.creating-{proc.pid}"]
+    assert not list((tmp_path / "cache").rglob("*.db*"))  # nor a template of it
     uri = make_store(db, with_run=True)  # the next run creates it whole, and clears the part
     client = tracking.mlflow_module().MlflowClient(tracking_uri=uri)
     assert len(client.search_runs([client.get_experiment_by_name("exp").experiment_id])) == 1
