@@ -85,6 +85,7 @@ def sweep_args(tmp_path: Path, conf: Path, cache_dir: Path, *overrides: str) -> 
         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
         f"paths.cache_dir={cache_dir}",
         f"services.llm.cache.path={tmp_path}/llm.sqlite",
+        "sweep_report=false",  # read by no test here (tests/plugins/test_report_job.py and others do)
         "judge_anchors.check=false",  # a scripted judge: the anchor check (docs/judges.md) would refuse it before the run
     ]
 
@@ -274,6 +275,7 @@ def test_table_9_rejudging_runs_entirely_in_batch(
         "clarifier=rules_scope,none",
         "k=1",
         "limit=6",
+        "sweep_report=false",
         f"hydra.sweep.dir={source}",
         f"tracking.uri=sqlite:///{tmp_path}/source.db",
         f"paths.cache_dir={cache_dir}",

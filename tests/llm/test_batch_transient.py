@@ -72,6 +72,7 @@ def command(tmp_path: Path, started: Mapping[str, Any], cache_dir: Path) -> list
         "services.llm.batch.max_wait_s=0.3",
         "services.llm.batch.poll_s=0.1",
         "services.llm.batch.max_submissions=2",
+        "sweep_report=false",  # read by no test here
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
         f"paths.cache_dir={cache_dir}",

@@ -226,6 +226,7 @@ def test_sweep_of_120_instance_jobs_against_a_server_refusing_every_third_reques
             "clarifier=gpt,ernie",
             "k=1,2",
             "limit=30",
+            "sweep_report=false",  # read by no test here
             f"services.llm.api_base={server.base_url}",
             f"hydra.sweep.dir={tmp_path / 'sweep'}",
             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",

@@ -291,6 +291,7 @@ def run_card_sweep(tmp_path: Path, cache_dir: Path, conf: Path, *overrides: str)
         "-m",
         *overrides,
         "limit=2",
+        "sweep_report=false",  # read by no test here
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
         f"tracking.uri={db}",
         f"paths.cache_dir={cache_dir}",

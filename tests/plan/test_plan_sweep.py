@@ -131,7 +131,11 @@ def test_card_sweep_forecast_from_a_5_instance_slice_holds_the_measured_run(tmp_
     for quantity, value in measured.items():
         low, expected, high, note = rows[("sweep", quantity)]
         if quantity == "wall_s":  # a schedule on shared cores: within 30%, from an interval at most 2x wide
-            assert abs(expected / value - 1) <= 0.3 and high <= 2 * low, (low, expected, high, value, note)
+            # unless the slice never met the endpoint's limit: then the interval spans the slice's peak
+            # in flight and the limit (as in tests/plan/test_wall_forecast.py), and it must hold the run
+            narrow = high <= 2 * low
+            assert abs(expected / value - 1) <= 0.3, (low, expected, high, value, note)
+            assert narrow or low <= value <= high, (low, expected, high, value, note)
         else:
             assert low <= value <= high, (quantity, low, expected, high, value)
     least, most = told_slice_cost(proc.stderr)  # said before the slice ran: its spend lies within

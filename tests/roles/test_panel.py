@@ -91,6 +91,7 @@ def test_panel_over_three_emulated_judges(tmp_path: Path, cache_dir: Path) -> No
             "judge/members=[ja,jb,jc]",
             "judge.aggregate=majority,mean,min",
             "limit=6",
+            "sweep_report=false",  # read by no test here
             f"hydra.sweep.dir={sweep}",
             f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
             f"paths.cache_dir={cache_dir}",

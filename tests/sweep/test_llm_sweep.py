@@ -18,6 +18,7 @@ def sweep(tmp_path, server, cache_dir, name: str, *launcher: str):
     args = (
         *CARD,
         "limit=3",
+        "sweep_report=false",  # read by no test here
         *launcher,
         f"services.llm.api_base={server.base_url}",
         f"hydra.sweep.dir={tmp_path / name}",
