@@ -197,6 +197,8 @@ def open_mlflow_run(
     its status, metrics and artifacts are updated; params are immutable in MLflow, so
     a changed one is kept as the tag ``cts.resume.<param>``. When the stored run is
     gone (another store or experiment, deleted), a new run starts tagged ``cts.previous_run_id``.
+    A kill after the run started but before its id was stored left it ``RUNNING`` with the
+    job dir's tag (``tags["cts.job_dir"]``): the resumed job continues that run.
 
     Yields:
         The run id. The run ends ``KILLED`` on KeyboardInterrupt (SIGINT, or SIGTERM
@@ -215,6 +217,8 @@ def open_mlflow_run(
             raise ConnectionError(why)
         prepare_store(uri)
         _ensure_experiment(uri, experiment, experiment_kind)
+        if previous is None and job_dir is not None:
+            previous = _unrecorded_run(uri, experiment, dict(tags or {}))
         resumed = previous is not None and _run_exists(uri, previous, experiment)
         run = (
             mlflow.start_run(run_id=previous) if resumed else mlflow.start_run(run_name=run_name, tags=dict(tags or {}))
@@ -263,6 +267,26 @@ def _store_run_id(job_dir: Path | None, uri: str, run_id: str) -> None:
         tmp = job_dir / f".{RUN_FILE}.tmp"
         tmp.write_text(json.dumps({"tracking_uri": uri, "run_id": run_id}), encoding="utf-8")
         tmp.replace(job_dir / RUN_FILE)
+
+
+def _unrecorded_run(uri: str, experiment: str, tags: Mapping[str, str]) -> str | None:
+    """The run a job killed between starting it and storing its id left ``RUNNING`` (None: none, or not one).
+
+    Only one process runs in a job dir (its lock), so a ``RUNNING`` run tagged with the job dir
+    and unknown to it is the killed process's, and the resumed job continues it.
+    """
+    job_dir = tags.get("cts.job_dir")
+    exp = mlflow_module().get_experiment_by_name(experiment)
+    if not job_dir or "'" in job_dir or exp is None:
+        return None
+    found = (
+        mlflow_module()
+        .MlflowClient(tracking_uri=uri)
+        .search_runs(
+            [exp.experiment_id], f"tags.`cts.job_dir` = '{job_dir}' and attributes.status = 'RUNNING'", max_results=2
+        )
+    )
+    return found[0].info.run_id if len(found) == 1 else None
 
 
 def _run_exists(uri: str, run_id: str, experiment: str) -> bool:

@@ -119,3 +119,24 @@ def test_a_job_dir_moved_to_another_experiment_starts_a_new_linked_run(tmp_path:
         pass
     run = tracking.search_runs(uri, "e2").set_index("run_id").loc[second]
     assert second != first and run["tags.cts.previous_run_id"] == first
+
+
+def test_a_run_started_but_not_recorded_in_the_job_dir_is_continued(tmp_path: Path) -> None:
+    """A SIGKILL between MLflow's new run and the job dir's record of it: the resume continues that run."""
+    uri, job_dir = f"sqlite:///{tmp_path}/m.db", tmp_path / "job"
+    tags = {"cts.job_dir": str(job_dir)}
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "e"), "j", {}, tags, job_dir=tmp_path / "other") as ended:
+        pass  # a FINISHED run of another dir is never taken
+    client = tracking.mlflow_module().MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("e").experiment_id
+    finished = client.create_run(experiment, tags=tags).info.run_id
+    client.set_terminated(finished)  # a FINISHED run of this dir is not taken either
+    orphan = client.create_run(experiment, tags=tags).info.run_id  # left RUNNING, its id nowhere in the job dir
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "e"), "j", {"limit": "5"}, tags, job_dir=job_dir) as run:
+        pass
+    assert run == orphan and ended not in (run, finished)
+    runs = tracking.search_runs(uri).set_index("run_id")
+    assert len(runs) == 3 and runs.loc[orphan, "status"] == "FINISHED" and runs.loc[orphan, "params.limit"] == "5"
+    with tracking.open_mlflow_run(tracking.Experiment(uri, "e"), "j", {}, tags, job_dir=job_dir) as again:
+        pass
+    assert again == orphan  # from now on through the job dir's record
