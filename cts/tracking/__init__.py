@@ -51,7 +51,7 @@ from cts.tracking._reads import (
     search_traces,
 )
 from cts.tracking._requests import REQUEST_AUDIT_FILE, log_request_audit, request_tag
-from cts.tracking._runlife import end_run, kept_run, refuse_unsent
+from cts.tracking._runlife import end_run, kept_run, refuse_unsent, unrecorded_run
 from cts.tracking._store import (
     TrackingStoreError,
     broken_store_message,
@@ -218,7 +218,7 @@ def open_mlflow_run(
         prepare_store(uri)
         _ensure_experiment(uri, experiment, experiment_kind)
         if previous is None and job_dir is not None:
-            previous = _unrecorded_run(uri, experiment, dict(tags or {}))
+            previous = unrecorded_run(uri, experiment, dict(tags or {}))
         resumed = previous is not None and _run_exists(uri, previous, experiment)
         run = (
             mlflow.start_run(run_id=previous) if resumed else mlflow.start_run(run_name=run_name, tags=dict(tags or {}))
@@ -267,26 +267,6 @@ def _store_run_id(job_dir: Path | None, uri: str, run_id: str) -> None:
         tmp = job_dir / f".{RUN_FILE}.tmp"
         tmp.write_text(json.dumps({"tracking_uri": uri, "run_id": run_id}), encoding="utf-8")
         tmp.replace(job_dir / RUN_FILE)
-
-
-def _unrecorded_run(uri: str, experiment: str, tags: Mapping[str, str]) -> str | None:
-    """The run a job killed between starting it and storing its id left ``RUNNING`` (None: none, or not one).
-
-    Only one process runs in a job dir (its lock), so a ``RUNNING`` run tagged with the job dir
-    and unknown to it is the killed process's, and the resumed job continues it.
-    """
-    job_dir = tags.get("cts.job_dir")
-    exp = mlflow_module().get_experiment_by_name(experiment)
-    if not job_dir or "'" in job_dir or exp is None:
-        return None
-    found = (
-        mlflow_module()
-        .MlflowClient(tracking_uri=uri)
-        .search_runs(
-            [exp.experiment_id], f"tags.`cts.job_dir` = '{job_dir}' and attributes.status = 'RUNNING'", max_results=2
-        )
-    )
-    return found[0].info.run_id if len(found) == 1 else None
 
 
 def _run_exists(uri: str, run_id: str, experiment: str) -> bool:

@@ -82,3 +82,23 @@ def refuse_unsent(uri: str, run_id: str, job_dir: Path | None) -> None:
         f"lacks {calls} calls (its end among them) and {traces} traces, kept in {job_dir / OUTBOX_FILE}; the job's "
         f"records and summary are complete. Once the store is back: {FILL_COMMAND} {job_dir}"
     )
+
+
+def unrecorded_run(uri: str, experiment: str, tags: Mapping[str, str]) -> str | None:
+    """The run a job killed between starting it and storing its id left ``RUNNING`` (None: none, or not one).
+
+    Only one process runs in a job dir (its lock), so a ``RUNNING`` run tagged with the job dir
+    and unknown to it is the killed process's, and the resumed job continues it.
+    """
+    job_dir = tags.get("cts.job_dir")
+    exp = mlflow_module().get_experiment_by_name(experiment)
+    if not job_dir or "'" in job_dir or exp is None:
+        return None
+    found = (
+        mlflow_module()
+        .MlflowClient(tracking_uri=uri)
+        .search_runs(
+            [exp.experiment_id], f"tags.`cts.job_dir` = '{job_dir}' and attributes.status = 'RUNNING'", max_results=2
+        )
+    )
+    return found[0].info.run_id if len(found) == 1 else None
